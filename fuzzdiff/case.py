@@ -1,0 +1,388 @@
+"""A Case: one fuzzed example, as plain data.
+
+A case holds everything needed to rebuild the exact tensors of one example —
+shapes, strides, storage offsets, aliasing, values, dtype — and nothing else, so
+it can be written to JSON, shrunk by Hypothesis and replayed bit for bit later
+without Hypothesis. Values are a seed plus a few special positions rather than
+the elements themselves: cheap to draw, cheap to store, deterministic to rebuild.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+__all__ = [
+    "Values", "Layout", "Alias", "Arg", "Probe", "Case", "Inputs",
+    "CaseError", "DTYPES", "special_value", "SPECIALS",
+]
+
+DTYPES = {
+    str(d).removeprefix("torch."): d
+    for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16,
+              torch.complex128, torch.complex64, torch.int64, torch.bool)
+}
+
+SPECIALS = ("0", "-0", "inf", "-inf", "nan", "tiny", "-tiny", "subnormal", "-subnormal",
+            "huge", "-huge")
+FINITE_SPECIALS = tuple(s for s in SPECIALS if s not in ("inf", "-inf", "nan"))
+
+
+class CaseError(ValueError):
+    """A case (or the JSON it came from) that cannot describe real tensors."""
+
+
+def special_value(name: str, dtype: torch.dtype) -> float:
+    """The float a special-value name stands for in ``dtype``.
+
+    "huge" is large but squarable without overflow, so that it probes loss of
+    range in a formula rather than plain overflow of the op itself.
+    """
+    info = torch.finfo(dtype.to_real() if dtype.is_complex else dtype)
+    sign = -1.0 if name.startswith("-") else 1.0
+    base = name.lstrip("-")
+    magnitude = {
+        "0": 0.0, "inf": math.inf, "nan": math.nan,
+        "tiny": info.tiny, "subnormal": info.tiny / 8,
+        "huge": 2.0 ** (math.log2(info.max) // 2),
+    }.get(base)
+    if magnitude is None:
+        raise CaseError(f"unknown special value {name!r}; expected one of {SPECIALS}")
+    return sign * magnitude
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(int(seed) & 0xFFFF_FFFF_FFFF)
+
+
+@dataclass(frozen=True)
+class Values:
+    """The logical values of one tensor: an interval, a seed and sparse specials.
+
+    ``grid`` snaps values to multiples of a step (readable repros; Hypothesis
+    shrinks toward it). ``avoid`` lists points where the target is not smooth;
+    values closer than ``margin`` are pushed away so finite differences never
+    straddle a kink. ``distinct`` spreads values apart for ops where ties are
+    kinks (max, sort). ``kind`` is "float", "int" (integers in [low, high]) or "bool".
+    """
+
+    seed: int = 0
+    low: float = -2.0
+    high: float = 2.0
+    grid: float | None = None
+    specials: tuple[tuple[int, str], ...] = ()
+    avoid: tuple[float, ...] = ()
+    margin: float = 0.0
+    distinct: bool = False
+    kind: str = "float"
+    nudge: float = 0.0
+    nudge_seed: int = 0
+
+    def sample(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """A fresh contiguous CPU tensor of ``shape``; the same bits on every call."""
+        n = math.prod(shape)
+        g = _generator(self.seed)
+        if self.kind == "int":
+            flat = torch.randint(int(self.low), int(self.high) + 1, (n,), generator=g)
+            return flat.reshape(shape).to(dtype)
+        if self.kind == "bool":
+            return (torch.rand(n, generator=g, dtype=torch.float64) < 0.5).reshape(shape)
+        flat = self._reals(n, g)
+        if dtype.is_complex:
+            flat = torch.complex(flat, self._reals(n, g))
+        flat = flat.to(dtype)
+        for pos, name in self.specials:
+            if n:
+                flat[pos % n] = special_value(name, dtype)
+        return flat.reshape(shape)
+
+    def _reals(self, n: int, g: torch.Generator) -> torch.Tensor:
+        lo, hi = self.low, self.high
+        if self.distinct and n > 1:
+            # A shuffled, jittered ladder: every gap is at least 0.6 of a rung.
+            rungs = torch.randperm(n, generator=g).to(torch.float64)
+            jitter = (torch.rand(n, generator=g, dtype=torch.float64) - 0.5) * 0.4
+            x = lo + (hi - lo) * (rungs + 0.5 + jitter) / n
+        else:
+            x = lo + (hi - lo) * torch.rand(n, generator=g, dtype=torch.float64)
+            if self.grid:
+                x = (x / self.grid).round() * self.grid
+                x = x.clamp(math.ceil(lo / self.grid) * self.grid,
+                            math.floor(hi / self.grid) * self.grid)
+        if self.nudge:
+            step = torch.randn(n, generator=_generator(self.nudge_seed), dtype=torch.float64)
+            x = (x + self.nudge * (hi - lo) * step).clamp(lo, hi)
+        for k in self.avoid:
+            near = (x - k).abs() < self.margin
+            x = torch.where(near, k + torch.where(x >= k, self.margin, -self.margin), x)
+        return x
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a tensor's elements live: ``storage.as_strided(shape, strides, offset)``.
+
+    The same recipe a bug report would use, so replay and standalone scripts
+    rebuild exactly the memory layout that was fuzzed.
+    """
+
+    storage_size: int
+    strides: tuple[int, ...]
+    offset: int = 0
+
+    @staticmethod
+    def contiguous(shape: Sequence[int]) -> "Layout":
+        strides, acc = [], 1
+        for s in reversed(shape):
+            strides.append(acc)
+            acc *= max(s, 1)
+        return Layout(math.prod(shape), tuple(reversed(strides)), 0)
+
+    def check(self, shape: Sequence[int], where: str = "layout") -> None:
+        if len(self.strides) != len(shape):
+            raise CaseError(f"{where}: {len(self.strides)} strides for a rank-{len(shape)} shape")
+        if self.offset < 0 or any(s < 0 for s in self.strides):
+            raise CaseError(f"{where}: negative offset or stride")
+        if math.prod(shape) == 0:
+            return
+        last = self.offset + sum((n - 1) * s for n, s in zip(shape, self.strides))
+        if last >= self.storage_size:
+            raise CaseError(f"{where}: element {last} lies past storage_size {self.storage_size}")
+
+    def is_contiguous(self, shape: Sequence[int]) -> bool:
+        c = Layout.contiguous(shape)
+        return self.offset == 0 and all(
+            n <= 1 or s == cs for n, s, cs in zip(shape, self.strides, c.strides))
+
+    def writable_view(self, storage: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        """The view with stride-0 dims narrowed to one element, so a copy never overlaps."""
+        sizes = [min(n, 1) if st == 0 else n for n, st in zip(shape, self.strides)]
+        return storage.as_strided(sizes, self.strides, self.offset)
+
+
+@dataclass(frozen=True)
+class Alias:
+    """This argument shares memory with argument ``of``.
+
+    "same": it *is* that tensor object. "view": it is another view, by its own
+    layout, of that argument's storage (overlapping or disjoint).
+    """
+
+    of: int
+    kind: str  # "same" | "view"
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One positional tensor argument.
+
+    ``grad`` says what derivatives are taken with respect to: "leaf" (the tensor
+    itself), "view" (its storage is the leaf and the argument a non-leaf view of
+    it) or "none" (not differentiated: indices, masks, fixed targets).
+    """
+
+    shape: tuple[int, ...]
+    values: Values = field(default_factory=Values)
+    layout: Layout | None = None
+    alias: Alias | None = None
+    grad: str = "leaf"
+    dtype: str | None = None  # overrides the case dtype (indices, masks)
+
+    @property
+    def strided(self) -> Layout:
+        return self.layout or Layout.contiguous(self.shape)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A recipe for a cotangent or tangent shaped like a tensor known only at run time.
+
+    Random and non-unit; sometimes expanded (stride 0 along ``expand_dim``),
+    sometimes noncontiguous (transposed), sometimes with a fraction of zeros.
+    """
+
+    seed: int = 0
+    layout: str = "contiguous"  # "contiguous" | "expanded" | "transposed"
+    zeros: float = 0.0
+
+    def like(self, t: torch.Tensor) -> torch.Tensor:
+        g = _generator(self.seed)
+        shape = tuple(t.shape)
+        dims = [d for d, n in enumerate(shape) if n > 1]
+        if self.layout == "expanded" and dims:
+            d = dims[self.seed % len(dims)]
+            small = list(shape)
+            small[d] = 1
+            out = self._draw(small, g, t.dtype).expand(shape)
+        else:
+            out = self._draw(list(shape), g, t.dtype)
+            if self.layout == "transposed" and len(shape) >= 2:
+                out = out.mT.contiguous().mT
+        return out.to(t.device)
+
+    def _draw(self, shape, g, dtype) -> torch.Tensor:
+        n = math.prod(shape)
+        v = torch.randn(n, generator=g, dtype=torch.float64) * 1.5 + 0.25
+        if self.zeros:
+            v = v * (torch.rand(n, generator=g, dtype=torch.float64) >= self.zeros)
+        if dtype.is_complex:
+            v = torch.complex(v, torch.randn(n, generator=g, dtype=torch.float64))
+        return v.reshape(shape).to(dtype)
+
+
+@dataclass
+class Inputs:
+    """Materialized tensors of a case.
+
+    ``rebuild`` maps differentiable leaves to the target's arguments, so that a
+    derivative check can run ``fn(*rebuild(leaves))`` at perturbed or dual leaves
+    and still reproduce the fuzzed views and aliasing. ``sources[i]`` says where
+    argument i comes from: ``(leaf index, None)`` when it is that leaf,
+    ``(leaf index, layout)`` when it is a view of a storage leaf, or None.
+    """
+
+    args: list[torch.Tensor]
+    leaves: list[torch.Tensor]
+    rebuild: Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]
+    sources: list[tuple[int, "Layout | None"] | None]
+
+
+@dataclass(frozen=True)
+class Case:
+    target: str
+    args: tuple[Arg, ...]
+    dtype: str = "float64"
+    device: str = "cpu"
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        try:
+            return DTYPES[self.dtype]
+        except KeyError:
+            raise CaseError(f"unknown dtype {self.dtype!r}; expected one of {sorted(DTYPES)}") from None
+
+    def arg_dtype(self, i: int) -> torch.dtype:
+        name = self.args[i].dtype
+        return DTYPES[name] if name else self.torch_dtype
+
+    def with_dtype(self, dtype: torch.dtype | str) -> "Case":
+        return replace(self, dtype=str(dtype).removeprefix("torch."))
+
+    def nudged(self, amount: float, seed: int) -> "Case":
+        """A neighbouring point: every floating value moved by ~``amount`` of its range."""
+        return replace(self, args=tuple(
+            replace(a, values=replace(a.values, nudge=amount, nudge_seed=seed + i))
+            if a.values.kind == "float" and a.grad != "none" else a
+            for i, a in enumerate(self.args)))
+
+    def with_layouts(self, layouts: Sequence[Layout | None]) -> "Case":
+        """The same logical values in other layouts; arguments that share a
+        storage keep their layouts, which place them relative to each other."""
+        shared = {self.owner(i) for i, a in enumerate(self.args) if a.alias} | {
+            i for i, a in enumerate(self.args) if a.alias}
+        return replace(self, args=tuple(
+            a if i in shared else replace(a, layout=l)
+            for i, (a, l) in enumerate(zip(self.args, layouts))))
+
+    @property
+    def aliased(self) -> bool:
+        """Some argument is a view of a leaf storage or shares memory with another."""
+        return any(a.alias is not None or a.grad == "view" for a in self.args)
+
+    # -- materialization ---------------------------------------------------------
+
+    def owner(self, i: int) -> int:
+        """The argument whose storage argument ``i`` lives in."""
+        while self.args[i].alias is not None:
+            i = self.args[i].alias.of
+        return i
+
+    def _storage(self, i: int, cast: torch.dtype | None) -> torch.Tensor:
+        a, dtype = self.args[i], self.arg_dtype(i)
+        lay = a.strided
+        lay.check(a.shape, f"args[{i}].layout")
+        # Memory outside the view holds in-domain junk: a kernel that reads it is caught.
+        storage = replace(a.values, seed=a.values.seed ^ 0x5BD1E995, specials=()).sample(
+            (lay.storage_size,), dtype)
+        logical = a.values.sample(a.shape, dtype)
+        for d, st in enumerate(lay.strides):
+            if st == 0:
+                logical = logical.narrow(d, 0, min(1, a.shape[d]))
+        lay.writable_view(storage, a.shape).copy_(logical)
+        if cast is not None and a.dtype is None:
+            storage = storage.to(cast)
+        return storage.to(self.device)
+
+    def materialize(self, requires_grad: bool = True, cast: torch.dtype | None = None) -> Inputs:
+        """Build the tensors, bit for bit the same on every call.
+
+        ``cast`` converts the case-dtype storages after their values are drawn:
+        a float64 reference holding exactly the float32 case's values.
+        """
+        for i, a in enumerate(self.args):
+            if a.alias is not None and not 0 <= a.alias.of < i:
+                raise CaseError(f"args[{i}].alias.of must name an earlier argument, got {a.alias.of}")
+        owners = [self.owner(i) for i in range(len(self.args))]
+        storages = {i: self._storage(i, cast) for i in set(owners)}
+        differentiable = {o for o in owners if self.args[o].grad != "none"}
+        whole = {owners[i] for i, a in enumerate(self.args)
+                 if a.grad == "view" or (a.alias is not None and a.alias.kind == "view")}
+
+        def view(i: int, storage: torch.Tensor) -> torch.Tensor:
+            lay = self.args[i].strided
+            return storage.as_strided(self.args[i].shape, lay.strides, lay.offset)
+
+        keys = sorted(differentiable)
+        leaves = []
+        for o in keys:
+            t = storages[o] if o in whole else view(o, storages[o])
+            leaves.append(t.detach().requires_grad_(requires_grad))
+
+        def rebuild(ls: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+            by_owner = dict(zip(keys, ls))
+            out: list[torch.Tensor] = []
+            for i, a in enumerate(self.args):
+                o = owners[i]
+                if a.alias is not None and a.alias.kind == "same":
+                    out.append(out[a.alias.of])
+                elif o not in differentiable:
+                    out.append(view(i, storages[o]))
+                elif o in whole:
+                    out.append(view(i, by_owner[o]))
+                else:
+                    out.append(by_owner[o])
+            return out
+
+        sources = []
+        for i, a in enumerate(self.args):
+            o = owners[i]
+            sources.append(None if o not in differentiable else
+                           (keys.index(o), a.strided if o in whole else None))
+        return Inputs(rebuild(leaves), leaves, rebuild, sources)
+
+    # -- JSON ---------------------------------------------------------------------
+
+    def to_json(self) -> dict:
+        return _jsonable(asdict(self))
+
+    @staticmethod
+    def from_json(data: Mapping) -> "Case":
+        from fuzzdiff.caseio import case_from_json
+        return case_from_json(data)
+
+
+def _jsonable(x):
+    if isinstance(x, float):
+        if math.isfinite(x):
+            return x
+        return {"float": x.hex()}
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x

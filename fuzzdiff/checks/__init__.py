@@ -1,0 +1,33 @@
+"""The checks, by their stable names (DESIGN.md section 3).
+
+A new check is one module defining ``CHECK`` plus one line here.
+"""
+
+from __future__ import annotations
+
+from fuzzdiff.checks.check import Check
+
+__all__ = ["Check", "CHECKS", "get_check", "UnknownCheck"]
+
+CHECKS: dict[str, Check] = {}
+
+
+def _register(check: Check) -> None:
+    CHECKS[check.name] = check
+
+
+class UnknownCheck(KeyError):
+    def __str__(self):
+        return self.args[0]
+
+
+def get_check(name: str) -> Check:
+    try:
+        return CHECKS[name]
+    except KeyError:
+        raise UnknownCheck(f"unknown check {name!r}; expected one of {', '.join(CHECKS)}") from None
+
+
+from fuzzdiff.checks import grad  # noqa: E402
+
+_register(grad.CHECK)

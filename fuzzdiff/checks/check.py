@@ -1,0 +1,59 @@
+"""What a check is: one identity between two paths, plus what it needs drawn."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
+
+from fuzzdiff.case import Case
+from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Verdict
+from strategies.cotangents import probes
+
+__all__ = ["Check", "probe_params"]
+
+
+def probe_params(*keys: str) -> Callable[[Target, Case], SearchStrategy]:
+    """A params strategy drawing one Probe (as a dict) per key."""
+    def params(target: Target, case: Case) -> SearchStrategy:
+        return st.fixed_dictionaries({k: probes().map(lambda p: p.__dict__.copy()) for k in keys})
+    return params
+
+
+def _always(target: Target) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Check:
+    """name:     the stable check name (DESIGN.md section 3).
+    run:      the identity, ``run(target, case) -> Verdict``; pure, no Hypothesis.
+    params:   ``params(target, case)`` -> strategy for the check's own draws
+              (probes, alternative layouts, ...), stored in ``case.params``.
+    applies:  ``applies(target)`` -> None, or why the check cannot apply.
+    dtypes:   the case dtypes the check is about (None: any the target supports).
+    aliasing: "any", "required" (the check is about aliased inputs) or "never".
+    """
+
+    name: str
+    run: Callable[[Target, Case], Verdict]
+    params: Callable[[Target, Case], SearchStrategy] = probe_params("cotangent", "direction")
+    applies: Callable[[Target], str | None] = _always
+    dtypes: tuple[torch.dtype, ...] | None = None
+    aliasing: str = "any"
+    needs_grad: bool = True
+    doc: str = field(default="", compare=False)
+
+    def why_not(self, target: Target) -> str | None:
+        """None when the check applies to ``target``, else the reason it does not."""
+        if self.name in target.skip:
+            return target.skip[self.name]
+        if self.needs_grad and not any(target.differentiable(a.name) for a in target.args):
+            return "the target has no differentiable argument"
+        if self.dtypes is not None and not set(self.dtypes) & set(target.dtypes):
+            return f"the target supports none of {[str(d) for d in self.dtypes]}"
+        return self.applies(target)

@@ -1,0 +1,104 @@
+"""Confirming a discrepancy before it is called a failure.
+
+Every derivative identity is measured as two numbers that should agree (say
+``<J^T v, u>`` and a finite-difference ``<v, J u>``). A first disagreement is
+only a suspicion: it becomes a failure once it survives a replay, a second
+eps, two neighbouring points (a kink or a tie vanishes there) and, for low
+precision, a float64 run on the same values with a conditioning estimate.
+Anything that does not survive is "inconclusive" — never a failure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from fuzzdiff.case import Case
+from fuzzdiff.tolerance import Tolerance
+from fuzzdiff.verdict import Verdict
+
+__all__ = ["Measurement", "judge", "EPS", "NUDGE"]
+
+EPS = 1e-6          # finite-difference step in float64, along a direction of norm ~1 per element
+NUDGE = 1e-3        # distance to a neighbouring point, as a fraction of the value range
+F32_NUDGE = 2.0**-22  # input perturbation at float32 rounding level, for conditioning
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Two sides of one identity, with the scale and the reference's own error."""
+
+    analytic: float
+    reference: float
+    scale: float
+    noise: float = 0.0
+
+    @property
+    def error(self) -> float:
+        if math.isnan(self.analytic) != math.isnan(self.reference):
+            return math.inf
+        if self.analytic == self.reference:  # also equal infinities
+            return 0.0
+        return abs(self.analytic - self.reference)
+
+    def within(self, tol: Tolerance) -> bool:
+        return tol.allows(self.error, self.scale, self.noise)
+
+    def summary(self) -> dict:
+        return {"analytic": self.analytic, "reference": self.reference, "abs_error": self.error,
+                "scale": self.scale, "reference_noise": self.noise}
+
+
+Measure = Callable[[Case, float], Measurement]
+
+
+def judge(identity: str, measure: Measure, case: Case, tol: Tolerance, *,
+          measure64: Measure | None = None, eps: float = EPS) -> Verdict:
+    """Pass, or confirm the discrepancy of ``measure`` at ``case`` step by step.
+
+    ``measure64`` is the same identity with the analytic side computed in
+    float64 on the case's exact values; it is given for low-precision cases.
+    """
+    first = measure(case, eps)
+    if first.within(tol):
+        return Verdict("pass")
+    if not math.isfinite(first.reference):
+        return _unsure(identity, "the reference is not finite here", first)
+
+    again = measure(case, eps)
+    if not _same(again.analytic, first.analytic):
+        return _unsure(identity, f"replay gave {again.analytic!r}, first run {first.analytic!r} "
+                       "(nondeterministic)", first)
+    for other_eps in (eps / 8, eps * 8):
+        m = measure(case, other_eps)
+        if m.within(tol):
+            return _unsure(identity, f"agrees at eps={other_eps:g}: finite differences are unreliable here", first)
+    for k in (1, 2):
+        m = measure(case.nudged(NUDGE, seed=k), eps)
+        if m.within(tol):
+            return _unsure(identity, "vanishes at a neighbouring point (a kink or a tie)", first)
+
+    if measure64 is not None:
+        m64 = measure64(case, eps)
+        if m64.within(tol):
+            # Only low precision disagrees: is that rounding amplified by conditioning?
+            moved = measure64(case.nudged(F32_NUDGE, seed=3), eps)
+            sensitivity = abs(moved.analytic - m64.analytic)
+            if abs(first.analytic - m64.analytic) <= 100 * sensitivity + tol.atol:
+                return _unsure(identity, "float64 agrees and the problem is ill-conditioned in "
+                               "low precision", first)
+    return Verdict("fail", f"{identity}: analytic {first.analytic!r} vs reference {first.reference!r} "
+                   f"(abs error {first.error:.3g}, allowed {tol.atol + tol.rtol * first.scale + 4 * first.noise:.3g}); "
+                   "confirmed by replay, eps/8, 8*eps and two neighbouring points",
+                   first.summary())
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _unsure(identity: str, why: str, m: Measurement) -> Verdict:
+    return Verdict("inconclusive", f"{identity}: {why}", m.summary())

@@ -1,0 +1,56 @@
+"""Random tangents and cotangents, and the inner products that contract them.
+
+Directional identities (``<J^T v, u> == <v, J u>``) need a full Jacobian never;
+one random ``u`` and ``v`` per example catch the same bugs with probability one.
+The probes come from the case's params, so a replay uses the very same ones.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import torch
+
+from fuzzdiff.case import Probe
+
+__all__ = ["probe", "probes_like", "dot", "absdot", "PROBE_KEYS"]
+
+PROBE_KEYS = ("cotangent", "direction", "second")
+
+
+def probe(params: Mapping, key: str) -> Probe:
+    """The Probe stored under ``params[key]`` (a fixed default when absent)."""
+    spec = params.get(key)
+    if spec is None:
+        return Probe(seed=PROBE_KEYS.index(key) + 1 if key in PROBE_KEYS else 7)
+    return Probe(**spec) if isinstance(spec, Mapping) else spec
+
+
+def probes_like(params: Mapping, key: str, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """One probe tensor per tensor, each with its own stream of values."""
+    base = probe(params, key)
+    return [Probe(base.seed + 7919 * k, base.layout, base.zeros).like(t.detach())
+            for k, t in enumerate(tensors)]
+
+
+def _pairs(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]):
+    for x, y in zip(a, b):
+        if x.numel():
+            yield x.detach().to(torch.complex128 if x.is_complex() or y.is_complex() else torch.float64), \
+                  y.detach().to(torch.complex128 if x.is_complex() or y.is_complex() else torch.float64)
+
+
+def dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
+    """``sum_i Re<a_i, b_i>`` in double precision."""
+    total = 0.0
+    for x, y in _pairs(a, b):
+        total += float(torch.sum(x.conj() * y).real) if x.is_complex() else float(torch.sum(x * y))
+    return total
+
+
+def absdot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
+    """``sum_i <|a_i|, |b_i|>``: the scale a rounding error in ``dot`` is relative to."""
+    total = 0.0
+    for x, y in _pairs(a, b):
+        total += float(torch.sum(x.abs() * y.abs()))
+    return total

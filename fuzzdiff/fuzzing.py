@@ -1,0 +1,87 @@
+"""Fuzzing one check over one target with Hypothesis.
+
+This is what the pytest suite, ``fuzzdiff run`` and ``fuzzdiff.check`` share:
+draw cases, run the check, let Hypothesis shrink a failure to a minimal case,
+and report it with the case as JSON so it can be replayed without Hypothesis.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import hypothesis
+from hypothesis import given, settings as hsettings
+
+from fuzzdiff.case import Case
+from fuzzdiff.checks import Check, get_check
+from fuzzdiff.runner import case_strategy, run_check
+from fuzzdiff.targets import get_target
+from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Verdict
+
+__all__ = ["fuzz", "Tally", "FuzzFailure"]
+
+
+class FuzzFailure(AssertionError):
+    """A confirmed failure, shrunk; carries the minimal case and its verdict."""
+
+    def __init__(self, check: str, target: str, case: Case, verdict: Verdict):
+        self.check, self.target, self.case, self.verdict = check, target, case, verdict
+        super().__init__(
+            f"{check} failed for {target}: {verdict.message}\n"
+            f"case: {json.dumps(case.to_json(), sort_keys=True)}")
+
+
+@dataclass
+class Tally:
+    """Verdict counts of one fuzzing run, and the first reason seen per kind."""
+
+    counts: Counter = field(default_factory=Counter)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def add(self, verdict: Verdict) -> None:
+        self.counts[verdict.kind] += 1
+        self.reasons.setdefault(verdict.kind, verdict.message)
+
+    @property
+    def examples(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def only_unsupported(self) -> bool:
+        return self.examples > 0 and self.counts["unsupported"] == self.examples
+
+
+def _steer(verdict: Verdict) -> None:
+    """Point Hypothesis's targeted search at large normalized errors."""
+    err, scale = verdict.errors.get("abs_error"), verdict.errors.get("scale")
+    if isinstance(err, float) and isinstance(scale, float) and math.isfinite(err) and scale > 0:
+        hypothesis.target(min(err / scale, 1e6), label="normalized error")
+
+
+def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None = None,
+         **case_options) -> Tally:
+    """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure."""
+    check = get_check(check) if isinstance(check, str) else check
+    target = get_target(target) if isinstance(target, str) else target
+    tally = Tally()
+    why = check.why_not(target)
+    if why is not None:
+        tally.add(Verdict("unsupported", why))
+        return tally
+
+    @given(case_strategy(check, target, **case_options))
+    def property_(case: Case) -> None:
+        verdict = run_check(check, target, case)
+        tally.add(verdict)
+        _steer(verdict)
+        if verdict.failed:
+            raise FuzzFailure(check.name, target.name, case, verdict)
+
+    if settings is not None:
+        property_ = settings(property_)
+    property_()
+    return tally

@@ -1,0 +1,82 @@
+"""Running one check on one case, and turning exceptions into verdicts.
+
+An op that lacks a forward-mode formula, double backward or complex support
+raises; that is "unsupported", never a failure. Any other exception from the
+target at a valid input is a finding, reported as a failure once it replays.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from dataclasses import replace
+
+from hypothesis import strategies as st
+
+from fuzzdiff.case import Case
+from fuzzdiff.checks import Check, get_check
+from fuzzdiff.targets import get_target
+from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Unsupported, Verdict
+from strategies.cases import cases
+
+__all__ = ["run_check", "case_strategy", "UNSUPPORTED_PATTERNS", "unsupported_reason"]
+
+UNSUPPORTED_PATTERNS = tuple(re.compile(p, re.I) for p in (
+    r"derivative for .* is not implemented",
+    r"forward AD .*(not|isn't) (supported|implemented)",
+    r"Trying to use forward AD with .* that does not support it",
+    r"does not (support|implement) (forward|double backward|jvp)",
+    r"jvp is not implemented",
+    r"not implemented for '(Complex|BFloat16|Half)",
+    r"does not support automatic differentiation for outputs with complex dtype",
+    r"is not supported for complex",
+    r"double backward.*not (supported|implemented)",
+    r"element \d+ of tensors does not require grad",
+    r"You must implement the jvp function",
+    r"differentiated Tensors appears to not have been used in the graph",
+))
+
+
+def unsupported_reason(exc: BaseException) -> str | None:
+    if isinstance(exc, Unsupported):
+        return str(exc)
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, NotImplementedError) or any(p.search(text) for p in UNSUPPORTED_PATTERNS):
+        return text.splitlines()[0][:300]
+    return None
+
+
+def run_check(check: Check | str, target: Target | str, case: Case) -> Verdict:
+    """The check's verdict at ``case``; never raises for the target's own errors."""
+    check = get_check(check) if isinstance(check, str) else check
+    target = get_target(target) if isinstance(target, str) else target
+    why = check.why_not(target)
+    if why is not None:
+        return Verdict("unsupported", why)
+    try:
+        return check.run(target, case)
+    except Exception as first:  # noqa: BLE001 - the target's errors are findings
+        reason = unsupported_reason(first)
+        if reason is not None:
+            return Verdict("unsupported", reason)
+        try:
+            check.run(target, case)
+        except Exception as again:  # noqa: BLE001
+            if type(again) is type(first) and str(again) == str(first):
+                return Verdict("fail", f"raised {type(first).__name__}: {first}",
+                               {"exception": type(first).__name__,
+                                "traceback": traceback.format_exception(first)[-3:]})
+            return Verdict("inconclusive", f"raised {type(first).__name__} once, then "
+                           f"{type(again).__name__}: {again}")
+        return Verdict("inconclusive", f"raised {type(first).__name__}: {first} once; "
+                       "the replay passed (nondeterministic)")
+
+
+def case_strategy(check: Check, target: Target, **case_options):
+    """Cases for ``target`` with the check's own params drawn and stored."""
+    dtypes = target.dtypes if check.dtypes is None else tuple(
+        d for d in target.dtypes if d in check.dtypes)
+    base = cases(target, dtypes=dtypes, alias=check.aliasing != "never",
+                 require_alias=check.aliasing == "required", **case_options)
+    return base.flatmap(lambda c: check.params(target, c).map(lambda p: replace(c, params=p)))

@@ -1,0 +1,114 @@
+"""The shape-spec mini-language (DESIGN.md section 3).
+
+A spec names each positional tensor argument and its dims in jaxtyping's syntax,
+so that one string says both which sizes are shared across arguments and which
+may broadcast: ``"x: *b n m, w: m k"``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Dim", "ArgSpec", "SpecError", "parse_spec"]
+
+
+class SpecError(ValueError):
+    """A malformed spec; the message quotes the spec and points at the bad token."""
+
+    def __init__(self, spec: str, pos: int, reason: str):
+        self.spec, self.pos, self.reason = spec, pos, reason
+        super().__init__(f"{reason}\n  {spec}\n  {' ' * pos}^")
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One dimension token.
+
+    kind is "name" (a shared size), "fixed" (an integer), "anon" (``_``),
+    or, when ``variadic``, a group of zero or more dims ("name" or "anon" for ``...``).
+    ``broadcast`` (``#``) lets this argument use 1 where the others use the shared size.
+    """
+
+    kind: str
+    name: str | None = None
+    size: int | None = None
+    variadic: bool = False
+    broadcast: bool = False
+
+    def __str__(self) -> str:
+        if self.kind == "fixed":
+            return str(self.size)
+        if self.kind == "anon":
+            return "..." if self.variadic else "_"
+        return ("*" if self.variadic else "") + ("#" if self.broadcast else "") + self.name
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    name: str
+    dims: tuple[Dim, ...]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {' '.join(map(str, self.dims))}".rstrip()
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _parse_dim(spec: str, token: str, pos: int) -> Dim:
+    if token == "...":
+        return Dim("anon", variadic=True)
+    if token == "_":
+        return Dim("anon")
+    if token.isdigit():
+        return Dim("fixed", size=int(token))
+    rest, variadic, broadcast = token, False, False
+    if rest.startswith("*"):
+        variadic, rest = True, rest[1:]
+    if rest.startswith("#"):
+        broadcast, rest = True, rest[1:]
+    if rest == "_" and not broadcast:
+        return Dim("anon", variadic=variadic)
+    if not _IDENT.match(rest):
+        raise SpecError(spec, pos, f"bad dimension {token!r}: expected a name, an integer, "
+                        "'_', '...', '*name', '#name' or '*#name'")
+    return Dim("name", name=rest, variadic=variadic, broadcast=broadcast)
+
+
+def parse_spec(spec: str) -> tuple[ArgSpec, ...]:
+    """Parse ``"x: *b n m, w: m k"`` into one ArgSpec per argument, in order."""
+    if not isinstance(spec, str):
+        raise TypeError(f"a shape spec must be a str, got {type(spec).__name__}")
+    args: list[ArgSpec] = []
+    seen: set[str] = set()
+    pos = 0
+    for chunk in spec.split(","):
+        start = pos
+        pos += len(chunk) + 1
+        if not chunk.strip():
+            raise SpecError(spec, start, "empty argument entry")
+        if ":" not in chunk:
+            at = start + len(chunk) - len(chunk.lstrip())
+            raise SpecError(spec, at, f"argument entry {chunk.strip()!r} needs 'name: dims'")
+        head, _, body = chunk.partition(":")
+        name = head.strip()
+        name_at = start + len(head) - len(head.lstrip())
+        if not _IDENT.match(name):
+            raise SpecError(spec, name_at, f"bad argument name {name!r}")
+        if name in seen:
+            raise SpecError(spec, name_at, f"argument {name!r} appears twice")
+        seen.add(name)
+        dims: list[Dim] = []
+        body_at = start + len(head) + 1
+        variadics = 0
+        for m in re.finditer(r"\S+", body):
+            dim = _parse_dim(spec, m.group(), body_at + m.start())
+            if dim.variadic:
+                variadics += 1
+                if variadics > 1:
+                    raise SpecError(spec, body_at + m.start(),
+                                    f"argument {name!r} has more than one variadic group")
+            dims.append(dim)
+        args.append(ArgSpec(name, tuple(dims)))
+    return tuple(args)

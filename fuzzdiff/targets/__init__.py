@@ -1,0 +1,65 @@
+"""The registry of fuzz targets: name -> Target."""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from typing import Iterable
+
+from fuzzdiff.targets.target import FromShapes, Index, Mask, NoGrad, Target, Tol
+
+__all__ = ["Target", "Tol", "Index", "Mask", "NoGrad", "FromShapes", "UnknownTarget",
+           "register", "get_target", "all_targets", "select"]
+
+_REGISTRY: dict[str, Target] = {}
+_LOADED = False
+
+
+class UnknownTarget(KeyError):
+    def __init__(self, name: str):
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        super().__init__(f"unknown target {name!r}{hint}")
+
+    def __str__(self):
+        return self.args[0]
+
+
+def register(*targets: Target) -> None:
+    for t in targets:
+        if t.name in _REGISTRY and _REGISTRY[t.name] is not t:
+            raise ValueError(f"target {t.name!r} registered twice")
+        _REGISTRY[t.name] = t
+
+
+def _load() -> None:
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        from fuzzdiff.targets import catalog  # noqa: F401  (registers on import)
+
+
+def get_target(name: str) -> Target:
+    _load()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        pass
+    if ":" in name:
+        from fuzzdiff.targets.user import resolve_user_target
+        return resolve_user_target(name)
+    raise UnknownTarget(name)
+
+
+def all_targets() -> list[Target]:
+    _load()
+    return sorted(_REGISTRY.values(), key=lambda t: (t.family, t.name))
+
+
+def select(patterns: Iterable[str] | None = None, families: Iterable[str] | None = None) -> list[Target]:
+    """Targets whose name matches any glob pattern (all when None)."""
+    pats = list(patterns or ["*"])
+    fams = set(families) if families else None
+    return [t for t in all_targets()
+            if any(fnmatch.fnmatchcase(t.name, p) for p in pats)
+            and (fams is None or t.family in fams)]

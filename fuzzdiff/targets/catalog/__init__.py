@@ -1,0 +1,15 @@
+"""The built-in op catalog. Each module registers one family of targets."""
+
+from fuzzdiff.targets.catalog import (  # noqa: F401
+    binary,
+    conv,
+    indexing,
+    linalg,
+    losses,
+    matmul,
+    norms,
+    reductions,
+    shape_ops,
+    softmax,
+    unary,
+)

@@ -1,0 +1,1 @@
+"""binary targets (to be filled)."""

@@ -1,0 +1,1 @@
+"""conv targets (to be filled)."""

@@ -1,0 +1,1 @@
+"""indexing targets (to be filled)."""

@@ -1,0 +1,1 @@
+"""linalg targets (to be filled)."""

@@ -1,0 +1,1 @@
+"""losses targets (to be filled)."""

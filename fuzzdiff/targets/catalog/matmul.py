@@ -1,0 +1,1 @@
+"""matmul targets (to be filled)."""

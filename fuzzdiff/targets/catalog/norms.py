@@ -1,0 +1,1 @@
+"""norms targets (to be filled)."""

@@ -1,0 +1,1 @@
+"""reductions targets (to be filled)."""

@@ -1,0 +1,1 @@
+"""shape_ops targets (to be filled)."""

@@ -1,0 +1,1 @@
+"""softmax targets (to be filled)."""

@@ -1,0 +1,121 @@
+"""A Target: what can be fuzzed, described as data (like PyTorch's OpInfo).
+
+Everything that differs between ops — shapes, value domains, dtypes, kinks,
+which checks apply, tolerance overrides — is a field here, so that checks and
+strategies never need an if-chain per op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+from fuzzdiff.spec import ArgSpec, parse_spec
+
+__all__ = ["Target", "Tol", "Index", "Mask", "NoGrad", "FromShapes", "ArgKind"]
+
+FLOATING = (torch.float64, torch.float32)
+
+
+@dataclass(frozen=True)
+class Tol:
+    """A tolerance override for one check; ``reason`` is required, so it is reviewed."""
+
+    atol: float
+    rtol: float
+    reason: str
+
+    def __post_init__(self):
+        if not self.reason.strip():
+            raise ValueError("a tolerance override needs a reason")
+
+
+@dataclass(frozen=True)
+class Index:
+    """An int64 argument whose values index into the dim named ``dim`` (0 .. size-1)."""
+
+    dim: str
+
+
+@dataclass(frozen=True)
+class Mask:
+    """A boolean argument."""
+
+
+@dataclass(frozen=True)
+class NoGrad:
+    """A floating argument that is read but not differentiated (a loss target)."""
+
+
+ArgKind = Index | Mask | NoGrad
+
+
+@dataclass(frozen=True)
+class FromShapes:
+    """A keyword argument drawn from a strategy that depends on the drawn shapes.
+
+    ``fn(shapes)`` gets ``{arg name: shape}`` and returns a Hypothesis strategy,
+    e.g. a valid ``dim`` for the rank that was drawn.
+    """
+
+    fn: Callable[[Mapping[str, tuple[int, ...]]], Any]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One fuzz target.
+
+    domain:    per argument, a value interval ``(low, high)``; None is unbounded.
+    sample:    per argument, the interval values are drawn from, when it should be
+               narrower than the domain (e.g. away from where a derivative blows up).
+    kinks:     points where the function is not differentiable; values keep away.
+    distinct:  ties are kinks (max, sort, median): values are spread apart.
+    skip:      check name -> why it does not apply to this target.
+    known:     check name -> a known PyTorch discrepancy, with its evidence.
+    functional: False for targets that mutate their inputs.
+    specials:  opt in to special values (±0, ±inf, nan, tiny, huge, subnormal).
+    """
+
+    name: str
+    fn: Callable
+    spec: str
+    family: str = "misc"
+    domain: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    sample: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    dtypes: tuple[torch.dtype, ...] = FLOATING
+    kinds: Mapping[str, ArgKind] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    kinks: tuple[float, ...] = ()
+    distinct: bool = False
+    skip: Mapping[str, str] = field(default_factory=dict)
+    known: Mapping[str, str] = field(default_factory=dict)
+    tolerances: Mapping[str, Tol] = field(default_factory=dict)
+    functional: bool = True
+    specials: bool | tuple[str, ...] = False
+    min_side: int = 0
+    max_side: int = 4
+    max_rank: int = 4
+    random: bool = False
+
+    def __post_init__(self):
+        names = {a.name for a in self.args}
+        for what in ("domain", "sample", "kinds"):
+            unknown = set(getattr(self, what)) - names
+            if unknown:
+                raise ValueError(f"target {self.name!r}: {what} names unknown argument(s) "
+                                 f"{sorted(unknown)}; the spec has {sorted(names)}")
+        for k, v in self.kinds.items():
+            if isinstance(v, Index) and all(v.dim != d.name for a in self.args for d in a.dims):
+                raise ValueError(f"target {self.name!r}: Index({v.dim!r}) for {k!r} names no dim of the spec")
+
+    @property
+    def args(self) -> tuple[ArgSpec, ...]:
+        return parse_spec(self.spec)
+
+    def differentiable(self, arg: str) -> bool:
+        return arg not in self.kinds
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)

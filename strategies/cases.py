@@ -1,0 +1,96 @@
+"""Cases: everything above composed for one target's signature."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from hypothesis.strategies import SearchStrategy
+
+from fuzzdiff.case import Arg, Case
+from fuzzdiff.targets.target import FromShapes, Index, Mask, NoGrad, Target
+from strategies.aliasing import aliasing
+from strategies.dtypes import dtypes as dtype_strategy
+from strategies.layouts import LAYOUT_FEATURES, layouts
+from strategies.shapes import spec_shapes
+from strategies.values import sampling_interval, values
+
+__all__ = ["cases", "draw_kwargs"]
+
+
+def draw_kwargs(draw, target: Target, shapes) -> dict:
+    """Resolve a target's keyword arguments: constants, strategies, or FromShapes."""
+    out = {}
+    for key, v in target.kwargs.items():
+        if isinstance(v, FromShapes):
+            v = v.fn(shapes)
+        out[key] = draw(v) if isinstance(v, SearchStrategy) else v
+    return out
+
+
+def _arg_values(target: Target, name: str, shapes, specials: bool):
+    kind = target.kinds.get(name)
+    if isinstance(kind, Index):
+        bound = _dim_size(target, shapes, kind.dim)
+        return values(low=0, high=max(bound - 1, 0), kind="int"), "int64"
+    if isinstance(kind, Mask):
+        return values(kind="bool"), "bool"
+    low, high = target.sample.get(name) or sampling_interval(target.domain.get(name, (None, None)))
+    return values(low=low, high=high, specials=target.specials if specials else False,
+                  avoid=target.kinks, distinct=target.distinct), None
+
+
+def _dim_size(target: Target, shapes, dim: str) -> int:
+    for a in target.args:
+        if any(d.variadic for d in a.dims):
+            continue
+        for k, d in enumerate(a.dims):
+            if d.name == dim and not d.broadcast:
+                return shapes[a.name][k]
+    for a in target.args:  # after a variadic group, count from the end
+        names = [d.name for d in a.dims]
+        if dim in names:
+            return shapes[a.name][names.index(dim) - len(names)]
+    raise InvalidArgument(f"dim {dim!r} does not appear in spec {target.spec!r}")
+
+
+def cases(target: Target, *, dtypes: Sequence[torch.dtype] | None = None,
+          layout_features: Sequence[str] | None = LAYOUT_FEATURES, alias: bool = True,
+          require_alias: bool = False, specials: bool = True, max_side: int | None = None):
+    """Cases for ``target``: shapes from its spec, then per argument values, a
+    layout and (for functional targets) aliasing. Shrinks toward small,
+    contiguous, unaliased float64 cases. With ``require_alias`` every case has
+    at least one argument that is a view or shares memory with another."""
+    if not isinstance(target, Target):
+        raise InvalidArgument(f"target must be a fuzzdiff Target, got {type(target).__name__}")
+    allowed = tuple(dtypes) if dtypes is not None else target.dtypes
+    if not set(allowed) <= set(target.dtypes):
+        raise InvalidArgument(f"target {target.name!r} supports {target.dtypes}, not {allowed}")
+    side = target.max_side if max_side is None else max_side
+    features = tuple(layout_features or ())
+    if not target.functional:
+        features = tuple(f for f in features if f != "expanded")
+
+    @st.composite
+    def draw_case(draw) -> Case:
+        dtype = draw(dtype_strategy(allowed))
+        shapes = draw(spec_shapes(target.args, min_side=target.min_side, max_side=side))
+        args, groups = [], []
+        for spec in target.args:
+            shape = shapes[spec.name]
+            vals, arg_dtype = _arg_values(target, spec.name, shapes, specials)
+            lay = draw(layouts(shape, features=features)) if features else None
+            diff = target.differentiable(spec.name)
+            kind = target.kinds.get(spec.name)
+            args.append(Arg(shape, draw(vals), lay, None, "leaf" if diff else "none", arg_dtype))
+            groups.append((target.domain.get(spec.name), target.sample.get(spec.name))
+                          if diff and kind is None and alias and target.functional else None)
+        if alias and target.functional:
+            args = list(draw(aliasing(args, groups, require=require_alias)))
+        return Case(target.name, tuple(args), str(dtype).removeprefix("torch."),
+                    kwargs=draw_kwargs(draw, target, shapes))
+
+    return draw_case()

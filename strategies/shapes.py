@@ -1,0 +1,86 @@
+"""Shapes: ranks and sizes (0 and 1 included), named-dim specs, broadcasting."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from hypothesis.extra import numpy as hnp
+
+from fuzzdiff.spec import ArgSpec, SpecError, parse_spec
+from strategies._validation import check_int, check_range
+
+__all__ = ["shapes", "broadcastable_shapes", "spec_shapes"]
+
+
+def shapes(*, min_rank: int = 0, max_rank: int = 4, min_side: int = 0, max_side: int = 5):
+    """Tuples of ``min_rank..max_rank`` sizes in ``min_side..max_side``; shrink toward ()."""
+    check_range(min_rank, max_rank, "min_rank", "max_rank")
+    check_range(min_side, max_side, "min_side", "max_side")
+    return hnp.array_shapes(min_dims=min_rank, max_dims=max_rank,
+                            min_side=min_side, max_side=max_side).map(tuple)
+
+
+def broadcastable_shapes(shape, *, min_rank: int = 0, max_rank: int | None = None,
+                         min_side: int = 0, max_side: int | None = None):
+    """Shapes that broadcast against ``shape`` (some dims 1 or missing)."""
+    if not isinstance(shape, tuple) or not all(isinstance(s, int) and s >= 0 for s in shape):
+        raise InvalidArgument(f"shape={shape!r} must be a tuple of non-negative ints")
+    max_rank = len(shape) if max_rank is None else max_rank
+    check_range(min_rank, max_rank, "min_rank", "max_rank")
+    return hnp.broadcastable_shapes(shape, min_dims=min_rank, max_dims=max_rank,
+                                    min_side=min_side, max_side=max_side).map(tuple)
+
+
+@st.composite
+def _spec_shapes(draw, args: tuple[ArgSpec, ...], min_side, max_side, max_variadic, fixed):
+    sizes: dict[str, int] = dict(fixed)
+    groups: dict[str, tuple[int, ...]] = {}
+    side = st.integers(min_side, max_side)
+    out: dict[str, tuple[int, ...]] = {}
+    for arg in args:
+        shape: list[int] = []
+        for dim in arg.dims:
+            if dim.kind == "fixed":
+                shape.append(dim.size)
+            elif dim.variadic:
+                if dim.kind == "anon":
+                    group = draw(st.lists(side, max_size=max_variadic).map(tuple))
+                else:
+                    if dim.name not in groups:
+                        groups[dim.name] = draw(st.lists(side, max_size=max_variadic).map(tuple))
+                    group = groups[dim.name]
+                    if dim.broadcast:
+                        keep = draw(st.lists(st.booleans(), min_size=len(group), max_size=len(group)))
+                        group = tuple(g if k else 1 for g, k in zip(group, keep))
+                shape.extend(group)
+            elif dim.kind == "anon":
+                shape.append(draw(side))
+            else:
+                if dim.name not in sizes:
+                    sizes[dim.name] = draw(side)
+                size = sizes[dim.name]
+                if dim.broadcast and draw(st.booleans()):
+                    size = 1
+                shape.append(size)
+        out[arg.name] = tuple(shape)
+    return out
+
+
+def spec_shapes(spec: str | tuple[ArgSpec, ...], *, min_side: int = 0, max_side: int = 4,
+                max_variadic: int = 2, fixed: Mapping[str, int] | None = None):
+    """``{argument name: shape}`` for a DESIGN.md section 3 spec.
+
+    A named dim has one size for every argument that names it; ``#`` dims may
+    be 1 instead; ``*name`` groups are shared; ``_`` and ``...`` are drawn per
+    argument. ``fixed`` pins named sizes (``{"n": 3}``).
+    """
+    if isinstance(spec, str):
+        try:
+            spec = parse_spec(spec)
+        except SpecError as e:
+            raise InvalidArgument(f"spec={e.spec!r} is malformed: {e.reason}") from None
+    check_range(min_side, max_side, "min_side", "max_side")
+    check_int(max_variadic, "max_variadic", min_value=0)
+    return _spec_shapes(tuple(spec), min_side, max_side, max_variadic, dict(fixed or {}))

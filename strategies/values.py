@@ -1,0 +1,70 @@
+"""Values: a seed, an interval and a few special positions per tensor.
+
+Drawing one Hypothesis value per element is ~10x slower than torch's own RNG
+and shrinks poorly; instead a tensor's values are ``Values(seed, ...)`` sampled
+by torch. Shrinking still goes somewhere simple: toward seed 0, a coarse grid
+(values like 0.25 or -1.5) and no specials.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from fuzzdiff.case import FINITE_SPECIALS, SPECIALS, Values
+
+__all__ = ["values", "sampling_interval", "GRIDS"]
+
+GRIDS = (0.25, None)
+_SPAN = 3.0
+
+
+def sampling_interval(domain: tuple[float | None, float | None] = (None, None)) -> tuple[float, float]:
+    """A finite interval strictly inside an (open-ended) domain.
+
+    Ends keep a margin away from a finite domain edge, where derivatives of ops
+    such as log, sqrt or acos blow up and finite differences stop being exact.
+    """
+    lo, hi = domain
+    if lo is not None and hi is not None:
+        if not lo < hi:
+            raise InvalidArgument(f"domain={domain!r} must have low < high")
+        margin = min(0.1 * (hi - lo), 0.5)
+        return float(lo + margin), float(hi - margin)
+    if lo is not None:
+        return float(lo + 0.1), float(lo + _SPAN)
+    if hi is not None:
+        return float(hi - _SPAN), float(hi - 0.1)
+    return -2.0, 2.0
+
+
+def values(*, low: float = -2.0, high: float = 2.0, specials: bool | Sequence[str] = False,
+           avoid: Sequence[float] = (), margin: float = 0.05, distinct: bool = False,
+           max_specials: int = 3, kind: str = "float"):
+    """Values in ``[low, high]``; with ``specials``, a few positions hold special values.
+
+    ``specials=True`` means the finite ones (±0, tiny, subnormal, huge); pass names
+    (e.g. ``("inf", "nan")``) for non-finite ones, which derivative checks cannot judge.
+    """
+    if not (isinstance(low, (int, float)) and isinstance(high, (int, float))
+            and math.isfinite(low) and math.isfinite(high) and low <= high):
+        raise InvalidArgument(f"need finite low <= high, got low={low!r}, high={high!r}")
+    if kind not in ("float", "int", "bool"):
+        raise InvalidArgument(f"kind={kind!r} must be 'float', 'int' or 'bool'")
+    names = FINITE_SPECIALS if specials is True else tuple(specials or ())
+    bad = set(names) - set(SPECIALS)
+    if bad:
+        raise InvalidArgument(f"unknown special values {sorted(bad)}; expected a subset of {SPECIALS}")
+    if margin < 0:
+        raise InvalidArgument(f"margin={margin!r} must be non-negative")
+    seeds = st.integers(0, 2**32 - 1)
+    grids = st.just(None) if distinct or kind != "float" else st.sampled_from(GRIDS)
+    special_lists = (st.lists(st.tuples(st.integers(0, 1 << 16), st.sampled_from(names)),
+                              max_size=max_specials).map(tuple) if names else st.just(()))
+    return st.builds(Values, seed=seeds, low=st.just(float(low)), high=st.just(float(high)),
+                     grid=grids, specials=special_lists, avoid=st.just(tuple(map(float, avoid))),
+                     margin=st.just(float(margin) if avoid else 0.0),
+                     distinct=st.just(distinct), kind=st.just(kind))
