@@ -1,1 +1,41 @@
-"""binary targets (to be filled)."""
+"""Binary (and ternary) elementwise ops with broadcasting.
+
+Specs use broadcast dims so both operands are drawn with the same rank where
+any dim may be 1 in either (``*#b``), or with a trailing operand of lower rank
+(``*#b #n`` against ``#n``): the backward has to sum the gradient back over
+broadcast dims, the classic place for a missing reduction.
+"""
+
+import torch
+from hypothesis import strategies as st
+
+from fuzzdiff.targets import Target, register
+
+FAMILY = "binary"
+SAME_RANK = "x: *#b, y: *#b"
+TRAILING = "x: *#b #n, y: #n"
+
+register(
+    Target("add", torch.add, SAME_RANK, FAMILY,
+           kwargs={"alpha": st.sampled_from([1.0, -0.5, 2.0])}),
+    Target("sub", torch.sub, TRAILING, FAMILY,
+           kwargs={"alpha": st.sampled_from([1.0, 3.0])}),
+    Target("mul", torch.mul, SAME_RANK, FAMILY),
+    # the quotient has a pole at y = 0: both operands keep away from 0
+    Target("div", torch.div, SAME_RANK, FAMILY, kinks=(0.0,)),
+    Target("pow", torch.pow, TRAILING, FAMILY, domain={"x": (0.0, None)}),
+    Target("pow_scalar", torch.pow, "x: ...", FAMILY, domain={"x": (0.0, None)},
+           kwargs={"exponent": st.sampled_from([2, 3, 0.5, -1.5, 0])}),
+    # atan2 jumps across y = 0 for x < 0 and hypot has a cone at the origin
+    Target("atan2", torch.atan2, SAME_RANK, FAMILY, kinks=(0.0,)),
+    Target("hypot", torch.hypot, TRAILING, FAMILY, kinks=(0.0,)),
+    Target("maximum", torch.maximum, SAME_RANK, FAMILY, distinct=True),
+    Target("minimum", torch.minimum, TRAILING, FAMILY, distinct=True),
+    Target("xlogy", torch.xlogy, SAME_RANK, FAMILY, domain={"y": (0.0, None)}),
+    Target("logaddexp", torch.logaddexp, SAME_RANK, FAMILY),
+    Target("lerp", torch.lerp, "x: *#b, y: *#b, w: *#b", FAMILY),
+    Target("addcmul", torch.addcmul, "x: *#b, y: *#b, z: *#b", FAMILY,
+           kwargs={"value": st.sampled_from([1.0, -0.5])}),
+    Target("addcdiv", torch.addcdiv, "x: *#b, y: *#b, z: *#b", FAMILY,
+           domain={"z": (0.0, None)}, kwargs={"value": st.sampled_from([1.0, 2.0])}),
+)

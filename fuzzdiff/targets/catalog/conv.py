@@ -1,1 +1,58 @@
-"""conv targets (to be filled)."""
+"""Convolutions and pooling, kept tiny: batch, channels and kernel sizes up to 3.
+
+Weight and bias shapes come from named dims (``w: o c k`` shares ``c`` with the
+input). Padding is drawn per spatial dim so that the dilated kernel always
+fits; a kernel longer than its (padded) input is an error, not a finding.
+"""
+
+import torch.nn.functional as F
+from hypothesis import strategies as st
+
+from fuzzdiff.targets import FromShapes, Target, register
+from fuzzdiff.targets.catalog import _kw
+
+FAMILY = "conv"
+STRIDE = st.sampled_from([1, 2])
+DILATION = st.sampled_from([1, 2])
+
+
+def conv1d(x, w, b, stride, padding, dilation):
+    return F.conv1d(x, w, b, stride, padding, dilation)
+
+
+def conv2d(x, w, b, stride, padding, dilation):
+    return F.conv2d(x, w, b, stride, padding, dilation)
+
+
+def conv_transpose1d(x, w, b, stride, dilation):
+    return F.conv_transpose1d(x, w, b, stride, dilation=dilation)
+
+
+def avg_pool1d(x, kernel_size, stride):
+    return F.avg_pool1d(x, kernel_size, stride)
+
+
+def max_pool2d(x, kernel_size, stride):
+    return F.max_pool2d(x, kernel_size, stride)
+
+
+def kernel(arg: str, last: int):
+    """A kernel size that fits into ``arg``'s last ``last`` dims."""
+    return FromShapes(lambda s: st.integers(1, max(1, min(s[arg][-last:]))))
+
+
+register(
+    Target("conv1d", conv1d, "x: n c l, w: o c k, b: o", FAMILY, min_side=1, max_side=3,
+           kwargs={"stride": STRIDE, "padding": _kw.conv_padding("x", "w", 1),
+                   "dilation": DILATION}),
+    Target("conv2d", conv2d, "x: n c h v, w: o c kh kv, b: o", FAMILY, min_side=1, max_side=3,
+           kwargs={"stride": STRIDE, "padding": _kw.conv_padding("x", "w", 2),
+                   "dilation": DILATION}),
+    Target("conv_transpose1d", conv_transpose1d, "x: n c l, w: c o k, b: o", FAMILY,
+           min_side=1, max_side=3, kwargs={"stride": STRIDE, "dilation": DILATION}),
+    Target("avg_pool1d", avg_pool1d, "x: n c l", FAMILY, min_side=1,
+           kwargs={"kernel_size": kernel("x", 1), "stride": STRIDE}),
+    # overlapping windows (stride 1) take the max of shared values: distinct
+    Target("max_pool2d", max_pool2d, "x: n c h v", FAMILY, min_side=1, max_side=3, distinct=True,
+           kwargs={"kernel_size": kernel("x", 2), "stride": STRIDE}),
+)

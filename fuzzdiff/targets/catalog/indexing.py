@@ -1,1 +1,97 @@
-"""indexing targets (to be filled)."""
+"""Gathers, scatters and masks: integer ``Index`` and boolean ``Mask`` arguments.
+
+Index values are drawn in ``[0, size of the named dim)``; duplicates are
+common, which is what makes the accumulating backward (index_add, scatter_add)
+interesting. Specs put the indexed dim last, after any variadic group.
+Index-valued arguments need a non-empty dim to index into: min_side=1.
+"""
+
+import torch
+import torch.nn.functional as F
+from hypothesis import strategies as st
+
+from fuzzdiff.targets import Index, Mask, Target, register
+from fuzzdiff.targets.catalog import _kw
+
+FAMILY = "indexing"
+ALONG = "x: *b n, i: *b k"
+
+
+def gather(x, i):
+    return torch.gather(x, -1, i)
+
+
+def take_along_dim(x, i):
+    return torch.take_along_dim(x, i, dim=-1)
+
+
+def index_select(x, i):
+    return torch.index_select(x, -1, i)
+
+
+def scatter(x, i, src, length):
+    """torch.scatter with an index that is unique along the dim: with duplicate
+    indices which value lands is unspecified, so the drawn integers are turned
+    into a permutation of 0..n-1 (a stable argsort) and its first ``length``
+    entries are used."""
+    perm = torch.argsort(i, dim=-1, stable=True)
+    length = min(length, x.shape[-1])
+    return torch.scatter(x, -1, perm.narrow(-1, 0, length), src.narrow(-1, 0, length))
+
+
+def scatter_add(x, i, src):
+    return torch.scatter_add(x, -1, i, src)
+
+
+def scatter_reduce(x, i, src, reduce, include_self):
+    return torch.scatter_reduce(x, -1, i, src, reduce, include_self=include_self)
+
+
+def index_add(x, i, src, alpha):
+    return torch.index_add(x, -1, i, src, alpha=alpha)
+
+
+def masked_fill(x, m, value):
+    return torch.masked_fill(x, m, value)
+
+
+def masked_fill_tensor(x, m, v):
+    return torch.masked_fill(x, m, v)
+
+
+def masked_select(x, m):
+    return torch.masked_select(x, m)
+
+
+def embedding(i, w):
+    return F.embedding(i, w)
+
+
+def getitem(x, i):
+    return x[..., i, :]
+
+
+register(
+    Target("gather", gather, ALONG, FAMILY, min_side=1, kinds={"i": Index("n")}),
+    Target("take_along_dim", take_along_dim, ALONG, FAMILY, min_side=1, kinds={"i": Index("n")}),
+    Target("index_select", index_select, "x: *b n, i: k", FAMILY, min_side=1,
+           kinds={"i": Index("n")}),
+    Target("scatter", scatter, "x: *b n, i: *b n, src: *b n", FAMILY, min_side=1,
+           kinds={"i": Index("n")}, kwargs={"length": st.integers(0, 4)}),
+    Target("scatter_add", scatter_add, "x: *b n, i: *b k, src: *b k", FAMILY, min_side=1,
+           kinds={"i": Index("n")}),
+    # sum and mean accumulate: smooth in every value, duplicates or not
+    Target("scatter_reduce", scatter_reduce, "x: *b n, i: *b k, src: *b k", FAMILY, min_side=1,
+           kinds={"i": Index("n")},
+           kwargs={"reduce": st.sampled_from(["sum", "mean"]), "include_self": st.booleans()}),
+    Target("index_add", index_add, "x: *b n, i: k, src: *b k", FAMILY, min_side=1,
+           kinds={"i": Index("n")}, kwargs={"alpha": st.sampled_from([1.0, -2.0])}),
+    Target("masked_fill", masked_fill, "x: *b, m: *#b", FAMILY, kinds={"m": Mask()},
+           kwargs={"value": st.sampled_from([0.0, -1.5])}),
+    Target("masked_fill_tensor", masked_fill_tensor, "x: *b, m: *#b, v:", FAMILY,
+           kinds={"m": Mask()}),
+    Target("masked_select", masked_select, "x: *#b, m: *#b", FAMILY, kinds={"m": Mask()}),
+    Target("embedding", embedding, "i: ..., w: n d", FAMILY, min_side=1, kinds={"i": Index("n")}),
+    Target("index_tensor", getitem, "x: *b n m, i: k", FAMILY, min_side=1, max_side=3,
+           kinds={"i": Index("n")}),
+)

@@ -1,1 +1,115 @@
-"""linalg targets (to be filled)."""
+"""Linear algebra on matrices made well-conditioned inside ``fn``.
+
+Every entry of ``a`` is drawn in (-1, 1) and ``fn`` maps it to a matrix whose
+conditioning (and, where derivatives need it, spectral gap) is bounded for any
+such ``a``, by a differentiable transform, so the derivative is judged where
+it is well defined:
+
+- ``a + n I`` is strictly diagonally dominant: invertible, with a positive
+  determinant (every Gershgorin disc lies in Re z > 0);
+- ``a a^T + n I`` is symmetric positive definite (Cholesky);
+- ``D + a`` with ``D = diag(d_1 < d_2 < ...)`` spaced by ``2 max(m, n) + 1``:
+  by Weyl's inequality (``||a||_2 <= max(m, n)``) its singular values, or
+  eigenvalues for ``sym(a)``, stay distinct and away from 0.
+"""
+
+import torch
+from hypothesis import strategies as st
+
+from fuzzdiff.targets import Target, register
+
+FAMILY = "linalg"
+UNIT = {"a": (-1.0, 1.0)}
+SQUARE = "a: *b n n"
+
+
+def dominant(a):
+    n = a.shape[-1]
+    return a + n * torch.eye(n, dtype=a.dtype, device=a.device)
+
+
+def spd(a):
+    n = a.shape[-1]
+    return a @ a.mT + n * torch.eye(n, dtype=a.dtype, device=a.device)
+
+
+def spread(a):
+    """``a`` plus a diagonal with well separated, positive entries (any m x n)."""
+    m, n = a.shape[-2:]
+    d = (2 * max(m, n) + 1) * torch.arange(1, n + 1, dtype=a.dtype, device=a.device)
+    return a + torch.eye(m, n, dtype=a.dtype, device=a.device) * d
+
+
+def symmetric_spread(a):
+    return spread((a + a.mT) / 2)
+
+
+def solve(a, r):
+    return torch.linalg.solve(dominant(a), r)
+
+
+def solve_triangular(a, r, upper):
+    t = torch.triu(a) if upper else torch.tril(a)
+    return torch.linalg.solve_triangular(dominant(t), r, upper=upper)
+
+
+def inv(a):
+    return torch.linalg.inv(dominant(a))
+
+
+def det(a):
+    return torch.linalg.det(dominant(a))
+
+
+def slogdet(a):
+    return torch.linalg.slogdet(dominant(a))
+
+
+def logdet(a):
+    return torch.logdet(dominant(a))
+
+
+def cholesky(a):
+    return torch.linalg.cholesky(spd(a))
+
+
+def qr(a):
+    return torch.linalg.qr(dominant(a))
+
+
+def svdvals(a):
+    return torch.linalg.svdvals(spread(a))
+
+
+def pinv(a):
+    return torch.linalg.pinv(spread(a))
+
+
+def eigvalsh(a):
+    return torch.linalg.eigvalsh(symmetric_spread(a))
+
+
+def matrix_exp(a):
+    return torch.linalg.matrix_exp(a)
+
+
+def cross(x, y):
+    return torch.linalg.cross(x, y)
+
+
+register(
+    Target("solve", solve, "a: *b n n, r: *b n k", FAMILY, domain=UNIT, max_side=3),
+    Target("solve_triangular", solve_triangular, "a: *b n n, r: *b n k", FAMILY, domain=UNIT,
+           max_side=3, kwargs={"upper": st.booleans()}),
+    Target("inv", inv, SQUARE, FAMILY, domain=UNIT, max_side=3),
+    Target("det", det, SQUARE, FAMILY, domain=UNIT, max_side=3),
+    Target("slogdet", slogdet, SQUARE, FAMILY, domain=UNIT, max_side=3),
+    Target("logdet", logdet, SQUARE, FAMILY, domain=UNIT, max_side=3),
+    Target("cholesky", cholesky, SQUARE, FAMILY, domain=UNIT, max_side=3),
+    Target("qr", qr, SQUARE, FAMILY, domain=UNIT, max_side=3),
+    Target("svdvals", svdvals, "a: *b m n", FAMILY, domain=UNIT, max_side=3),
+    Target("pinv", pinv, "a: *b m n", FAMILY, domain=UNIT, max_side=3),
+    Target("eigvalsh", eigvalsh, SQUARE, FAMILY, domain=UNIT, max_side=3),
+    Target("matrix_exp", matrix_exp, SQUARE, FAMILY, domain=UNIT, max_side=3),
+    Target("cross", cross, "x: *#b 3, y: *#b 3", FAMILY, max_side=3),
+)

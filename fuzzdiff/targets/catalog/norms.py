@@ -1,1 +1,56 @@
-"""norms targets (to be filled)."""
+"""Normalization layers: weights and biases named by the dims they scale.
+
+batch_norm runs in eval mode with running statistics that ``fn`` builds from
+the channel count (constants, not inputs), so the case stays plain data.
+"""
+
+import torch
+import torch.nn.functional as F
+from hypothesis import strategies as st
+
+from fuzzdiff.targets import Target, register
+from fuzzdiff.targets.catalog import _kw
+
+FAMILY = "norms"
+EPS = st.sampled_from([1e-5, 0.1])
+
+
+def layer_norm(x, w, b, eps):
+    return F.layer_norm(x, w.shape, w, b, eps)
+
+
+def rms_norm(x, w, eps):
+    return F.rms_norm(x, w.shape, w, eps)
+
+
+def group_norm(x, w, b, num_groups, eps):
+    return F.group_norm(x, num_groups, w, b, eps)
+
+
+def batch_norm_eval(x, w, b, eps):
+    c = x.shape[1]
+    mean = torch.linspace(-0.5, 0.5, c, dtype=x.dtype, device=x.device)
+    var = torch.linspace(0.5, 2.0, c, dtype=x.dtype, device=x.device)
+    return F.batch_norm(x, mean, var, w, b, training=False, eps=eps)
+
+
+def normalize(x, p, dim):
+    return F.normalize(x, p, dim)
+
+
+register(
+    Target("layer_norm", layer_norm, "x: *b m n, w: m n, b: m n", FAMILY, max_side=3,
+           kwargs={"eps": EPS}),
+    Target("rms_norm", rms_norm, "x: *b n, w: n", FAMILY, kwargs={"eps": EPS}),
+    # group_norm rejects groups of one value (n * c / g * prod(s) == 1, "Expected
+    # more than 1 value per channel when training"): every dim at least 2
+    Target("group_norm", group_norm, "x: n c *s, w: c, b: c", FAMILY, min_side=2, max_side=3,
+           kwargs={"num_groups": _kw.divisor("x", 1), "eps": EPS}),
+    # eval-mode batch_norm with 0 channels and a non-empty batch raises
+    # "IndexError: select(): index 0 out of range" (torch 2.13): min_side=1
+    Target("batch_norm", batch_norm_eval, "x: n c *s, w: c, b: c", FAMILY, min_side=1, max_side=3,
+           kwargs={"eps": EPS}),
+    # |x|^p at p=1 has a kink at 0; the norm is clamped below by eps=1e-12 (never reached here)
+    Target("normalize", normalize, "x: _ ...", FAMILY, kinks=(0.0,),
+           kwargs={"p": st.sampled_from([2.0, 1.0, 3.0]), "dim": _kw.dim()}),
+)

@@ -1,1 +1,150 @@
-"""shape_ops targets (to be filled)."""
+"""Shape and layout ops: views, copies and rearrangements of values.
+
+Their derivatives are all exact permutations, sums or selections, so these
+are mostly about memory: views of views, stride-0 and overlapping windows
+(unfold, expand), and gradients that must land at the right positions.
+"""
+
+import torch
+import torch.nn.functional as F
+from hypothesis import strategies as st
+
+from fuzzdiff.targets import FromShapes, Mask, Target, register
+from fuzzdiff.targets.catalog import _kw
+
+FAMILY = "shape"
+
+
+def reshape(x, shape):
+    return torch.reshape(x, shape)
+
+
+def permute(x, dims):
+    return torch.permute(x, dims)
+
+
+def expand(x, size):
+    return x.expand(size)
+
+
+def narrow(x, span):
+    return torch.narrow(x, *span)
+
+
+def unfold(x, window):
+    return x.unfold(*window)
+
+
+def cat(x, y, z):
+    return torch.cat([x, y, z], dim=-1)
+
+
+def stack(x, y, dim):
+    return torch.stack([x, y], dim)
+
+
+def where(c, x, y):
+    return torch.where(c, x, y)
+
+
+def clamp(x, bounds):
+    return torch.clamp(x, *bounds)
+
+
+def flip(x, dims):
+    return torch.flip(x, dims)
+
+
+def roll(x, shifts, dims):
+    return torch.roll(x, shifts, dims)
+
+
+def transpose(x, dim0, dim1):
+    return torch.transpose(x, dim0, dim1)
+
+
+def squeeze(x, dim):
+    return torch.squeeze(x, dim)
+
+
+def unsqueeze(x, dim):
+    return torch.unsqueeze(x, dim)
+
+
+def repeat(x, repeats):
+    return x.repeat(repeats)
+
+
+def split(x, size, dim):
+    return torch.split(x, size, dim)
+
+
+def tril(x, diagonal):
+    return torch.tril(x, diagonal)
+
+
+def diagonal(x, offset):
+    return torch.diagonal(x, offset, -2, -1)
+
+
+def sort(x, dim, descending):
+    return torch.sort(x, dim=dim, descending=descending).values
+
+
+def pad(x, pad, mode):
+    return F.pad(x, pad, mode)
+
+
+def movedim(x, source, destination):
+    return torch.movedim(x, source, destination)
+
+
+def repeat_interleave(x, repeats, dim):
+    return torch.repeat_interleave(x, repeats, dim)
+
+
+register(
+    Target("reshape", reshape, "x: ...", FAMILY, kwargs={"shape": _kw.reshape_sizes()}),
+    Target("flatten", torch.flatten, "x: ...", FAMILY),
+    Target("permute", permute, "x: _ ...", FAMILY, kwargs={"dims": _kw.permutation()}),
+    Target("transpose", transpose, "x: _ ...", FAMILY,
+           kwargs={"dim0": _kw.dim(), "dim1": _kw.dim()}),
+    Target("movedim", movedim, "x: _ ...", FAMILY,
+           kwargs={"source": _kw.dim(), "destination": _kw.dim()}),
+    Target("squeeze", squeeze, "x: ...", FAMILY, max_side=2, kwargs={"dim": _kw.dim()}),
+    Target("unsqueeze", unsqueeze, "x: ...", FAMILY, kwargs={"dim": _kw.dim(extra=1)}),
+    Target("expand", expand, "x: ...", FAMILY, max_side=2, kwargs={"size": _kw.expand_sizes()}),
+    Target("repeat", repeat, "x: ...", FAMILY, max_side=3,
+           kwargs={"repeats": FromShapes(lambda s: st.lists(
+               st.integers(0, 2), min_size=len(s["x"]), max_size=len(s["x"]) + 1))}),
+    Target("repeat_interleave", repeat_interleave, "x: _ ...", FAMILY, max_side=3,
+           kwargs={"repeats": st.integers(0, 3), "dim": _kw.dim()}),
+    Target("narrow", narrow, "x: _ ...", FAMILY, kwargs={"span": _kw.span()}),
+    Target("unfold", unfold, "x: _ ...", FAMILY, kwargs={"window": _kw.window()}),
+    Target("split", split, "x: _ ...", FAMILY,
+           kwargs={"size": st.integers(1, 3), "dim": _kw.dim()}),
+    Target("cat", cat, "x: *b n, y: *b m, z: *b k", FAMILY, max_side=3),
+    Target("stack", stack, "x: *b, y: *b", FAMILY, kwargs={"dim": _kw.dim(extra=1)}),
+    Target("where", where, "c: *#b, x: *#b, y: *#b", FAMILY, kinds={"c": Mask()}),
+    Target("clamp", clamp, "x: ...", FAMILY, kinks=(-0.5, 0.5),
+           kwargs={"bounds": st.sampled_from([[-0.5, 0.5], [-0.5, None], [None, 0.5]])}),
+    # x == lo or x == hi are kinks; only the values' own grid could tie them
+    Target("clamp_tensor", torch.clamp, "x: *b, lo: *#b, hi: *#b", FAMILY,
+           sample={"lo": (-2.0, -0.1), "hi": (0.1, 2.0)}),
+    # the same, with x broadcast too (the output is larger than x)
+    Target("clamp_tensor_broadcast", torch.clamp, "x: *#b, lo: *#b, hi: *#b", FAMILY,
+           sample={"lo": (-2.0, -0.1), "hi": (0.1, 2.0)}),
+    Target("flip", flip, "x: _ ...", FAMILY, kwargs={"dims": _kw.dims()}),
+    Target("roll", roll, "x: ...", FAMILY,
+           kwargs={"shifts": st.integers(-3, 3), "dims": FromShapes(
+               lambda s: st.one_of(st.none(), _kw.dim().fn(s)) if s["x"] else st.none())}),
+    Target("tril", tril, "x: *b n m", FAMILY, max_side=3, kwargs={"diagonal": st.integers(-2, 2)}),
+    Target("diagonal", diagonal, "x: *b n m", FAMILY, max_side=3,
+           kwargs={"offset": st.integers(-2, 2)}),
+    Target("sort", sort, "x: _ ...", FAMILY, distinct=True,
+           kwargs={"dim": _kw.dim(), "descending": st.booleans()}),
+    Target("pad", pad, "x: *b n m", FAMILY, max_side=3,
+           kwargs={"pad": st.sampled_from([2, 4]).flatmap(
+                   lambda n: st.lists(st.integers(0, 2), min_size=n, max_size=n)),
+                   "mode": st.just("constant")}),
+)

@@ -1,1 +1,15 @@
-"""softmax targets (to be filled)."""
+"""Softmax and friends along a dim valid for the drawn rank."""
+
+import torch
+import torch.nn.functional as F
+
+from fuzzdiff.targets import Target, register
+from fuzzdiff.targets.catalog import _kw
+
+FAMILY = "softmax"
+
+register(
+    Target("softmax", torch.softmax, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
+    Target("log_softmax", torch.log_softmax, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
+    Target("softmin", F.softmin, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
+)
