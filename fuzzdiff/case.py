@@ -47,7 +47,8 @@ def special_value(name: str, dtype: torch.dtype) -> float:
     magnitude = {
         "0": 0.0, "inf": math.inf, "nan": math.nan,
         "tiny": info.tiny, "subnormal": info.tiny / 8,
-        "huge": 2.0 ** (math.log2(info.max) // 2),
+        # the largest power of two whose square is finite (log2(max) rounds up to maxexp)
+        "huge": 2.0 ** ((math.frexp(info.max)[1] - 1) // 2),
     }.get(base)
     if magnitude is None:
         raise CaseError(f"unknown special value {name!r}; expected one of {SPECIALS}")
@@ -80,6 +81,7 @@ class Values:
     kind: str = "float"
     nudge: float = 0.0
     nudge_seed: int = 0
+    constant: tuple[int, ...] = ()
 
     def sample(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
         """A fresh contiguous CPU tensor of ``shape``; the same bits on every call."""
@@ -97,7 +99,11 @@ class Values:
         for pos, name in self.specials:
             if n:
                 flat[pos % n] = special_value(name, dtype)
-        return flat.reshape(shape)
+        out = flat.reshape(shape)
+        for d in self.constant:
+            if d < len(shape) and shape[d] > 1:
+                out = out.narrow(d, 0, 1).expand(out.shape)
+        return out.contiguous()
 
     def _reals(self, n: int, g: torch.Generator) -> torch.Tensor:
         lo, hi = self.low, self.high
@@ -108,16 +114,20 @@ class Values:
             x = lo + (hi - lo) * (rungs + 0.5 + jitter) / n
         else:
             x = lo + (hi - lo) * torch.rand(n, generator=g, dtype=torch.float64)
-            if self.grid:
-                x = (x / self.grid).round() * self.grid
-                x = x.clamp(math.ceil(lo / self.grid) * self.grid,
-                            math.floor(hi / self.grid) * self.grid)
+            first, last = (math.ceil(lo / self.grid) * self.grid,
+                           math.floor(hi / self.grid) * self.grid) if self.grid else (1, 0)
+            if first <= last:  # no snapping when no grid point lies in [lo, hi]
+                x = ((x / self.grid).round() * self.grid).clamp(first, last)
         if self.nudge:
             step = torch.randn(n, generator=_generator(self.nudge_seed), dtype=torch.float64)
             x = (x + self.nudge * (hi - lo) * step).clamp(lo, hi)
         for k in self.avoid:
             near = (x - k).abs() < self.margin
-            x = torch.where(near, k + torch.where(x >= k, self.margin, -self.margin), x)
+            up, down = min(k + self.margin, hi), max(k - self.margin, lo)
+            # push to the nearer side, or to the other one when that side leaves [lo, hi]
+            side = torch.where(x >= k, x.new_tensor(up if k + self.margin <= hi else down),
+                               x.new_tensor(down if k - self.margin >= lo else up))
+            x = torch.where(near, side, x)
         return x
 
 
@@ -309,11 +319,12 @@ class Case:
         # Memory outside the view holds in-domain junk: a kernel that reads it is caught.
         storage = replace(a.values, seed=a.values.seed ^ 0x5BD1E995, specials=()).sample(
             (lay.storage_size,), dtype)
+        for d, (n, st) in enumerate(zip(a.shape, lay.strides)):
+            if st == 0 and n > 1 and d not in a.values.constant:
+                raise CaseError(f"args[{i}].layout: stride 0 along dim {d}, but values.constant "
+                                f"{list(a.values.constant)} does not make the values repeat there")
         logical = a.values.sample(a.shape, dtype)
-        for d, st in enumerate(lay.strides):
-            if st == 0:
-                logical = logical.narrow(d, 0, min(1, a.shape[d]))
-        lay.writable_view(storage, a.shape).copy_(logical)
+        lay.writable_view(storage, a.shape).copy_(_narrow_expanded(logical, lay))
         if cast is not None and a.dtype is None:
             storage = storage.to(cast)
         return storage.to(self.device)
@@ -358,11 +369,14 @@ class Case:
                     out.append(by_owner[o])
             return out
 
-        sources = []
+        sources: list = []
         for i, a in enumerate(self.args):
             o = owners[i]
-            sources.append(None if o not in differentiable else
-                           (keys.index(o), a.strided if o in whole else None))
+            if a.alias is not None and a.alias.kind == "same":
+                sources.append(sources[a.alias.of])
+            else:
+                sources.append(None if o not in differentiable else
+                               (keys.index(o), a.strided if o in whole else None))
         return Inputs(rebuild(leaves), leaves, rebuild, sources)
 
     # -- JSON ---------------------------------------------------------------------
@@ -374,6 +388,14 @@ class Case:
     def from_json(data: Mapping) -> "Case":
         from fuzzdiff.caseio import case_from_json
         return case_from_json(data)
+
+
+def _narrow_expanded(t: torch.Tensor, lay: Layout) -> torch.Tensor:
+    """The part of ``t`` a layout stores: one element along its stride-0 dims."""
+    for d, st in enumerate(lay.strides):
+        if st == 0:
+            t = t.narrow(d, 0, min(1, t.shape[d]))
+    return t
 
 
 def _jsonable(x):

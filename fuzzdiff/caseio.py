@@ -46,6 +46,12 @@ def _ints(value, where: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _floats(value: list, where: str) -> tuple[float, ...]:
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        raise CaseError(f"{where}: expected a list of numbers, got {value!r}")
+    return tuple(float(v) for v in value)
+
+
 def _values(d: Mapping, where: str) -> Values:
     specials = []
     for k, item in enumerate(_get(d, "specials", where, list, [])):
@@ -63,10 +69,11 @@ def _values(d: Mapping, where: str) -> Values:
     return Values(
         seed=_get(d, "seed", where, int, 0), low=low, high=high,
         grid=None if grid is None else float(grid), specials=tuple(specials),
-        avoid=tuple(float(v) for v in _get(d, "avoid", where, list, [])),
+        avoid=_floats(_get(d, "avoid", where, list, []), f"{where}.avoid"),
         margin=_get(d, "margin", where, float, 0.0),
         distinct=_get(d, "distinct", where, bool, False), kind=kind,
-        nudge=_get(d, "nudge", where, float, 0.0), nudge_seed=_get(d, "nudge_seed", where, int, 0))
+        nudge=_get(d, "nudge", where, float, 0.0), nudge_seed=_get(d, "nudge_seed", where, int, 0),
+        constant=_ints(_get(d, "constant", where, list, []), f"{where}.constant"))
 
 
 def _arg(d: Mapping, where: str) -> Arg:

@@ -20,7 +20,7 @@ from fuzzdiff.case import Case
 from fuzzdiff.tolerance import Tolerance
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Measurement", "judge", "EPS", "NUDGE"]
+__all__ = ["Measurement", "judge", "worst", "EPS", "NUDGE"]
 
 EPS = 1e-6          # finite-difference step in float64, along a direction of norm ~1 per element
 NUDGE = 1e-3        # distance to a neighbouring point, as a fraction of the value range
@@ -102,3 +102,11 @@ def _same(a: float, b: float) -> bool:
 
 def _unsure(identity: str, why: str, m: Measurement) -> Verdict:
     return Verdict("inconclusive", f"{identity}: {why}", m.summary())
+
+
+_SEVERITY = {"pass": 0, "unsupported": 1, "inconclusive": 2, "fail": 3}
+
+
+def worst(*verdicts: Verdict) -> Verdict:
+    """The most severe of several identities' verdicts (fail > inconclusive > ...)."""
+    return max(verdicts, key=lambda v: _SEVERITY[v.kind])

@@ -13,7 +13,7 @@ import torch
 
 from fuzzdiff.case import Probe
 
-__all__ = ["probe", "probes_like", "dot", "absdot", "PROBE_KEYS"]
+__all__ = ["probe", "probes_like", "directions", "dot", "absdot", "PROBE_KEYS"]
 
 PROBE_KEYS = ("cotangent", "direction", "second")
 
@@ -31,6 +31,23 @@ def probes_like(params: Mapping, key: str, tensors: Sequence[torch.Tensor]) -> l
     base = probe(params, key)
     return [Probe(base.seed + 7919 * k, base.layout, base.zeros).like(t.detach())
             for k, t in enumerate(tensors)]
+
+
+def directions(params: Mapping, leaves: Sequence[torch.Tensor], key: str = "direction") -> list[torch.Tensor]:
+    """Tangent directions for the leaves, constant along a leaf's stride-0 dims.
+
+    Forward AD cannot attach a full tangent to a stride-0 primal (make_dual
+    copies it into the primal's layout, an overlapping write), so directions
+    stay in the space that layout can represent; any direction is valid for a
+    directional identity.
+    """
+    out = []
+    for u, leaf in zip(probes_like(params, key, leaves), leaves):
+        for d, (n, s) in enumerate(zip(leaf.shape, leaf.stride())):
+            if s == 0 and n > 1:
+                u = u.narrow(d, 0, 1).expand_as(u)
+        out.append(u)
+    return out
 
 
 def _pairs(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]):

@@ -79,4 +79,12 @@ def case_strategy(check: Check, target: Target, **case_options):
         d for d in target.dtypes if d in check.dtypes)
     base = cases(target, dtypes=dtypes, alias=check.aliasing != "never",
                  require_alias=check.aliasing == "required", **case_options)
-    return base.flatmap(lambda c: check.params(target, c).map(lambda p: replace(c, params=p)))
+    return _with_params(base, check, target)
+
+
+@st.composite
+def _with_params(draw, base, check: Check, target: Target) -> Case:
+    # The same draws as base.flatmap(...), without building and validating a
+    # fresh mapped strategy on every example.
+    case = draw(base)
+    return replace(case, params=draw(check.params(target, case)))

@@ -12,7 +12,7 @@ from hypothesis.strategies import SearchStrategy
 
 from fuzzdiff.case import Arg, Case
 from fuzzdiff.targets.target import FromShapes, Index, Mask, NoGrad, Target
-from strategies.aliasing import aliasing
+from strategies.aliasing import draw_aliasing
 from strategies.dtypes import dtypes as dtype_strategy
 from strategies.layouts import LAYOUT_FEATURES, layouts
 from strategies.shapes import spec_shapes
@@ -73,24 +73,30 @@ def cases(target: Target, *, dtypes: Sequence[torch.dtype] | None = None,
     features = tuple(layout_features or ())
     if not target.functional:
         features = tuple(f for f in features if f != "expanded")
+    return _draw_case(target, allowed, features, side, alias, require_alias, specials)
 
-    @st.composite
-    def draw_case(draw) -> Case:
-        dtype = draw(dtype_strategy(allowed))
-        shapes = draw(spec_shapes(target.args, min_side=target.min_side, max_side=side))
-        args, groups = [], []
-        for spec in target.args:
-            shape = shapes[spec.name]
-            vals, arg_dtype = _arg_values(target, spec.name, shapes, specials)
-            lay = draw(layouts(shape, features=features)) if features else None
-            diff = target.differentiable(spec.name)
-            kind = target.kinds.get(spec.name)
-            args.append(Arg(shape, draw(vals), lay, None, "leaf" if diff else "none", arg_dtype))
-            groups.append((target.domain.get(spec.name), target.sample.get(spec.name))
-                          if diff and kind is None and alias and target.functional else None)
-        if alias and target.functional:
-            args = list(draw(aliasing(args, groups, require=require_alias)))
-        return Case(target.name, tuple(args), str(dtype).removeprefix("torch."),
-                    kwargs=draw_kwargs(draw, target, shapes))
 
-    return draw_case()
+# Module level: st.composite inspects the function's source when it decorates,
+# which costs milliseconds, so it must not run once per strategy.
+@st.composite
+def _draw_case(draw, target: Target, allowed: tuple, features: tuple[str, ...], side: int,
+               alias: bool, require_alias: bool, specials: bool) -> Case:
+    dtype = draw(dtype_strategy(allowed))
+    shapes = draw(spec_shapes(target.args, min_side=target.min_side, max_side=side))
+    args, groups = [], []
+    for spec in target.args:
+        shape = shapes[spec.name]
+        vals, arg_dtype = _arg_values(target, spec.name, shapes, specials)
+        lay = draw(layouts(shape, features=features)) if features else None
+        diff = target.differentiable(spec.name)
+        kind = target.kinds.get(spec.name)
+        vals = draw(vals)
+        if lay is not None and 0 in lay.strides:
+            vals = replace(vals, constant=tuple(d for d, s in enumerate(lay.strides) if s == 0))
+        args.append(Arg(shape, vals, lay, None, "leaf" if diff else "none", arg_dtype))
+        groups.append((target.domain.get(spec.name), target.sample.get(spec.name))
+                      if diff and kind is None and alias and target.functional else None)
+    if alias and target.functional:
+        args = list(draw_aliasing(draw, tuple(args), tuple(groups), require=require_alias))
+    return Case(target.name, tuple(args), str(dtype).removeprefix("torch."),
+                kwargs=draw_kwargs(draw, target, shapes))

@@ -7,6 +7,7 @@ plain contiguous layout, so a shrunk failure keeps only the feature that matters
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -54,11 +55,12 @@ def strided(shape: Sequence[int], *, perm: Sequence[int] | None = None,
 
 
 def layouts(shape: Sequence[int], *, features: Sequence[str] = LAYOUT_FEATURES,
-            max_step: int = 3, max_offset: int = 5):
+            max_step: int = 3, max_offset: int = 5, expandable: Sequence[int] | None = None):
     """Layouts for ``shape`` combining any of ``features``; shrinks to contiguous.
 
     Include "expanded" (stride 0) only for arguments the target never writes:
-    an in-place op on a stride-0 tensor is an error, not a bug.
+    an in-place op on a stride-0 tensor is an error, not a bug. ``expandable``
+    limits which dims may get stride 0 (those along which the values repeat).
     """
     shape = tuple(shape)
     unknown = set(features) - set(LAYOUT_FEATURES)
@@ -66,25 +68,35 @@ def layouts(shape: Sequence[int], *, features: Sequence[str] = LAYOUT_FEATURES,
         raise InvalidArgument(f"unknown layout features {sorted(unknown)}; expected {LAYOUT_FEATURES}")
     check_int(max_step, "max_step", min_value=1)
     check_int(max_offset, "max_offset", min_value=0)
+    return _layout_strategy(shape, tuple(features), max_step, max_offset)
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout_strategy(shape, features, max_step, max_offset):
+    # Cached: cases() asks for one per argument on every draw, and Hypothesis
+    # validates each fresh strategy object again.
+    return _draw_layout(shape, features, max_step, max_offset)
+
+
+# Module level: st.composite inspects the function's source when it decorates,
+# which costs milliseconds, so it must not run once per draw.
+@st.composite
+def _draw_layout(draw, shape: tuple[int, ...], features: tuple[str, ...], max_step: int,
+                 max_offset: int) -> Layout:
     rank = len(shape)
-
-    @st.composite
-    def draw_layout(draw) -> Layout:
-        perm = tuple(range(rank))
-        if "channels_last" in features and rank == 4 and draw(st.booleans()):
-            perm = (0, 2, 3, 1)
-        elif "permuted" in features and rank >= 2 and draw(st.booleans()):
-            perm = tuple(draw(st.permutations(range(rank))))
-        steps = (1,) * rank
-        if "sliced" in features and rank and draw(st.booleans()):
-            steps = tuple(draw(st.lists(st.integers(1, max_step), min_size=rank, max_size=rank)))
-        offset = 0
-        if "offset" in features and draw(st.booleans()):
-            offset = draw(st.integers(1, max(1, max_offset)))
-        expand: tuple[int, ...] = ()
-        if "expanded" in features and rank and draw(st.booleans()):
-            expand = tuple(sorted(draw(st.sets(st.sampled_from(range(rank)), min_size=1))))
-        tail = draw(st.integers(0, 2))
-        return strided(shape, perm=perm, steps=steps, offset=offset, expand=expand, tail=tail)
-
-    return draw_layout()
+    perm = tuple(range(rank))
+    if "channels_last" in features and rank == 4 and draw(st.booleans()):
+        perm = (0, 2, 3, 1)
+    elif "permuted" in features and rank >= 2 and draw(st.booleans()):
+        perm = tuple(draw(st.permutations(range(rank))))
+    steps = (1,) * rank
+    if "sliced" in features and rank and draw(st.booleans()):
+        steps = tuple(draw(st.lists(st.integers(1, max_step), min_size=rank, max_size=rank)))
+    offset = 0
+    if "offset" in features and draw(st.booleans()):
+        offset = draw(st.integers(1, max(1, max_offset)))
+    expand: tuple[int, ...] = ()
+    if "expanded" in features and rank and draw(st.booleans()):
+        expand = tuple(sorted(draw(st.sets(st.sampled_from(range(rank)), min_size=1))))
+    tail = draw(st.integers(0, 2))
+    return strided(shape, perm=perm, steps=steps, offset=offset, expand=expand, tail=tail)

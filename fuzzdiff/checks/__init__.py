@@ -28,6 +28,12 @@ def get_check(name: str) -> Check:
         raise UnknownCheck(f"unknown check {name!r}; expected one of {', '.join(CHECKS)}") from None
 
 
-from fuzzdiff.checks import grad  # noqa: E402
+from fuzzdiff.checks import alias, dtype, forward, grad, gradgrad, layout, mutation  # noqa: E402
 
 _register(grad.CHECK)
+_register(forward.CHECK)
+_register(gradgrad.CHECK)
+_register(layout.CHECK)
+_register(alias.CHECK)
+_register(mutation.CHECK)
+_register(dtype.CHECK)

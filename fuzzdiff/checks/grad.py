@@ -11,7 +11,7 @@ import torch
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check
 from fuzzdiff.confirm import Measurement, judge
-from fuzzdiff.directions import absdot, dot, probes_like
+from fuzzdiff.directions import absdot, directions, dot, probes_like
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.paths.numerical import central
 from fuzzdiff.paths.reverse import vjp
@@ -22,13 +22,13 @@ from fuzzdiff.verdict import Verdict
 ROUNDOFF64 = 2.0**-52
 
 
-def finite_difference(target: Target, case: Case, cotangents, directions, eps: float):
+def finite_difference(target: Target, case: Case, cotangents, u, eps: float):
     """``<v, J u>`` by central differences in float64, and an estimate of its error."""
     ref = leaf_function(target, case, cast=torch.float64, requires_grad=False)
     with torch.no_grad():
         outs = ref(*ref.leaves)
-    d1 = central(ref, ref.leaves, directions, eps)
-    d2 = central(ref, ref.leaves, directions, 2 * eps)
+    d1 = central(ref, ref.leaves, u, eps)
+    d2 = central(ref, ref.leaves, u, 2 * eps)
     n1, n2 = dot(cotangents, d1), dot(cotangents, d2)
     # Truncation: the step-doubling difference; round-off: eps_mach * |f| / eps.
     noise = abs(n1 - n2) + ROUNDOFF64 / eps * absdot(cotangents, outs)
@@ -40,7 +40,7 @@ def reverse_dot(target: Target, case: Case, cast=None):
     outs = f(*f.leaves)
     v = probes_like(case.params, "cotangent", outs)
     grads = vjp(outs, f.leaves, v)
-    u = probes_like(case.params, "direction", f.leaves)
+    u = directions(case.params, f.leaves)
     return dot(grads, u), absdot(grads, u), v, u
 
 

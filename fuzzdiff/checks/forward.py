@@ -1,0 +1,58 @@
+"""forward: forward mode against reverse mode and against finite differences.
+
+``<v, J u>`` from dual numbers must equal ``<J^T v, u>`` from autograd (the
+dot-product identity, exact up to rounding) and ``<v, D_u f>`` by central
+differences in float64.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fuzzdiff.case import Case
+from fuzzdiff.checks.check import Check
+from fuzzdiff.checks.grad import finite_difference, reverse_dot
+from fuzzdiff.confirm import Measurement, judge, worst
+from fuzzdiff.directions import absdot, directions, dot, probes_like
+from fuzzdiff.paths.forward import jvp
+from fuzzdiff.paths.function import leaf_function
+from fuzzdiff.targets.target import Target
+from fuzzdiff.tolerance import tolerance
+from fuzzdiff.verdict import Verdict
+
+
+def forward_dot(target: Target, case: Case, cast=None):
+    f = leaf_function(target, case, cast=cast, requires_grad=False)
+    u = directions(case.params, f.leaves)
+    outs, tangents = jvp(f, f.leaves, u)
+    v = probes_like(case.params, "cotangent", outs)
+    return dot(v, tangents), absdot(v, tangents), v, u
+
+
+def vs_reverse(target: Target, case: Case, eps: float, cast=None) -> Measurement:
+    fwd, fscale, _, _ = forward_dot(target, case, cast)
+    rev, rscale, _, _ = reverse_dot(target, case, cast)
+    return Measurement(fwd, rev, fscale + rscale)
+
+
+def vs_numeric(target: Target, case: Case, eps: float, cast=None) -> Measurement:
+    fwd, scale, v, u = forward_dot(target, case, cast)
+    numeric, noise = finite_difference(target, case, v, u, eps)
+    return Measurement(fwd, numeric, scale + abs(numeric), noise)
+
+
+def run(target: Target, case: Case) -> Verdict:
+    dtype = case.torch_dtype
+    tol = tolerance(target, "forward", dtype)
+    low = dtype != torch.float64
+    return worst(
+        judge("<v, J u> (forward) vs <J^T v, u> (reverse)",
+              lambda c, eps: vs_reverse(target, c, eps), case, tol,
+              measure64=(lambda c, eps: vs_reverse(target, c, eps, torch.float64)) if low else None),
+        judge("<v, J u> (forward) vs finite differences",
+              lambda c, eps: vs_numeric(target, c, eps), case, tol,
+              measure64=(lambda c, eps: vs_numeric(target, c, eps, torch.float64)) if low else None),
+    )
+
+
+CHECK = Check("forward", run, doc=__doc__)

@@ -1,0 +1,48 @@
+"""Judging two runs that should agree exactly but for rounding.
+
+Shared by the checks that compare whole tensors computed two ways (layout,
+alias): a mismatch must replay, and for low precision it must be far larger
+than the mismatch of each side against a float64 run on the same values.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from fuzzdiff.case import Case
+from fuzzdiff.compare import worst_discrepancy
+from fuzzdiff.paths.eager import Evaluation
+from fuzzdiff.targets.target import Target
+from fuzzdiff.tolerance import Tolerance, tolerance
+from fuzzdiff.verdict import Verdict
+
+__all__ = ["judge_twins"]
+
+Run = Callable[..., Evaluation]
+
+
+def judge_twins(identity: str, target: Target, case: Case, first: Run, second: Run, *,
+                check: str) -> Verdict:
+    dtype = case.torch_dtype
+    tol = tolerance(target, check, dtype)
+    names, a = first(case).tensors()
+    _, b = second(case).tensors()
+    d = worst_discrepancy(names, a, b, tol)
+    if d is None:
+        return Verdict("pass")
+    _, a2 = first(case).tensors()
+    _, b2 = second(case).tensors()
+    exact = Tolerance(0.0, 0.0)
+    if worst_discrepancy(names, a2, a, exact) or worst_discrepancy(names, b2, b, exact):
+        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results (nondeterministic)",
+                       d.summary())
+    if dtype != torch.float64:
+        _, ref = second(case, cast=torch.float64).tensors()
+        da = worst_discrepancy(names, a, ref, tol)
+        db = worst_discrepancy(names, b, ref, tol)
+        if (da is None) == (db is None):
+            return Verdict("inconclusive", f"{identity}: {d}; both sides are as close to float64 "
+                           "as each other (rounding or ill-conditioning)", d.summary())
+    return Verdict("fail", f"{identity}: {d}; confirmed by replay", d.summary())

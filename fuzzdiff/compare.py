@@ -1,0 +1,74 @@
+"""Comparing lists of tensors, dtype-aware, with a readable error summary.
+
+Used by the checks whose two sides are whole tensors (layout, alias, dtype)
+rather than two numbers of a directional identity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from fuzzdiff.tolerance import Tolerance
+
+__all__ = ["Discrepancy", "worst_discrepancy", "max_abs", "mismatch"]
+
+
+@dataclass(frozen=True)
+class Discrepancy:
+    """The worst mismatch between two lists of tensors, relative to the second."""
+
+    what: str          # e.g. "output 0" or "grad of argument 1"
+    abs_error: float
+    scale: float       # max |reference| of that tensor
+    index: tuple[int, ...] = ()
+
+    def within(self, tol: Tolerance, slack: float = 0.0) -> bool:
+        return self.abs_error <= tol.atol + tol.rtol * self.scale + slack
+
+    def summary(self) -> dict:
+        return {"where": self.what, "abs_error": self.abs_error, "scale": self.scale,
+                "index": list(self.index)}
+
+    def __str__(self) -> str:
+        at = f" at {list(self.index)}" if self.index else ""
+        return f"{self.what}{at}: abs error {self.abs_error:.3g} (reference scale {self.scale:.3g})"
+
+
+def max_abs(t: torch.Tensor) -> float:
+    finite = t.detach().abs()
+    finite = finite[torch.isfinite(finite)]
+    return float(finite.max()) if finite.numel() else 0.0
+
+
+def mismatch(a: torch.Tensor, b: torch.Tensor) -> tuple[float, tuple[int, ...]]:
+    """Largest |a - b|; a NaN or infinity in one but not the other is infinite."""
+    a = a.detach().to(torch.complex128 if a.is_complex() else torch.float64).cpu()
+    b = b.detach().to(a.dtype).cpu()
+    if a.shape != b.shape:
+        return math.inf, ()
+    if a.numel() == 0:
+        return 0.0, ()
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    diff = torch.where(same, torch.zeros((), dtype=torch.float64), (a - b).abs())
+    diff = torch.nan_to_num(diff, nan=math.inf)
+    flat = int(diff.argmax())
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape)) if a.dim() else ()
+    return float(diff.reshape(-1)[flat]), index
+
+
+def worst_discrepancy(names: Sequence[str], got: Sequence[torch.Tensor],
+                      expected: Sequence[torch.Tensor], tol: Tolerance,
+                      slack: Sequence[float] | None = None) -> Discrepancy | None:
+    """The first tensor pair outside tolerance (None if all agree)."""
+    if len(got) != len(expected):
+        return Discrepancy(f"{len(got)} tensors vs {len(expected)}", math.inf, 0.0)
+    for k, (name, a, b) in enumerate(zip(names, got, expected)):
+        err, index = mismatch(a, b)
+        d = Discrepancy(name, err, max_abs(b), index)
+        if not d.within(tol, slack[k] if slack else 0.0):
+            return d
+    return None
