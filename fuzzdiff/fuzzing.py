@@ -30,6 +30,7 @@ class FuzzFailure(AssertionError):
 
     def __init__(self, check: str, target: str, case: Case, verdict: Verdict):
         self.check, self.target, self.case, self.verdict = check, target, case, verdict
+        self.tally: Tally | None = None
         super().__init__(
             f"{check} failed for {target}: {verdict.message}\n"
             f"case: {json.dumps(case.to_json(), sort_keys=True)}")
@@ -63,8 +64,11 @@ def _steer(verdict: Verdict) -> None:
 
 
 def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None = None,
-         **case_options) -> Tally:
-    """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure."""
+         seed: int | None = None, **case_options) -> Tally:
+    """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
+
+    ``seed`` makes the run reproducible; the failure carries the run's tally.
+    """
     check = get_check(check) if isinstance(check, str) else check
     target = get_target(target) if isinstance(target, str) else target
     tally = Tally()
@@ -83,5 +87,11 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
 
     if settings is not None:
         property_ = settings(property_)
-    property_()
+    if seed is not None:
+        property_ = hypothesis.seed(seed)(property_)
+    try:
+        property_()
+    except FuzzFailure as failure:
+        failure.tally = tally
+        raise
     return tally

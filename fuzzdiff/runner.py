@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from fuzzdiff.case import Case
+from fuzzdiff.case import Case, CaseError
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
@@ -56,6 +56,8 @@ def run_check(check: Check | str, target: Target | str, case: Case) -> Verdict:
         return Verdict("unsupported", why)
     try:
         return check.run(target, case)
+    except CaseError:
+        raise  # a malformed case is the caller's error, not the target's
     except Exception as first:  # noqa: BLE001 - the target's errors are findings
         reason = unsupported_reason(first)
         if reason is not None:

@@ -68,21 +68,23 @@ def layouts(shape: Sequence[int], *, features: Sequence[str] = LAYOUT_FEATURES,
         raise InvalidArgument(f"unknown layout features {sorted(unknown)}; expected {LAYOUT_FEATURES}")
     check_int(max_step, "max_step", min_value=1)
     check_int(max_offset, "max_offset", min_value=0)
-    return _layout_strategy(shape, tuple(features), max_step, max_offset)
+    dims = tuple(range(len(shape))) if expandable is None else tuple(
+        sorted(set(expandable) & set(range(len(shape)))))
+    return _layout_strategy(shape, tuple(features), max_step, max_offset, dims)
 
 
 @functools.lru_cache(maxsize=4096)
-def _layout_strategy(shape, features, max_step, max_offset):
+def _layout_strategy(shape, features, max_step, max_offset, expandable):
     # Cached: cases() asks for one per argument on every draw, and Hypothesis
     # validates each fresh strategy object again.
-    return _draw_layout(shape, features, max_step, max_offset)
+    return _draw_layout(shape, features, max_step, max_offset, expandable)
 
 
 # Module level: st.composite inspects the function's source when it decorates,
 # which costs milliseconds, so it must not run once per draw.
 @st.composite
 def _draw_layout(draw, shape: tuple[int, ...], features: tuple[str, ...], max_step: int,
-                 max_offset: int) -> Layout:
+                 max_offset: int, expandable: tuple[int, ...]) -> Layout:
     rank = len(shape)
     perm = tuple(range(rank))
     if "channels_last" in features and rank == 4 and draw(st.booleans()):
@@ -96,7 +98,7 @@ def _draw_layout(draw, shape: tuple[int, ...], features: tuple[str, ...], max_st
     if "offset" in features and draw(st.booleans()):
         offset = draw(st.integers(1, max(1, max_offset)))
     expand: tuple[int, ...] = ()
-    if "expanded" in features and rank and draw(st.booleans()):
-        expand = tuple(sorted(draw(st.sets(st.sampled_from(range(rank)), min_size=1))))
+    if "expanded" in features and expandable and draw(st.booleans()):
+        expand = tuple(sorted(draw(st.sets(st.sampled_from(expandable), min_size=1))))
     tail = draw(st.integers(0, 2))
     return strided(shape, perm=perm, steps=steps, offset=offset, expand=expand, tail=tail)

@@ -1,0 +1,5 @@
+import sys
+
+from fuzzdiff.cli import main
+
+sys.exit(main())
