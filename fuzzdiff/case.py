@@ -210,7 +210,7 @@ class Arg:
 class Probe:
     """A recipe for a cotangent or tangent shaped like a tensor known only at run time.
 
-    Random and non-unit; sometimes expanded (stride 0 along ``expand_dim``),
+    Random and non-unit; sometimes expanded (stride 0 along a dim the seed picks),
     sometimes noncontiguous (transposed), sometimes with a fraction of zeros.
     """
 
