@@ -52,7 +52,7 @@ class Campaign:
 
 
 def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int, budget: float | None,
-                 seed: int | None = None,
+                 seed: int | None = None, corpus=None,
                  on_result: Callable[[PairResult], None] | None = None) -> Campaign:
     """Fuzz each pair with ``max_examples``; stop starting new pairs after ``budget`` seconds."""
     campaign = Campaign()
@@ -67,7 +67,7 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int, bu
         t0 = time.monotonic()
         result = PairResult(target.name, check.name, Tally())
         try:
-            result.tally = fuzz(check, target, settings=hsettings(**opts), seed=seed)
+            result.tally = fuzz(check, target, settings=hsettings(**opts), seed=seed, corpus=corpus)
         except FuzzFailure as failure:
             result.failure = failure
             result.tally = failure.tally or result.tally

@@ -53,6 +53,9 @@ def cmd_run(args) -> int:
     if args.budget is not None and args.budget <= 0:
         raise UsageError("--budget must be positive")
     pairs = _select_pairs(args)
+    if args.corpus is None:
+        from fuzzdiff.corpus import default_root
+        args.corpus = default_root()
     console = Console(stderr=True)
     console.print(f"fuzzdiff run: {len(pairs)} (target, check) pairs, {args.max_examples} examples each"
                   + (f", budget {args.budget:g}s" if args.budget else ""))
@@ -69,7 +72,7 @@ def cmd_run(args) -> int:
                                   f"{r.error or r.failure.verdict.message}")
 
         campaign = run_campaign(pairs, max_examples=args.max_examples, budget=args.budget,
-                                seed=args.seed, on_result=on_result)
+                                seed=args.seed, corpus=args.corpus, on_result=on_result)
 
     table = Table(title="fuzzdiff run")
     for col in ("check", "targets", "examples", "passed", "failed", "unsupported", "inconclusive", "errors"):
@@ -84,6 +87,9 @@ def cmd_run(args) -> int:
         print(f"\n{r.check} {r.target}: {r.error or r.failure.verdict.message}")
         if r.failure is not None:
             print(f"  case: {json.dumps(r.failure.case.to_json(), sort_keys=True)}")
+            if r.failure.record_path:
+                state = "new record" if r.failure.record_created else "already recorded"
+                print(f"  {state}: {r.failure.record_path}")
     return 1 if campaign.failures else 0
 
 
@@ -124,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-examples", type=int, default=20, metavar="N",
                      help="examples per (target, check) pair (default: 20)")
     run.add_argument("--seed", type=int, help="make the campaign reproducible")
-    run.add_argument("--corpus", metavar="DIR", help="directory for failure records (default: corpus)")
+    run.add_argument("--corpus", metavar="DIR", default=None,
+                     help="write each shrunk failure as a record under DIR (default: $FUZZDIFF_CORPUS "
+                          "or ./corpus)")
     run.set_defaults(func=cmd_run)
 
     lst = sub.add_parser("list", help="targets x checks that apply")

@@ -31,6 +31,8 @@ class FuzzFailure(AssertionError):
     def __init__(self, check: str, target: str, case: Case, verdict: Verdict):
         self.check, self.target, self.case, self.verdict = check, target, case, verdict
         self.tally: Tally | None = None
+        self.record_path = None
+        self.record_created = False
         super().__init__(
             f"{check} failed for {target}: {verdict.message}\n"
             f"case: {json.dumps(case.to_json(), sort_keys=True)}")
@@ -64,10 +66,11 @@ def _steer(verdict: Verdict) -> None:
 
 
 def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None = None,
-         seed: int | None = None, **case_options) -> Tally:
+         seed: int | None = None, corpus=None, **case_options) -> Tally:
     """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
 
     ``seed`` makes the run reproducible; the failure carries the run's tally.
+    With ``corpus`` (a directory) the shrunk failure is written there as a record.
     """
     check = get_check(check) if isinstance(check, str) else check
     target = get_target(target) if isinstance(target, str) else target
@@ -93,5 +96,9 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
         property_()
     except FuzzFailure as failure:
         failure.tally = tally
+        if corpus is not None:
+            from fuzzdiff.corpus import write_record
+            failure.record_path, failure.record_created = write_record(
+                corpus, failure.check, failure.case, failure.verdict)
         raise
     return tally
