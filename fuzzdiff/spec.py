@@ -7,6 +7,7 @@ may broadcast: ``"x: *b n m, w: m k"``.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -80,6 +81,13 @@ def parse_spec(spec: str) -> tuple[ArgSpec, ...]:
     """Parse ``"x: *b n m, w: m k"`` into one ArgSpec per argument, in order."""
     if not isinstance(spec, str):
         raise TypeError(f"a shape spec must be a str, got {type(spec).__name__}")
+    return _parse_spec(spec)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_spec(spec: str) -> tuple[ArgSpec, ...]:
+    # Cached: Target.args re-parses its spec on every access, several times per
+    # drawn case; the result is immutable (a tuple of frozen dataclasses).
     args: list[ArgSpec] = []
     seen: set[str] = set()
     pos = 0

@@ -46,46 +46,56 @@ def aliasing(args: Sequence[Arg], groups: Sequence[Hashable | None], *,
     bad = set(kinds) - set(ALIAS_KINDS)
     if bad:
         raise InvalidArgument(f"unknown alias kinds {sorted(bad)}; expected a subset of {ALIAS_KINDS}")
+    return _draw_aliasing(args, tuple(groups), tuple(kinds), views, require)
 
-    @st.composite
-    def draw_aliasing(draw) -> tuple[Arg, ...]:
-        out = list(args)
-        for j in range(1, len(out)):
-            if groups[j] is None or not kinds or not draw(st.booleans()):
-                continue
-            owners = [i for i in range(j) if groups[i] == groups[j] and out[i].alias is None]
-            if not owners:
-                continue
-            i = draw(st.sampled_from(owners))
-            usable = [k for k in kinds if k != "same" or out[i].shape == out[j].shape]
-            if not usable:
-                continue
-            kind = draw(st.sampled_from(usable))
-            if kind == "same":
-                out[j] = replace(out[j], alias=Alias(i, "same"), layout=None, grad=out[i].grad)
-                continue
-            lo, hi = _span(out[i])
-            if kind == "overlap":
-                offset = draw(st.integers(lo, max(lo, hi - 1)))
-            else:
-                offset = out[i].strided.storage_size + draw(st.integers(0, 2))
-            perm = tuple(range(len(out[j].shape)))
-            if len(perm) >= 2 and draw(st.booleans()):
-                perm = tuple(draw(st.permutations(perm)))
-            view = strided(out[j].shape, perm=perm, offset=offset)
-            out[j] = replace(out[j], alias=Alias(i, "view"), layout=view, grad="view")
-            owner_lay = out[i].strided
-            out[i] = replace(out[i], grad="view", layout=Layout(
-                max(owner_lay.storage_size, view.storage_size), owner_lay.strides, owner_lay.offset))
-        if views:
-            for j, a in enumerate(out):
-                if groups[j] is not None and a.alias is None and a.grad == "leaf" and draw(st.booleans()):
-                    out[j] = replace(a, grad="view")
-        if require and not any(a.alias or a.grad == "view" for a in out):
-            eligible = [j for j, g in enumerate(groups) if g is not None]
-            if eligible:
-                j = draw(st.sampled_from(eligible))
-                out[j] = replace(out[j], grad="view")
-        return tuple(out)
 
-    return draw_aliasing()
+# Module level: st.composite inspects the function's source when it decorates,
+# which costs milliseconds, so it must not run once per draw.
+@st.composite
+def _draw_aliasing(draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, ...],
+                   views: bool, require: bool) -> tuple[Arg, ...]:
+    return draw_aliasing(draw, args, groups, kinds, views, require)
+
+
+def draw_aliasing(draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, ...] = ALIAS_KINDS,
+                  views: bool = True, require: bool = False) -> tuple[Arg, ...]:
+    """The draws of ``aliasing(...)`` made with a caller's ``draw``: cases() calls
+    this inside its own composite rather than building a strategy per example."""
+    out = list(args)
+    for j in range(1, len(out)):
+        if groups[j] is None or not kinds or not draw(st.booleans()):
+            continue
+        owners = [i for i in range(j) if groups[i] == groups[j] and out[i].alias is None]
+        if not owners:
+            continue
+        i = draw(st.sampled_from(owners))
+        usable = [k for k in kinds if k != "same" or out[i].shape == out[j].shape]
+        if not usable:
+            continue
+        kind = draw(st.sampled_from(usable))
+        if kind == "same":
+            out[j] = replace(out[j], alias=Alias(i, "same"), layout=None, grad=out[i].grad)
+            continue
+        lo, hi = _span(out[i])
+        if kind == "overlap":
+            offset = draw(st.integers(lo, max(lo, hi - 1)))
+        else:
+            offset = out[i].strided.storage_size + draw(st.integers(0, 2))
+        perm = tuple(range(len(out[j].shape)))
+        if len(perm) >= 2 and draw(st.booleans()):
+            perm = tuple(draw(st.permutations(perm)))
+        view = strided(out[j].shape, perm=perm, offset=offset)
+        out[j] = replace(out[j], alias=Alias(i, "view"), layout=view, grad="view")
+        owner_lay = out[i].strided
+        out[i] = replace(out[i], grad="view", layout=Layout(
+            max(owner_lay.storage_size, view.storage_size), owner_lay.strides, owner_lay.offset))
+    if views:
+        for j, a in enumerate(out):
+            if groups[j] is not None and a.alias is None and a.grad == "leaf" and draw(st.booleans()):
+                out[j] = replace(a, grad="view")
+    if require and not any(a.alias or a.grad == "view" for a in out):
+        eligible = [j for j, g in enumerate(groups) if g is not None]
+        if eligible:
+            j = draw(st.sampled_from(eligible))
+            out[j] = replace(out[j], grad="view")
+    return tuple(out)

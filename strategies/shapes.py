@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 from hypothesis import strategies as st
@@ -46,10 +47,10 @@ def _spec_shapes(draw, args: tuple[ArgSpec, ...], min_side, max_side, max_variad
                 shape.append(dim.size)
             elif dim.variadic:
                 if dim.kind == "anon":
-                    group = draw(st.lists(side, max_size=max_variadic).map(tuple))
+                    group = draw(_groups(min_side, max_side, max_variadic))
                 else:
                     if dim.name not in groups:
-                        groups[dim.name] = draw(st.lists(side, max_size=max_variadic).map(tuple))
+                        groups[dim.name] = draw(_groups(min_side, max_side, max_variadic))
                     group = groups[dim.name]
                     if dim.broadcast:
                         keep = draw(st.lists(st.booleans(), min_size=len(group), max_size=len(group)))
@@ -83,4 +84,17 @@ def spec_shapes(spec: str | tuple[ArgSpec, ...], *, min_side: int = 0, max_side:
             raise InvalidArgument(f"spec={e.spec!r} is malformed: {e.reason}") from None
     check_range(min_side, max_side, "min_side", "max_side")
     check_int(max_variadic, "max_variadic", min_value=0)
-    return _spec_shapes(tuple(spec), min_side, max_side, max_variadic, dict(fixed or {}))
+    return _spec_shapes_strategy(tuple(spec), min_side, max_side, max_variadic,
+                                 tuple(sorted((fixed or {}).items())))
+
+
+@functools.lru_cache(maxsize=1024)
+def _spec_shapes_strategy(spec, min_side, max_side, max_variadic, fixed):
+    # Cached: cases() asks for it on every draw, and Hypothesis validates each
+    # fresh strategy object again.
+    return _spec_shapes(spec, min_side, max_side, max_variadic, dict(fixed))
+
+
+@functools.lru_cache(maxsize=256)
+def _groups(min_side: int, max_side: int, max_variadic: int):
+    return st.lists(st.integers(min_side, max_side), max_size=max_variadic).map(tuple)

@@ -8,6 +8,7 @@ by torch. Shrinking still goes somewhere simple: toward seed 0, a coarse grid
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -60,11 +61,23 @@ def values(*, low: float = -2.0, high: float = 2.0, specials: bool | Sequence[st
         raise InvalidArgument(f"unknown special values {sorted(bad)}; expected a subset of {SPECIALS}")
     if margin < 0:
         raise InvalidArgument(f"margin={margin!r} must be non-negative")
+    return _values(float(low), float(high), names, tuple(map(float, avoid)), float(margin),
+                   bool(distinct), max_specials, kind)
+
+
+@functools.lru_cache(maxsize=512)
+def _values(low: float, high: float, names: tuple[str, ...], avoid: tuple[float, ...],
+            margin: float, distinct: bool, max_specials: int, kind: str):
+    # Cached: cases() asks for the same few value strategies on every draw, and a
+    # fresh strategy object is validated again by Hypothesis each time (slow).
     seeds = st.integers(0, 2**32 - 1)
     grids = st.just(None) if distinct or kind != "float" else st.sampled_from(GRIDS)
     special_lists = (st.lists(st.tuples(st.integers(0, 1 << 16), st.sampled_from(names)),
                               max_size=max_specials).map(tuple) if names else st.just(()))
-    return st.builds(Values, seed=seeds, low=st.just(float(low)), high=st.just(float(high)),
-                     grid=grids, specials=special_lists, avoid=st.just(tuple(map(float, avoid))),
-                     margin=st.just(float(margin) if avoid else 0.0),
-                     distinct=st.just(distinct), kind=st.just(kind))
+    fixed = dict(low=low, high=high, avoid=avoid, margin=margin if avoid else 0.0,
+                 distinct=distinct, kind=kind)
+    # Fields left at Values' defaults are not passed: each st.just() costs a draw
+    # (no choice, but a span), and the repr of a drawn Values stays short.
+    defaults = Values()
+    fixed = {k: st.just(v) for k, v in fixed.items() if v != getattr(defaults, k)}
+    return st.builds(Values, seed=seeds, grid=grids, specials=special_lists, **fixed)

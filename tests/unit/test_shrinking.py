@@ -1,0 +1,112 @@
+"""Shrinking: a failing property ends at a small, plain case.
+
+Shrunk cases are what users read and replay, so every feature that does not
+matter to the failure must shrink away: shapes to the fewest elements, layouts
+to contiguous (no offset, no tail), values to seed 0 with no specials, no
+aliasing, float64, and probes to seed 0, contiguous, without zeros.
+"""
+
+from __future__ import annotations
+
+import torch
+from fdhelpers import PAIR, UNARY, overlap, reach, target
+from hypothesis import HealthCheck, settings
+
+from fuzzdiff.case import Arg, Case, Layout
+from fuzzdiff.checks import get_check
+from fuzzdiff.fuzzing import FuzzFailure, fuzz
+from fuzzdiff.runner import case_strategy
+from strategies import cases
+
+
+def plain_layout(a: Arg) -> bool:
+    lay = a.layout or Layout.contiguous(a.shape)
+    return lay.is_contiguous(a.shape) and lay.offset == 0 and lay.storage_size == Layout.contiguous(a.shape).storage_size
+
+
+def plain_values(a: Arg) -> bool:
+    return a.values.seed == 0 and a.values.specials == () and a.values.nudge == 0
+
+
+def assert_plain_except(case: Case, *, layout=True, alias=True) -> None:
+    assert case.dtype == "float64"
+    assert case.kwargs == {}
+    for a in case.args:
+        assert plain_values(a), a
+        if layout:
+            assert plain_layout(a), a
+        if alias:
+            assert a.alias is None and a.grad == "leaf", a
+    for p in case.params.values():
+        assert p == {"seed": 0, "layout": "contiguous", "zeros": 0.0}, case.params
+
+
+def test_size_property_shrinks_to_the_fewest_elements_and_a_plain_case():
+    case = reach(cases(PAIR), lambda c: c.materialize().args[0].numel() >= 2)
+    x, y = case.args
+    assert x.shape in ((1, 2), (2, 1))
+    assert y.shape == x.shape  # "x: n m, y: n m" shares both sizes
+    assert_plain_except(case)
+
+
+def test_layout_property_shrinks_to_one_small_layout_feature():
+    check = get_check("grad")
+    case = reach(case_strategy(check, UNARY), lambda c: not c.materialize().args[0].is_contiguous())
+    (a,) = case.args
+    assert a.shape == (2,)
+    t = case.materialize().args[0]
+    assert not t.is_contiguous()
+    assert t.storage_offset() == 0
+    assert_plain_except(case, layout=False)
+
+
+def test_alias_property_shrinks_to_one_element_views():
+    def overlapping(c):
+        a, b = c.materialize().args
+        return a is not b and overlap(a, b)
+
+    case = reach(cases(PAIR), overlapping)
+    x, y = case.args
+    assert x.shape == y.shape == (1, 1)
+    assert y.alias is not None and y.alias.kind == "view" and y.alias.of == 0
+    assert_plain_except(case, layout=False, alias=False)
+
+
+def test_values_property_shrinks_specials_away():
+    # needing a non-finite value keeps exactly one special and nothing else
+    spec_target = target("x: n", torch.exp, "unit_exp_inf", specials=("inf", "nan"), min_side=1)
+    case = reach(cases(spec_target), lambda c: not bool(torch.isfinite(c.materialize().args[0]).all()))
+    (a,) = case.args
+    assert a.shape == (1,)
+    assert len(a.values.specials) == 1
+    assert a.values.seed == 0
+    assert plain_layout(a)
+
+
+class _WrongForLargeInputs(torch.autograd.Function):
+    """3x, with a backward that is wrong once the input has 3 or more elements."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.n = x.numel()
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * (3.0 if ctx.n < 3 else 3.5)
+
+
+def test_fuzz_failure_of_the_grad_check_is_shrunk():
+    buggy = target("x: ...", _WrongForLargeInputs.apply, "unit_planted_bug", max_side=5)
+    quick = settings(max_examples=300, database=None, derandomize=True, deadline=None,
+                     suppress_health_check=list(HealthCheck), print_blob=False)
+    try:
+        fuzz("grad", buggy, settings=quick)
+    except FuzzFailure as failure:
+        case = failure.case
+    else:
+        raise AssertionError("the planted bug was not found")
+    (a,) = case.args
+    assert case.materialize().args[0].numel() == 3
+    assert len(a.shape) == 1 or sorted(a.shape)[:-1] == [1] * (len(a.shape) - 1)
+    assert_plain_except(case)
