@@ -10,11 +10,14 @@ takes tuples, so a replayed case calls the op exactly as the fuzzed one did.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 from hypothesis import strategies as st
 
 from fuzzdiff.targets.target import FromShapes
 
-__all__ = ["rank", "dim", "dims", "opt_dims", "keepdim", "permutation", "reductions",
+__all__ = ["rank", "dim", "dims", "opt_dims", "reduced", "nonempty_dim", "keepdim", "permutation", "reductions",
            "window", "span", "expand_sizes", "reshape_sizes", "divisor", "conv_padding"]
 
 keepdim = st.booleans()
@@ -121,4 +124,48 @@ def conv_padding(x: str, w: str, spatial: int, max_dilation: int = 2) -> FromSha
             low = max(0, -(-need // 2))
             pads.append(st.integers(low, low + 1))
         return st.tuples(*reversed(pads)).map(list)
+    return FromShapes(strategy)
+
+
+def reduced(arg: str = "x", *, min_count: int = 1, single: bool = True, many: bool = True,
+            full: bool = True) -> FromShapes:
+    """Dims for a reduction that is only finite over at least ``min_count`` values
+    (mean, logsumexp: 1; var, std: 2): the reduced dims hold that many values,
+    or the output is empty. ``single``: one int; ``many``: a list of dims;
+    ``full``: None (every dim). Shapes with no such choice are rejected."""
+    def strategy(shapes):
+        shape = shapes[arg]
+        r = len(shape)
+
+        def ok(ds) -> bool:
+            count = math.prod(shape[d] for d in ds)
+            rest = math.prod(shape[d] for d in range(r) if d not in ds)
+            return count >= min_count or rest == 0
+
+        options = []
+        if full and (ok(range(r)) if r else min_count <= 1):
+            options.append(None)
+        if r == 0 and min_count <= 1:
+            options += [0, -1] if single else []
+            options += [[0], [-1]] if many else []
+        for k in range(1, r + 1):
+            for ds in itertools.combinations(range(r), k):
+                if not ok(ds):
+                    continue
+                if single and k == 1:
+                    options += [ds[0], ds[0] - r]
+                if many:
+                    options += [list(ds), [d - r for d in ds]]
+        return st.sampled_from(options) if options else st.nothing()
+    return FromShapes(strategy)
+
+
+def nonempty_dim(arg: str = "x") -> FromShapes:
+    """A dim of ``arg`` with at least one element along it (a 0-dim tensor: 0 or -1)."""
+    def strategy(shapes):
+        shape = shapes[arg]
+        if not shape:
+            return st.sampled_from([0, -1])
+        options = [v for d, n in enumerate(shape) if n for v in (d, d - len(shape))]
+        return st.sampled_from(options) if options else st.nothing()
     return FromShapes(strategy)

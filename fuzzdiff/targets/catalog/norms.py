@@ -38,6 +38,22 @@ def normalize(x, p, dim):
     return F.normalize(x, p, dim)
 
 
+GROUP_NORM_FORWARD = (
+    "forward-mode AD of F.group_norm raises 'RuntimeError: view size is not compatible with "
+    "input tensor's size and stride (at least one dimension spans across two contiguous "
+    "subspaces). Use .reshape(...) instead.' for a 4-d input that is not contiguous, e.g. "
+    "channels_last, while the primal and reverse mode work (torch 2.13.0 CPU). Repro: x = "
+    "torch.randn(2, 3, 2, 2, dtype=torch.float64).to(memory_format=torch.channels_last); "
+    "with fwAD.dual_level(): F.group_norm(fwAD.make_dual(x, torch.randn_like(x)), 1) -> "
+    "RuntimeError (a tangent only on the weight raises too). Fuzzed case (forward check): "
+    '{"target": "group_norm", "dtype": "float32", "args": [{"shape": [3, 3, 3, 2], "layout": '
+    '{"offset": 1, "storage_size": 746, "strides": [324, 2, 36, 18]}}, ...], "kwargs": '
+    '{"num_groups": 1, "eps": 1e-05}}. gradgrad (forward-over-reverse) raises the same: '
+    '{"target": "group_norm", "dtype": "float64", "args": [{"shape": [2, 2, 2, 2], "layout": '
+    '{"offset": 0, "storage_size": 16, "strides": [8, 1, 4, 2]}, "values": {"seed": 0, '
+    '"grid": 0.25}}, {"shape": [2]}, {"shape": [2]}], "kwargs": {"eps": 1e-05, "num_groups": 1}}')
+
+
 register(
     Target("layer_norm", layer_norm, "x: *b m n, w: m n, b: m n", FAMILY, max_side=3,
            kwargs={"eps": EPS}),
@@ -45,7 +61,8 @@ register(
     # group_norm rejects groups of one value (n * c / g * prod(s) == 1, "Expected
     # more than 1 value per channel when training"): every dim at least 2
     Target("group_norm", group_norm, "x: n c *s, w: c, b: c", FAMILY, min_side=2, max_side=3,
-           kwargs={"num_groups": _kw.divisor("x", 1), "eps": EPS}),
+           kwargs={"num_groups": _kw.divisor("x", 1), "eps": EPS},
+           known={"forward": GROUP_NORM_FORWARD, "gradgrad": GROUP_NORM_FORWARD}),
     # eval-mode batch_norm with 0 channels and a non-empty batch raises
     # "IndexError: select(): index 0 out of range" (torch 2.13): min_side=1
     Target("batch_norm", batch_norm_eval, "x: n c *s, w: c, b: c", FAMILY, min_side=1, max_side=3,

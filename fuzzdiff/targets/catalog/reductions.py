@@ -26,6 +26,36 @@ def median_dim(x, dim, keepdim):
     return torch.median(x, dim, keepdim).values
 
 
+MEDIAN_STRIDE0 = (
+    "torch.median(x, dim) (and torch.nanmedian) on CPU read memory outside an expanded "
+    "(stride-0) input and return a value that is not in it (torch 2.13.0 CPU). Repro: "
+    "torch.median(torch.tensor([1.25]).expand(3), 0).values -> 4.5611e-41 (garbage); "
+    "s = torch.tensor([0.5, 1.25, -0.3, 0.7]); torch.median(s[1:2].expand(3), 0).values -> "
+    "0.7 (expected 1.25; .clone() first gives 1.25; median without dim, kthvalue, sort are "
+    "right). The fuzzer finds it as outputs that change with the layout (layout check, case "
+    '{"target": "median_dim", "dtype": "float64", "args": [{"shape": [3], "layout": '
+    '{"offset": 1, "storage_size": 3, "strides": [0]}, "values": {"seed": 1150, '
+    '"constant": [0], "distinct": true}}], "kwargs": {"dim": 0, "keepdim": true}}: output '
+    "off by 0.0104), with aliasing (alias check: aliased vs cloned output off by 1.9) and as "
+    "a forward-mode tangent that disagrees with finite differences of the wrong values "
+    "(forward check, x of shape [4, 4, 2] with strides [2, 0, 1], dim -2)")
+
+
+def logcumsumexp_last(x):
+    return torch.logcumsumexp(x, -1)
+
+
+LOGCUMSUMEXP_EMPTY = (
+    "forward-mode AD of torch.logcumsumexp raises on a scan over a size-0 dim, where the "
+    "primal and reverse mode return empty tensors (torch 2.13.0 CPU). Repro: x = "
+    "torch.zeros(0, dtype=torch.float64); with fwAD.dual_level(): torch.logcumsumexp("
+    "fwAD.make_dual(x, torch.zeros_like(x)), 0) -> IndexError: max(): Expected reduction "
+    "dim 0 to have non-zero size. Shrunk case (forward and gradgrad, the latter through "
+    'forward-over-reverse): {"target": "logcumsumexp_empty", "dtype": "float64", "args": '
+    '[{"shape": [0], "values": {"seed": 0, "grid": 0.25, "low": -2.0, "high": 2.0}, '
+    '"grad": "leaf"}], "kwargs": {}}')
+
+
 def cummax(x, dim):
     return torch.cummax(x, dim).values
 
@@ -33,21 +63,25 @@ def cummax(x, dim):
 register(
     Target("sum", torch.sum, "x: _ ...", FAMILY,
            kwargs={"dim": _kw.opt_dims(), "keepdim": _kw.keepdim}),
+    # the mean of no values is 0/0: reduced dims hold a value, or the output is empty
     Target("mean", torch.mean, "x: _ ...", FAMILY,
-           kwargs={"dim": _kw.opt_dims(), "keepdim": _kw.keepdim}),
+           kwargs={"dim": _kw.reduced(), "keepdim": _kw.keepdim}),
     Target("prod", torch.prod, "x: ...", FAMILY,
            kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim}),
-    # correction=1 over a single element is 0/0 by definition (nan, with a warning)
+    # correction=1 over one value is 0/0 (nan): reduce over 2 values or more
     Target("var", torch.var, "x: _ ...", FAMILY,
-           kwargs={"dim": _kw.opt_dims(), "keepdim": _kw.keepdim, "correction": st.sampled_from([0, 1])}),
+           kwargs={"dim": _kw.reduced(min_count=2), "keepdim": _kw.keepdim,
+                   "correction": st.sampled_from([0, 1])}),
     # std is a cone (not differentiable) where every value in a slice is equal
     Target("std", torch.std, "x: _ ...", FAMILY, distinct=True,
-           kwargs={"dim": _kw.opt_dims(), "keepdim": _kw.keepdim, "correction": st.sampled_from([0, 1])}),
+           kwargs={"dim": _kw.reduced(min_count=2), "keepdim": _kw.keepdim,
+                   "correction": st.sampled_from([0, 1])}),
     # |x|^p: a kink at 0 for p = 1, an infinite second derivative for p < 2
     Target("norm", vector_norm, "x: _ ...", FAMILY, kinks=(0.0,),
            kwargs={"ord": st.sampled_from([2, 1, 3, 1.5]), "dim": _kw.opt_dims(), "keepdim": _kw.keepdim}),
+    # the logsumexp of no values is -inf
     Target("logsumexp", torch.logsumexp, "x: _ ...", FAMILY,
-           kwargs={"dim": _kw.dims(), "keepdim": _kw.keepdim}),
+           kwargs={"dim": _kw.reduced(full=False), "keepdim": _kw.keepdim}),
     # amax/amin reject reducing a size-0 dim (there is no identity): min_side=1
     Target("amax", torch.amax, "x: _ ...", FAMILY, distinct=True, min_side=1,
            kwargs={"dim": _kw.dims(), "keepdim": _kw.keepdim}),
@@ -56,10 +90,16 @@ register(
     Target("max_dim", max_dim, "x: _ ...", FAMILY, distinct=True, min_side=1,
            kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim}),
     Target("median_dim", median_dim, "x: _ ...", FAMILY, distinct=True, min_side=1,
-           kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim}),
+           kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim},
+           known={check: MEDIAN_STRIDE0 for check in ("forward", "layout", "alias")}),
     Target("cumsum", torch.cumsum, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
     Target("cumprod", torch.cumprod, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
-    Target("logcumsumexp", torch.logcumsumexp, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
+    # forward AD raises on a scan over a size-0 dim: here the scanned dim is
+    # non-empty, and logcumsumexp_empty below holds the discrepancy
+    Target("logcumsumexp", torch.logcumsumexp, "x: ...", FAMILY,
+           kwargs={"dim": _kw.nonempty_dim()}),
+    Target("logcumsumexp_empty", logcumsumexp_last, "x: ... 0", FAMILY,
+           known={check: LOGCUMSUMEXP_EMPTY for check in ("forward", "gradgrad")}),
     Target("cummax", cummax, "x: ...", FAMILY, distinct=True, kwargs={"dim": _kw.dim()}),
     Target("trace", torch.trace, "x: n m", FAMILY),
 )
