@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -95,7 +96,8 @@ class Values:
         flat = self._reals(n, g)
         if dtype.is_complex:
             flat = torch.complex(flat, self._reals(n, g))
-        flat = flat.to(dtype)
+        if flat.dtype != dtype:
+            flat = flat.to(dtype)
         for pos, name in self.specials:
             if n:
                 flat[pos % n] = special_value(name, dtype)
@@ -113,11 +115,11 @@ class Values:
             jitter = (torch.rand(n, generator=g, dtype=torch.float64) - 0.5) * 0.4
             x = lo + (hi - lo) * (rungs + 0.5 + jitter) / n
         else:
-            x = lo + (hi - lo) * torch.rand(n, generator=g, dtype=torch.float64)
-            first, last = (math.ceil(lo / self.grid) * self.grid,
-                           math.floor(hi / self.grid) * self.grid) if self.grid else (1, 0)
-            if first <= last:  # no snapping when no grid point lies in [lo, hi]
-                x = ((x / self.grid).round() * self.grid).clamp(first, last)
+            first, last = (math.ceil(lo / self.grid), math.floor(hi / self.grid)) if self.grid else (1, 0)
+            if first <= last:  # grid points in [lo, hi], uniformly
+                x = torch.randint(first, last + 1, (n,), generator=g, dtype=torch.float64) * self.grid
+            else:  # no grid, or no grid point inside the interval
+                x = torch.rand(n, generator=g, dtype=torch.float64) * (hi - lo) + lo
         if self.nudge:
             step = torch.randn(n, generator=_generator(self.nudge_seed), dtype=torch.float64)
             x = (x + self.nudge * (hi - lo) * step).clamp(lo, hi)
@@ -231,16 +233,15 @@ class Probe:
             out = self._draw(list(shape), g, t.dtype)
             if self.layout == "transposed" and len(shape) >= 2:
                 out = out.mT.contiguous().mT
-        return out.to(t.device)
+        return out if out.device == t.device else out.to(t.device)
 
     def _draw(self, shape, g, dtype) -> torch.Tensor:
-        n = math.prod(shape)
-        v = torch.randn(n, generator=g, dtype=torch.float64) * 1.5 + 0.25
+        v = torch.empty(shape, dtype=torch.float64).normal_(0.25, 1.5, generator=g)
         if self.zeros:
-            v = v * (torch.rand(n, generator=g, dtype=torch.float64) >= self.zeros)
+            v = v * (torch.rand(shape, generator=g, dtype=torch.float64) >= self.zeros)
         if dtype.is_complex:
-            v = torch.complex(v, torch.randn(n, generator=g, dtype=torch.float64))
-        return v.reshape(shape).to(dtype)
+            v = torch.complex(v, torch.randn(shape, generator=g, dtype=torch.float64))
+        return v if v.dtype == dtype else v.to(dtype)
 
 
 @dataclass
@@ -290,6 +291,22 @@ class Case:
             if a.values.kind == "float" and a.grad != "none" else a
             for i, a in enumerate(self.args)))
 
+    def reseeded(self, k: int) -> "Case":
+        """The same structure with fresh values and probes: variant ``k`` (0 is itself).
+
+        Shapes, layouts, aliasing and dtype are what Hypothesis pays to draw;
+        values and probes are a seed each, so one drawn structure is cheaply
+        tried at several points.
+        """
+        if k == 0:
+            return self
+        return replace(
+            self,
+            args=tuple(replace(a, values=replace(a.values, seed=_mix(a.values.seed, k)))
+                       for a in self.args),
+            params={key: ({**v, "seed": _mix(v["seed"], k)} if isinstance(v, Mapping) and "seed" in v else v)
+                    for key, v in self.params.items()})
+
     def with_layouts(self, layouts: Sequence[Layout | None]) -> "Case":
         """The same logical values in other layouts; arguments that share a
         storage keep their layouts, which place them relative to each other."""
@@ -312,72 +329,92 @@ class Case:
             i = self.args[i].alias.of
         return i
 
-    def _storage(self, i: int, cast: torch.dtype | None) -> torch.Tensor:
+    def _storage(self, i: int) -> torch.Tensor:
         a, dtype = self.args[i], self.arg_dtype(i)
         lay = a.strided
         lay.check(a.shape, f"args[{i}].layout")
-        # Memory outside the view holds in-domain junk: a kernel that reads it is caught.
-        storage = replace(a.values, seed=a.values.seed ^ 0x5BD1E995, specials=()).sample(
-            (lay.storage_size,), dtype)
         for d, (n, st) in enumerate(zip(a.shape, lay.strides)):
             if st == 0 and n > 1 and d not in a.values.constant:
                 raise CaseError(f"args[{i}].layout: stride 0 along dim {d}, but values.constant "
                                 f"{list(a.values.constant)} does not make the values repeat there")
         logical = a.values.sample(a.shape, dtype)
+        if lay.storage_size == logical.numel() and 0 not in lay.strides:
+            storage = torch.empty(lay.storage_size, dtype=logical.dtype)  # the view covers it all
+        else:
+            # Memory outside the view holds in-domain junk: a kernel that reads it is caught.
+            storage = replace(a.values, seed=a.values.seed ^ 0x5BD1E995, specials=()).sample(
+                (lay.storage_size,), dtype)
         lay.writable_view(storage, a.shape).copy_(_narrow_expanded(logical, lay))
-        if cast is not None and a.dtype is None:
-            storage = storage.to(cast)
-        return storage.to(self.device)
+        return storage if self.device == "cpu" else storage.to(self.device)
 
-    def materialize(self, requires_grad: bool = True, cast: torch.dtype | None = None) -> Inputs:
+    def storages(self) -> dict[int, torch.Tensor]:
+        """Argument index -> the storage it owns, filled; what materialize() views."""
+        for i, a in enumerate(self.args):
+            if a.alias is not None and not 0 <= a.alias.of < i:
+                raise CaseError(f"args[{i}].alias.of must name an earlier argument, got {a.alias.of}")
+        return {i: self._storage(i) for i in sorted({self.owner(i) for i in range(len(self.args))})}
+
+    def materialize(self, requires_grad: bool = True, cast: torch.dtype | None = None,
+                    storages: dict[int, torch.Tensor] | None = None) -> Inputs:
         """Build the tensors, bit for bit the same on every call.
 
         ``cast`` converts the case-dtype storages after their values are drawn:
         a float64 reference holding exactly the float32 case's values.
+        ``storages`` (from ``self.storages()``) reuses values already drawn.
         """
-        for i, a in enumerate(self.args):
-            if a.alias is not None and not 0 <= a.alias.of < i:
-                raise CaseError(f"args[{i}].alias.of must name an earlier argument, got {a.alias.of}")
-        owners = [self.owner(i) for i in range(len(self.args))]
-        storages = {i: self._storage(i, cast) for i in set(owners)}
-        differentiable = {o for o in owners if self.args[o].grad != "none"}
-        whole = {owners[i] for i, a in enumerate(self.args)
-                 if a.grad == "view" or (a.alias is not None and a.alias.kind == "view")}
-
-        def view(i: int, storage: torch.Tensor) -> torch.Tensor:
-            lay = self.args[i].strided
-            return storage.as_strided(self.args[i].shape, lay.strides, lay.offset)
-
-        keys = sorted(differentiable)
+        storages = self.storages() if storages is None else storages
+        if cast is not None:
+            storages = {i: t.to(cast) if self.args[i].dtype is None and t.dtype != cast else t
+                        for i, t in storages.items()}
+        keys, steps, sources = self._plan
         leaves = []
-        for o in keys:
-            t = storages[o] if o in whole else view(o, storages[o])
+        for o, whole in keys:
+            t = storages[o]
+            if not whole:
+                a = self.args[o]
+                t = t.as_strided(a.shape, a.strided.strides, a.strided.offset)
             leaves.append(t.detach().requires_grad_(requires_grad))
 
         def rebuild(ls: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-            by_owner = dict(zip(keys, ls))
             out: list[torch.Tensor] = []
-            for i, a in enumerate(self.args):
-                o = owners[i]
-                if a.alias is not None and a.alias.kind == "same":
-                    out.append(out[a.alias.of])
-                elif o not in differentiable:
-                    out.append(view(i, storages[o]))
-                elif o in whole:
-                    out.append(view(i, by_owner[o]))
+            for kind, k, shape, strides, offset in steps:
+                if kind == "same":
+                    out.append(out[k])
+                elif kind == "const":
+                    out.append(storages[k].as_strided(shape, strides, offset))
+                elif kind == "view":
+                    out.append(ls[k].as_strided(shape, strides, offset))
                 else:
-                    out.append(by_owner[o])
+                    out.append(ls[k])
             return out
 
-        sources: list = []
-        for i, a in enumerate(self.args):
-            o = owners[i]
-            if a.alias is not None and a.alias.kind == "same":
-                sources.append(sources[a.alias.of])
-            else:
-                sources.append(None if o not in differentiable else
-                               (keys.index(o), a.strided if o in whole else None))
         return Inputs(rebuild(leaves), leaves, rebuild, sources)
+
+    @cached_property
+    def _plan(self):
+        """How arguments come from storages and leaves; the same for every materialize()."""
+        owners = [self.owner(i) for i in range(len(self.args))]
+        differentiable = sorted({o for o in owners if self.args[o].grad != "none"})
+        whole = {owners[i] for i, a in enumerate(self.args)
+                 if a.grad == "view" or (a.alias is not None and a.alias.kind == "view")}
+        leaf_of = {o: k for k, o in enumerate(differentiable)}
+        steps, sources = [], []
+        for i, a in enumerate(self.args):
+            o, lay = owners[i], a.strided
+            if a.alias is not None and a.alias.kind == "same":
+                steps.append(("same", a.alias.of, None, None, None))
+                sources.append(sources[a.alias.of])
+            elif o not in leaf_of:
+                steps.append(("const", o, a.shape, lay.strides, lay.offset))
+                sources.append(None)
+            elif o in whole:
+                steps.append(("view", leaf_of[o], a.shape, lay.strides, lay.offset))
+                sources.append((leaf_of[o], lay))
+            else:
+                steps.append(("leaf", leaf_of[o], None, None, None))
+                sources.append((leaf_of[o], None))
+        keys = [(o, o in whole) for o in differentiable]
+        return keys, tuple(steps), sources
 
     # -- JSON ---------------------------------------------------------------------
 
@@ -388,6 +425,13 @@ class Case:
     def from_json(data: Mapping) -> "Case":
         from fuzzdiff.caseio import case_from_json
         return case_from_json(data)
+
+
+def _mix(seed: int, k: int) -> int:
+    """A seed for variant ``k``, far from seed + 1 (splitmix64's constants)."""
+    z = (int(seed) + 0x9E3779B97F4A7C15 * k) & 0xFFFF_FFFF_FFFF_FFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFF_FFFF_FFFF_FFFF
+    return (z ^ (z >> 31)) & 0xFFFF_FFFF
 
 
 def _narrow_expanded(t: torch.Tensor, lay: Layout) -> torch.Tensor:

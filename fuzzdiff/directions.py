@@ -13,7 +13,7 @@ import torch
 
 from fuzzdiff.case import Probe
 
-__all__ = ["probe", "probes_like", "directions", "dot", "absdot", "PROBE_KEYS"]
+__all__ = ["probe", "probes_like", "directions", "dot", "absdot", "dot_and_scale", "PROBE_KEYS"]
 
 PROBE_KEYS = ("cotangent", "direction", "second")
 
@@ -50,11 +50,16 @@ def directions(params: Mapping, leaves: Sequence[torch.Tensor], key: str = "dire
     return out
 
 
+def _wide(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    t = t.detach()
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 def _pairs(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]):
     for x, y in zip(a, b):
         if x.numel():
-            yield x.detach().to(torch.complex128 if x.is_complex() or y.is_complex() else torch.float64), \
-                  y.detach().to(torch.complex128 if x.is_complex() or y.is_complex() else torch.float64)
+            dtype = torch.complex128 if x.is_complex() or y.is_complex() else torch.float64
+            yield _wide(x, dtype), _wide(y, dtype)
 
 
 def dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
@@ -63,6 +68,16 @@ def dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
     for x, y in _pairs(a, b):
         total += float(torch.sum(x.conj() * y).real) if x.is_complex() else float(torch.sum(x * y))
     return total
+
+
+def dot_and_scale(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> tuple[float, float]:
+    """``dot(a, b)`` and ``absdot(a, b)`` in one pass."""
+    total, scale = 0.0, 0.0
+    for x, y in _pairs(a, b):
+        p = x.conj() * y if x.is_complex() else x * y
+        total += float(p.sum().real) if x.is_complex() else float(p.sum())
+        scale += float(p.abs().sum())
+    return total, scale
 
 
 def absdot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:

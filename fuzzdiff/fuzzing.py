@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -22,7 +23,9 @@ from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["fuzz", "Tally", "FuzzFailure"]
+__all__ = ["fuzz", "Tally", "FuzzFailure", "VARIANTS", "default_variants"]
+
+VARIANTS = 8  # value-and-probe variants per drawn structure; $FUZZDIFF_VARIANTS overrides
 
 
 class FuzzFailure(AssertionError):
@@ -65,13 +68,24 @@ def _steer(verdict: Verdict) -> None:
         hypothesis.target(min(err / scale, 1e6), label="normalized error")
 
 
+def default_variants() -> int:
+    return int(os.environ.get("FUZZDIFF_VARIANTS", VARIANTS))
+
+
 def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None = None,
-         seed: int | None = None, corpus=None, **case_options) -> Tally:
+         seed: int | None = None, corpus=None, variants: int | None = None,
+         **case_options) -> Tally:
     """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
 
-    ``seed`` makes the run reproducible; the failure carries the run's tally.
-    With ``corpus`` (a directory) the shrunk failure is written there as a record.
+    Each drawn case is run at ``variants`` value-and-probe seeds
+    (Case.reseeded): Hypothesis's cost is in the structure, and bugs that
+    depend on values get more tries for it. ``seed`` makes the run
+    reproducible; the failure carries the run's tally. With ``corpus`` (a
+    directory) the shrunk failure is written there as a record.
     """
+    variants = default_variants() if variants is None else variants
+    if variants < 1:
+        raise ValueError(f"variants must be at least 1, got {variants}")
     check = get_check(check) if isinstance(check, str) else check
     target = get_target(target) if isinstance(target, str) else target
     tally = Tally()
@@ -82,11 +96,13 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
 
     @given(case_strategy(check, target, **case_options))
     def property_(case: Case) -> None:
-        verdict = run_check(check, target, case)
-        tally.add(verdict)
-        _steer(verdict)
-        if verdict.failed:
-            raise FuzzFailure(check.name, target.name, case, verdict)
+        for k in range(variants):
+            variant = case.reseeded(k)
+            verdict = run_check(check, target, variant)
+            tally.add(verdict)
+            _steer(verdict)
+            if verdict.failed:
+                raise FuzzFailure(check.name, target.name, variant, verdict)
 
     if settings is not None:
         property_ = settings(property_)

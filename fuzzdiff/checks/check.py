@@ -19,8 +19,11 @@ __all__ = ["Check", "probe_params"]
 
 def probe_params(*keys: str) -> Callable[[Target, Case], SearchStrategy]:
     """A params strategy drawing one Probe (as a dict) per key."""
+    # Built once: Hypothesis validates every fresh strategy object, per draw.
+    strategy = st.fixed_dictionaries({k: probes().map(lambda p: p.__dict__.copy()) for k in keys})
+
     def params(target: Target, case: Case) -> SearchStrategy:
-        return st.fixed_dictionaries({k: probes().map(lambda p: p.__dict__.copy()) for k in keys})
+        return strategy
     return params
 
 

@@ -11,7 +11,7 @@ import torch
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check
 from fuzzdiff.confirm import Measurement, judge
-from fuzzdiff.directions import absdot, directions, dot, probes_like
+from fuzzdiff.directions import absdot, directions, dot, dot_and_scale, probes_like
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.paths.numerical import central
 from fuzzdiff.paths.reverse import vjp
@@ -22,31 +22,31 @@ from fuzzdiff.verdict import Verdict
 ROUNDOFF64 = 2.0**-52
 
 
-def finite_difference(target: Target, case: Case, cotangents, u, eps: float):
+def finite_difference(target: Target, case: Case, cotangents, u, eps: float, storages=None):
     """``<v, J u>`` by central differences in float64, and an estimate of its error."""
-    ref = leaf_function(target, case, cast=torch.float64, requires_grad=False)
+    ref = leaf_function(target, case, cast=torch.float64, requires_grad=False, storages=storages)
     with torch.no_grad():
         outs = ref(*ref.leaves)
-    d1 = central(ref, ref.leaves, u, eps)
-    d2 = central(ref, ref.leaves, u, 2 * eps)
+    d1, d2 = central(ref, ref.leaves, u, eps, 2 * eps)
     n1, n2 = dot(cotangents, d1), dot(cotangents, d2)
     # Truncation: the step-doubling difference; round-off: eps_mach * |f| / eps.
     noise = abs(n1 - n2) + ROUNDOFF64 / eps * absdot(cotangents, outs)
     return n1, noise
 
 
-def reverse_dot(target: Target, case: Case, cast=None):
-    f = leaf_function(target, case, cast=cast)
+def reverse_dot(target: Target, case: Case, cast=None, storages=None):
+    f = leaf_function(target, case, cast=cast, storages=storages)
     outs = f(*f.leaves)
     v = probes_like(case.params, "cotangent", outs)
     grads = vjp(outs, f.leaves, v)
     u = directions(case.params, f.leaves)
-    return dot(grads, u), absdot(grads, u), v, u
+    return *dot_and_scale(grads, u), v, u
 
 
 def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
-    analytic, scale, v, u = reverse_dot(target, case, cast)
-    numeric, noise = finite_difference(target, case, v, u, eps)
+    storages = case.storages()
+    analytic, scale, v, u = reverse_dot(target, case, cast, storages)
+    numeric, noise = finite_difference(target, case, v, u, eps, storages)
     return Measurement(analytic, numeric, scale + abs(numeric), noise)
 
 

@@ -43,7 +43,9 @@ class LeafFunction:
 
 
 def leaf_function(target: Target, case: Case, *, cast: torch.dtype | None = None,
-                  requires_grad: bool = True) -> LeafFunction:
+                  requires_grad: bool = True, storages=None) -> LeafFunction:
     """Materialize ``case`` (optionally with floating storages cast, e.g. to a
-    float64 reference that holds exactly the same values) as a LeafFunction."""
-    return LeafFunction(target, case, case.materialize(requires_grad=requires_grad, cast=cast))
+    float64 reference that holds exactly the same values) as a LeafFunction.
+    ``storages`` (``case.storages()``) shares one draw of the values between calls."""
+    return LeafFunction(target, case, case.materialize(requires_grad=requires_grad, cast=cast,
+                                                       storages=storages))
