@@ -25,7 +25,7 @@ from fuzzdiff.verdict import Verdict
 
 __all__ = ["fuzz", "Tally", "FuzzFailure", "VARIANTS", "default_variants"]
 
-VARIANTS = 8  # value-and-probe variants per drawn structure; $FUZZDIFF_VARIANTS overrides
+VARIANTS = 16  # value-and-probe variants per drawn structure; $FUZZDIFF_VARIANTS overrides
 
 
 class FuzzFailure(AssertionError):

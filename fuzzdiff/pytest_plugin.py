@@ -2,7 +2,9 @@
 
 Profiles: ``ci`` (bounded, derandomized: the default when $CI is set),
 ``dev`` (the default otherwise) and ``nightly`` (many examples). Choose with
-``--fuzzdiff-profile NAME`` or ``FUZZDIFF_PROFILE=NAME``.
+``--fuzzdiff-profile NAME`` or ``FUZZDIFF_PROFILE=NAME``. Each profile also
+sets how many value variants a drawn structure is tried at, unless
+``FUZZDIFF_VARIANTS`` is set.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ PROFILES = {
     "dev": dict(max_examples=40),
     "nightly": dict(max_examples=1000),
 }
+# Value-and-probe variants tried per drawn structure (fuzzdiff.fuzzing.fuzz).
+VARIANTS = {"ci": 4, "dev": 8, "nightly": 16}
 _COMMON = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                       HealthCheck.filter_too_much])
@@ -38,6 +42,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     name = config.getoption("--fuzzdiff-profile") or default_profile()
     settings.load_profile(name)
+    os.environ.setdefault("FUZZDIFF_VARIANTS", str(VARIANTS[name]))
     config._fuzzdiff_profile = name
 
 

@@ -13,11 +13,21 @@ from fuzzdiff.case import Probe
 __all__ = ["probes"]
 
 
+LAYOUTS = ("contiguous", "expanded", "transposed")
+ZEROS = (0.0, 0.5)
+
+
+def probe_from_code(code: int) -> Probe:
+    """One integer decides seed, layout and zeros; 0 is the plainest probe."""
+    return Probe(seed=code, layout=LAYOUTS[code % 3], zeros=ZEROS[(code // 3) % 2])
+
+
 @functools.cache
 def probes():
-    """A Probe: a recipe for a tensor shaped like an output known only at run time."""
-    # One shared strategy object: checks ask for it on every draw, and Hypothesis
-    # validates each fresh strategy object again.
-    return st.builds(Probe, seed=st.integers(0, 2**32 - 1),
-                     layout=st.sampled_from(("contiguous", "expanded", "transposed")),
-                     zeros=st.sampled_from((0.0, 0.5)))
+    """A Probe: a recipe for a tensor shaped like an output known only at run time.
+
+    A single draw (probes are drawn two or three times per example, and each
+    Hypothesis draw costs more than the torch work of a small example); it
+    shrinks toward seed 0, contiguous, no zeros.
+    """
+    return st.integers(0, 2**32 - 1).map(probe_from_code)
