@@ -121,8 +121,10 @@ class Values:
             else:  # no grid, or no grid point inside the interval
                 x = torch.rand(n, generator=g, dtype=torch.float64) * (hi - lo) + lo
         if self.nudge:
+            # At most nudge * span away, even from a one-point interval; a
+            # sampling interval keeps more than that away from its domain's edges.
             step = torch.randn(n, generator=_generator(self.nudge_seed), dtype=torch.float64)
-            x = (x + self.nudge * (hi - lo) * step).clamp(lo, hi)
+            x = x + self.nudge * max(hi - lo, 1.0) * step.clamp(-1.0, 1.0)
         for k in self.avoid:
             near = (x - k).abs() < self.margin
             up, down = min(k + self.margin, hi), max(k - self.margin, lo)

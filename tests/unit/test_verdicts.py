@@ -1,0 +1,99 @@
+"""The checks never cry wolf: kinks are inconclusive, missing formulas unsupported.
+
+And they still bite: a wrong backward is a confirmed failure.
+"""
+
+import torch
+from hypothesis import settings
+from torch.autograd.function import once_differentiable
+
+from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.fuzzing import FuzzFailure, fuzz
+from fuzzdiff.runner import run_check
+from fuzzdiff.targets import Target
+
+FEW = settings(max_examples=25, derandomize=True, database=None, deadline=None)
+
+
+def relu_at(value: float) -> Case:
+    return Case("relu", (Arg((3,), Values(seed=1, low=value, high=value)),),
+                params={"cotangent": {"seed": 1}, "direction": {"seed": 2}})
+
+
+RELU = Target("relu", torch.relu, "x: n")  # deliberately without its kink declared
+
+
+def test_a_kink_is_inconclusive_not_a_failure():
+    # At exactly 0 autograd says 0 and central differences say u/2: the
+    # discrepancy vanishes at neighbouring points, so it must not be a failure.
+    verdict = run_check("grad", RELU, relu_at(0.0))
+    assert verdict.kind == "inconclusive", verdict
+    assert "neighbouring" in verdict.message
+
+
+def test_the_same_op_away_from_the_kink_passes():
+    assert run_check("grad", RELU, relu_at(0.5)).kind == "pass"
+
+
+class NoJvp(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x * 2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+class OnceDifferentiable(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos()
+
+
+def test_missing_forward_formula_is_unsupported():
+    target = Target("nojvp", NoJvp.apply, "x: n")
+    tally = fuzz("forward", target, settings=FEW)
+    assert tally.only_unsupported, tally.counts
+    assert "jvp" in tally.reasons["unsupported"]
+
+
+def test_missing_double_backward_is_unsupported():
+    target = Target("once", OnceDifferentiable.apply, "x: n")
+    tally = fuzz("gradgrad", target, settings=FEW)
+    assert tally.counts["fail"] == 0
+    assert tally.counts["unsupported"] > 0, tally.counts
+
+
+class WrongBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos() * 1.001  # 0.1% off: far outside float64 tolerance
+
+
+def test_a_wrong_backward_is_a_confirmed_failure():
+    target = Target("wrong", WrongBackward.apply, "x: n")
+    try:
+        fuzz("grad", target, settings=FEW)
+    except FuzzFailure as failure:
+        assert failure.verdict.kind == "fail"
+        assert "confirmed" in failure.verdict.message
+    else:
+        raise AssertionError("a 0.1% error in backward went unnoticed")
