@@ -226,7 +226,7 @@ class Probe:
         g = _generator(self.seed)
         shape = tuple(t.shape)
         dims = [d for d, n in enumerate(shape) if n > 1]
-        if self.layout == "expanded" and dims:
+        if self.layout == "expanded" and len(dims) >= 2:  # still varies along another dim
             d = dims[self.seed % len(dims)]
             small = list(shape)
             small[d] = 1
