@@ -61,11 +61,19 @@ class Tally:
         return self.examples > 0 and self.counts["unsupported"] == self.examples
 
 
-def _steer(verdict: Verdict) -> None:
-    """Point Hypothesis's targeted search at large normalized errors."""
+def _score(verdict: Verdict) -> float | None:
+    """A verdict's normalized error, for Hypothesis's targeted search (None: none)."""
     err, scale = verdict.errors.get("abs_error"), verdict.errors.get("scale")
     if isinstance(err, float) and isinstance(scale, float) and math.isfinite(err) and scale > 0:
-        hypothesis.target(min(err / scale, 1e6), label="normalized error")
+        return min(err / scale, 1e6)
+    return None
+
+
+def _steer(scores: list[float]) -> None:
+    """Point Hypothesis's targeted search at large normalized errors. Once per
+    example: a second hypothesis.target() with the same label raises."""
+    if scores:
+        hypothesis.target(max(scores), label="normalized error")
 
 
 def default_variants() -> int:
@@ -96,13 +104,19 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
 
     @given(case_strategy(check, target, **case_options))
     def property_(case: Case) -> None:
-        for k in range(variants):
-            variant = case.reseeded(k)
-            verdict = run_check(check, target, variant)
-            tally.add(verdict)
-            _steer(verdict)
-            if verdict.failed:
-                raise FuzzFailure(check.name, target.name, variant, verdict)
+        scores: list[float] = []
+        try:
+            for k in range(variants):
+                variant = case.reseeded(k)
+                verdict = run_check(check, target, variant)
+                tally.add(verdict)
+                score = _score(verdict)
+                if score is not None:
+                    scores.append(score)
+                if verdict.failed:
+                    raise FuzzFailure(check.name, target.name, variant, verdict)
+        finally:
+            _steer(scores)
 
     if settings is not None:
         property_ = settings(property_)

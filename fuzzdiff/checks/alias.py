@@ -15,6 +15,7 @@ from fuzzdiff.case import Case, Layout
 from fuzzdiff.checks.check import Check, probe_params
 from fuzzdiff.checks.twins import judge_twins
 from fuzzdiff.paths.eager import Evaluation, evaluate
+from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.directions import probes_like
 from fuzzdiff.targets.target import Target
@@ -31,8 +32,9 @@ def scatter_to_storage(grad: torch.Tensor, shape, layout: Layout, out: torch.Ten
 
 def cloned(target: Target, case: Case, cast=None) -> Evaluation:
     """Outputs from independent clones, and their gradients mapped onto the leaves."""
-    aliased = evaluate(target, case, cast=cast)  # for the leaves' shapes and sources
-    f = aliased.function
+    # A fresh materialization, not the aliased run's tensors: a target that
+    # (wrongly) writes into its inputs must not hand the clones clobbered values.
+    f = leaf_function(target, case, cast=cast)
     clones = [a.detach().clone().requires_grad_() if src is not None else a
               for a, src in zip(f.args, f.inputs.sources)]
     outs = f.call_args(clones)

@@ -45,7 +45,11 @@ def reverse_dot(target: Target, case: Case, cast=None, storages=None):
 
 def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
     storages = case.storages()
-    analytic, scale, v, u = reverse_dot(target, case, cast, storages)
+    # The analytic side gets copies: a target that (wrongly) writes into its
+    # inputs must not move the finite-difference reference to another point,
+    # which would report a mutation as a wrong derivative.
+    copies = {i: t.clone() for i, t in storages.items()}
+    analytic, scale, v, u = reverse_dot(target, case, cast, copies)
     numeric, noise = finite_difference(target, case, v, u, eps, storages)
     return Measurement(analytic, numeric, scale + abs(numeric), noise)
 
