@@ -1,0 +1,684 @@
+"""The self-test zoo: planted derivative bugs, each with a correct twin.
+
+Every entry of ``ZOO`` is a ``Planted(bug, twin, check, trigger)``:
+
+- ``bug``: a fuzzdiff Target whose derivative (or forward) is wrong in one
+  subtle way, and right whenever the single input property ``trigger`` is
+  absent;
+- ``twin``: the same target (name + "_twin") with the bug fixed: it must pass
+  every check that applies to it;
+- ``check``: the check that must find the bug;
+- ``trigger``: the one input property that exposes it (one of TRIGGERS).
+
+None of these targets is registered in the global catalog: ``fuzzdiff list``
+and the fuzz suite never see them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.autograd import Function
+
+from fuzzdiff.case import Layout
+from fuzzdiff.targets.target import Target
+
+__all__ = ["Planted", "ZOO", "TRIGGERS", "by_name"]
+
+TRIGGERS = (
+    "noncontiguous",   # some argument is not laid out contiguously (permuted, sliced, ...)
+    "offset",          # some argument starts at a storage offset > 0
+    "aliasing",        # two arguments share memory
+    "nonsquare",       # a matrix argument with n != m
+    "extreme",         # huge |x| among the values (target opts into specials)
+    "float32",         # the case dtype is float32
+    "second_order",    # only the derivative of the backward is wrong
+    "forward_mode",    # only the forward-mode (jvp) formula is wrong
+    "cotangent",       # the cotangent is not constant (all ones hides it)
+    "mutation",        # a "functional" target writes into its input in some code path
+    "channels_last",   # the forward is wrong for channels_last memory format
+)
+
+
+@dataclass(frozen=True)
+class Planted:
+    bug: Target
+    twin: Target
+    check: str
+    trigger: str
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.bug.name
+
+
+def _pair(name: str, bug: Callable, twin: Callable, spec: str, check: str, trigger: str,
+          note: str, **target_kw) -> Planted:
+    assert trigger in TRIGGERS, trigger
+    return Planted(Target(name, bug, spec, family="selftest", **target_kw),
+                   Target(name + "_twin", twin, spec, family="selftest", **target_kw),
+                   check, trigger, note)
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    return Layout.contiguous(tuple(shape)).strides
+
+
+# ---------------------------------------------------------------------------------
+# 1. noncontiguous: backward reads the saved input in storage order.
+#    y = x sin x,  dy/dx = sin x + x cos x
+
+def _d_xsinx(x):
+    return torch.sin(x) + x * torch.cos(x)
+
+
+class XSinX(Function):
+    @staticmethod
+    def forward(x):
+        return x * torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * _d_xsinx(x)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * _d_xsinx(x)
+
+
+class XSinXStorageOrder(XSinX):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        # BUG: "flat" re-view of x that assumes contiguous strides; it keeps the
+        # storage offset, so it is right for every contiguous x, offset or not.
+        flat = torch.as_strided(x, x.shape, _contiguous_strides(x.shape), x.storage_offset())
+        return g * _d_xsinx(flat)
+
+
+# ---------------------------------------------------------------------------------
+# 2. noncontiguous: backward returns the gradient "in x's strides" with as_strided.
+#    y = log(1 + x^2),  dy/dx = 2x / (1 + x^2)
+
+def _d_log1psq(x):
+    return 2 * x / (1 + x * x)
+
+
+class Log1pSq(Function):
+    @staticmethod
+    def forward(x):
+        return torch.log1p(x * x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * _d_log1psq(x)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * _d_log1psq(x)
+
+
+class Log1pSqRestrided(Log1pSq):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        gx = (g * _d_log1psq(x)).contiguous()
+        # BUG: meant to hand back a gradient with x's strides; as_strided
+        # reinterprets the contiguous buffer instead of copying into that layout.
+        return gx.as_strided(x.size(), x.stride())
+
+
+# ---------------------------------------------------------------------------------
+# 3. offset: backward rebuilds x from its storage with storage_offset=0.
+#    y = atan(x),  dy/dx = 1 / (1 + x^2)
+
+def _d_atan(x):
+    return 1 / (1 + x * x)
+
+
+class Atan(Function):
+    @staticmethod
+    def forward(x):
+        return torch.atan(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * _d_atan(x)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * _d_atan(x)
+
+
+class AtanStorageRebuild(Atan):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        # BUG: rebuilds x from its storage with its sizes and strides but
+        # storage_offset=0: right for any layout that starts at the storage's start.
+        xs = torch.as_strided(x, x.size(), x.stride(), 0)
+        return g * _d_atan(xs)
+
+
+# ---------------------------------------------------------------------------------
+# 4. offset, in the forward: the output is rebuilt from x's storage with
+#    storage_offset=0 (backward is right); found by comparing layouts.
+#    y = sin(x)
+
+class Sin(Function):
+    @staticmethod
+    def forward(x):
+        return torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.cos(x)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * torch.cos(x)
+
+
+class SinStorageRebuild(Sin):
+    @staticmethod
+    def forward(x):
+        # BUG: hands the kernel x re-viewed from its storage with its sizes and
+        # strides but storage_offset=0 (as_strided's default is x's own offset).
+        return torch.sin(torch.as_strided(x, x.size(), x.stride(), 0))
+
+
+# ---------------------------------------------------------------------------------
+# 5. aliasing: a "same tensor twice" special case in backward.
+#    y = a * b
+
+class Mul(Function):
+    @staticmethod
+    def forward(a, b):
+        return a * b
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return g * b, g * a
+
+    @staticmethod
+    def jvp(ctx, ta, tb):
+        a, b = ctx.saved_tensors
+        return ta * b + a * tb
+
+
+class MulSquareShortcut(Mul):
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        if a.data_ptr() == b.data_ptr() and a.stride() == b.stride():
+            # BUG: "x * x, so d/dx = 2x" -- but autograd already adds up the
+            # gradients of both uses of x: the result is doubled.
+            return 2 * g * a, 2 * g * b
+        return g * b, g * a
+
+
+# ---------------------------------------------------------------------------------
+# 6. aliasing: a per-call cache keyed on the storage, not on the view.
+#    y = exp(a) - exp(b)
+
+def exp_diff_cached(a, b):
+    cache = {}
+
+    def exp(t):
+        # BUG: two different views of one storage share a key.
+        key = (t.untyped_storage().data_ptr(), t.dtype)
+        if key not in cache:
+            cache[key] = torch.exp(t)
+        return cache[key]
+
+    return exp(a) - exp(b)
+
+
+def exp_diff_cached_twin(a, b):
+    cache = {}
+
+    def exp(t):
+        key = (t.untyped_storage().data_ptr(), t.dtype, t.storage_offset(),
+               tuple(t.shape), t.stride())
+        if key not in cache:
+            cache[key] = torch.exp(t)
+        return cache[key]
+
+    return exp(a) - exp(b)
+
+
+# ---------------------------------------------------------------------------------
+# 7. non-square: attention scores q k^T / sqrt(d), backward scales by the wrong dim.
+
+class Scores(Function):
+    @staticmethod
+    def forward(q, k):
+        return q @ k.mT / math.sqrt(max(q.shape[-1], 1))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k = ctx.saved_tensors
+        scale = 1 / math.sqrt(max(q.shape[-1], 1))
+        return g @ k * scale, g.mT @ q * scale
+
+    @staticmethod
+    def jvp(ctx, tq, tk):
+        q, k = ctx.saved_tensors
+        return (tq @ k.mT + q @ tk.mT) / math.sqrt(max(q.shape[-1], 1))
+
+
+class ScoresRowScale(Scores):
+    @staticmethod
+    def backward(ctx, g):
+        q, k = ctx.saved_tensors
+        scale = 1 / math.sqrt(max(q.shape[0], 1))  # BUG: the number of rows, not the head dim
+        return g @ k * scale, g.mT @ q * scale
+
+
+# ---------------------------------------------------------------------------------
+# 8. non-square: centering rows, backward divides by the wrong dimension's size.
+#    y = X - mean(X, dim=1)
+
+class CenterRows(Function):
+    @staticmethod
+    def forward(x):
+        return x - x.mean(dim=1, keepdim=True)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.shape = inputs[0].shape
+
+    @staticmethod
+    def backward(ctx, g):
+        return g - g.sum(dim=1, keepdim=True) / ctx.shape[1]
+
+    @staticmethod
+    def jvp(ctx, t):
+        return t - t.mean(dim=1, keepdim=True)
+
+
+class CenterRowsWrongCount(CenterRows):
+    @staticmethod
+    def backward(ctx, g):
+        return g - g.sum(dim=1, keepdim=True) / ctx.shape[0]  # BUG: rows, not columns
+
+
+# ---------------------------------------------------------------------------------
+# 9. extreme values: softplus with a stable forward, backward exp(x) / (1 + exp(x)).
+
+class Softplus(Function):
+    @staticmethod
+    def forward(x):
+        return F.softplus(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.sigmoid(x)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * torch.sigmoid(x)
+
+
+class SoftplusNaiveSigmoid(Softplus):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        e = torch.exp(x)
+        return g * (e / (1 + e))  # BUG: inf / inf = nan for huge x
+
+
+# ---------------------------------------------------------------------------------
+# 10. extreme values: log cosh with a stable forward, backward sinh / cosh.
+
+_LOG2 = math.log(2.0)
+
+
+class LogCosh(Function):
+    @staticmethod
+    def forward(x):
+        a = x.abs()
+        return a + F.softplus(-2 * a) - _LOG2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.tanh(x)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * torch.tanh(x)
+
+
+class LogCoshNaiveTanh(LogCosh):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (torch.sinh(x) / torch.cosh(x))  # BUG: inf / inf = nan for huge |x|
+
+
+# ---------------------------------------------------------------------------------
+# 11. float32: x^2 with its derivative by the polarization identity, a difference
+#     of two nearly equal large squares (exact enough in float64, not in float32).
+
+_SHIFT = 1e6
+
+
+class Square(Function):
+    @staticmethod
+    def forward(x):
+        return x * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 2 * x
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * 2 * x
+
+
+class SquarePolarization(Square):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        # BUG: 2x = ((x + s)^2 - (x - s)^2) / 2s loses every digit of x in float32
+        return g * (((x + _SHIFT) ** 2 - (x - _SHIFT) ** 2) / (2 * _SHIFT))
+
+
+# ---------------------------------------------------------------------------------
+# 12. float32: a "fast path" that evaluates the derivative in bfloat16 unless the
+#     input is float64.
+
+class SinLowPrecisionBackward(Sin):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        if x.dtype == torch.float64:
+            return g * torch.cos(x)
+        return g * torch.cos(x.bfloat16()).to(x.dtype)  # BUG: 8 bits of mantissa
+
+
+# ---------------------------------------------------------------------------------
+# 13. second order: backward right, but part of it is detached, so its own
+#     derivative (double backward) is wrong.   y = x exp(x),  dy/dx = (1 + x) exp(x)
+
+class XExp(Function):
+    @staticmethod
+    def forward(x):
+        return x * torch.exp(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (1 + x) * torch.exp(x)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * (1 + x) * torch.exp(x)
+
+
+class XExpDetached(XExp):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        # BUG: exp(x) detached "to save memory": right values, wrong second derivative
+        return g * (1 + x) * torch.exp(x).detach()
+
+
+# ---------------------------------------------------------------------------------
+# 14. forward mode: backward right, jvp formula wrong.
+#     y = x sigmoid(x),  dy/dx = s (1 + x (1 - s))
+
+def _d_silu(x):
+    s = torch.sigmoid(x)
+    return s * (1 + x * (1 - s))
+
+
+class Silu(Function):
+    @staticmethod
+    def forward(x):
+        return x * torch.sigmoid(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * _d_silu(x)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * _d_silu(x)
+
+
+class SiluWrongJvp(Silu):
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return t * s * (1 + x * s)  # BUG: s where (1 - s) belongs
+
+
+# ---------------------------------------------------------------------------------
+# 15. cotangent: backward written for loss.sum().backward(): it uses the mean
+#     of grad_output, right only for a constant cotangent.   y = expm1(x)
+
+class Expm1(Function):
+    @staticmethod
+    def forward(x):
+        return torch.expm1(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.exp(x)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * torch.exp(x)
+
+
+class Expm1MeanCotangent(Expm1):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g.mean() * torch.exp(x)  # BUG: one number for every element's cotangent
+
+
+# ---------------------------------------------------------------------------------
+# 16. mutation: backward uses the saved input's buffer as scratch space.
+#     y = x tanh(x),  dy/dx = tanh x + x (1 - tanh^2 x)
+
+class XTanh(Function):
+    @staticmethod
+    def forward(x):
+        return x * torch.tanh(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        t = torch.tanh(x)
+        return g * (t + x * (1 - t * t))
+
+    @staticmethod
+    def jvp(ctx, tx):
+        (x,) = ctx.saved_tensors
+        t = torch.tanh(x)
+        return tx * (t + x * (1 - t * t))
+
+
+class XTanhScratch(XTanh):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        t = torch.tanh(x)
+        if torch.is_grad_enabled() or not x.is_contiguous():
+            # recording a graph (double backward), or a strided x: out of place
+            return g * (t + x * (1 - t * t))
+        # BUG: "no graph is recorded, so reuse the buffer": right derivative,
+        # but the buffer is the caller's input, which is now clobbered.
+        return g * x.mul_(1 - t * t).add_(t)
+
+
+# ---------------------------------------------------------------------------------
+# 17. channels_last: a per-channel scale whose channels_last "fast path" forgets
+#     to move channels last before flattening.   y[n, c, h, w] = x[n, c, h, w] s[c]
+
+def channel_scale(x, s):
+    n, c, h, w = x.shape
+    if x.is_contiguous(memory_format=torch.channels_last):
+        # BUG: a channels_last tensor is (N*H*W, C) in memory, but reshape
+        # works on the logical NCHW order, so channels get mixed up.
+        return (x.reshape(n * h * w, c) * s).reshape(n, c, h, w)
+    return x * s.reshape(1, c, 1, 1)
+
+
+def channel_scale_twin(x, s):
+    n, c, h, w = x.shape
+    if x.is_contiguous(memory_format=torch.channels_last):
+        return (x.permute(0, 2, 3, 1).reshape(n * h * w, c) * s).reshape(n, h, w, c).permute(0, 3, 1, 2)
+    return x * s.reshape(1, c, 1, 1)
+
+
+# ---------------------------------------------------------------------------------
+
+ZOO: list[Planted] = [
+    _pair("xsinx_storage_order", XSinXStorageOrder.apply, XSinX.apply, "x: ...",
+          "grad", "noncontiguous", "backward re-views x with contiguous strides"),
+    _pair("log1psq_restrided_grad", Log1pSqRestrided.apply, Log1pSq.apply, "x: ...",
+          "grad", "noncontiguous", "backward returns grad.as_strided(x.size(), x.stride())"),
+    _pair("atan_offset0", AtanStorageRebuild.apply, Atan.apply, "x: ...",
+          "grad", "offset", "backward rebuilds x with as_strided(..., storage_offset=0)"),
+    _pair("sin_fwd_offset0", SinStorageRebuild.apply, Sin.apply, "x: ...",
+          "layout", "offset", "forward re-views x with as_strided(..., storage_offset=0)"),
+    _pair("mul_square_shortcut", MulSquareShortcut.apply, Mul.apply, "a: n m, b: n m",
+          "alias", "aliasing", "backward special-cases a is b as x*x and doubles the gradient"),
+    _pair("exp_diff_storage_cache", exp_diff_cached, exp_diff_cached_twin, "a: n, b: n",
+          "alias", "aliasing", "forward caches exp per storage, not per view"),
+    _pair("scores_row_scale", ScoresRowScale.apply, Scores.apply, "q: n d, k: n d",
+          "grad", "nonsquare", "backward scales by 1/sqrt(rows) instead of 1/sqrt(d)"),
+    _pair("center_rows_wrong_count", CenterRowsWrongCount.apply, CenterRows.apply, "x: n m",
+          "grad", "nonsquare", "backward divides the row sum by n instead of m"),
+    _pair("softplus_naive_sigmoid", SoftplusNaiveSigmoid.apply, Softplus.apply, "x: ...",
+          "grad", "extreme", "backward exp(x)/(1+exp(x)) is nan for huge x", specials=True),
+    _pair("logcosh_naive_tanh", LogCoshNaiveTanh.apply, LogCosh.apply, "x: ...",
+          "grad", "extreme", "backward sinh(x)/cosh(x) is nan for huge |x|", specials=True),
+    _pair("square_polarization", SquarePolarization.apply, Square.apply, "x: ...",
+          "dtype", "float32", "backward 2x as a difference of squares of x +- 1e6"),
+    _pair("sin_bf16_backward", SinLowPrecisionBackward.apply, Sin.apply, "x: ...",
+          "dtype", "float32", "backward computes cos(x) in bfloat16 unless float64"),
+    _pair("xexp_detached", XExpDetached.apply, XExp.apply, "x: ...",
+          "gradgrad", "second_order", "backward detaches exp(x): double backward is wrong"),
+    _pair("silu_wrong_jvp", SiluWrongJvp.apply, Silu.apply, "x: ...",
+          "forward", "forward_mode", "jvp has s where (1 - s) belongs"),
+    _pair("expm1_mean_cotangent", Expm1MeanCotangent.apply, Expm1.apply, "x: ...",
+          "grad", "cotangent", "backward uses grad_output.mean()"),
+    _pair("xtanh_scratch", XTanhScratch.apply, XTanh.apply, "x: ...",
+          "mutation", "mutation", "backward computes in place in the saved input"),
+    _pair("channel_scale_cl", channel_scale, channel_scale_twin, "x: n c h w, s: c",
+          "layout", "channels_last", "channels_last fast path flattens NCHW order", min_side=2, max_side=3),
+]
+
+
+def by_name(name: str) -> Planted:
+    for p in ZOO:
+        if p.name == name or p.twin.name == name:
+            return p
+    raise KeyError(name)
