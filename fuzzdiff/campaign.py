@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from hypothesis import HealthCheck, settings as hsettings
+from hypothesis import HealthCheck, Phase, settings as hsettings
 
 from fuzzdiff.checks import Check
 from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz
@@ -59,7 +59,8 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int, bu
     pairs = list(pairs)
     start = time.monotonic()
     opts = dict(max_examples=max_examples, deadline=None, database=None, print_blob=False,
-                suppress_health_check=list(HealthCheck))
+                suppress_health_check=list(HealthCheck),
+                phases=[p for p in Phase if p != Phase.explain])
     for n, (target, check) in enumerate(pairs):
         if budget is not None and time.monotonic() - start > budget:
             campaign.skipped_for_budget = len(pairs) - n

@@ -18,9 +18,10 @@ import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.tolerance import Tolerance
+from fuzzdiff.unsupported import unsupported_reason
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Measurement", "judge", "worst", "EPS", "NUDGE"]
+__all__ = ["Measurement", "judge", "judged", "worst", "EPS", "NUDGE"]
 
 EPS = 1e-6          # finite-difference step in float64, along a direction of norm ~1 per element
 NUDGE = 1e-3        # distance to a neighbouring point, as a fraction of the value range
@@ -104,9 +105,22 @@ def _unsure(identity: str, why: str, m: Measurement) -> Verdict:
     return Verdict("inconclusive", f"{identity}: {why}", m.summary())
 
 
-_SEVERITY = {"pass": 0, "unsupported": 1, "inconclusive": 2, "fail": 3}
+_SEVERITY = {"unsupported": 0, "pass": 1, "inconclusive": 2, "fail": 3}
 
 
 def worst(*verdicts: Verdict) -> Verdict:
-    """The most severe of several identities' verdicts (fail > inconclusive > ...)."""
+    """The most severe of several identities' verdicts: fail > inconclusive >
+    pass > unsupported (an identity that could be tested outweighs one that could not)."""
     return max(verdicts, key=lambda v: _SEVERITY[v.kind])
+
+
+def judged(identity: str, judge_fn: Callable[[], Verdict]) -> Verdict:
+    """``judge_fn()``, or "unsupported" when the identity needs a missing formula,
+    so that one check's other identities are still judged."""
+    try:
+        return judge_fn()
+    except Exception as e:  # noqa: BLE001 - anything else propagates below
+        reason = unsupported_reason(e)
+        if reason is None:
+            raise
+        return Verdict("unsupported", f"{identity}: {reason}")

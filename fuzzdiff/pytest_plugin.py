@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 PROFILES = {
     "ci": dict(max_examples=12, derandomize=True, database=None),
@@ -20,7 +20,9 @@ PROFILES = {
 }
 # Value-and-probe variants tried per drawn structure (fuzzdiff.fuzzing.fuzz).
 VARIANTS = {"ci": 4, "dev": 8, "nightly": 16}
-_COMMON = dict(deadline=None, print_blob=True,
+# No explain phase: it re-runs a shrunk failure ~20x to annotate lines, and a
+# fuzzdiff failure already carries its own verdict and case.
+_COMMON = dict(deadline=None, print_blob=True, phases=[p for p in Phase if p != Phase.explain],
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                       HealthCheck.filter_too_much])
 

@@ -7,7 +7,6 @@ target at a valid input is a finding, reported as a failure once it replays.
 
 from __future__ import annotations
 
-import re
 import traceback
 from dataclasses import replace
 
@@ -17,35 +16,11 @@ from fuzzdiff.case import Case, CaseError
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
-from fuzzdiff.verdict import Unsupported, Verdict
+from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS, unsupported_reason
+from fuzzdiff.verdict import Verdict
 from strategies.cases import cases
 
 __all__ = ["run_check", "case_strategy", "UNSUPPORTED_PATTERNS", "unsupported_reason"]
-
-UNSUPPORTED_PATTERNS = tuple(re.compile(p, re.I) for p in (
-    r"derivative for .* is not implemented",
-    r"forward AD .*(not|isn't) (supported|implemented)",
-    r"Trying to use forward AD with .* that does not support it",
-    r"does not (support|implement) (forward|double backward|jvp)",
-    r"jvp is not implemented",
-    r"not implemented for '(Complex|BFloat16|Half)",
-    r"does not support automatic differentiation for outputs with complex dtype",
-    r"is not supported for complex",
-    r"double backward.*not (supported|implemented)",
-    r"element \d+ of tensors does not require grad",
-    r"You must implement the jvp function",
-    r"differentiated Tensors appears to not have been used in the graph",
-))
-
-
-def unsupported_reason(exc: BaseException) -> str | None:
-    if isinstance(exc, Unsupported):
-        return str(exc)
-    text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, NotImplementedError) or any(p.search(text) for p in UNSUPPORTED_PATTERNS):
-        return text.splitlines()[0][:300]
-    return None
-
 
 def run_check(check: Check | str, target: Target | str, case: Case) -> Verdict:
     """The check's verdict at ``case``; never raises for the target's own errors."""
@@ -77,10 +52,11 @@ def run_check(check: Check | str, target: Target | str, case: Case) -> Verdict:
 
 def case_strategy(check: Check, target: Target, **case_options):
     """Cases for ``target`` with the check's own params drawn and stored."""
-    dtypes = target.dtypes if check.dtypes is None else tuple(
-        d for d in target.dtypes if d in check.dtypes)
-    base = cases(target, dtypes=dtypes, alias=check.aliasing != "never",
-                 require_alias=check.aliasing == "required", **case_options)
+    options = dict(dtypes=target.dtypes if check.dtypes is None else tuple(
+                       d for d in target.dtypes if d in check.dtypes),
+                   alias=check.aliasing != "never", require_alias=check.aliasing == "required")
+    options.update(case_options)  # the caller's word wins, e.g. alias=False
+    base = cases(target, **options)
     return _with_params(base, check, target)
 
 

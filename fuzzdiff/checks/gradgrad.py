@@ -13,14 +13,14 @@ import torch.autograd.forward_ad as fwAD
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
-from fuzzdiff.confirm import Measurement, judge, worst
+from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, directions, dot, probes_like
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import LeafFunction, leaf_function
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
-from fuzzdiff.verdict import Verdict
+from fuzzdiff.verdict import Unsupported, Verdict
 
 ROUNDOFF64 = 2.0**-52
 
@@ -28,20 +28,41 @@ ROUNDOFF64 = 2.0**-52
 def _first_derivative(f: LeafFunction, leaves, params, create_graph: bool):
     outs = f(*leaves)
     v = probes_like(params, "cotangent", outs)
-    return vjp(outs, leaves, v, create_graph=create_graph)
+    if create_graph:
+        # As gradgradcheck does: a cotangent that requires grad makes a
+        # backward marked once_differentiable raise instead of silently
+        # returning a constant (whose derivative would read as zero).
+        v = [t.requires_grad_() for t in v]
+    return vjp(outs, leaves, v, create_graph=create_graph), v
+
+
+def refuse_once_differentiable(t: torch.Tensor) -> None:
+    """Raise Unsupported if ``t``'s graph passes through a backward marked
+    once_differentiable: its error node hangs off detached copies, so autograd
+    would silently read its second derivative as zero rather than raise."""
+    seen, stack = set(), [t.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if type(node).__name__ in ("Error", "DelayedError"):
+            raise Unsupported("a backward is marked @once_differentiable: no double backward")
+        stack.extend(n for n, _ in node.next_functions)
 
 
 def reverse_over_reverse(target: Target, case: Case, cast=None):
     f = leaf_function(target, case, cast=cast)
-    g = _first_derivative(f, f.leaves, case.params, create_graph=True)
+    g, _ = _first_derivative(f, f.leaves, case.params, create_graph=True)
     w = probes_like(case.params, "second", f.leaves)
     u = directions(case.params, f.leaves)
     h = sum((gi * wi.to(gi.dtype)).sum() for gi, wi in zip(g, w) if gi.requires_grad)
     if not isinstance(h, torch.Tensor) or not h.requires_grad:
-        hess_u = [torch.zeros_like(l) for l in f.leaves]
+        grad_h = [torch.zeros_like(l) for l in f.leaves]
     else:
-        hess_u = vjp([h], f.leaves, [torch.ones_like(h)])
-    return dot(hess_u, u), absdot(hess_u, u), u, w
+        refuse_once_differentiable(h)
+        grad_h = vjp([h], f.leaves, [torch.ones_like(h)])
+    return dot(grad_h, u), absdot(grad_h, u), u, w
 
 
 def forward_over_reverse(target: Target, case: Case, cast=None):
@@ -50,7 +71,9 @@ def forward_over_reverse(target: Target, case: Case, cast=None):
     w = probes_like(case.params, "second", f.leaves)
     with fwAD.dual_level():
         duals = [fwAD.make_dual(l, same_layout(l, ui)) for l, ui in zip(f.leaves, u)]
-        g = _first_derivative(f, duals, case.params, create_graph=True)
+        g, _ = _first_derivative(f, duals, case.params, create_graph=True)
+        for gi in g:
+            refuse_once_differentiable(gi)
         tangents = []
         for gi in g:
             t = fwAD.unpack_dual(gi).tangent
@@ -64,7 +87,7 @@ def first_derivative_difference(target: Target, case: Case, u, w, eps: float):
 
     def h(step: float) -> tuple[float, float]:
         moved = [(l.detach() + step * ui.to(l.dtype)).requires_grad_() for l, ui in zip(ref.leaves, u)]
-        g = _first_derivative(ref, moved, case.params, create_graph=False)
+        g, _ = _first_derivative(ref, moved, case.params, create_graph=False)
         return dot(g, w), absdot(g, w)
 
     (p1, s), (m1, _) = h(eps), h(-eps)
@@ -88,9 +111,12 @@ def run(target: Target, case: Case) -> Verdict:
     dtype = case.torch_dtype
     tol = tolerance(target, "gradgrad", dtype)
     low = dtype != torch.float64
+    # Judged one by one: a custom Function without jvp still has its
+    # reverse-over-reverse derivative checked.
     return worst(*(
-        judge(name, lambda c, eps, m=m: m(target, c, eps), case, tol,
-              measure64=(lambda c, eps, m=m: m(target, c, eps, torch.float64)) if low else None)
+        judged(name, lambda m=m, name=name: judge(
+            name, lambda c, eps: m(target, c, eps), case, tol,
+            measure64=(lambda c, eps: m(target, c, eps, torch.float64)) if low else None))
         for name, m in (("reverse-over-reverse vs finite differences of J^T v", rr),
                         ("forward-over-reverse vs finite differences of J^T v", fr))))
 

@@ -97,3 +97,30 @@ def test_a_wrong_backward_is_a_confirmed_failure():
         assert "confirmed" in failure.verdict.message
     else:
         raise AssertionError("a 0.1% error in backward went unnoticed")
+
+
+class DetachedDoubleBackward(torch.autograd.Function):
+    """x * exp(x) with a backward whose exp(x) is detached: first order right,
+    second order wrong; no jvp, as most custom Functions."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x.exp()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (1 + x) * x.detach().exp()
+
+
+def test_second_order_bug_found_without_forward_mode():
+    # forward-over-reverse is unsupported here; reverse-over-reverse must still judge.
+    target = Target("xexp", DetachedDoubleBackward.apply, "x: n")
+    assert fuzz("grad", target, settings=FEW).counts["fail"] == 0
+    try:
+        fuzz("gradgrad", target, settings=FEW)
+    except FuzzFailure as failure:
+        assert "reverse-over-reverse" in failure.verdict.message
+    else:
+        raise AssertionError("a detached factor in backward went unnoticed by gradgrad")

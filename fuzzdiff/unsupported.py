@@ -1,0 +1,40 @@
+"""Telling "this target cannot do that" from a bug.
+
+An op without a forward-mode formula, without double backward or without
+complex support raises when a check asks for it; that is "unsupported" and
+never a failure. The patterns are torch's own messages.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fuzzdiff.verdict import Unsupported
+
+__all__ = ["UNSUPPORTED_PATTERNS", "unsupported_reason"]
+
+UNSUPPORTED_PATTERNS = tuple(re.compile(p, re.I) for p in (
+    r"derivative for .* is not implemented",
+    r"forward AD .*(not|isn't) (supported|implemented)",
+    r"Trying to use forward AD with .* that does not support it",
+    r"does not (support|implement) (forward|double backward|jvp)",
+    r"jvp is not implemented",
+    r"not implemented for '(Complex|BFloat16|Half)",
+    r"does not support automatic differentiation for outputs with complex dtype",
+    r"is not supported for complex",
+    r"double backward.*not (supported|implemented)",
+    r"element \d+ of tensors does not require grad",
+    r"You must implement the jvp function",
+    r"differentiated Tensors appears to not have been used in the graph",
+    r"trying to differentiate twice a function that was marked with @once_differentiable",
+))
+
+
+def unsupported_reason(exc: BaseException) -> str | None:
+    """torch's reason when ``exc`` says a formula is missing, else None."""
+    if isinstance(exc, Unsupported):
+        return str(exc)
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, NotImplementedError) or any(p.search(text) for p in UNSUPPORTED_PATTERNS):
+        return text.splitlines()[0][:300]
+    return None
