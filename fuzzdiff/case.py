@@ -89,18 +89,18 @@ class Values:
         n = math.prod(shape)
         g = _generator(self.seed)
         if self.kind == "int":
-            flat = torch.randint(int(self.low), int(self.high) + 1, (n,), generator=g)
-            return flat.reshape(shape).to(dtype)
-        if self.kind == "bool":
-            return (torch.rand(n, generator=g, dtype=torch.float64) < 0.5).reshape(shape)
-        flat = self._reals(n, g)
-        if dtype.is_complex:
-            flat = torch.complex(flat, self._reals(n, g))
-        if flat.dtype != dtype:
-            flat = flat.to(dtype)
-        for pos, name in self.specials:
-            if n:
-                flat[pos % n] = special_value(name, dtype)
+            flat = torch.randint(int(self.low), int(self.high) + 1, (n,), generator=g).to(dtype)
+        elif self.kind == "bool":
+            flat = torch.rand(n, generator=g, dtype=torch.float64) < 0.5
+        else:
+            flat = self._reals(n, g)
+            if dtype.is_complex:
+                flat = torch.complex(flat, self._reals(n, g))
+            if flat.dtype != dtype:
+                flat = flat.to(dtype)
+            for pos, name in self.specials:
+                if n:
+                    flat[pos % n] = special_value(name, dtype)
         out = flat.reshape(shape)
         for d in self.constant:
             if d < len(shape) and shape[d] > 1:

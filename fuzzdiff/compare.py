@@ -62,13 +62,18 @@ def mismatch(a: torch.Tensor, b: torch.Tensor) -> tuple[float, tuple[int, ...]]:
 
 def worst_discrepancy(names: Sequence[str], got: Sequence[torch.Tensor],
                       expected: Sequence[torch.Tensor], tol: Tolerance,
-                      slack: Sequence[float] | None = None) -> Discrepancy | None:
-    """The first tensor pair outside tolerance (None if all agree)."""
+                      slack: Sequence[float] | None = None,
+                      scale_floor: float = 0.0) -> Discrepancy | None:
+    """The first tensor pair outside tolerance (None if all agree).
+
+    ``scale_floor`` raises each tensor's reference scale, for results that are
+    zero only by cancellation of terms of that size.
+    """
     if len(got) != len(expected):
         return Discrepancy(f"{len(got)} tensors vs {len(expected)}", math.inf, 0.0)
     for k, (name, a, b) in enumerate(zip(names, got, expected)):
         err, index = mismatch(a, b)
-        d = Discrepancy(name, err, max_abs(b), index)
+        d = Discrepancy(name, err, max(max_abs(b), scale_floor), index)
         if not d.within(tol, slack[k] if slack else 0.0):
             return d
     return None

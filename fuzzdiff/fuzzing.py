@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import hypothesis
 from hypothesis import given, settings as hsettings
+from hypothesis.errors import FlakyFailure
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check, get_check
@@ -123,7 +124,15 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     if seed is not None:
         property_ = hypothesis.seed(seed)(property_)
     try:
-        property_()
+        try:
+            property_()
+        except FlakyFailure as group:
+            # The failure did not reproduce every time (e.g. a kernel reading
+            # uninitialized memory): still a confirmed failure of one case.
+            inner = next((e for e in group.exceptions if isinstance(e, FuzzFailure)), None)
+            if inner is None:
+                raise
+            raise inner from group
     except FuzzFailure as failure:
         failure.tally = tally
         if corpus is not None:

@@ -11,7 +11,7 @@ import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
-from fuzzdiff.compare import mismatch, worst_discrepancy
+from fuzzdiff.compare import max_abs, mismatch, worst_discrepancy
 from fuzzdiff.confirm import F32_NUDGE
 from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.targets.target import Target
@@ -29,12 +29,15 @@ def run(target: Target, case: Case) -> Verdict:
     tol = tolerance(target, "dtype", dtype)
     names, low = evaluate(target, case).tensors()
     _, ref = evaluate(target, case, cast=torch.float64).tensors()
-    d = worst_discrepancy(names, low, ref, tol)
+    # A gradient that is zero by cancellation (a normalized group of one) is
+    # judged on the scale of everything computed, not on its own zero.
+    floor = max((max_abs(r) for r in ref), default=0.0)
+    d = worst_discrepancy(names, low, ref, tol, scale_floor=floor)
     if d is None:
         return Verdict("pass")
     _, moved = evaluate(target, case.nudged(F32_NUDGE, seed=5), cast=torch.float64).tensors()
     slack = [CONDITIONING * mismatch(r, m)[0] for r, m in zip(ref, moved)]
-    d = worst_discrepancy(names, low, ref, tol, slack)
+    d = worst_discrepancy(names, low, ref, tol, slack, scale_floor=floor)
     if d is None:
         return Verdict("inconclusive", "the mismatch is within what float32 rounding of the inputs "
                        "explains (ill-conditioned)")

@@ -38,6 +38,17 @@ def normalize(x, p, dim):
     return F.normalize(x, p, dim)
 
 
+BATCH_NORM_STRIDE0_WEIGHT = (
+    "eval-mode F.batch_norm on CPU returns a wrong grad_input when the weight is expanded "
+    "(stride 0): channels after the first get the gradient of a zero weight (torch 2.13.0 CPU). "
+    "Repro: x = torch.randn(1, 2, dtype=torch.float64, requires_grad=True); w = torch.tensor("
+    "[0.75], dtype=torch.float64).expand(2).detach().requires_grad_(); y = F.batch_norm(x, "
+    "torch.tensor([-0.5, 0.5]).double(), torch.tensor([0.5, 2.0]).double(), w, None, "
+    "training=False); torch.autograd.grad(y, x, torch.ones_like(y)) gives [[g0, -0.0]]; with "
+    "w.clone() it gives [[g0, 0.53]]. Found by grad (vs finite differences), forward (vs "
+    "reverse) and layout (expanded vs contiguous weight) in the CI profile.")
+
+
 GROUP_NORM_FORWARD = (
     "forward-mode AD of F.group_norm raises 'RuntimeError: view size is not compatible with "
     "input tensor's size and stride (at least one dimension spans across two contiguous "
@@ -66,7 +77,9 @@ register(
     # eval-mode batch_norm with 0 channels and a non-empty batch raises
     # "IndexError: select(): index 0 out of range" (torch 2.13): min_side=1
     Target("batch_norm", batch_norm_eval, "x: n c *s, w: c, b: c", FAMILY, min_side=1, max_side=3,
-           kwargs={"eps": EPS}),
+           kwargs={"eps": EPS},
+           known={check: BATCH_NORM_STRIDE0_WEIGHT
+                  for check in ("grad", "forward", "gradgrad", "layout", "alias", "dtype")}),
     # |x|^p at p=1 has a kink at 0; the norm is clamped below by eps=1e-12 (never reached here)
     Target("normalize", normalize, "x: _ ...", FAMILY, kinks=(0.0,),
            kwargs={"p": st.sampled_from([2.0, 1.0, 3.0]), "dim": _kw.dim()}),

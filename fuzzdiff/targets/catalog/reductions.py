@@ -91,7 +91,8 @@ register(
            kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim}),
     Target("median_dim", median_dim, "x: _ ...", FAMILY, distinct=True, min_side=1,
            kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim},
-           known={check: MEDIAN_STRIDE0 for check in ("forward", "layout", "alias")}),
+           known={check: MEDIAN_STRIDE0 for check in ("forward", "layout", "alias", "dtype", "grad",
+                                                       "gradgrad")}),
     Target("cumsum", torch.cumsum, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
     Target("cumprod", torch.cumprod, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
     # forward AD raises on a scan over a size-0 dim: here the scanned dim is
