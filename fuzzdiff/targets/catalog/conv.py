@@ -48,6 +48,19 @@ CONV2D_STRIDE0_WEIGHT = (
     "w = torch.randn(1, 1, 1, 1, dtype=torch.float64).expand(2, 1, 2, 2).detach()"
     ".requires_grad_(); F.conv2d(torch.randn(1, 1, 3, 3, dtype=torch.float64), w).sum()"
     ".backward(). Found by the grad and forward checks of the CI profile.")
+CONV_TRANSPOSE1D_LAYOUT = (
+    "the CPU backward of F.conv_transpose1d raises 'RuntimeError: grad_weight needs to be "
+    "contiguous' for an input of shape (1, 1, 2) with strides (2, 1, 1) and a weight of shape "
+    "(1, 2, 2) with strides (1, 1, 2) (layouts that differ from contiguous only through "
+    "size-1 dims and one swapped pair), while the forward accepts them (torch 2.13.0 CPU). "
+    "Repro: w = torch.randn(4, dtype=torch.float64).as_strided((1, 2, 2), (1, 1, 2)).detach()"
+    ".requires_grad_(); x = torch.randn(2, dtype=torch.float64).as_strided((1, 1, 2), "
+    "(2, 1, 1)); F.conv_transpose1d(x, w).sum().backward() -> RuntimeError (x contiguous, or "
+    "larger channels-last layouts, work). Shrunk case (alias check, dev profile): "
+    '{"target": "conv_transpose1d", "dtype": "float64", "kwargs": {"dilation": 1, "stride": '
+    '1}, "args": [{"shape": [1, 1, 2], "layout": {"offset": 0, "storage_size": 2, "strides": '
+    '[2, 1, 1]}, "grad": "view"}, {"shape": [1, 2, 2], "layout": {"offset": 0, '
+    '"storage_size": 4, "strides": [1, 1, 2]}}, {"shape": [2]}]}')
 BACKWARD_CHECKS = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype")
 
 register(
@@ -59,7 +72,8 @@ register(
                    "dilation": DILATION},
            known={check: CONV2D_STRIDE0_WEIGHT for check in BACKWARD_CHECKS}),
     Target("conv_transpose1d", conv_transpose1d, "x: n c l, w: c o k, b: o", FAMILY,
-           min_side=1, max_side=3, kwargs={"stride": STRIDE, "dilation": DILATION}),
+           min_side=1, max_side=3, kwargs={"stride": STRIDE, "dilation": DILATION},
+           known={check: CONV_TRANSPOSE1D_LAYOUT for check in BACKWARD_CHECKS}),
     Target("avg_pool1d", avg_pool1d, "x: n c l", FAMILY, min_side=1,
            kwargs={"kernel_size": kernel("x", 1), "stride": STRIDE}),
     # overlapping windows (stride 1) take the max of shared values: distinct
