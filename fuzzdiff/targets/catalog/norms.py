@@ -79,8 +79,10 @@ register(
     Target("rms_norm", rms_norm, "x: *b n, w: n", FAMILY, kwargs={"eps": EPS}),
     # group_norm rejects groups of one value (n * c / g * prod(s) == 1, "Expected
     # more than 1 value per channel when training"): every dim at least 2
+    # A group of equal values has zero variance: its derivatives scale with
+    # 1/sqrt(eps), ill-conditioned in float32; distinct values keep groups apart.
     Target("group_norm", group_norm, "x: n c *s, w: c, b: c", FAMILY, min_side=2, max_side=3,
-           kwargs={"num_groups": _kw.divisor("x", 1), "eps": EPS},
+           distinct=True, kwargs={"num_groups": _kw.divisor("x", 1), "eps": EPS},
            known={"forward": GROUP_NORM_FORWARD, "gradgrad": GROUP_NORM_FORWARD}),
     # eval-mode batch_norm with 0 channels and a non-empty batch raises
     # "IndexError: select(): index 0 out of range" (torch 2.13): min_side=1
