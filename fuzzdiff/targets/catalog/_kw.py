@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from fuzzdiff.targets.target import FromShapes
 
-__all__ = ["rank", "dim", "dims", "opt_dims", "reduced", "nonempty_dim", "keepdim", "permutation", "reductions",
+__all__ = ["rank", "dim", "dims", "opt_dims", "reduced", "nonempty_dim", "dim_with", "when",
+           "groups", "keepdim", "permutation", "reductions",
            "window", "span", "expand_sizes", "reshape_sizes", "divisor", "conv_padding"]
 
 keepdim = st.booleans()
@@ -160,12 +161,36 @@ def reduced(arg: str = "x", *, min_count: int = 1, single: bool = True, many: bo
     return FromShapes(strategy)
 
 
-def nonempty_dim(arg: str = "x") -> FromShapes:
-    """A dim of ``arg`` with at least one element along it (a 0-dim tensor: 0 or -1)."""
+def dim_with(arg: str = "x", ok=lambda n: True) -> FromShapes:
+    """A dim of ``arg`` whose size satisfies ``ok`` (a 0-dim tensor: 0 or -1, taken
+    as size 1); shapes with no such dim are rejected."""
     def strategy(shapes):
         shape = shapes[arg]
         if not shape:
-            return st.sampled_from([0, -1])
-        options = [v for d, n in enumerate(shape) if n for v in (d, d - len(shape))]
+            return st.sampled_from([0, -1]) if ok(1) else st.nothing()
+        options = [v for d, n in enumerate(shape) if ok(n) for v in (d, d - len(shape))]
+        return st.sampled_from(options) if options else st.nothing()
+    return FromShapes(strategy)
+
+
+def nonempty_dim(arg: str = "x") -> FromShapes:
+    """A dim of ``arg`` with at least one element along it (a 0-dim tensor: 0 or -1)."""
+    return dim_with(arg, lambda n: n > 0)
+
+
+def when(predicate, value) -> FromShapes:
+    """``value`` (a constant or strategy) for shapes that satisfy ``predicate(shapes)``;
+    other shapes are rejected. For constraints between sizes a spec cannot say."""
+    return FromShapes(lambda s: (value if isinstance(value, st.SearchStrategy) else st.just(value))
+                      if predicate(s) else st.nothing())
+
+
+def groups(arg: str, axis: int = 1, min_values: int = 1) -> FromShapes:
+    """A number of groups dividing ``arg``'s size along ``axis``, each group holding at
+    least ``min_values`` values (the group's channels times the sizes after ``axis``)."""
+    def strategy(shapes):
+        shape = shapes[arg]
+        n, rest = shape[axis], math.prod(shape[axis + 1:])
+        options = [g for g in range(1, n + 1) if n % g == 0 and (n // g) * rest >= min_values]
         return st.sampled_from(options) if options else st.nothing()
     return FromShapes(strategy)
