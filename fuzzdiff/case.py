@@ -271,6 +271,10 @@ class Case:
     device: str = "cpu"
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
+    # Argument index -> its filled storage, pinned exactly (a corpus record's
+    # stored values): replay then does not depend on torch's random generator.
+    # Anything that moves the values or layouts drops it.
+    data: Mapping[int, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -284,11 +288,11 @@ class Case:
         return DTYPES[name] if name else self.torch_dtype
 
     def with_dtype(self, dtype: torch.dtype | str) -> "Case":
-        return replace(self, dtype=str(dtype).removeprefix("torch."))
+        return replace(self, dtype=str(dtype).removeprefix("torch."), data={})
 
     def nudged(self, amount: float, seed: int) -> "Case":
         """A neighbouring point: every floating value moved by ~``amount`` of its range."""
-        return replace(self, args=tuple(
+        return replace(self, data={}, args=tuple(
             replace(a, values=replace(a.values, nudge=amount, nudge_seed=seed + i))
             if a.values.kind == "float" and a.grad != "none" else a
             for i, a in enumerate(self.args)))
@@ -303,7 +307,7 @@ class Case:
         if k == 0:
             return self
         return replace(
-            self,
+            self, data={},
             args=tuple(replace(a, values=replace(a.values, seed=_mix(a.values.seed, k)))
                        for a in self.args),
             params={key: ({**v, "seed": _mix(v["seed"], k)} if isinstance(v, Mapping) and "seed" in v else v)
@@ -314,7 +318,7 @@ class Case:
         storage keep their layouts, which place them relative to each other."""
         shared = {self.owner(i) for i, a in enumerate(self.args) if a.alias} | {
             i for i, a in enumerate(self.args) if a.alias}
-        return replace(self, args=tuple(
+        return replace(self, data={}, args=tuple(
             a if i in shared else replace(a, layout=l)
             for i, (a, l) in enumerate(zip(self.args, layouts))))
 
@@ -335,6 +339,12 @@ class Case:
         a, dtype = self.args[i], self.arg_dtype(i)
         lay = a.strided
         lay.check(a.shape, f"args[{i}].layout")
+        if i in self.data:
+            pinned = self.data[i]
+            if pinned.shape != (lay.storage_size,) or pinned.dtype != dtype:
+                raise CaseError(f"args[{i}]: pinned data is {pinned.dtype} of shape {list(pinned.shape)}, "
+                                f"expected {dtype} of shape [{lay.storage_size}]")
+            return pinned.clone() if self.device == "cpu" else pinned.to(self.device)
         for d, (n, st) in enumerate(zip(a.shape, lay.strides)):
             if st == 0 and n > 1 and d not in a.values.constant:
                 raise CaseError(f"args[{i}].layout: stride 0 along dim {d}, but values.constant "
@@ -421,7 +431,10 @@ class Case:
     # -- JSON ---------------------------------------------------------------------
 
     def to_json(self) -> dict:
-        return _jsonable(asdict(self))
+        """The recipe; pinned ``data`` is not part of it (corpus records store it)."""
+        out = _jsonable(asdict(replace(self, data={})))
+        del out["data"]
+        return out
 
     @staticmethod
     def from_json(data: Mapping) -> "Case":
