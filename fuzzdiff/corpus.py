@@ -6,7 +6,13 @@ input properties that matter), so the same bug found by many workers, runs or
 machines lands in one file. Records are written to a temporary file and then
 hard-linked into place: a reader never sees a torn record, and of several
 concurrent writers of one id exactly one wins and none is lost. Loading a
-record parses JSON and nothing else.
+record parses JSON (and safetensors) and nothing else.
+
+A record stores each argument's filled storage exactly, beside the seed
+recipe it came from: as ``float.hex`` strings when small, in a safetensors
+file beside the JSON when large. Replay uses the stored values, so a record
+found with one torch version replays bit for bit under another whose random
+generator differs.
 """
 
 from __future__ import annotations
@@ -16,19 +22,22 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from fuzzdiff.case import Case, CaseError
+import torch
+
+from fuzzdiff.case import DTYPES, Case, CaseError
 from fuzzdiff.caseio import case_from_json
 from fuzzdiff.verdict import KINDS, Verdict
 
 __all__ = ["FORMAT", "STATUSES", "Record", "CorpusError", "signature", "write_record",
-           "read_record", "iter_records", "default_root"]
+           "read_record", "iter_records", "default_root", "find_record"]
 
 FORMAT = 1
 STATUSES = ("open", "fixed", "expected")
+INLINE_LIMIT = 4096  # elements per storage stored inline as float.hex; more go to safetensors
 
 
 class CorpusError(ValueError):
@@ -88,8 +97,45 @@ def _clean(x: Any) -> Any:
     return repr(x)
 
 
+def _encode(t: torch.Tensor) -> list:
+    """Exact and JSON-safe: ``float.hex`` per real component, integers as ints."""
+    if t.dtype.is_complex:
+        t = torch.view_as_real(t)
+    if t.dtype.is_floating_point:
+        return [float.hex(v) for v in t.double().flatten().tolist()]
+    return t.long().flatten().tolist()
+
+
+def _decode(items: list, dtype: torch.dtype, numel: int, where: str) -> torch.Tensor:
+    width = 2 if dtype.is_complex else 1
+    if len(items) != numel * width:
+        raise CorpusError(f"{where}: {len(items)} values for {numel} elements of {dtype}")
+    if dtype.is_floating_point or dtype.is_complex:
+        try:
+            flat = torch.tensor([float.fromhex(v) for v in items], dtype=torch.float64)
+        except (TypeError, ValueError):
+            bad = next(v for v in items if not isinstance(v, str) or not _is_hex(v))
+            raise CorpusError(f"{where}: {bad!r} is not a float.hex string") from None
+        if dtype.is_complex:
+            return torch.view_as_complex(flat.reshape(-1, 2)).to(dtype)
+        return flat.to(dtype)
+    if not all(isinstance(v, int) for v in items):
+        raise CorpusError(f"{where}: expected integers")
+    return torch.tensor(items, dtype=torch.int64).to(dtype)
+
+
+def _is_hex(v: str) -> bool:
+    try:
+        float.fromhex(v)
+        return True
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class Record:
+    """A shrunk failure: the case (with its values pinned), the check and its verdict."""
+
     id: str
     check: str
     case: Case
@@ -102,11 +148,20 @@ class Record:
     def target(self) -> str:
         return self.case.target
 
-    def to_json(self) -> dict:
+    def to_json(self, storages: Mapping[int, torch.Tensor], data_file: str | None = None) -> dict:
+        """The record; storages over INLINE_LIMIT elements are in ``data_file``."""
         case = self.case.to_json()
+        inputs = case["args"]
+        for i, t in storages.items():
+            stored = {"dtype": str(t.dtype).removeprefix("torch."), "numel": t.numel()}
+            if t.numel() > INLINE_LIMIT:
+                stored.update(file=data_file, key=f"args.{i}")
+            else:
+                stored["data"] = _encode(t)
+            inputs[i]["storage"] = stored
         return _clean({
             "format": FORMAT, "id": self.id, "target": case["target"], "check": self.check,
-            "dtype": case["dtype"], "device": case["device"], "inputs": case["args"],
+            "dtype": case["dtype"], "device": case["device"], "inputs": inputs,
             "kwargs": case["kwargs"], "params": case["params"],
             "verdict": {"kind": self.verdict.kind, "message": self.verdict.message,
                         "errors": self.verdict.errors},
@@ -125,22 +180,39 @@ def write_record(root: Path | str, check: str, case: Case, verdict: Verdict,
     sig = signature(check, case, verdict)
     record = Record(_record_id(sig), check, case, verdict, status)
     folder = Path(root) / check / _safe(case.target)
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{record.id}.json"
     if path.exists():
         return path, False
-    fd, tmp = tempfile.mkstemp(prefix=f".{record.id}.", suffix=".tmp", dir=folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    storages = {i: t.detach().cpu() for i, t in case.storages().items()}
+    big = {f"args.{i}": t.contiguous() for i, t in storages.items() if t.numel() > INLINE_LIMIT}
+    data_file, made_data = None, False
+    if big:
+        from safetensors.torch import save
+        blob = save(big)
+        # Named by content: concurrent writers of one id never point at each other's data.
+        data_file = f"{record.id}.{hashlib.sha256(blob).hexdigest()[:12]}.safetensors"
+        made_data = _publish(folder, data_file, blob)
+    text = json.dumps(record.to_json(storages, data_file), indent=1, sort_keys=True) + "\n"
+    created = _publish(folder, path.name, text.encode())
+    if not created and made_data and data_file not in path.read_text():
+        (folder / data_file).unlink(missing_ok=True)  # the winner's record has its own data
+    return path, created
+
+
+def _publish(folder: Path, name: str, blob: bytes) -> bool:
+    """Write ``folder/name`` whole or not at all; False if it already exists."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record.to_json(), f, indent=1, sort_keys=True)
-            f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
             f.flush()
             os.fsync(f.fileno())
         try:
-            os.link(tmp, path)  # atomic, and fails if another writer got there first
-            return path, True
+            os.link(tmp, folder / name)  # atomic, and fails if another writer got there first
+            return True
         except FileExistsError:
-            return path, False
+            return False
     finally:
         os.unlink(tmp)
 
@@ -150,13 +222,50 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
 
-def _field(data: Mapping, key: str, path: Path, types):
+def _field(data: Mapping, key: str, path: Path, types, where: str = ""):
+    name = f"{where}.{key}" if where else key
+    if not isinstance(data, Mapping):
+        raise CorpusError(f"{path}: field {where!r} must be an object")
     if key not in data:
-        raise CorpusError(f"{path}: missing field {key!r}")
+        raise CorpusError(f"{path}: missing field {name!r}")
     value = data[key]
     if not isinstance(value, types) or isinstance(value, bool) and types is int:
-        raise CorpusError(f"{path}: field {key!r} has the wrong type ({type(value).__name__})")
+        raise CorpusError(f"{path}: field {name!r} has the wrong type ({type(value).__name__})")
     return value
+
+
+def _pinned(path: Path, inputs: list) -> dict[int, torch.Tensor]:
+    """The stored storages, by argument index (popped from ``inputs``)."""
+    data: dict[int, torch.Tensor] = {}
+    for i, arg in enumerate(inputs):
+        if not isinstance(arg, dict) or "storage" not in arg:
+            continue
+        where = f"inputs[{i}].storage"
+        stored = arg.pop("storage")
+        name = _field(stored, "dtype", path, str, where)
+        dtype = DTYPES.get(name)
+        if dtype is None:
+            raise CorpusError(f"{path}: field '{where}.dtype' is {name!r}; expected one of {sorted(DTYPES)}")
+        numel = _field(stored, "numel", path, int, where)
+        if "data" in stored:
+            data[i] = _decode(_field(stored, "data", path, list, where), dtype, numel,
+                              f"{path}: field '{where}.data'")
+        else:
+            file = path.parent / Path(_field(stored, "file", path, str, where)).name
+            key = _field(stored, "key", path, str, where)
+            if not file.exists():
+                raise CorpusError(f"{path}: field '{where}.file': {file.name} is missing beside the record")
+            from safetensors import SafetensorError
+            from safetensors.torch import load_file
+            try:
+                t = load_file(file).get(key)
+            except (SafetensorError, OSError) as e:
+                raise CorpusError(f"{file}: not a readable safetensors file ({e})") from None
+            if t is None or t.dtype != dtype or t.numel() != numel:
+                raise CorpusError(f"{path}: field '{where}': {file.name} has no {dtype} tensor "
+                                  f"{key!r} of {numel} elements")
+            data[i] = t.flatten()
+    return data
 
 
 def read_record(path: Path | str) -> Record:
@@ -183,18 +292,39 @@ def read_record(path: Path | str) -> Record:
     kind = verdict.get("kind")
     if kind not in KINDS:
         raise CorpusError(f"{path}: field 'verdict.kind' is {kind!r}; expected one of {KINDS}")
+    inputs = _field(data, "inputs", path, list)
+    pinned = _pinned(path, inputs)
     try:
-        case = case_from_json({"target": _field(data, "target", path, str),
-                               "args": _field(data, "inputs", path, list),
+        case = case_from_json({"target": _field(data, "target", path, str), "args": inputs,
                                "dtype": _field(data, "dtype", path, str),
                                "device": data.get("device", "cpu"),
                                "kwargs": data.get("kwargs", {}), "params": data.get("params", {})},
                               where="record")
     except CaseError as e:
-        raise CorpusError(f"{path}: {str(e).replace('record.args', 'inputs')}") from None
-    return Record(_field(data, "id", path, str), check, case,
+        raise CorpusError(f"{path}: field {str(e).replace('record.args', 'inputs').replace('record.', '')}") from None
+    for i, t in pinned.items():
+        lay, dtype = case.args[i].strided, case.arg_dtype(i)
+        if case.owner(i) != i:
+            raise CorpusError(f"{path}: field 'inputs[{i}].storage': argument {i} is an alias "
+                              f"and owns no storage")
+        if t.numel() != lay.storage_size or t.dtype != dtype:
+            raise CorpusError(f"{path}: field 'inputs[{i}].storage' holds {t.numel()} {t.dtype} "
+                              f"values; the layout needs {lay.storage_size} {dtype}")
+    return Record(_field(data, "id", path, str), check, replace(case, data=pinned),
                   Verdict(kind, str(verdict.get("message", "")), dict(verdict.get("errors") or {})),
                   status, data.get("found_with"), path)
+
+
+def find_record(root: Path | str, ref: str) -> Path:
+    """A record by path, or by id (or a unique id prefix) under ``root``."""
+    if ref.endswith(".json") or os.sep in ref:
+        return Path(ref)
+    matches = [p for p in iter_records(root) if p.stem.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise CorpusError(f"no record with id {ref!r} under {root}")
+    raise CorpusError(f"id {ref!r} is ambiguous under {root}: " + ", ".join(p.stem for p in matches[:5]))
 
 
 def iter_records(root: Path | str):

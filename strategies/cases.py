@@ -100,5 +100,5 @@ def _draw_case(draw, target: Target, allowed: tuple, features: tuple[str, ...], 
                       if diff and kind is None and alias and target.functional else None)
     if alias and target.functional:
         args = list(draw_aliasing(draw, tuple(args), tuple(groups), require=require_alias))
-    return Case(target.name, tuple(args), str(dtype).removeprefix("torch."),
+    return Case(target.ref, tuple(args), str(dtype).removeprefix("torch."),
                 kwargs=draw_kwargs(draw, target, shapes))

@@ -76,6 +76,8 @@ class Target:
     known:     check name -> a known PyTorch discrepancy, with its evidence.
     functional: False for targets that mutate their inputs.
     specials:  opt in to special values (±0, ±inf, nan, tiny, huge, subnormal).
+    origin:    ``module:qualname`` that resolves to this Target, for one that is
+               not in the catalog: cases (and corpus records) name it, so they replay.
     """
 
     name: str
@@ -98,6 +100,7 @@ class Target:
     max_side: int = 4
     max_rank: int = 4
     random: bool = False
+    origin: str | None = None
 
     def __post_init__(self):
         names = {a.name for a in self.args}
@@ -113,6 +116,11 @@ class Target:
     @property
     def args(self) -> tuple[ArgSpec, ...]:
         return parse_spec(self.spec)
+
+    @property
+    def ref(self) -> str:
+        """What a case calls this target: ``fuzzdiff.targets.get_target(ref)`` finds it."""
+        return self.origin or self.name
 
     def differentiable(self, arg: str) -> bool:
         return arg not in self.kinds
