@@ -19,9 +19,11 @@ from hypothesis.errors import FlakyFailure
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check, get_check
+from fuzzdiff.journal import Journal, recover
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
+from fuzzdiff.timeout import ExampleTimeout, Watchdog, default_timeout
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["fuzz", "Tally", "FuzzFailure", "VARIANTS", "default_variants"]
@@ -83,18 +85,28 @@ def default_variants() -> int:
 
 def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None = None,
          seed: int | None = None, corpus=None, variants: int | None = None,
-         **case_options) -> Tally:
+         timeout: float | None = None, **case_options) -> Tally:
     """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
 
     Each drawn case is run at ``variants`` value-and-probe seeds
     (Case.reseeded): Hypothesis's cost is in the structure, and bugs that
     depend on values get more tries for it. ``seed`` makes the run
     reproducible; the failure carries the run's tally. With ``corpus`` (a
-    directory) the shrunk failure is written there as a record.
+    directory) the shrunk failure is written there as a record, and each
+    example is journaled first (fuzzdiff.journal): a case that kills the
+    process becomes a "crash" record at the next ``recover(corpus)``, which
+    this function runs first.
+
+    ``timeout`` (seconds per example; default $FUZZDIFF_TIMEOUT, else 60; 0
+    disables) stops a hanging example: reported at once, unshrunk, as a
+    FuzzFailure of kind "timeout" (fuzzdiff.timeout says what is covered).
     """
     variants = default_variants() if variants is None else variants
     if variants < 1:
         raise ValueError(f"variants must be at least 1, got {variants}")
+    timeout = default_timeout() if timeout is None else float(timeout)
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be >= 0 seconds (0 disables), got {timeout}")
     check = get_check(check) if isinstance(check, str) else check
     target = get_target(target) if isinstance(target, str) else target
     tally = Tally()
@@ -103,13 +115,29 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
         tally.add(Verdict("unsupported", why))
         return tally
 
+    journal: Journal | None = None
+    watch: Watchdog | None = None
+    inflight: list[Case | None] = [None]  # the variant running, for a soft timeout's report
+
     @given(case_strategy(check, target, **case_options))
     def property_(case: Case) -> None:
         scores: list[float] = []
+        if journal is not None:
+            journal.begin_case(case)
         try:
             for k in range(variants):
-                variant = case.reseeded(k)
-                verdict = run_check(check, target, variant)
+                variant = inflight[0] = case.reseeded(k)
+                if journal is not None:
+                    journal.begin(k)
+                if watch is not None:
+                    watch.start()
+                try:
+                    verdict = run_check(check, target, variant)
+                finally:
+                    if watch is not None:
+                        watch.stop()
+                    if journal is not None:
+                        journal.end()
                 tally.add(verdict)
                 score = _score(verdict)
                 if score is not None:
@@ -123,9 +151,21 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
         property_ = settings(property_)
     if seed is not None:
         property_ = hypothesis.seed(seed)(property_)
+    if corpus is not None:
+        recover(corpus)
     try:
+        if corpus is not None:
+            journal = Journal(corpus, check.name, target.name, timeout)
+        if timeout > 0:
+            watch = Watchdog(timeout, journal and journal.hang_path)
         try:
             property_()
+        except ExampleTimeout as stop:
+            # Not shrunk: every shrink step of a hang would cost a full timeout.
+            verdict = Verdict("timeout", f"{stop}: stopped by the per-example timeout "
+                              "(timeout= or $FUZZDIFF_TIMEOUT)", {"timeout": timeout})
+            tally.add(verdict)
+            raise FuzzFailure(check.name, target.name, inflight[0], verdict) from None
         except FlakyFailure as group:
             # The failure did not reproduce every time (e.g. a kernel reading
             # uninitialized memory): still a confirmed failure of one case.
@@ -140,4 +180,9 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
             failure.record_path, failure.record_created = write_record(
                 corpus, failure.check, failure.case, failure.verdict)
         raise
+    finally:
+        if watch is not None:
+            watch.close()
+        if journal is not None:
+            journal.close()
     return tally

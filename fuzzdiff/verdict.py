@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Verdict", "KINDS", "Unsupported"]
+__all__ = ["Verdict", "KINDS", "FAILED", "Unsupported"]
 
-KINDS = ("pass", "fail", "unsupported", "inconclusive")
+KINDS = ("pass", "fail", "unsupported", "inconclusive", "crash", "timeout")
+# "crash": the process died running the case (recorded from the in-flight
+# journal, fuzzdiff.journal); "timeout": the example did not finish in time.
+FAILED = frozenset({"fail", "crash", "timeout"})
 
 
 class Unsupported(Exception):
@@ -17,7 +20,9 @@ class Unsupported(Exception):
 @dataclass(frozen=True)
 class Verdict:
     """``kind`` is one of KINDS. A "fail" is always confirmed (replayed, second
-    eps, neighbouring points); what could not be confirmed is "inconclusive"."""
+    eps, neighbouring points); what could not be confirmed is "inconclusive".
+    "crash" and "timeout" are failures too: nothing is confirmed about a case
+    that kills or stalls the process, it must not happen at a valid input."""
 
     kind: str
     message: str = ""
@@ -29,7 +34,7 @@ class Verdict:
 
     @property
     def failed(self) -> bool:
-        return self.kind == "fail"
+        return self.kind in FAILED
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}" if self.message else self.kind

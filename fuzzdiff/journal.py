@@ -1,0 +1,265 @@
+"""The in-flight journal: which case each process is running right now.
+
+A case that kills its process (segfault, abort, the out-of-memory killer, a
+hang stopped by the hard timeout) cannot report itself. So before each example
+runs, the process has its (check, target, case, variant) on disk, and a later
+``recover()`` turns the entry of a dead process into a ``crash`` (or
+``timeout``) record in the corpus.
+
+Cheap by construction, since it runs around every example: one file per
+``fuzz()`` call, the case JSON written once per drawn case, and per example
+only a fixed-width variant field at offset 0 overwritten with ``os.pwrite``.
+No fsync: a dead process's writes are already in the page cache; only an OS
+crash loses them, and then the whole run is lost anyway.
+
+File layout, ``<corpus>/.inflight/<host>-<pid>-<token>.json``::
+
+    "          3\\n"     12 bytes: the variant in flight, -1 when idle
+    {"format": 1, "host": ..., "pid": ..., "check": ..., "case": {...}}
+
+Beside it, ``<same stem>.hang`` receives faulthandler's traceback when the
+hard timeout stops the process (fuzzdiff.timeout); its presence makes the
+record a ``timeout`` rather than a ``crash``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import secrets
+import socket
+import time
+import warnings
+from pathlib import Path
+from typing import Mapping
+
+__all__ = ["INFLIGHT", "Journal", "recover", "case_json"]
+
+INFLIGHT = ".inflight"
+FORMAT = 1
+HEADER = 12
+IDLE = b"%11d\n" % -1
+STALE_AFTER = 3600.0  # seconds without a write before another host's entry counts as dead
+
+_HOST = socket.gethostname()
+
+
+# -- a Case as JSON, fast ---------------------------------------------------------------
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _plain(x):
+    """What ``Case.to_json()`` gives, without dataclasses.asdict's deep copies
+    (several times faster; tests/unit/test_crash.py checks they agree). Fields
+    with compare=False (Case.data, pinned tensors) are not part of the recipe."""
+    t = type(x)
+    if t is float:
+        return x if math.isfinite(x) else {"float": x.hex()}
+    if t is int or t is str or t is bool or x is None:
+        return x
+    if t is tuple or t is list:
+        return [_plain(v) for v in x]
+    if isinstance(x, Mapping):
+        return {k: _plain(v) for k, v in x.items()}
+    names = _FIELDS.get(t)
+    if names is None:
+        if not dataclasses.is_dataclass(x):
+            return x
+        names = _FIELDS[t] = tuple(f.name for f in dataclasses.fields(t) if f.compare)
+    return {n: _plain(getattr(x, n)) for n in names}
+
+
+def case_json(case) -> str:
+    return json.dumps(_plain(case), separators=(",", ":"), default=repr)
+
+
+# -- writing -----------------------------------------------------------------------------
+
+def _state(pid: int) -> tuple[str, int | None] | None:
+    """(state letter, start time in clock ticks since boot) from /proc, None if
+    no such process. The start time tells a reused pid from the journal's owner."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "?", None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return fields[0].decode(), int(fields[19]) if len(fields) > 19 else None
+
+
+def _start_time(pid: int) -> int | None:
+    state = _state(pid)
+    return None if state is None else state[1]
+
+
+class Journal:
+    """One fuzz() call's journal file. ``begin_case`` once per drawn case,
+    ``begin(k)`` / ``end()`` around each variant, ``close()`` at the end."""
+
+    def __init__(self, root: Path | str, check: str, target: str, timeout: float = 0.0):
+        self.root = Path(root)
+        folder = self.root / INFLIGHT
+        folder.mkdir(parents=True, exist_ok=True)
+        pid = os.getpid()
+        stem = f"{''.join(c if c.isalnum() or c in '.-' else '_' for c in _HOST)}-{pid}-{secrets.token_hex(4)}"
+        self.path = folder / f"{stem}.json"
+        self.hang_path = folder / f"{stem}.hang"
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        os.pwrite(self._fd, IDLE, 0)
+        head = json.dumps({"format": FORMAT, "host": _HOST, "pid": pid, "start": _start_time(pid),
+                           "check": check, "target": target, "timeout": timeout})
+        self._prefix = head[:-1].encode() + b', "case": '
+        self._marks = [b"%11d\n" % k for k in range(64)]
+        self._size = HEADER
+
+    def begin_case(self, case) -> None:
+        """Write the drawn case (idle until ``begin``: a torn body is never read)."""
+        body = self._prefix + case_json(case).encode() + b"}\n"
+        os.pwrite(self._fd, body, HEADER)
+        if HEADER + len(body) < self._size:
+            os.ftruncate(self._fd, HEADER + len(body))
+        self._size = HEADER + len(body)
+
+    def begin(self, k: int) -> None:
+        os.pwrite(self._fd, self._marks[k] if k < 64 else b"%11d\n" % k, 0)
+
+    def end(self) -> None:
+        os.pwrite(self._fd, IDLE, 0)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            self.path.unlink(missing_ok=True)
+
+
+# -- recovery ----------------------------------------------------------------------------
+
+def _owner_alive(entry: Path, info: Mapping, stale_after: float) -> bool:
+    pid, host = info.get("pid"), info.get("host")
+    if host != _HOST or not isinstance(pid, int):
+        try:
+            return time.time() - entry.stat().st_mtime < stale_after
+        except FileNotFoundError:
+            return True  # someone else recovered it
+    if pid == os.getpid():
+        return True
+    state = _state(pid)
+    if state is None:
+        if os.path.isdir("/proc/self"):
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    code, start = state
+    if code in ("Z", "X"):
+        return False  # a zombie: dead, not yet reaped (e.g. a crashed xdist worker)
+    return info.get("start") is None or start is None or start == info["start"]
+
+
+def _read(entry: Path) -> tuple[int, dict | None] | None:
+    try:
+        raw = entry.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        k = int(raw[:HEADER])
+    except ValueError:
+        return -1, None
+    try:
+        info, _ = json.JSONDecoder().raw_decode(raw[HEADER:].decode())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        info = None
+    return k, info
+
+
+def _hang_report(path: Path) -> str | None:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return None
+    return text if text.startswith("Timeout") else None
+
+
+def recover(root: Path | str, *, cause: str | None = None,
+            stale_after: float = STALE_AFTER) -> list[Path]:
+    """Turn the journal entries of dead processes under ``root`` into records.
+
+    An entry whose owner is alive (same host, pid running with the same start
+    time; another host: written to within ``stale_after`` seconds) is left
+    alone. A dead owner's in-flight example becomes a ``crash`` record, or a
+    ``timeout`` record when the hard timeout stopped it; an idle entry is just
+    removed. Safe to run concurrently: records are deduplicated by signature.
+    ``cause`` (e.g. "xdist worker gw1 crashed") is added to the message.
+    Returns the record paths, one per recovered in-flight entry.
+    """
+    from fuzzdiff.caseio import case_from_json
+    from fuzzdiff.corpus import write_record
+    from fuzzdiff.verdict import Verdict
+
+    folder = Path(root) / INFLIGHT
+    try:
+        entries = sorted(folder.glob("*.json"))
+    except OSError:
+        return []
+    records = []
+    for entry in entries:
+        read = _read(entry)
+        if read is None:
+            continue
+        k, info = read
+        if info is not None and _owner_alive(entry, info, stale_after):
+            continue
+        if info is None and time.time() - _mtime(entry) < 60:
+            continue  # being created right now, or torn: look again later
+        hang_path = entry.with_suffix(".hang")
+        if k >= 0 and info is not None:
+            try:
+                case = case_from_json(info["case"], where="journal.case").reseeded(k)
+                check = info["check"]
+            except Exception as e:  # noqa: BLE001 - a bad entry must not stop recovery
+                warnings.warn(f"fuzzdiff: unreadable journal entry {entry} dropped: {e}")
+            else:
+                records.append(_record(root, entry, info, k, check, case, _hang_report(hang_path),
+                                       cause, write_record, Verdict))
+        entry.unlink(missing_ok=True)
+        hang_path.unlink(missing_ok=True)
+    for stray in folder.glob("*.hang"):  # a hang file whose journal was closed normally
+        if not stray.with_suffix(".json").exists() and time.time() - _mtime(stray) > 60:
+            stray.unlink(missing_ok=True)
+    return records
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return time.time()
+
+
+def _record(root, entry, info, k, check, case, hang, cause, write_record, Verdict) -> Path:
+    who = f"pid {info.get('pid')} on {info.get('host')}"
+    errors = {"journal": entry.name, "variant": k, "pid": info.get("pid"), "host": info.get("host")}
+    if hang is not None:
+        frames = [line.strip() for line in hang.splitlines() if line.strip().startswith("File ")]
+        errors["traceback"] = frames[:8]
+        message = (f"the example did not finish within its {info.get('timeout'):g}s timeout and could "
+                   f"not be interrupted; the hard timeout stopped the process ({who}, journal "
+                   f"{entry.name})" + (f"; innermost frame: {frames[0]}" if frames else ""))
+        verdict = Verdict("timeout", message, errors)
+    else:
+        message = f"the process ({who}) died while running this case (journal {entry.name})"
+        if cause:
+            message += f": {cause}"
+        verdict = Verdict("crash", message, errors)
+    path, _ = write_record(root, check, case, verdict, "open")
+    return path

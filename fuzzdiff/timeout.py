@@ -1,0 +1,116 @@
+"""Per-example timeouts: a hanging case becomes a ``timeout`` record, not a stuck suite.
+
+Two layers, armed around every example by ``fuzz()``:
+
+soft
+    ``setitimer(ITIMER_REAL)`` and a SIGALRM handler that raises
+    ExampleTimeout in the main thread. It interrupts Python-level loops,
+    ``time.sleep`` and any torch call that returns; ``fuzz()`` then reports
+    the case once as a FuzzFailure of kind ``timeout`` (and writes its record).
+    Only in the main thread, and only when nobody else owns SIGALRM.
+hard
+    ``faulthandler.dump_traceback_later(timeout + grace, exit=True)``: a C
+    thread that needs no GIL, so it also stops a process stuck inside one long
+    C call (holding the GIL or not) or in code that swallows the soft
+    exception. It writes the tracebacks to the journal's ``.hang`` file and
+    exits with status 1; the journal entry then becomes a ``timeout`` record
+    at the next ``recover()`` (the xdist controller at once, otherwise the
+    next run). Re-armed lazily, at most every grace/2 seconds, so it costs
+    nothing per example; a hung example is stopped between timeout + grace/2
+    and timeout + grace after it started.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+__all__ = ["DEFAULT_TIMEOUT", "ExampleTimeout", "Watchdog", "default_timeout", "grace"]
+
+DEFAULT_TIMEOUT = 60.0  # seconds per example; $FUZZDIFF_TIMEOUT overrides, 0 disables
+
+
+class ExampleTimeout(BaseException):
+    """Raised by the soft timeout. A BaseException so that it passes through
+    ``run_check``'s and targets' ``except Exception`` (which would turn it into
+    a "fail" and replay the hang), and so that Hypothesis re-raises it at once
+    instead of shrinking: each shrink step of a hang would cost a full timeout."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"the example did not finish within {seconds:g}s")
+        self.seconds = seconds
+
+
+def default_timeout() -> float:
+    raw = os.environ.get("FUZZDIFF_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"FUZZDIFF_TIMEOUT must be a number of seconds, got {raw!r}") from None
+    if value < 0 or value != value:
+        raise ValueError(f"FUZZDIFF_TIMEOUT must be >= 0 (0 disables), got {raw!r}")
+    return value
+
+
+def grace(timeout: float) -> float:
+    """How long past the timeout the hard layer waits for a C call to return."""
+    return max(2.0, timeout / 2)
+
+
+def _soft_possible() -> bool:
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        return False
+    return signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.SIG_IGN, None)
+
+
+class Watchdog:
+    """Both layers for one fuzz() call: ``start()`` / ``stop()`` around each
+    example, ``close()`` at the end. ``hang_path`` receives the hard layer's
+    tracebacks (stderr when None)."""
+
+    def __init__(self, timeout: float, hang_path: Path | None = None):
+        self.timeout = float(timeout)
+        self.grace = grace(self.timeout)
+        self.soft = _soft_possible()
+        self._active = False
+        self._armed_at = -1e300
+        self._hang_path = hang_path
+        self._hang = open(hang_path, "w") if hang_path is not None else sys.stderr
+        if self.soft:
+            self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
+
+    def _on_alarm(self, signum, frame):
+        if self._active:
+            self._active = False
+            raise ExampleTimeout(self.timeout)
+
+    def start(self) -> None:
+        now = time.monotonic()
+        if now - self._armed_at > self.grace / 2:
+            faulthandler.dump_traceback_later(self.timeout + self.grace, exit=True, file=self._hang)
+            self._armed_at = now
+        if self.soft:
+            self._active = True
+            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+
+    def stop(self) -> None:
+        if self.soft:
+            self._active = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def close(self) -> None:
+        self.stop()
+        faulthandler.cancel_dump_traceback_later()
+        if self.soft:
+            signal.signal(signal.SIGALRM, self._previous)
+            self.soft = False
+        if self._hang_path is not None and not self._hang.closed:
+            self._hang.close()
+            self._hang_path.unlink(missing_ok=True)
