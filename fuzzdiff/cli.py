@@ -117,6 +117,140 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _corpus_root(args):
+    from fuzzdiff.corpus import default_root
+    return default_root() if args.corpus is None else args.corpus
+
+
+def cmd_repro(args) -> int:
+    from fuzzdiff.corpus import find_record
+    from fuzzdiff.repro import describe, load
+    from fuzzdiff.runner import run_check
+
+    record, target = load(find_record(_corpus_root(args), args.record))
+    if args.script:
+        from fuzzdiff.script import standalone_script
+        print(standalone_script(record.check, record.case, record.verdict), end="")
+        return 0
+    print(f"record:   {record.path}")
+    print(f"check:    {record.check} of {record.target} ({record.case.dtype}, {record.case.device})")
+    for line in describe(record.case):
+        print(f"          {line}")
+    print(f"recorded: {record.verdict}")
+    verdict = run_check(record.check, target, record.case)
+    print(f"replayed: {verdict}")
+    same = verdict.kind == record.verdict.kind
+    print("reproduced" if same else f"did not reproduce: recorded {record.verdict.kind}, "
+          f"replayed {verdict.kind}")
+    return 1 if verdict.failed else 0
+
+
+def _records(args):
+    from fuzzdiff.corpus import CorpusError, iter_records, read_record
+
+    good, bad = [], []
+    for path in iter_records(_corpus_root(args)):
+        try:
+            good.append(read_record(path))
+        except CorpusError as e:
+            bad.append(str(e))
+    return good, bad
+
+
+def cmd_corpus_list(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    records, bad = _records(args)
+    table = Table(title=f"corpus {_corpus_root(args)}: {len(records)} records")
+    for col in ("id", "status", "check", "target", "dtype", "verdict"):
+        table.add_column(col)
+    for r in records:
+        message = r.verdict.message.splitlines()[0] if r.verdict.message else ""
+        table.add_row(r.id, r.status, r.check, r.target, r.case.dtype,
+                      f"{r.verdict.kind}: {message[:80]}")
+    console = Console(width=max(Console().width, 140))
+    console.print(table)
+    for e in bad:
+        console.print(f"[red]unreadable[/red] {e}")
+    return 2 if bad else 0
+
+
+def cmd_corpus_show(args) -> int:
+    from fuzzdiff.corpus import find_record, read_record
+    from fuzzdiff.repro import describe
+
+    record = read_record(find_record(_corpus_root(args), args.id))
+    print(f"{record.path}")
+    print(f"id:         {record.id}")
+    print(f"status:     {record.status}")
+    print(f"check:      {record.check}")
+    print(f"target:     {record.target}")
+    print(f"dtype:      {record.case.dtype} on {record.case.device}")
+    print(f"verdict:    {record.verdict}")
+    for key, value in sorted(record.verdict.errors.items()):
+        if key != "traceback":
+            print(f"            {key} = {value}")
+    print("found with: " + ", ".join(f"{k} {v}" for k, v in (record.found_with or {}).items()))
+    print("inputs:")
+    for line in describe(record.case):
+        print(f"  {line}")
+    if record.case.params:
+        print(f"params:     {json.dumps(record.case.params, sort_keys=True)}")
+    print(f"replay:     fuzzdiff repro {record.path} [--script]")
+    return 0
+
+
+def cmd_corpus_stats(args) -> int:
+    from collections import Counter
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from fuzzdiff.corpus import STATUSES
+
+    records, bad = _records(args)
+    per_check: dict[str, Counter] = {}
+    for r in records:
+        per_check.setdefault(r.check, Counter())[r.status] += 1
+        per_check[r.check]["targets:" + r.target] = 1
+    table = Table(title=f"corpus {_corpus_root(args)}")
+    table.add_column("check")
+    for col in (*STATUSES, "records", "targets"):
+        table.add_column(col, justify="right")
+    for check, c in sorted(per_check.items()):
+        table.add_row(check, *(str(c[s]) for s in STATUSES), str(sum(c[s] for s in STATUSES)),
+                      str(sum(1 for k in c if k.startswith("targets:"))))
+    table.add_row("all", *(str(sum(c[s] for c in per_check.values())) for s in STATUSES),
+                  str(len(records)), str(len({r.target for r in records})))
+    console = Console()
+    console.print(table)
+    for e in bad:
+        console.print(f"[red]unreadable[/red] {e}")
+    return 2 if bad else 0
+
+
+def cmd_corpus_promote(args) -> int:
+    from pathlib import Path
+
+    from fuzzdiff.corpus import find_record
+    from fuzzdiff.repro import load, regression_test
+
+    record, _ = load(find_record(_corpus_root(args), args.id))
+    folder = Path(args.to)
+    folder.mkdir(parents=True, exist_ok=True)
+    name, source = regression_test(record, folder, xfail=args.xfail)
+    path = folder / name
+    if path.exists() and not args.force:
+        raise UsageError(f"{path} exists; pass --force to overwrite it")
+    path.write_text(source)
+    print(f"wrote {path}")
+    if record.status == "open" and not args.xfail:
+        print("it fails until the bug is fixed; for an upstream bug you cannot fix, "
+              "pass --xfail to make it a strict expected failure", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fuzzdiff", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -137,15 +271,46 @@ def build_parser() -> argparse.ArgumentParser:
 
     lst = sub.add_parser("list", help="targets x checks that apply")
     lst.set_defaults(func=cmd_list)
+
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--corpus", metavar="DIR", default=None,
+                       help="the corpus directory (default: $FUZZDIFF_CORPUS or ./corpus)")
+
+    repro = sub.add_parser("repro", parents=[where], help="replay a corpus record without Hypothesis")
+    repro.add_argument("record", metavar="RECORD", help="a record's path, or its id (or id prefix)")
+    repro.add_argument("--script", action="store_true",
+                       help="print a standalone torch-only script that reproduces it")
+    repro.set_defaults(func=cmd_repro)
+
+    corpus = sub.add_parser("corpus", help="list, show, count and promote corpus records")
+    csub = corpus.add_subparsers(dest="action")
+    corpus.set_defaults(func=cmd_corpus_list, corpus=None)
+    csub.add_parser("list", parents=[where], help="every record, one line each").set_defaults(
+        func=cmd_corpus_list)
+    show = csub.add_parser("show", parents=[where], help="one record in full")
+    show.add_argument("id", metavar="ID", help="a record id (or unique prefix) or path")
+    show.set_defaults(func=cmd_corpus_show)
+    csub.add_parser("stats", parents=[where], help="records per check and status").set_defaults(
+        func=cmd_corpus_stats)
+    promote = csub.add_parser("promote", parents=[where],
+                              help="write a pytest regression test that replays a record")
+    promote.add_argument("id", metavar="ID", help="a record id (or unique prefix) or path")
+    promote.add_argument("--to", metavar="DIR", default="tests/regressions",
+                         help="where to write the test (default: tests/regressions)")
+    promote.add_argument("--xfail", action="store_true",
+                         help="a strict expected failure (an open upstream bug)")
+    promote.add_argument("--force", action="store_true", help="overwrite an existing test file")
+    promote.set_defaults(func=cmd_corpus_promote)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from fuzzdiff.corpus import CorpusError
     try:
         return args.func(args)
-    except UsageError as e:
+    except (UsageError, CorpusError) as e:
         print(f"fuzzdiff: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 from fuzzdiff.targets.target import Target
 
@@ -10,10 +12,16 @@ __all__ = ["resolve_user_target", "import_object"]
 
 
 def import_object(ref: str):
-    """Import ``package.module:attr.sub``; errors say which part was not found."""
+    """Import ``package.module:attr.sub``; errors say which part was not found.
+
+    The current directory is importable, as under ``python -m``: the console
+    script would otherwise not find the user's own module.
+    """
     module_name, sep, qualname = ref.partition(":")
     if not sep or not module_name or not qualname:
         raise ValueError(f"expected MODULE:ATTR, got {ref!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         obj = importlib.import_module(module_name)
     except ImportError as e:

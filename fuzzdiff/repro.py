@@ -1,0 +1,118 @@
+"""Replaying corpus records without Hypothesis, and promoting them to tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+from pathlib import Path
+
+from fuzzdiff.case import Case
+from fuzzdiff.checks import CHECKS
+from fuzzdiff.corpus import CorpusError, Record, read_record
+from fuzzdiff.runner import run_check
+from fuzzdiff.targets import UnknownTarget, get_target
+from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Verdict
+
+__all__ = ["load", "replay", "describe", "regression_test"]
+
+
+def load(record: Record | Path | str) -> tuple[Record, Target]:
+    """The record and its target; a name that does not resolve is the record's error."""
+    if not isinstance(record, Record):
+        record = read_record(record)
+    if record.check not in CHECKS:
+        raise CorpusError(f"{record.path}: field 'check' is {record.check!r}; "
+                          f"expected one of {', '.join(CHECKS)}")
+    try:
+        target = get_target(record.target)
+    except (UnknownTarget, ValueError) as e:
+        raise CorpusError(f"{record.path}: field 'target': {e}") from None
+    return record, target
+
+
+def replay(record: Record | Path | str) -> Verdict:
+    """The check's verdict at the record's exact inputs, today."""
+    record, target = load(record)
+    return run_check(record.check, target, record.case)
+
+
+def describe(case: Case) -> list[str]:
+    """One line per argument: dtype, shape, and where it lives."""
+    lines = []
+    for i, a in enumerate(case.args):
+        dtype = a.dtype or case.dtype
+        where = []
+        lay = a.strided
+        if a.alias is not None:
+            where.append("the same tensor as" if a.alias.kind == "same" else "a view sharing storage with")
+            where[-1] += f" arg {a.alias.of}"
+        if not lay.is_contiguous(a.shape):
+            where.append(f"strides {list(lay.strides)}")
+        if lay.offset:
+            where.append(f"storage offset {lay.offset}")
+        if a.grad == "view":
+            where.append("a view of a leaf that requires grad")
+        elif a.grad == "none":
+            where.append("no grad")
+        if a.values.specials:
+            where.append("specials " + ", ".join(name for _, name in a.values.specials))
+        lines.append(f"arg {i}: {dtype}{list(a.shape)}" + (f" ({'; '.join(where)})" if where else ""))
+    if case.kwargs:
+        lines.append("kwargs: " + ", ".join(f"{k}={v!r}" for k, v in case.kwargs.items()))
+    return lines
+
+
+_TEST = '''"""Regression: the {check} check of {target}.
+
+{message}
+
+Promoted from the corpus record {record}
+(status: {status}; found with {found}).
+Inputs:
+{inputs}
+Replay by hand: fuzzdiff repro {record} [--script]
+"""
+
+from pathlib import Path
+{imports}
+from fuzzdiff.repro import replay
+
+RECORD = Path(__file__).parent / {relpath!r}
+
+
+{mark}def {name}():
+    verdict = replay(RECORD)
+    assert not verdict.failed, f"{{verdict.kind}}: {{verdict.message}}"
+'''
+
+
+def regression_test(record: Record, folder: Path | str, xfail: bool = False) -> tuple[str, str]:
+    """A readable pytest module that fails while the record's failure is present.
+
+    Returns ``(file name, source)``. With ``xfail`` (for an open upstream bug)
+    the test is a strict expected failure: an upstream fix shows as XPASS.
+    """
+    folder = Path(folder)
+    slug = re.sub(r"\W+", "_", record.target).strip("_").lower()
+    name = f"test_{record.check}_{slug}_{record.id[:8]}"
+    message = record.verdict.message.splitlines()[0] if record.verdict.message else record.verdict.kind
+    found = ", ".join(f"{k} {v}" for k, v in (record.found_with or {}).items()) or "unknown versions"
+    mark = f"@pytest.mark.xfail(strict=True, reason={f'open: {message}'[:200]!r})\n" if xfail else ""
+    source = _TEST.format(
+        check=record.check, target=record.target,
+        message=textwrap.fill(f"Recorded {record.verdict.kind}: {message}", 88),
+        record=_display(record.path), status=record.status, found=found,
+        inputs="\n".join(f"  {line}" for line in describe(record.case)),
+        imports="\nimport pytest\n" if xfail else "",
+        relpath=os.path.relpath(Path(record.path).resolve(), folder.resolve()),
+        mark=mark, name=name)
+    return f"{name}.py", source
+
+
+def _display(path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
