@@ -27,6 +27,17 @@ UNSUPPORTED_PATTERNS = tuple(re.compile(p, re.I) for p in (
     r"You must implement the jvp function",
     r"differentiated Tensors appears to not have been used in the graph",
     r"trying to differentiate twice a function that was marked with @once_differentiable",
+    # vmap: no batching rule, or code that cannot run on a batched tensor
+    r"Batching rule not implemented",
+    r"but it does not have vmap support",
+    r"it must override the setup_context staticmethod",
+    r"vmap: It looks like you're (calling \.item\(\)|attempting to use a Tensor in some data-dependent control flow)",
+    r"vmap: .* is not possible because",
+    r"vmap: .*We cannot support this",
+    r"inside of vmap",
+    r"Cannot access (storage|data pointer) of (BatchedTensorImpl|TensorWrapper)",
+    r"vmap: We do not (yet )?support calling random operations",
+    r"don't yet support saved tensor hooks",
 ))
 
 

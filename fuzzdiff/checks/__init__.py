@@ -37,3 +37,5 @@ _register(layout.CHECK)
 _register(alias.CHECK)
 _register(mutation.CHECK)
 _register(dtype.CHECK)
+from fuzzdiff.checks import vmap  # noqa: E402
+_register(vmap.CHECK)

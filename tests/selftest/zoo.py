@@ -41,6 +41,8 @@ TRIGGERS = (
     "cotangent",       # the cotangent is not constant (all ones hides it)
     "mutation",        # a "functional" target writes into its input in some code path
     "channels_last",   # the forward is wrong for channels_last memory format
+    "batch_dim",       # vmap batches an argument along a dim other than 0
+    "batch_size",      # vmap batches more than one example
 )
 
 
@@ -638,6 +640,124 @@ def channel_scale_twin(x, s):
 
 
 # ---------------------------------------------------------------------------------
+# 18. batch_dim: a custom vmap rule that assumes the batch dim is 0.
+#     y = x - mean(x),  self-adjoint: dy = g - mean(g)
+
+def _centered(x):
+    return x - x.mean(-1, keepdim=True)
+
+
+class Center(Function):
+    @staticmethod
+    def forward(x):
+        return _centered(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return _centered(g)
+
+    @staticmethod
+    def jvp(ctx, t):
+        return _centered(t)
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return _centered(x.movedim(in_dims[0], 0)), 0
+
+
+class CenterBatchFirst(Center):
+    @staticmethod
+    def vmap(info, in_dims, x):
+        # BUG: "the batch is dim 0"; with the batch last, the mean runs over it.
+        return _centered(x), 0
+
+
+# ---------------------------------------------------------------------------------
+# 19. batch_dim: a custom vmap rule that returns the wrong out_dims.
+#     y = sum of the rows of x
+
+class RowSum(Function):
+    @staticmethod
+    def forward(x):
+        return x.sum(0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.rows = inputs[0].shape[0]
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.unsqueeze(0).expand(ctx.rows, *g.shape)
+
+    @staticmethod
+    def jvp(ctx, t):
+        return t.sum(0)
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        d = in_dims[0] % x.dim()
+        rows = 1 if d == 0 else 0  # where the examples' dim 0 is in the batched x
+        return x.sum(rows), d - (rows < d)
+
+
+class RowSumKeepsBatchDim(RowSum):
+    @staticmethod
+    def vmap(info, in_dims, x):
+        d = in_dims[0] % x.dim()
+        # BUG: "the output keeps the input's batch dim": not when the summed
+        # dim comes before it.
+        return x.sum(1 if d == 0 else 0), in_dims[0]
+
+
+# ---------------------------------------------------------------------------------
+# 20. batch_size: a custom vmap rule whose reduction runs over the whole batch.
+#     y = x / sqrt(1 + |x|^2)
+
+def _inv_norm(x, keep_batch: bool = True):
+    s = (x * x).sum(-1, keepdim=True) if keep_batch else (x * x).sum()
+    return torch.rsqrt(1 + s)
+
+
+class SoftNormalize(Function):
+    @staticmethod
+    def forward(x):
+        return x * _inv_norm(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        r = _inv_norm(x)
+        return g * r - x * r**3 * (x * g).sum(-1, keepdim=True)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        r = _inv_norm(x)
+        return t * r - x * r**3 * (x * t).sum(-1, keepdim=True)
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        x = x.movedim(in_dims[0], 0)
+        return x * _inv_norm(x), 0
+
+
+class SoftNormalizeWholeBatch(SoftNormalize):
+    @staticmethod
+    def vmap(info, in_dims, x):
+        x = x.movedim(in_dims[0], 0)
+        return x * _inv_norm(x, keep_batch=False), 0  # BUG: one norm for all examples
+
+
+# ---------------------------------------------------------------------------------
 
 ZOO: list[Planted] = [
     _pair("xsinx_storage_order", XSinXStorageOrder.apply, XSinX.apply, "x: ...",
@@ -674,6 +794,12 @@ ZOO: list[Planted] = [
           "mutation", "mutation", "backward computes in place in the saved input"),
     _pair("channel_scale_cl", channel_scale, channel_scale_twin, "x: n c h w, s: c",
           "layout", "channels_last", "channels_last fast path flattens NCHW order", min_side=2, max_side=3),
+    _pair("center_batch_first", CenterBatchFirst.apply, Center.apply, "x: n",
+          "vmap", "batch_dim", "custom vmap rule assumes the batch dim is 0"),
+    _pair("rowsum_out_dims", RowSumKeepsBatchDim.apply, RowSum.apply, "x: n m",
+          "vmap", "batch_dim", "custom vmap rule returns the input's batch dim as out_dims"),
+    _pair("soft_normalize_whole_batch", SoftNormalizeWholeBatch.apply, SoftNormalize.apply, "x: n",
+          "vmap", "batch_size", "custom vmap rule reduces over the whole batch"),
 ]
 
 

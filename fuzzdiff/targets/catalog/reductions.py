@@ -100,7 +100,7 @@ register(
     Target("logcumsumexp", torch.logcumsumexp, "x: ...", FAMILY,
            kwargs={"dim": _kw.nonempty_dim()}),
     Target("logcumsumexp_empty", logcumsumexp_last, "x: ... 0", FAMILY,
-           known={check: LOGCUMSUMEXP_EMPTY for check in ("forward", "gradgrad")}),
+           known={check: LOGCUMSUMEXP_EMPTY for check in ("forward", "gradgrad", "vmap")}),
     Target("cummax", cummax, "x: ...", FAMILY, distinct=True, kwargs={"dim": _kw.dim()}),
     Target("trace", torch.trace, "x: n m", FAMILY),
 )

@@ -1,0 +1,127 @@
+"""vmap: torch.func.vmap against a Python loop over the batch.
+
+Each example of the batch is the case reseeded (distinct values, same
+structure); ``in_dims`` (0, 1, -1, None), ``out_dims``, batch sizes 1-5, the
+batched inputs' layouts and one composition per example are drawn: plain
+vmap, vmap of vjp / jvp / grad with per-example cotangents and tangents, vjp /
+jvp of vmap, and vmap of vmap with other in_dims at each level. Both sides
+make the same torch calls, so they agree to rounding. A mismatch is replayed,
+recomputed in float64 for low precision and tried at a neighbouring point
+before it is a failure. Missing batching rules are "unsupported"; ops vmap
+runs through its slow fallback are reported (``fallbacks``), never failed.
+Targets that draw random numbers are excluded: a loop and vmap consume the
+generator differently, so their outputs are not comparable element-wise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from hypothesis import HealthCheck, find, settings, strategies as st
+from hypothesis.errors import NoSuchExample
+
+from fuzzdiff.case import Case
+from fuzzdiff.checks.check import Check
+from fuzzdiff.compare import max_abs, worst_discrepancy
+from fuzzdiff.confirm import NUDGE
+from fuzzdiff.paths import vmap as path
+from fuzzdiff.targets.target import Target
+from fuzzdiff.tolerance import Tolerance, tolerance
+from fuzzdiff.unsupported import unsupported_reason
+from fuzzdiff.verdict import Verdict
+from strategies.batching import COMPOSITIONS, batching
+from strategies.cotangents import probes
+
+__all__ = ["CHECK", "fallbacks", "fallback_report"]
+
+LOW = (torch.float32, torch.complex64, torch.bfloat16, torch.float16)
+_PROBES = st.fixed_dictionaries({k: probes().map(lambda p: p.__dict__.copy())
+                                 for k in ("cotangent", "direction")})
+
+
+def params(target: Target, case: Case):
+    return st.tuples(batching([a.shape for a in case.args]), _PROBES).map(lambda p: {**p[0], **p[1]})
+
+
+def applies(target: Target) -> str | None:
+    if target.random:
+        return "the target draws random numbers: a loop and vmap consume the generator differently"
+    return None
+
+
+def _discrepancy(result: path.Result, tol: Tolerance):
+    # A result that is zero by cancellation (a summed gradient) is judged on the
+    # scale of everything computed, not on its own zero.
+    floor = max((max_abs(t) for t in result.looped), default=0.0)
+    return worst_discrepancy(result.names, result.vmapped, result.looped, tol, scale_floor=floor)
+
+
+def run(target: Target, case: Case) -> Verdict:
+    tol = tolerance(target, "vmap", case.torch_dtype)
+    with path.recording_fallbacks() as ops:
+        first = path.run(target, case)
+    d = _discrepancy(first, tol)
+    plan = path.Plan.from_params(case.params).describe()
+    if d is None:
+        return Verdict("pass", f"batching fallbacks: {', '.join(ops)}" if ops else "")
+    identity = f"{plan}: vmapped vs a loop over the batch"
+    again = path.run(target, case)
+    exact = Tolerance(0.0, 0.0)
+    if (worst_discrepancy(again.names, again.vmapped, first.vmapped, exact)
+            or worst_discrepancy(again.names, again.looped, first.looped, exact)):
+        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results "
+                       "(nondeterministic)", d.summary())
+    if case.torch_dtype in LOW and _discrepancy(path.run(target, case, cast=torch.float64), tol) is None:
+        return Verdict("inconclusive", f"{identity}: {d}; float64 agrees (low-precision rounding)",
+                       d.summary())
+    if _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None:
+        return Verdict("inconclusive", f"{identity}: {d}; vanishes at a neighbouring point "
+                       "(a tie or a kink)", d.summary())
+    return Verdict("fail", f"{identity}: {d}; confirmed by replay"
+                   + (", float64" if case.torch_dtype in LOW else "") + " and a neighbouring point",
+                   d.summary())
+
+
+CHECK = Check("vmap", run, params=params, applies=applies, aliasing="never", doc=__doc__)
+
+
+# -- coverage: which ops vmap runs through its slow fallback ----------------------------
+
+def _sample(target: Target) -> Case:
+    """One small case of ``target`` with non-empty arguments, found without randomness."""
+    from fuzzdiff.runner import case_strategy  # the runner imports the checks
+    base = case_strategy(CHECK, target, layout_features=(), specials=False)
+    config = settings(database=None, derandomize=True, max_examples=200, deadline=None,
+                      suppress_health_check=list(HealthCheck))
+    try:
+        return find(base, lambda c: all(0 not in a.shape for a in c.args), settings=config)
+    except NoSuchExample:
+        return find(base, lambda c: True, settings=config)
+
+
+def fallbacks(target: Target, batch: int = 2) -> list[str]:
+    """The ops that hit vmap's per-example fallback (no batching rule) on one
+    sample of ``target``, over every composition, every argument batched at dim 0."""
+    case = _sample(target)
+    ops: list[str] = []
+    for composition in COMPOSITIONS:
+        levels = [{"batch": batch, "in_dims": [0] * len(case.args), "out_dims": [0]}] * (
+            2 if composition == "vmap_vmap" else 1)
+        plan = {"composition": composition, "levels": levels, "batched_layouts": [None] * len(case.args)}
+        with path.recording_fallbacks() as seen:
+            try:
+                path.run(target, replace(case, params={**case.params, **plan}))
+            except Exception as e:  # noqa: BLE001 - coverage only; the check judges errors
+                if unsupported_reason(e) is None:
+                    seen.append(f"(raised {type(e).__name__} in {composition})")
+        ops += [op for op in seen if op not in ops]
+    return ops
+
+
+def fallback_report(targets=None) -> dict[str, list[str]]:
+    """Target name -> the ops vmap falls back on, for every target the check applies to
+    (default: the whole catalog)."""
+    from fuzzdiff.targets import all_targets
+    return {t.name: fallbacks(t) for t in (all_targets() if targets is None else targets)
+            if CHECK.why_not(t) is None}

@@ -1,0 +1,329 @@
+"""torch.func.vmap, alone and composed with vjp, jvp, grad and itself, and the
+Python loop over the batch that it must agree with.
+
+A *plan* (strategies.batching, stored in ``case.params``) says how many vmap
+levels there are, each level's batch size, ``in_dims`` and ``out_dims``, the
+memory layout of every batched input and the composition. Example ``e`` of
+the batch is ``case.reseeded(e)``: the case's own structure with fresh values
+and probes, so every example differs and a replay rebuilds them bit for bit.
+Both sides make the same torch calls; only vmap stands between them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Sequence
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from fuzzdiff.case import Case, Layout
+from fuzzdiff.directions import directions, probes_like
+from fuzzdiff.paths.forward import same_layout
+from fuzzdiff.paths.function import differentiable
+from fuzzdiff.targets.target import Target
+
+__all__ = ["Level", "Plan", "Result", "run", "COMPOSITIONS", "recording_fallbacks"]
+
+
+@dataclass(frozen=True)
+class Level:
+    """One vmap level: its batch size, a batch dim per argument (None: not
+    batched at this level) and output batch dims, cycled over the outputs."""
+
+    batch: int
+    in_dims: tuple[int | None, ...]
+    out_dims: tuple[int, ...]
+
+    def out_dim(self, k: int, rank: int) -> int:
+        """Output ``k``'s batch dim, for an output whose examples have ``rank``
+        dims at this level; 0 where the drawn dim does not fit."""
+        d = self.out_dims[k % len(self.out_dims)]
+        return d if -(rank + 1) <= d <= rank else 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    composition: str
+    levels: tuple[Level, ...]          # outermost first
+    layouts: tuple[Layout | None, ...]  # per argument, of its batched tensor
+
+    @staticmethod
+    def from_params(params: Mapping) -> "Plan":
+        levels = tuple(Level(int(l["batch"]), tuple(l["in_dims"]), tuple(l["out_dims"]))
+                       for l in params["levels"])
+        lays = tuple(None if d is None else Layout(d["storage_size"], tuple(d["strides"]), d["offset"])
+                     for d in params["batched_layouts"])
+        return Plan(params["composition"], levels, lays)
+
+    def describe(self) -> str:
+        return self.composition + " " + " / ".join(
+            f"B={l.batch} in_dims={l.in_dims} out_dims={l.out_dims}" for l in self.levels)
+
+    @property
+    def indices(self) -> list[tuple[int, ...]]:
+        """Every example's multi-index, outermost level first."""
+        return list(itertools.product(*(range(l.batch) for l in self.levels)))
+
+    def batched(self, i: int) -> bool:
+        return any(l.in_dims[i] is not None for l in self.levels)
+
+    def example(self, index: Sequence[int], i: int | None = None) -> int:
+        """The example (seed variant) at ``index``; for argument ``i``, along
+        the levels that do not batch it, always the first."""
+        e = 0
+        for l, j in zip(self.levels, index):
+            e = e * l.batch + (j if i is None or l.in_dims[i] is not None else 0)
+        return e
+
+
+def stack(value: Callable[[tuple[int, ...]], torch.Tensor], levels: Sequence[Level],
+          dims: Sequence[int | None]) -> torch.Tensor:
+    """One tensor of every example's ``value(index)``: level l's examples are
+    stacked at ``dims[l]`` (None: the value does not vary along that level).
+    The outermost level is stacked last, as vmap peels it off first."""
+    def build(prefix: tuple[int, ...]) -> torch.Tensor:
+        l = len(prefix)
+        if l == len(levels):
+            return value(prefix)
+        if dims[l] is None:
+            return build(prefix + (0,))
+        return torch.stack([build(prefix + (j,)) for j in range(levels[l].batch)], dims[l])
+    return build(())
+
+
+def _floating(out) -> tuple[torch.Tensor, ...]:
+    return tuple(t for t in tree_leaves(out) if differentiable(t))
+
+
+class Batch:
+    """The examples of one case, materialized on demand, and the batched inputs."""
+
+    def __init__(self, target: Target, case: Case, cast: torch.dtype | None = None):
+        self.target, self.case, self.cast = target, case, cast
+        self.plan = Plan.from_params(case.params)
+        self.diff = [i for i, a in enumerate(case.args)
+                     if a.grad != "none" and case.arg_dtype(i).is_floating_point]
+        self._examples: dict[int, list[torch.Tensor]] = {}
+
+    def f(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return _floating(self.target.fn(*args, **self.case.kwargs))
+
+    def args(self, e: int) -> list[torch.Tensor]:
+        if e not in self._examples:
+            self._examples[e] = self.case.reseeded(e).materialize(requires_grad=False, cast=self.cast).args
+        return self._examples[e]
+
+    def args_at(self, index) -> list[torch.Tensor]:
+        """The arguments of the example at ``index``."""
+        return [self.args(self.plan.example(index, i))[i] for i in range(len(self.case.args))]
+
+    def params(self, e: int) -> Mapping:
+        return self.case.reseeded(e).params
+
+    def batched_args(self) -> list[torch.Tensor]:
+        """Each batched argument stacked along its in_dims, stored in its drawn
+        layout (memory outside the view holds junk); unbatched ones as example 0."""
+        out = []
+        for i, a in enumerate(self.case.args):
+            if not self.plan.batched(i):
+                out.append(self.args(0)[i])
+                continue
+            t = stack(lambda index: self.args(self.plan.example(index, i))[i], self.plan.levels,
+                      [l.in_dims[i] for l in self.plan.levels])
+            out.append(self._laid_out(i, t, self.plan.layouts[i]))
+        return out
+
+    def _laid_out(self, i: int, t: torch.Tensor, lay: Layout | None) -> torch.Tensor:
+        if lay is None:
+            return t.contiguous()
+        lay.check(t.shape, f"params.batched_layouts[{i}]")
+        values = self.case.args[i].values
+        junk = replace(values, seed=values.seed ^ 0x2545F491, specials=(), constant=()).sample(
+            (lay.storage_size,), self.case.arg_dtype(i))
+        view = junk.to(t.dtype).as_strided(t.shape, lay.strides, lay.offset)
+        return view.copy_(t)
+
+    def split(self, args: Sequence[torch.Tensor]):
+        """(differentiable args, a function putting them back among the others)."""
+        def merge(d: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+            out = list(args)
+            for i, t in zip(self.diff, d):
+                out[i] = t
+            return out
+        return [args[i] for i in self.diff], merge
+
+    # -- what every example computes, per composition -------------------------------
+
+    def with_vjp(self, f):
+        """``g(*args, *cotangents) -> (*outputs, *grads)`` by torch.func.vjp."""
+        def g(*xs):
+            n = len(self.case.args)
+            d, merge = self.split(xs[:n])
+            outs, pull = torch.func.vjp(lambda *d: f(*merge(d)), *d)
+            return (*outs, *pull(tuple(xs[n:])))
+        return g
+
+    def with_grad(self, f):
+        """``g(*args, *cotangents) -> grads`` of ``sum_k <cotangent_k, output_k>`` by torch.func.grad."""
+        def g(*xs):
+            n = len(self.case.args)
+            d, merge = self.split(xs[:n])
+
+            def h(*d):
+                return sum((c * o).sum() for c, o in zip(xs[n:], f(*merge(d))))
+            return torch.func.grad(h, argnums=tuple(range(len(d))))(*d)
+        return g
+
+    def with_jvp(self, f):
+        """``g(*args, *tangents) -> (*outputs, *output tangents)`` by torch.func.jvp."""
+        def g(*xs):
+            n = len(self.case.args)
+            d, merge = self.split(xs[:n])
+            outs, tans = torch.func.jvp(lambda *d: f(*merge(d)), tuple(d), tuple(xs[n:]))
+            return (*outs, *tans)
+        return g
+
+    def cotangents(self, index, outs) -> list[torch.Tensor]:
+        return probes_like(self.params(self.plan.example(index)), "cotangent", outs)
+
+    def tangent(self, i: int, e: int) -> torch.Tensor:
+        """Argument i's tangent in example e, in the layout of that example's argument."""
+        d, _ = self.split(self.args(e))
+        u = directions(self.params(e), d)[self.diff.index(i)]
+        return same_layout(self.args(e)[i], u)
+
+
+@dataclass
+class Result:
+    names: list[str]
+    vmapped: list[torch.Tensor]
+    looped: list[torch.Tensor]
+
+
+def _vmap(g, plan: Plan, in_dims: Sequence[Sequence[int | None]], ranks: Sequence[int]):
+    """``g`` under every level of ``plan``; ``in_dims[l]`` are level l's, ``ranks``
+    the per-example ranks of g's outputs."""
+    for depth in reversed(range(len(plan.levels))):
+        level = plan.levels[depth]
+        inner = len(plan.levels) - 1 - depth  # batch dims the levels inside add
+        g = torch.func.vmap(g, in_dims=tuple(in_dims[depth]),
+                            out_dims=tuple(level.out_dim(k, r + inner) for k, r in enumerate(ranks)))
+    return g
+
+
+def _out_dims(plan: Plan, k: int, rank: int) -> list[int]:
+    return [l.out_dim(k, rank + len(plan.levels) - 1 - depth) for depth, l in enumerate(plan.levels)]
+
+
+def _stack_outputs(plan: Plan, per_example: dict, count: int, slot=lambda k: k) -> list[torch.Tensor]:
+    """The loop's results stacked as vmap stacks them: result k at the out_dims
+    of output ``slot(k)`` (jvp of vmap: a tangent where its primal is)."""
+    first = per_example[plan.indices[0]]
+    return [stack(lambda index: per_example[index][k], plan.levels,
+                  _out_dims(plan, slot(k), first[k].dim()))
+            for k in range(count)]
+
+
+def _names(prefix: str, count: int) -> list[str]:
+    return [f"{prefix} {k}" for k in range(count)]
+
+
+def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
+    """The plan's composition, vmapped and looped, on the same examples."""
+    b = Batch(target, case, cast)
+    loop = Batch(target, case, cast)  # its own tensors: a target may write its inputs
+    plan, n = b.plan, len(case.args)
+    grad_names = [f"grad of argument {i}" for i in b.diff]
+    composition = plan.composition
+    outs = {index: loop.f(*loop.args_at(index)) for index in plan.indices}
+    count = len(outs[plan.indices[0]])
+    ranks = [o.dim() for o in outs[plan.indices[0]]]
+    level_dims = [list(l.in_dims) for l in plan.levels]
+
+    if composition in ("vmap", "vmap_vmap"):
+        got = _vmap(b.f, plan, level_dims, ranks)(*b.batched_args())
+        return Result(_names("output", count), list(got), _stack_outputs(plan, outs, count))
+
+    if composition in ("vmap_vjp", "vmap_grad"):
+        cots = {index: loop.cotangents(index, outs[index]) for index in plan.indices}
+        per_example = loop.with_vjp(loop.f) if composition == "vmap_vjp" else loop.with_grad(loop.f)
+        want = {index: per_example(*loop.args_at(index), *cots[index]) for index in plan.indices}
+        g = b.with_vjp(b.f) if composition == "vmap_vjp" else b.with_grad(b.f)
+        k0 = count if composition == "vmap_vjp" else 0
+        grad_ranks = [len(case.args[i].shape) for i in b.diff]
+        batched_cots = [stack(lambda index: cots[index][k], plan.levels, [0]) for k in range(count)]
+        got = _vmap(g, plan, [level_dims[0] + [0] * count], ranks[:k0] + grad_ranks)(
+            *b.batched_args(), *batched_cots)
+        out_names = _names("output", count)[:k0] + grad_names
+        return Result(out_names, list(got), _stack_outputs(plan, want, len(out_names)))
+
+    if composition in ("vmap_jvp", "jvp_vmap"):
+        tangent_dims = [level_dims[0][i] for i in b.diff]
+        want = {index: loop.with_jvp(loop.f)(
+                    *loop.args_at(index),
+                    *[loop.tangent(i, plan.example(index, i)) for i in b.diff])
+                for index in plan.indices}
+        tangents = [stack(lambda index: b.tangent(i, plan.example(index, i)), plan.levels, [d])
+                    if d is not None else b.tangent(i, 0) for i, d in zip(b.diff, tangent_dims)]
+        args = b.batched_args()
+        if composition == "vmap_jvp":
+            got = _vmap(b.with_jvp(b.f), plan, [level_dims[0] + tangent_dims], ranks + ranks)(
+                *args, *tangents)
+        else:
+            d, merge = b.split(args)
+            vf = _vmap(b.f, plan, level_dims, ranks)
+            primal, tans = torch.func.jvp(lambda *d: vf(*merge(d)), tuple(d), tuple(tangents))
+            got = (*primal, *tans)
+        out_names = _names("output", count) + _names("output tangent", count)
+        slot = (lambda k: k) if composition == "vmap_jvp" else (lambda k: k % count)
+        return Result(out_names, list(got), _stack_outputs(plan, want, 2 * count, slot))
+
+    if composition == "vjp_vmap":
+        cots = {index: loop.cotangents(index, outs[index]) for index in plan.indices}
+        want = {index: loop.with_vjp(loop.f)(*loop.args_at(index), *cots[index])
+                for index in plan.indices}
+        looped = _stack_outputs(plan, {index: w[:count] for index, w in want.items()}, count)
+        for k, i in enumerate(b.diff):
+            dim = level_dims[0][i]
+            grads = {index: w[count + k] for index, w in want.items()}
+            looped.append(stack(grads.__getitem__, plan.levels, [dim]) if dim is not None
+                          else torch.stack(list(grads.values())).sum(0))
+        batched_cots = [stack(lambda index: cots[index][k], plan.levels, _out_dims(plan, k, ranks[k]))
+                        for k in range(count)]
+        d, merge = b.split(b.batched_args())
+        vf = _vmap(b.f, plan, level_dims, ranks)
+        primal, pull = torch.func.vjp(lambda *d: vf(*merge(d)), *d)
+        return Result(_names("output", count) + grad_names, [*primal, *pull(tuple(batched_cots))], looped)
+
+    raise ValueError(f"unknown composition {composition!r}; expected one of {COMPOSITIONS}")
+
+
+COMPOSITIONS = ("vmap", "vmap_vjp", "vjp_vmap", "vmap_jvp", "jvp_vmap", "vmap_vmap", "vmap_grad")
+
+_FALLBACK = re.compile(r"batching rule for (\S+?)\.? Please")
+
+
+@contextmanager
+def recording_fallbacks():
+    """Collect the ops vmap ran through its slow per-example fallback (torch's
+    performance warning): coverage information, not a failure."""
+    ops: list[str] = []
+    torch._C._functorch._set_vmap_fallback_warning_enabled(True)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield ops
+        for w in caught:
+            m = _FALLBACK.search(str(w.message))
+            if m is None:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            elif m.group(1) not in ops:
+                ops.append(m.group(1))
+    finally:
+        torch._C._functorch._set_vmap_fallback_warning_enabled(False)
