@@ -1,0 +1,273 @@
+"""Standalone reproduction scripts: one case of one check as a torch-only program.
+
+``standalone_script(check, case, verdict)`` returns the source of a Python
+script that imports torch and the standard library only (never fuzzdiff),
+rebuilds the case's inputs exactly (storages element by element, strides,
+storage offsets, aliasing, which tensors are leaves), embeds the random probes
+the check drew, runs the check's two computations and prints both, ending with
+``OK: ...`` (exit status 0) or ``MISMATCH: ...`` (exit status 1). It is meant
+to be pasted into a PyTorch bug report.
+
+Each check contributes its computation through ``fuzzdiff.script.fragments``
+(one function and one registration per check).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+
+from fuzzdiff.case import Case
+from fuzzdiff.confirm import EPS
+from fuzzdiff.script.fragments import FRAGMENTS, Fragment, register
+from fuzzdiff.script.helpers import HELPERS, helper_source
+from fuzzdiff.script.inputs import InputsCode, inputs_code
+from fuzzdiff.script.literals import ScriptError, dtype_name, tensor_literal, value_literal
+from fuzzdiff.script.source import TargetCode, target_code
+from fuzzdiff.targets.target import Target
+from fuzzdiff.tolerance import tolerance
+from fuzzdiff.verdict import Verdict
+
+__all__ = ["standalone_script", "ScriptError", "FRAGMENTS", "register", "Fragment"]
+
+# Module-level names every script may define; target code must not clash with them.
+SCRIPT_NAMES = frozenset({
+    "math", "sys", "torch", "fwAD", "inf", "nan", "call", "main", "DTYPE", "EPS", "ATOL", "RTOL",
+    "V", "V64", "U", "W", "WRT", "ARG_NAMES", "LEAF_NAMES", "make_leaves", "make_args",
+    "make_leaves_other", "make_args_other", "evaluate", "max_abs", "max_abs_error", "changed",
+    *HELPERS})
+LOCAL_NAMES = frozenset({"leaves", "dtype", "requires_grad", "t", "leaf"})
+
+PROBE_DOCS = {
+    "V": "cotangents v, one per output",
+    "V64": "the same cotangents drawn for the float64 run",
+    "U": "tangent directions u, one per leaf (constant along a stride-0 dim)",
+    "W": "second probes w, one per leaf, contracting the first derivative",
+}
+
+
+@dataclass
+class Context:
+    """What a fragment may ask about the case it is written for."""
+
+    check: str
+    case: Case
+    target: Target
+    names: list[str]
+    inputs: InputsCode
+
+    @property
+    def dtype(self) -> str:
+        return self.case.dtype
+
+    @property
+    def wrt(self) -> list[int]:
+        return [i for i, d in enumerate(self.inputs.differentiable) if d]
+
+    def wrt_constants(self) -> str:
+        wrt = ", ".join(self.names[i] for i in self.wrt) or "none"
+        return (f"ARG_NAMES = {self.names!r}\nLEAF_NAMES = {self.inputs.leaf_names!r}\n"
+                f"WRT = {self.wrt!r}  # the differentiable arguments: {wrt}")
+
+
+def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
+                      target: Target | None = None,
+                      storages: Mapping[int, torch.Tensor] | None = None,
+                      found_with: Mapping[str, str] | None = None) -> str:
+    """The source of a torch-only script that reproduces ``check`` at ``case``.
+
+    ``target`` defaults to ``get_target(case.target)`` (pass it for targets
+    that are not registered); ``storages`` (argument index -> filled 1-D
+    storage, e.g. from a corpus record) default to ``case.storages()``;
+    ``found_with`` (a record's versions) goes into the header. Raises
+    ScriptError for a check without a fragment or a target whose code cannot
+    be written out.
+    """
+    if check not in FRAGMENTS:
+        raise ScriptError(f"no standalone script for check {check!r}; scripts exist for "
+                          f"{', '.join(FRAGMENTS)}")
+    if case.device != "cpu":
+        raise ScriptError(f"standalone scripts run on the CPU; the case is on {case.device}")
+    if target is None:
+        from fuzzdiff.targets import get_target
+        target = get_target(case.target)
+    storages = {i: t.detach().cpu() for i, t in (storages or case.storages()).items()}
+    code = _code(target)
+    clash = code.names & SCRIPT_NAMES
+    if clash:
+        raise ScriptError(f"target {target.name!r} defines {sorted(clash)}, which the script "
+                          "uses for itself")
+    names = _arg_names(target, code)
+    inputs = inputs_code(case, storages, names)
+    ctx = Context(check, case, target, names, inputs)
+    fragment: Fragment = FRAGMENTS[check](ctx)
+
+    blocks = [_header(target, check, case, verdict, fragment, found_with, code)]
+    data: list[str] = []
+    blocks.append(_banner("The function under test") + _definitions(code))
+    blocks.append(_call(code, names, case))
+    blocks.append(_banner("The inputs") + f"DTYPE = {dtype_name(case.torch_dtype)}\n"
+                  + inputs.storages)
+    data.append(inputs.storages)
+    blocks.append(inputs.functions)
+    if fragment.other_layout:
+        from fuzzdiff.checks.layout import relayout
+        other = relayout(case)
+        other_inputs = inputs_code(other, other.storages(), names, suffix="_other",
+                                   what=" (the other layout)")
+        blocks.append(other_inputs.storages)
+        blocks.append(other_inputs.functions)
+        data.append(other_inputs.storages)
+    if fragment.probes:
+        probes = _probes_text(target, case, storages, fragment.probes)
+        blocks.append(_banner("Random probes, as drawn") + probes)
+        data.append(probes)
+    tol = tolerance(target, check, case.torch_dtype)
+    override = target.tolerances.get(check)
+    blocks.append(_banner("Tolerance") + f"ATOL, RTOL = {tol.atol!r}, {tol.rtol!r}  "
+                  f"# for {case.dtype} results"
+                  + (f"; widened: {override.reason}" if override else "")
+                  + f"\nEPS = {EPS!r}  # finite-difference step")
+    blocks.append(_banner("Helpers") + "\n\n\n".join(helper_source(fragment.helpers)))
+    if fragment.extra:
+        blocks.append(fragment.extra)
+    blocks.append("def main():\n    print(f\"torch {torch.__version__}\")\n" + fragment.body)
+    blocks.append('if __name__ == "__main__":\n    sys.exit(main())')
+    imports = _imports(code, fragment, any(re.search(r"\b(nan|inf)\b", d) for d in data))
+    blocks.insert(1, imports)
+    return "\n\n\n".join(b.strip("\n") for b in blocks) + "\n"
+
+
+def _is_catalog(target: Target) -> bool:
+    from fuzzdiff.targets import all_targets
+    return any(t is target for t in all_targets())
+
+
+def _code(target: Target) -> TargetCode:
+    """The target's code, copied; user code that cannot be copied is imported."""
+    try:
+        return target_code(target.fn, target.name)
+    except ScriptError as e:
+        if _is_catalog(target):
+            raise
+        why = str(e)
+    fn = target.fn
+    owner = getattr(fn, "__self__", None)
+    obj = owner if isinstance(owner, type) else fn
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname:
+        raise ScriptError(f"target {target.name!r} can be neither copied ({why}) nor imported")
+    top = qualname.split(".")[0]
+    call = qualname + (f".{fn.__name__}" if obj is not fn else "")
+    return TargetCode(call=call, imports=["import torch", f"from {module} import {top}"],
+                      names={top}, note=f"{module}.{qualname} is user code, imported here, not "
+                                       f"copied ({why})")
+
+
+def _arg_names(target: Target, code: TargetCode) -> list[str]:
+    taken = SCRIPT_NAMES | LOCAL_NAMES | code.names | {code.call.split(".")[0]}
+    out = []
+    for a in target.args:
+        name = a.name if a.name.isidentifier() and not keyword.iskeyword(a.name) else "arg"
+        while name in taken or name in out:
+            name += "_"
+        out.append(name)
+    return out
+
+
+def _banner(title: str) -> str:
+    return f"# {'-' * 3} {title} {'-' * max(3, 80 - len(title))}\n"
+
+
+def _header(target, check, case, verdict, fragment, found_with, code) -> str:
+    version = (found_with or {}).get("torch") or torch.__version__
+    lines = [*textwrap.wrap(f"{target.name}: {fragment.summary} (check {check!r}, {case.dtype}).",
+                            84), "",
+             f"Found by fuzzdiff with torch {version}. Needs only torch; run it with python.",
+             "It prints both sides and ends with OK, or with MISMATCH and exit status 1."]
+    if verdict is not None:
+        lines += ["", *textwrap.wrap(f"Recorded verdict: {verdict}", 84, break_long_words=False,
+                                     break_on_hyphens=False)]
+    if code.note:
+        lines += ["", *textwrap.wrap(code.note, 84)]
+    text = "\n".join(lines).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    return f'"""{text}\n"""'
+
+
+def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
+    future = ["from __future__ import annotations"] if code.future_annotations else []
+    std = ["import math", "import sys"] + (["from math import inf, nan"] if special_floats else [])
+    torch_lines = ["import torch"] + (["import torch.autograd.forward_ad as fwAD"]
+                                      if fragment.forward_ad else [])
+    other_std, other_torch = [], []
+    for line in code.imports:
+        if line in std or line in torch_lines:
+            continue
+        module = line.split()[1]
+        (other_torch if module.split(".")[0] == "torch" else other_std).append(line)
+    groups = [future, sorted(set(std + other_std), key=lambda l: (l.startswith("from"), l)),
+              torch_lines + [l for l in dict.fromkeys(other_torch) if l not in torch_lines]]
+    return "\n\n".join("\n".join(g) for g in groups if g)
+
+
+def _definitions(code: TargetCode) -> str:
+    if not code.definitions:
+        return f"# {code.call} is a PyTorch op: nothing to define."
+    return "\n\n\n".join(code.definitions)
+
+
+def _call(code: TargetCode, names: list[str], case: Case) -> str:
+    args = list(names)
+    for k, v in case.kwargs.items():
+        args.append(f"{k}={value_literal(v)}" if k.isidentifier() else
+                    f"**{{{k!r}: {value_literal(v)}}}")
+    return (f"def call({', '.join(names)}):\n"
+            '    """One call of the function under test, with the fuzzed keyword arguments."""\n'
+            f"    return {code.call}({', '.join(args)})")
+
+
+def _probes_text(target: Target, case: Case, storages, keys) -> str:
+    """Each probe global as literal tensors, computed exactly as the check draws them."""
+    from fuzzdiff.directions import directions, probes_like
+    from fuzzdiff.paths.function import leaf_function
+
+    def fresh():
+        return {i: t.clone() for i, t in storages.items()}
+
+    f = leaf_function(target, case, storages=fresh())
+    values: dict[str, object] = {}
+    if "U" in keys:
+        values["U"] = directions(case.params, f.leaves)
+    if "W" in keys:
+        values["W"] = probes_like(case.params, "second", f.leaves)
+    for key, cast in (("V", None), ("V64", torch.float64)):
+        if key not in keys:
+            continue
+        if key == "V64" and case.torch_dtype == torch.float64:
+            values[key] = "V  # the case is float64 already"
+            continue
+        g = f if cast is None else leaf_function(target, case, cast=cast, storages=fresh())
+        try:
+            with torch.no_grad():
+                outs = g(*g.leaves)
+        except Exception as e:  # noqa: BLE001 - the script raises the same at its forward
+            values[key] = f"None  # the forward raised {type(e).__name__} when this was written"
+            continue
+        values[key] = probes_like(case.params, "cotangent", outs)
+    lines = []
+    for key in ("V", "V64", "U", "W"):
+        if key not in values:
+            continue
+        v = values[key]
+        lines.append(f"# {PROBE_DOCS[key]}")
+        if isinstance(v, str):
+            lines.append(f"{key} = {v}")
+        else:
+            items = "".join(f"    {tensor_literal(t, indent='    ')},\n" for t in v)
+            lines.append(f"{key} = [\n{items}]")
+    return "\n".join(lines)

@@ -1,0 +1,313 @@
+"""The source of a target's function, made self-contained.
+
+A torch op is written by its public name (``torch.log``, ``F.leaky_relu``). A
+Python function, or an ``autograd.Function`` class behind ``.apply``, is
+copied with ``inspect.getsource`` together with everything it refers to at
+module level, found by ``symtable`` (which knows exactly which names are
+globals) and resolved in the module it came from: other functions and
+classes are copied in turn, modules and objects of torch or the standard
+library become imports written as the module wrote them, plain constants
+become literals. Nothing of fuzzdiff is imported: a helper that lives there
+is copied like any other.
+"""
+
+from __future__ import annotations
+
+import __future__
+import ast
+import builtins
+import functools
+import inspect
+import sys
+import symtable
+import textwrap
+import types
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from fuzzdiff.script.literals import ScriptError, value_literal
+
+__all__ = ["TargetCode", "target_code"]
+
+IMPORTABLE = frozenset(sys.stdlib_module_names) | {"torch"}
+# Public namespaces searched for a torch callable, as the script writes them.
+NAMESPACES = (("torch", torch, "import torch"),
+              ("F", F, "import torch.nn.functional as F"),
+              ("torch.linalg", torch.linalg, "import torch"),
+              ("torch.special", torch.special, "import torch"),
+              ("torch.fft", torch.fft, "import torch"),
+              ("torch.Tensor", torch.Tensor, "import torch"))
+# Imports every script may have itself; a target importing the same is no clash.
+STANDARD_IMPORTS = frozenset({"import math", "import sys", "import torch",
+                              "import torch.autograd.forward_ad as fwAD"})
+
+
+@dataclass
+class TargetCode:
+    """What a script needs to call a target: imports, definitions, the callable's expression."""
+
+    call: str
+    imports: list[str] = field(default_factory=list)
+    definitions: list[str] = field(default_factory=list)
+    names: set[str] = field(default_factory=set)   # module-level names the definitions bind
+    future_annotations: bool = False
+    note: str = ""                                   # e.g. why user code is imported
+
+
+def _root(module_name: str | None) -> str:
+    return (module_name or "").split(".")[0]
+
+
+def _torch_expression(obj) -> tuple[str, str] | None:
+    """``(expression, import line)`` naming a torch callable publicly, or None."""
+    name = getattr(obj, "__name__", None)
+    if name:
+        for prefix, namespace, line in NAMESPACES:
+            if getattr(namespace, name, None) is obj:
+                return f"{prefix}.{name}", line
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if _root(module) == "torch" and qualname and "<" not in qualname:
+        try:
+            found = functools.reduce(getattr, qualname.split("."), sys.modules[module])
+        except (KeyError, AttributeError):
+            return None
+        if found is obj:
+            return f"{module}.{qualname}", f"import {module}"
+    return None
+
+
+class _Emitter:
+    """Collects definitions depth first, so that each comes after what it needs."""
+
+    def __init__(self):
+        self.code = TargetCode(call="")
+        self.bound: dict[str, object] = {}   # script-level name -> object it stands for
+        self.in_progress: set[int] = set()
+
+    # -- names ------------------------------------------------------------------
+
+    def bind(self, name: str, obj) -> bool:
+        """Reserve ``name`` for ``obj``; False when it is bound to it already."""
+        if name in self.bound:
+            if self.bound[name] is obj or (_constant(obj) and self.bound[name] == obj):
+                return False
+            raise ScriptError(f"two different objects are both called {name!r} at module level "
+                              f"({self.bound[name]!r} and {obj!r})")
+        self.bound[name] = obj
+        self.code.names.add(name)
+        return True
+
+    def add_import(self, line: str) -> None:
+        if line not in self.code.imports:
+            self.code.imports.append(line)
+
+    # -- resolving one global ---------------------------------------------------
+
+    def require(self, name: str, module: types.ModuleType) -> None:
+        """Make the global ``name`` of ``module`` available in the script."""
+        namespace = vars(module)
+        if name not in namespace:
+            if hasattr(builtins, name) or name.startswith("__"):
+                return
+            raise ScriptError(f"{name!r} is not defined in module {module.__name__}")
+        obj = namespace[name]
+        if isinstance(obj, types.ModuleType):
+            if _root(obj.__name__) not in IMPORTABLE:
+                raise ScriptError(f"it uses module {obj.__name__} (only torch and the standard "
+                                  "library may be imported)")
+            if self.bind(name, obj):
+                line = f"import {name}" if name == obj.__name__ else f"import {obj.__name__} as {name}"
+                if line in STANDARD_IMPORTS:  # the script's own import of it
+                    self.code.names.discard(name)
+                self.add_import(line)
+            return
+        if _constant(obj):
+            if self.bind(name, obj):
+                self.code.definitions.append(f"{name} = {value_literal(obj)}")
+            return
+        if callable(obj) or isinstance(obj, type):
+            self.callable(name, obj, module)
+            return
+        raise ScriptError(f"module-level {name!r} is a {type(obj).__name__}, which cannot be "
+                          "written into a script")
+
+    def callable(self, name: str, obj, module: types.ModuleType) -> None:
+        home = getattr(obj, "__module__", None)
+        if _root(home) in IMPORTABLE:
+            if self.bind(name, obj):
+                self.add_import(_import_line(name, obj, module))
+            return
+        if isinstance(obj, types.MethodType) or not (inspect.isfunction(obj) or inspect.isclass(obj)):
+            raise ScriptError(f"{name!r} is a {type(obj).__name__} from {home}; only functions and "
+                              "classes can be copied")
+        if not self.bind(name, obj):
+            return
+        self.copy(obj, as_name=name)
+
+    # -- copying source ---------------------------------------------------------
+
+    def copy(self, obj, as_name: str | None = None) -> None:
+        """Append the source of a function or class, after what it refers to."""
+        if id(obj) in self.in_progress:
+            return
+        self.in_progress.add(id(obj))
+        module = sys.modules.get(obj.__module__)
+        if module is None:
+            raise ScriptError(f"the module of {obj!r} is not loaded")
+        if inspect.isfunction(obj) and obj.__code__.co_freevars:
+            raise ScriptError(f"{obj.__qualname__} is a closure (it uses {obj.__code__.co_freevars} "
+                              "from an enclosing function)")
+        if "<locals>" in obj.__qualname__:
+            raise ScriptError(f"{obj.__qualname__} is defined inside a function")
+        if obj.__name__ == "<lambda>":
+            source = f"{as_name} = {_lambda_source(obj)}"
+        else:
+            try:
+                source = textwrap.dedent(inspect.getsource(obj))
+            except (OSError, TypeError) as e:
+                raise ScriptError(f"no source for {obj.__qualname__}: {e}") from None
+        future = getattr(module, "annotations", None) is __future__.annotations
+        self.code.future_annotations |= future
+        for name in _global_names(source, future):
+            if name != obj.__name__ or vars(module).get(name) is not obj:
+                self.require(name, module)
+        self.code.definitions.append(source.rstrip())
+        if as_name is not None and as_name != obj.__name__ and obj.__name__ != "<lambda>":
+            self.bind(obj.__name__, obj)
+            self.code.definitions.append(f"{as_name} = {obj.__name__}")
+
+
+def _constant(obj) -> bool:
+    if isinstance(obj, (bool, int, float, str, type(None), torch.dtype)):
+        return True
+    if isinstance(obj, (list, tuple)):
+        return all(_constant(v) for v in obj)
+    if isinstance(obj, dict):
+        return all(_constant(k) and _constant(v) for k, v in obj.items())
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _module_imports(module_name: str) -> dict[str, str]:
+    """name -> the import statement that binds it in the module's own source."""
+    module = sys.modules.get(module_name)
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                bound = a.asname or a.name
+                out[bound] = f"from {node.module} import {a.name}" + (f" as {a.asname}" if a.asname else "")
+    return out
+
+
+def _import_line(name: str, obj, module: types.ModuleType) -> str:
+    line = _module_imports(module.__name__).get(name)
+    if line is not None:
+        return line
+    home, qualname = obj.__module__, getattr(obj, "__qualname__", name)
+    if "." in qualname or getattr(sys.modules.get(home), qualname, None) is not obj:
+        raise ScriptError(f"cannot find an import for {name!r} ({obj!r})")
+    return f"from {home} import {qualname}" + (f" as {name}" if name != qualname else "")
+
+
+def _global_names(source: str, future_annotations: bool) -> list[str]:
+    """Names a snippet reads at module level, in first-use order (symtable's verdict).
+
+    With ``from __future__ import annotations`` in the module, names that only
+    appear in annotations are never evaluated and are left out.
+    """
+    table = symtable.symtable(source, "<target>", "exec")
+    names: list[str] = []
+
+    def walk(t: symtable.SymbolTable) -> None:
+        for s in t.get_symbols():
+            if s.is_referenced() and (s.is_global() or t is table) and s.get_name() not in names:
+                names.append(s.get_name())
+        for child in t.get_children():
+            walk(child)
+
+    walk(table)
+    if future_annotations:
+        only = _annotation_only(source)
+        names = [n for n in names if n not in only]
+    return names
+
+
+def _annotation_only(source: str) -> set[str]:
+    tree = ast.parse(source)
+    in_annotations: set[str] = set()
+    for node in ast.walk(tree):
+        for ann in _annotations(node):
+            in_annotations |= {n.id for n in ast.walk(ann) if isinstance(n, ast.Name)}
+    for node in ast.walk(tree):  # strip them, then see what is still read
+        if isinstance(node, ast.arg):
+            node.annotation = None
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+        elif isinstance(node, ast.AnnAssign):
+            node.annotation = ast.Constant(None)
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return in_annotations - used
+
+
+def _annotations(node) -> list:
+    if isinstance(node, ast.arg) and node.annotation is not None:
+        return [node.annotation]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+        return [node.returns]
+    if isinstance(node, ast.AnnAssign):
+        return [node.annotation]
+    return []
+
+
+def _lambda_source(fn) -> str:
+    """The text of a lambda, cut out of the line(s) that define it."""
+    try:
+        lines, _ = inspect.findsource(fn)
+    except (OSError, TypeError) as e:
+        raise ScriptError(f"no source for a lambda: {e}") from None
+    text = "".join(lines)
+    code = fn.__code__
+    params = list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
+    found = [n for n in ast.walk(ast.parse(text))
+             if isinstance(n, ast.Lambda) and n.lineno == code.co_firstlineno
+             and [a.arg for a in (*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs)] == params]
+    if len(found) != 1:
+        raise ScriptError(f"{len(found)} lambdas with parameters {params} on line "
+                          f"{code.co_firstlineno}; cannot tell which is the target")
+    return "(" + ast.get_source_segment(text, found[0]) + ")"
+
+
+def target_code(fn, what: str) -> TargetCode:
+    """Self-contained code for calling ``fn``; ``what`` names it in errors."""
+    named = _torch_expression(fn)
+    if named is not None:
+        expression, line = named
+        return TargetCode(call=expression, imports=[line])
+    emitter = _Emitter()
+    try:
+        if isinstance(fn, types.MethodType) and inspect.isclass(fn.__self__):
+            cls = fn.__self__  # autograd.Function.apply and other classmethods
+            module = sys.modules[cls.__module__]
+            emitter.callable(cls.__name__, cls, module)
+            emitter.code.call = f"{cls.__name__}.{fn.__name__}"
+        elif inspect.isfunction(fn):
+            module = sys.modules[fn.__module__]
+            name = "target_fn" if fn.__name__ == "<lambda>" else fn.__name__
+            emitter.bind(name, fn)
+            emitter.copy(fn, as_name=name)
+            emitter.code.call = name
+        else:
+            raise ScriptError(f"its function is a {type(fn).__name__}, neither a torch op, a "
+                              "Python function nor a class's .apply")
+    except ScriptError as e:
+        raise ScriptError(f"target {what!r} cannot be written torch-only: {e}") from None
+    if "torch" not in emitter.bound:
+        emitter.code.imports.insert(0, "import torch")
+    return emitter.code
