@@ -104,7 +104,9 @@ class Journal:
     def __init__(self, root: Path | str, check: str, target: str, timeout: float = 0.0):
         self.root = Path(root)
         folder = self.root / INFLIGHT
-        folder.mkdir(parents=True, exist_ok=True)
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / ".gitignore").write_text("*\n")  # transient: never committed with the corpus
         pid = os.getpid()
         stem = f"{''.join(c if c.isalnum() or c in '.-' else '_' for c in _HOST)}-{pid}-{secrets.token_hex(4)}"
         self.path = folder / f"{stem}.json"
@@ -202,10 +204,6 @@ def recover(root: Path | str, *, cause: str | None = None,
     ``cause`` (e.g. "xdist worker gw1 crashed") is added to the message.
     Returns the record paths, one per recovered in-flight entry.
     """
-    from fuzzdiff.caseio import case_from_json
-    from fuzzdiff.corpus import write_record
-    from fuzzdiff.verdict import Verdict
-
     folder = Path(root) / INFLIGHT
     try:
         entries = sorted(folder.glob("*.json"))
@@ -223,14 +221,19 @@ def recover(root: Path | str, *, cause: str | None = None,
             continue  # being created right now, or torn: look again later
         hang_path = entry.with_suffix(".hang")
         if k >= 0 and info is not None:
+            from fuzzdiff.caseio import case_from_json  # torch: only when there is work
             try:
                 case = case_from_json(info["case"], where="journal.case").reseeded(k)
                 check = info["check"]
             except Exception as e:  # noqa: BLE001 - a bad entry must not stop recovery
                 warnings.warn(f"fuzzdiff: unreadable journal entry {entry} dropped: {e}")
             else:
-                records.append(_record(root, entry, info, k, check, case, _hang_report(hang_path),
-                                       cause, write_record, Verdict))
+                try:
+                    records.append(_record(root, entry, info, k, check, case,
+                                           _hang_report(hang_path), cause))
+                except Exception as e:  # noqa: BLE001 - keep the entry for a later try
+                    warnings.warn(f"fuzzdiff: could not record journal entry {entry}: {e}")
+                    continue
         entry.unlink(missing_ok=True)
         hang_path.unlink(missing_ok=True)
     for stray in folder.glob("*.hang"):  # a hang file whose journal was closed normally
@@ -246,13 +249,16 @@ def _mtime(path: Path) -> float:
         return time.time()
 
 
-def _record(root, entry, info, k, check, case, hang, cause, write_record, Verdict) -> Path:
+def _record(root, entry, info, k, check, case, hang, cause) -> Path:
+    from fuzzdiff.corpus import write_record
+    from fuzzdiff.verdict import Verdict
+
     who = f"pid {info.get('pid')} on {info.get('host')}"
     errors = {"journal": entry.name, "variant": k, "pid": info.get("pid"), "host": info.get("host")}
     if hang is not None:
         frames = [line.strip() for line in hang.splitlines() if line.strip().startswith("File ")]
         errors["traceback"] = frames[:8]
-        message = (f"the example did not finish within its {info.get('timeout'):g}s timeout and could "
+        message = (f"the example did not finish within its {float(info.get('timeout') or 0):g}s timeout and could "
                    f"not be interrupted; the hard timeout stopped the process ({who}, journal "
                    f"{entry.name})" + (f"; innermost frame: {frames[0]}" if frames else ""))
         verdict = Verdict("timeout", message, errors)

@@ -5,12 +5,17 @@ Profiles: ``ci`` (bounded, derandomized: the default when $CI is set),
 ``--fuzzdiff-profile NAME`` or ``FUZZDIFF_PROFILE=NAME``. Each profile also
 sets how many value variants a drawn structure is tried at, unless
 ``FUZZDIFF_VARIANTS`` is set.
+
+Crashed examples: at session start and finish (on the xdist controller, and
+whenever an xdist worker dies) journal entries of dead processes under the
+corpus become ``crash`` / ``timeout`` records (fuzzdiff.journal.recover).
 """
 
 from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 PROFILES = {
@@ -50,3 +55,39 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     return f"fuzzdiff: hypothesis profile {getattr(config, '_fuzzdiff_profile', '?')!r}"
+
+
+# -- crashes: journal entries of dead processes become records (fuzzdiff.journal) ------
+
+def _corpus_root() -> str:
+    # fuzzdiff.corpus.default_root() without importing torch into every pytest run.
+    return os.environ.get("FUZZDIFF_CORPUS") or "corpus"
+
+
+def _recover(cause: str | None = None) -> list:
+    from fuzzdiff.journal import recover
+    return recover(_corpus_root(), cause=cause)
+
+
+def pytest_sessionstart(session):
+    """Cases that killed an earlier run become crash records before this one starts.
+    Only the controller (or a run without xdist): workers would just repeat it."""
+    if not hasattr(session.config, "workerinput"):
+        _recover("found at the start of a later pytest session")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not hasattr(session.config, "workerinput"):
+        _recover("found at the end of the pytest session")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem, report, sched):
+    """An xdist worker died (abort, segfault, OOM kill, hard timeout): the
+    controller outlives it, so the crash record is written now, and named in
+    the failure that xdist reports for the test."""
+    node = getattr(report, "node", None)
+    worker = getattr(getattr(node, "gateway", None), "id", "?")
+    paths = _recover(f"xdist worker {worker} crashed while running {crashitem}")
+    if paths and isinstance(report.longrepr, str):
+        report.longrepr += "\nfuzzdiff recorded the case in flight: " + ", ".join(map(str, paths))

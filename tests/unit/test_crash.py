@@ -1,0 +1,183 @@
+"""A case that kills the process is still recorded (fuzzdiff.journal).
+
+The aborting target calls ``os.abort()`` when its argument has 3 elements and
+a first value above 0.5: a structure *and* a value condition, so the journal
+must name the right drawn case and the right value variant. The fuzzing runs
+in a subprocess, which dies with SIGABRT; recovery then writes exactly one
+``crash`` record, and replaying that record in another subprocess aborts
+again: proof that it is the case that killed the process.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+
+import fuzzdiff
+from fuzzdiff.checks import get_check
+from fuzzdiff.corpus import read_record
+from fuzzdiff.fuzzing import fuzz
+from fuzzdiff.journal import INFLIGHT, Journal, case_json, recover
+from fuzzdiff.runner import case_strategy
+from fuzzdiff.targets import get_target
+
+REPO = Path(fuzzdiff.__file__).resolve().parents[1]
+
+ABORTING = textwrap.dedent('''
+    import os
+    from fuzzdiff.targets import Target
+
+    def fn(x):
+        if x.shape[0] == 3 and float(x.detach().double()[0]) > 0.5:
+            os.abort()
+        return x.sin()
+
+    TARGET = Target("aborting", fn, "x: n", max_side=4)
+''')
+
+
+def _env(tmp_path: Path, **extra) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)]), **extra)
+    env.pop("CI", None)
+    return env
+
+
+def _python(tmp_path: Path, code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=timeout)
+
+
+def _records(corpus: Path) -> list[Path]:
+    return sorted(corpus.glob("*/*/*.json"))
+
+
+@pytest.fixture
+def aborting(tmp_path):
+    (tmp_path / "aborting.py").write_text(ABORTING)
+    return tmp_path
+
+
+def test_an_aborting_case_becomes_one_crash_record_that_aborts_on_replay(aborting):
+    corpus = aborting / "corpus"
+    run = _python(aborting, f'''
+        from hypothesis import settings
+        from fuzzdiff.fuzzing import fuzz
+        from aborting import TARGET
+        fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=8, timeout=0,
+             settings=settings(max_examples=200, derandomize=True, database=None, deadline=None))
+        print("no abort")
+    ''')
+    assert run.returncode == -signal.SIGABRT, (run.returncode, run.stdout, run.stderr[-2000:])
+    assert _records(corpus) == []  # nothing was reported before the process died
+    assert len(list((corpus / INFLIGHT).glob("*.json"))) == 1
+
+    paths = recover(corpus)
+
+    assert len(paths) == 1 and _records(corpus) == paths
+    assert list((corpus / INFLIGHT).iterdir()) == []  # the entry is consumed
+    record = read_record(paths[0])
+    assert record.verdict.kind == "crash" and record.verdict.failed
+    assert record.check == "grad" and record.status == "open"
+    assert "died while running this case" in record.verdict.message
+    (x,), = [record.case.materialize(requires_grad=False).args]  # the trigger is visible in the record
+    assert x.shape == (3,) and float(x[0]) > 0.5
+    assert recover(corpus) == []  # idempotent
+
+    replay = _python(aborting, f'''
+        from fuzzdiff.corpus import read_record
+        from fuzzdiff.runner import run_check
+        from aborting import TARGET
+        record = read_record({str(paths[0])!r})
+        print(run_check(record.check, TARGET, record.case))
+    ''')
+    assert replay.returncode == -signal.SIGABRT, (replay.returncode, replay.stdout, replay.stderr[-2000:])
+
+
+def test_the_next_fuzz_run_recovers_and_a_live_or_idle_entry_makes_no_record(tmp_path):
+    corpus = tmp_path / "corpus"
+    case = _drawn_cases(1)[0]
+    live = Journal(corpus, "grad", "exp")
+    live.begin_case(case)
+    live.begin(0)  # in flight in this (live) process
+    dead_idle = _fake_dead(corpus, case, variant=-1)
+    dead_busy = _fake_dead(corpus, case, variant=2)
+
+    fuzz("grad", "exp", corpus=corpus, variants=1,
+         settings=settings(max_examples=2, database=None, deadline=None))
+
+    (path,) = _records(corpus)
+    record = read_record(path)
+    assert record.verdict.kind == "crash" and record.case == case.reseeded(2)
+    assert live.path.exists() and not dead_idle.exists() and not dead_busy.exists()
+    live.close()
+    assert not live.path.exists()
+
+
+def _fake_dead(corpus: Path, case, variant: int) -> Path:
+    """A journal entry whose owner is gone: a pid that cannot exist."""
+    j = Journal(corpus, "grad", "exp")
+    j.begin_case(case)
+    if variant >= 0:
+        j.begin(variant)
+    raw = bytearray(j.path.read_bytes())
+    pid = f'"pid": {os.getpid()},'.encode()
+    at = raw.index(pid)
+    raw[at:at + len(pid)] = f'"pid": {2**22 + 7},'.encode()  # above Linux's pid_max
+    path = j.path.with_name(j.path.name.replace(".json", "-dead.json"))
+    path.write_bytes(bytes(raw))
+    j.close()
+    return path
+
+
+def _drawn_cases(n: int):
+    out = []
+
+    @settings(max_examples=n, derandomize=True, database=None, deadline=None)
+    @given(case_strategy(get_check("alias"), get_target("mul")))
+    def draw(case):
+        out.append(case)
+
+    draw()
+    return out
+
+
+def test_the_journal_writes_what_case_to_json_gives():
+    for case in _drawn_cases(30):
+        assert json.loads(case_json(case)) == json.loads(json.dumps(case.to_json()))
+
+
+def test_a_crashed_xdist_worker_is_recorded_by_the_same_session(aborting):
+    corpus = aborting / "corpus"
+    (aborting / "test_abort_suite.py").write_text(textwrap.dedent(f'''
+        import os
+        from hypothesis import settings
+        from fuzzdiff.fuzzing import fuzz
+        from aborting import TARGET
+
+        FEW = settings(max_examples=200, derandomize=True, database=None, deadline=None)
+
+        def test_aborting():
+            fuzz("grad", TARGET, corpus=os.environ["FUZZDIFF_CORPUS"], variants=8, settings=FEW)
+
+        def test_fine():  # the session goes on past the crash
+            fuzz("grad", "sin", corpus=os.environ["FUZZDIFF_CORPUS"], variants=1,
+                 settings=settings(FEW, max_examples=3))
+    '''))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider",
+                          "test_abort_suite.py"], cwd=aborting, capture_output=True, text=True,
+                         env=_env(aborting, FUZZDIFF_CORPUS=str(corpus)), timeout=180)
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out[-3000:]
+    assert "crashed while running" in out and "1 passed" in out, out[-3000:]
+    (path,) = _records(corpus)
+    assert f"fuzzdiff recorded the case in flight: {path}" in out, out[-3000:]
+    record = read_record(path)
+    assert record.verdict.kind == "crash" and "xdist worker" in record.verdict.message
+    assert record.case.materialize(requires_grad=False).args[0].shape == (3,)
+    assert list((corpus / INFLIGHT).glob("*.json")) == []
