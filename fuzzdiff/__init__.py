@@ -1,3 +1,21 @@
-"""fuzzdiff: property-based fuzzing of derivatives in PyTorch."""
+"""fuzzdiff: property-based fuzzing of derivatives in PyTorch.
+
+``fuzzdiff.check(fn, "x: n m")`` fuzzes the user's own function, autograd.Function
+or custom op with every check that applies; ``fuzzdiff.assert_ok`` does the same
+inside a test (DESIGN.md section 3).
+"""
 
 __version__ = "0.1.0"
+
+__all__ = ["check", "assert_ok", "Report", "Failure", "Target", "__version__"]
+
+
+def __getattr__(name):
+    # Lazy: `import fuzzdiff` stays cheap for tools that only want the version.
+    if name in ("check", "assert_ok", "Report", "Failure"):
+        from fuzzdiff import api
+        return getattr(api, name)
+    if name == "Target":
+        from fuzzdiff.targets.target import Target
+        return Target
+    raise AttributeError(f"module 'fuzzdiff' has no attribute {name!r}")

@@ -117,6 +117,52 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _domain(items: list[str] | None) -> dict:
+    """``x=0:`` -> {"x": (0.0, None)}; ``y=-1:1`` -> {"y": (-1.0, 1.0)}."""
+    out = {}
+    for item in items or []:
+        name, sep, interval = item.partition("=")
+        low, colon, high = interval.partition(":")
+        try:
+            if not (sep and colon and name):
+                raise ValueError
+            out[name] = (float(low) if low else None, float(high) if high else None)
+        except ValueError:
+            raise UsageError(f"--domain {item!r}: expected NAME=LOW:HIGH with either end optional, "
+                             "e.g. x=0: or y=-1:1") from None
+    return out
+
+
+def cmd_check(args) -> int:
+    from fuzzdiff.api import check
+    from fuzzdiff.case import DTYPES
+    from fuzzdiff.checks import UnknownCheck, get_check
+    from fuzzdiff.spec import SpecError
+    from fuzzdiff.targets.user import import_object, user_target
+
+    try:
+        fn = import_object(args.target)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    dtypes = _split(args.dtypes) or ["float64", "float32"]
+    unknown = [d for d in dtypes if d not in DTYPES or not DTYPES[d].is_floating_point and not DTYPES[d].is_complex]
+    if unknown:
+        raise UsageError(f"--dtypes: unknown or non-floating dtype(s) {', '.join(unknown)}")
+    checks = _split(args.checks)
+    try:
+        target = user_target(fn, args.spec, dtypes=[DTYPES[d] for d in dtypes], domain=_domain(args.domain))
+        for name in checks or ():
+            get_check(name)
+    except (SpecError, UnknownCheck, TypeError, ValueError) as e:
+        raise UsageError(f"{args.target}: {e}") from None
+    if args.max_examples < 1:
+        raise UsageError("--max-examples must be at least 1")
+    report = check(target, checks=checks, max_examples=args.max_examples, seed=args.seed,
+                   corpus=_corpus_root(args))
+    print(report.summary(), end="")
+    return 0 if report.ok else 1
+
+
 def _corpus_root(args):
     from fuzzdiff.corpus import default_root
     return default_root() if args.corpus is None else args.corpus
@@ -275,6 +321,20 @@ def build_parser() -> argparse.ArgumentParser:
     where = argparse.ArgumentParser(add_help=False)
     where.add_argument("--corpus", metavar="DIR", default=None,
                        help="the corpus directory (default: $FUZZDIFF_CORPUS or ./corpus)")
+
+    chk = sub.add_parser("check", parents=[where],
+                         help="fuzz your own function, autograd.Function or custom op")
+    chk.add_argument("target", metavar="MODULE:ATTR", help="e.g. mypkg.ops:MyFn.apply")
+    chk.add_argument("--spec", help='shape spec, e.g. "x: *b n m, w: m k" (default: the '
+                                    "function's jaxtyping annotations)")
+    chk.add_argument("--domain", nargs="+", metavar="NAME=LOW:HIGH",
+                     help="value interval per argument, either end optional: x=0: y=-1:1")
+    chk.add_argument("--checks", nargs="+", metavar="CHECK", help="checks to run (default: all that apply)")
+    chk.add_argument("--dtypes", nargs="+", metavar="DTYPE", help="default: float64 float32")
+    chk.add_argument("--max-examples", type=int, default=200, metavar="N",
+                     help="examples per check (default: 200)")
+    chk.add_argument("--seed", type=int, help="make the run reproducible")
+    chk.set_defaults(func=cmd_check)
 
     repro = sub.add_parser("repro", parents=[where], help="replay a corpus record without Hypothesis")
     repro.add_argument("record", metavar="RECORD", help="a record's path, or its id (or id prefix)")

@@ -143,6 +143,7 @@ class Record:
     status: str = "open"
     found_with: Mapping[str, str] | None = None
     path: Path | None = None
+    definition: Mapping[str, Any] | None = None  # a user target's fn, spec and domain
 
     @property
     def target(self) -> str:
@@ -159,7 +160,9 @@ class Record:
             else:
                 stored["data"] = _encode(t)
             inputs[i]["storage"] = stored
+        extra = {} if self.definition is None else {"definition": dict(self.definition)}
         return _clean({
+            **extra,
             "format": FORMAT, "id": self.id, "target": case["target"], "check": self.check,
             "dtype": case["dtype"], "device": case["device"], "inputs": inputs,
             "kwargs": case["kwargs"], "params": case["params"],
@@ -170,15 +173,17 @@ class Record:
 
 
 def write_record(root: Path | str, check: str, case: Case, verdict: Verdict,
-                 status: str = "open") -> tuple[Path, bool]:
+                 status: str = "open", definition: Mapping[str, Any] | None = None) -> tuple[Path, bool]:
     """Write the record unless one with the same signature exists.
 
     Returns ``(path, created)``; safe under any number of concurrent writers.
+    ``definition`` rebuilds a user target that is not importable as a Target
+    (fuzzdiff.targets.user.definition).
     """
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
     sig = signature(check, case, verdict)
-    record = Record(_record_id(sig), check, case, verdict, status)
+    record = Record(_record_id(sig), check, case, verdict, status, definition=definition)
     folder = Path(root) / check / _safe(case.target)
     path = folder / f"{record.id}.json"
     if path.exists():
@@ -310,9 +315,12 @@ def read_record(path: Path | str) -> Record:
         if t.numel() != lay.storage_size or t.dtype != dtype:
             raise CorpusError(f"{path}: field 'inputs[{i}].storage' holds {t.numel()} {t.dtype} "
                               f"values; the layout needs {lay.storage_size} {dtype}")
+    definition = data.get("definition")
+    if definition is not None and not isinstance(definition, dict):
+        raise CorpusError(f"{path}: field 'definition' must be an object")
     return Record(_field(data, "id", path, str), check, replace(case, data=pinned),
                   Verdict(kind, str(verdict.get("message", "")), dict(verdict.get("errors") or {})),
-                  status, data.get("found_with"), path)
+                  status, data.get("found_with"), path, definition)
 
 
 def find_record(root: Path | str, ref: str) -> Path:

@@ -13,6 +13,7 @@ from fuzzdiff.corpus import CorpusError, Record, read_record
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets import UnknownTarget, get_target
 from fuzzdiff.targets.target import Target
+from fuzzdiff.targets.user import from_definition
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["load", "replay", "describe", "regression_test"]
@@ -26,9 +27,13 @@ def load(record: Record | Path | str) -> tuple[Record, Target]:
         raise CorpusError(f"{record.path}: field 'check' is {record.check!r}; "
                           f"expected one of {', '.join(CHECKS)}")
     try:
-        target = get_target(record.target)
+        if record.definition is not None:
+            target = from_definition(record.definition)
+        else:
+            target = get_target(record.target)
     except (UnknownTarget, ValueError) as e:
-        raise CorpusError(f"{record.path}: field 'target': {e}") from None
+        where = "definition" if record.definition is not None else "target"
+        raise CorpusError(f"{record.path}: field {where!r}: {e}") from None
     return record, target
 
 

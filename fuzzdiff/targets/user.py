@@ -8,7 +8,8 @@ import sys
 
 from fuzzdiff.targets.target import Target
 
-__all__ = ["resolve_user_target", "import_object"]
+__all__ = ["resolve_user_target", "import_object", "reference", "spec_from_annotations", "user_target",
+           "definition", "from_definition"]
 
 
 def import_object(ref: str):
@@ -40,3 +41,87 @@ def resolve_user_target(ref: str) -> Target:
         return obj
     raise ValueError(f"{ref!r} is a {type(obj).__name__}, not a fuzzdiff Target; "
                      "wrap it with fuzzdiff.Target(name, fn, spec) to say its shapes")
+
+
+def reference(fn) -> str | None:
+    """``module:qualname`` that imports back to ``fn``, or None when nothing does.
+
+    Replay in another process needs it: a corpus record names its function so.
+    """
+    owner = getattr(fn, "__self__", None)  # autograd.Function.apply is bound to its class
+    candidates = []
+    if isinstance(owner, type) and getattr(fn, "__name__", None):
+        candidates.append(f"{owner.__module__}:{owner.__qualname__}.{fn.__name__}")
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if module and qualname and "<" not in qualname:
+        candidates.append(f"{module}:{qualname}")
+    if module in sys.modules:  # e.g. a custom op object bound to a module-level name
+        candidates += [f"{module}:{k}" for k, v in vars(sys.modules[module]).items() if v is fn]
+    for ref in candidates:
+        try:
+            if import_object(ref) == fn:
+                return ref
+        except ValueError:
+            continue
+    return None
+
+
+def spec_from_annotations(fn) -> str:
+    """The shape spec written as jaxtyping annotations on ``fn``'s tensor parameters."""
+    import inspect
+    import typing
+
+    target = getattr(fn, "_init_fn", fn)  # torch.library.custom_op keeps the Python function here
+    try:
+        hints = typing.get_type_hints(target)
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError, NameError) as e:
+        raise ValueError(f"no spec given and the annotations of {fn!r} cannot be read: {e}") from None
+    entries = [f"{name}: {hints[name].dim_str}" for name in params
+               if name in hints and isinstance(getattr(hints[name], "dim_str", None), str)]
+    if not entries:
+        raise ValueError(f"no spec given and {getattr(fn, '__qualname__', fn)!r} has no jaxtyping "
+                         "annotations (e.g. x: Float[Tensor, 'n m']); pass a spec such as \"x: n m\"")
+    return ", ".join(entries)
+
+
+def user_target(fn, spec: str | None = None, *, dtypes=None, domain=None, kwargs=None) -> Target:
+    """A Target for the user's own callable, named so that records of it replay."""
+    if isinstance(fn, Target):
+        return fn
+    if not callable(fn):
+        raise TypeError(f"expected a callable (function, autograd.Function.apply, custom op), got {fn!r}")
+    spec = spec_from_annotations(fn) if spec is None else spec
+    ref = reference(fn)
+    options = {} if dtypes is None else {"dtypes": tuple(dtypes)}
+    return Target(ref or getattr(fn, "__qualname__", repr(fn)), fn, spec, family="user",
+                  domain=dict(domain or {}), kwargs=dict(kwargs or {}), **options)
+
+
+def definition(target: Target) -> dict | None:
+    """What a corpus record stores to rebuild a user target; None if it cannot."""
+    if target.family != "user" or ":" not in target.name:
+        return None
+    return {"fn": target.name, "spec": target.spec,
+            "domain": {k: list(v) for k, v in target.domain.items()},
+            "dtypes": [str(d).removeprefix("torch.") for d in target.dtypes],
+            "functional": target.functional}
+
+
+def from_definition(data) -> Target:
+    """The inverse of ``definition``, validated; ValueError names the bad field."""
+    from fuzzdiff.case import DTYPES
+
+    if not isinstance(data, dict) or not isinstance(data.get("fn"), str) or not isinstance(data.get("spec"), str):
+        raise ValueError("field 'definition' needs string fields 'fn' and 'spec'")
+    fn = import_object(data["fn"])
+    domain = data.get("domain", {})
+    if not isinstance(domain, dict) or not all(isinstance(v, list) and len(v) == 2 for v in domain.values()):
+        raise ValueError("field 'definition.domain' must map argument names to [low, high]")
+    unknown = [d for d in data.get("dtypes", []) if d not in DTYPES]
+    if unknown:
+        raise ValueError(f"field 'definition.dtypes' has unknown dtype(s) {unknown}")
+    dtypes = tuple(DTYPES[d] for d in data.get("dtypes", ["float64", "float32"]))
+    return Target(data["fn"], fn, data["spec"], family="user", dtypes=dtypes,
+                  domain={k: tuple(v) for k, v in domain.items()},
+                  functional=bool(data.get("functional", True)))

@@ -1,0 +1,137 @@
+"""fuzzdiff.check, fuzzdiff.assert_ok and `fuzzdiff check` on the user's own code."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import fuzzdiff
+from fuzzdiff.checks import UnknownCheck
+from fuzzdiff.cli import main
+from fuzzdiff.corpus import read_record
+from fuzzdiff.repro import replay
+from fuzzdiff.spec import SpecError
+
+USER_MODULE = '''
+import torch
+
+
+class Cube(torch.autograd.Function):
+    """x**3 whose backward reads x as if it were contiguous (a layout bug)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        x = x.as_strided(x.shape, torch.empty(x.shape).stride(), x.storage_offset())
+        return 3 * g * x * x
+
+
+def softplus(x):
+    return torch.nn.functional.softplus(x)
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "user_ops.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    sys.modules.pop("user_ops", None)
+    import user_ops
+    yield user_ops
+    sys.modules.pop("user_ops", None)
+
+
+def test_check_finds_a_bug_and_records_a_replayable_case(user_module, tmp_path):
+    report = fuzzdiff.check(user_module.Cube.apply, "x: n m", checks=("grad",), max_examples=60,
+                            seed=0, corpus=tmp_path / "corpus")
+    assert not report.ok and report.row("grad")["failed"] >= 1
+    failure, = report.failures
+    assert failure.check == "grad" and failure.record_path.exists()
+    assert f"fuzzdiff repro {failure.record_path}" in report.summary()
+    record = read_record(failure.record_path)
+    assert record.target == "user_ops:Cube.apply" and record.definition["spec"] == "x: n m"
+    assert replay(record).failed
+    # and from a fresh process, by the console command
+    done = subprocess.run([sys.executable, "-m", "fuzzdiff", "repro", str(failure.record_path)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 1 and "reproduced" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_correct_function_passes_every_check_that_applies(user_module):
+    report = fuzzdiff.check(user_module.softplus, "x: *b n", max_examples=8, seed=0)
+    assert report.ok, report.summary()
+    assert set(report.tallies) == set(fuzzdiff.api.CHECKS)
+    assert all(report.row(c)["examples"] > 0 for c in report.tallies)
+    text = report.summary()
+    assert "grad" in text and "unsupported" in text
+
+
+def test_missing_forward_formula_is_unsupported_not_a_failure():
+    class NoJvp(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * x.cos()
+
+    report = fuzzdiff.check(NoJvp.apply, "x: n", checks=("forward",), max_examples=5, seed=0)
+    assert report.ok and report.tallies["forward"].only_unsupported
+    assert "jvp" in report.summary()
+
+
+def test_assert_ok_raises_with_the_repro(user_module, tmp_path):
+    with pytest.raises(AssertionError, match="fuzzdiff repro"):
+        fuzzdiff.assert_ok(user_module.Cube.apply, "x: n m", checks=["grad"], max_examples=60,
+                           seed=0, corpus=tmp_path / "c")
+    assert fuzzdiff.assert_ok(user_module.softplus, "x: n", checks=["grad"], max_examples=5).ok
+
+
+def test_spec_from_jaxtyping_annotations():
+    jaxtyping = pytest.importorskip("jaxtyping")
+    Float = jaxtyping.Float
+
+    def scaled(x: Float[torch.Tensor, "*b n"], w: Float[torch.Tensor, "n"], scale: float = 2.0):
+        return x * w * scale
+
+    report = fuzzdiff.check(scaled, checks=["grad"], max_examples=5, seed=0)
+    assert report.target.spec == "x: *b n, w: n" and report.ok
+
+
+def test_bad_arguments_are_precise_errors():
+    with pytest.raises(SpecError, match=r"\^"):
+        fuzzdiff.check(torch.sin, "x: n (m", max_examples=1)
+    with pytest.raises(UnknownCheck, match="expected one of"):
+        fuzzdiff.check(torch.sin, "x: n", checks=["gard"], max_examples=1)
+    with pytest.raises(ValueError, match="domain names unknown"):
+        fuzzdiff.check(torch.sin, "x: n", domain={"y": (0, None)}, max_examples=1)
+    with pytest.raises(ValueError, match="max_examples"):
+        fuzzdiff.check(torch.sin, "x: n", max_examples=0)
+    with pytest.raises(ValueError, match="no jaxtyping annotations"):
+        fuzzdiff.check(lambda x: x, max_examples=1)
+
+
+def test_the_check_command_exit_statuses(user_module, tmp_path, capsys):
+    assert main(["check", "user_ops:softplus", "--spec", "x: n", "--checks", "grad",
+                 "--max-examples", "5", "--seed", "0"]) == 0
+    assert main(["check", "user_ops:Cube.apply", "--spec", "x: n m", "--checks", "grad", "layout",
+                 "--max-examples", "60", "--seed", "0", "--corpus", str(tmp_path / "c")]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED grad" in out and "fuzzdiff repro" in out
+    for bad in (["check", "user_ops:nope", "--spec", "x: n"],
+                ["check", "user_ops:softplus", "--spec", "x: n (m"],
+                ["check", "user_ops:softplus", "--spec", "x: n", "--domain", "x=zero:"],
+                ["check", "user_ops:softplus", "--spec", "x: n", "--checks", "gard"]):
+        assert main(bad) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("fuzzdiff: error:") and "Traceback" not in err
