@@ -15,6 +15,7 @@ generator differently, so their outputs are not comparable element-wise.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import torch
@@ -23,7 +24,7 @@ from hypothesis.errors import NoSuchExample
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check
-from fuzzdiff.compare import max_abs, worst_discrepancy
+from fuzzdiff.compare import Discrepancy, max_abs, worst_discrepancy
 from fuzzdiff.confirm import NUDGE
 from fuzzdiff.paths import vmap as path
 from fuzzdiff.targets.target import Target
@@ -50,7 +51,12 @@ def applies(target: Target) -> str | None:
     return None
 
 
-def _discrepancy(result: path.Result, tol: Tolerance):
+def _discrepancy(result: path.Result, tol: Tolerance) -> Discrepancy | None:
+    # Shapes first: a wrong batch dim can give a garbage shape that must not be
+    # allocated in float64 for the comparison.
+    for name, a, b in zip(result.names, result.vmapped, result.looped):
+        if a.shape != b.shape:
+            return Discrepancy(f"{name}: shape {list(a.shape)} vs {list(b.shape)}", math.inf, 0.0)
     # A result that is zero by cancellation (a summed gradient) is judged on the
     # scale of everything computed, not on its own zero.
     floor = max((max_abs(t) for t in result.looped), default=0.0)
@@ -68,8 +74,8 @@ def run(target: Target, case: Case) -> Verdict:
     identity = f"{plan}: vmapped vs a loop over the batch"
     again = path.run(target, case)
     exact = Tolerance(0.0, 0.0)
-    if (worst_discrepancy(again.names, again.vmapped, first.vmapped, exact)
-            or worst_discrepancy(again.names, again.looped, first.looped, exact)):
+    if (_discrepancy(path.Result(again.names, again.vmapped, first.vmapped), exact)
+            or _discrepancy(path.Result(again.names, again.looped, first.looped), exact)):
         return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results "
                        "(nondeterministic)", d.summary())
     if case.torch_dtype in LOW and _discrepancy(path.run(target, case, cast=torch.float64), tol) is None:

@@ -170,14 +170,16 @@ class Batch:
         return g
 
     def with_grad(self, f):
-        """``g(*args, *cotangents) -> grads`` of ``sum_k <cotangent_k, output_k>`` by torch.func.grad."""
+        """``g(*args, *cotangents) -> (*grads, value)`` of ``sum_k <cotangent_k,
+        output_k>`` by torch.func.grad_and_value."""
         def g(*xs):
             n = len(self.case.args)
             d, merge = self.split(xs[:n])
 
             def h(*d):
                 return sum((c * o).sum() for c, o in zip(xs[n:], f(*merge(d))))
-            return torch.func.grad(h, argnums=tuple(range(len(d))))(*d)
+            grads, value = torch.func.grad_and_value(h, argnums=tuple(range(len(d))))(*d)
+            return (*grads, value)
         return g
 
     def with_jvp(self, f):
@@ -212,9 +214,32 @@ def _vmap(g, plan: Plan, in_dims: Sequence[Sequence[int | None]], ranks: Sequenc
     for depth in reversed(range(len(plan.levels))):
         level = plan.levels[depth]
         inner = len(plan.levels) - 1 - depth  # batch dims the levels inside add
-        g = torch.func.vmap(g, in_dims=tuple(in_dims[depth]),
-                            out_dims=tuple(level.out_dim(k, r + inner) for k, r in enumerate(ranks)))
+        out_dims = tuple(level.out_dim(k, r + inner) for k, r in enumerate(ranks))
+        anchor = next(k for k, d in enumerate(in_dims[depth]) if d is not None)
+        g = torch.func.vmap(_batched_outputs(g, out_dims, anchor), in_dims=tuple(in_dims[depth]),
+                            out_dims=out_dims)
     return g
+
+
+def _batched_outputs(g, out_dims: Sequence[int], anchor: int):
+    """``g``, with every output that vmap will move to a nonzero out_dim batched.
+
+    torch 2.13 mishandles an output that is not batched at its vmap level (it
+    does not depend on the batched inputs, or is a zero tangent) when its
+    out_dim is not 0: -1 gives garbage sizes, a positive dim raises. Such an
+    output gets an exact, batched zero added (from argument ``anchor``, which
+    this level batches), so vmap's own out_dims handling is still what is tested.
+    """
+    functorch = torch._C._functorch
+
+    def wrapped(*xs):
+        level = functorch.maybe_current_level()
+        outs = list(g(*xs))
+        for k, o in enumerate(outs):
+            if out_dims[k] != 0 and functorch.maybe_get_level(o) != level:
+                outs[k] = o + torch.zeros_like(xs[anchor], dtype=o.dtype).sum()
+        return tuple(outs)
+    return wrapped
 
 
 def _out_dims(plan: Plan, k: int, rank: int) -> list[int]:
@@ -255,12 +280,13 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
         per_example = loop.with_vjp(loop.f) if composition == "vmap_vjp" else loop.with_grad(loop.f)
         want = {index: per_example(*loop.args_at(index), *cots[index]) for index in plan.indices}
         g = b.with_vjp(b.f) if composition == "vmap_vjp" else b.with_grad(b.f)
-        k0 = count if composition == "vmap_vjp" else 0
         grad_ranks = [len(case.args[i].shape) for i in b.diff]
+        if composition == "vmap_vjp":
+            out_names, out_ranks = _names("output", count) + grad_names, ranks + grad_ranks
+        else:
+            out_names, out_ranks = grad_names + ["<cotangent, output>"], grad_ranks + [0]
         batched_cots = [stack(lambda index: cots[index][k], plan.levels, [0]) for k in range(count)]
-        got = _vmap(g, plan, [level_dims[0] + [0] * count], ranks[:k0] + grad_ranks)(
-            *b.batched_args(), *batched_cots)
-        out_names = _names("output", count)[:k0] + grad_names
+        got = _vmap(g, plan, [level_dims[0] + [0] * count], out_ranks)(*b.batched_args(), *batched_cots)
         return Result(out_names, list(got), _stack_outputs(plan, want, len(out_names)))
 
     if composition in ("vmap_jvp", "jvp_vmap"):
@@ -306,6 +332,7 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
 
 COMPOSITIONS = ("vmap", "vmap_vjp", "vjp_vmap", "vmap_jvp", "jvp_vmap", "vmap_vmap", "vmap_grad")
 
+_SHOWN: dict = {}
 _FALLBACK = re.compile(r"batching rule for (\S+?)\.? Please")
 
 
@@ -321,8 +348,9 @@ def recording_fallbacks():
             yield ops
         for w in caught:
             m = _FALLBACK.search(str(w.message))
-            if m is None:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            if m is None:  # not ours: shown as it would have been, once per place
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
+                                       registry=_SHOWN)
             elif m.group(1) not in ops:
                 ops.append(m.group(1))
     finally:

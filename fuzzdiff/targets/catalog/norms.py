@@ -93,7 +93,7 @@ register(
     # when training" when n * c / g * prod(s) == 1); groups() asks for three per group
     Target("group_norm", group_norm, "x: n c *s, w: c, b: c", FAMILY, min_side=1, max_side=3,
            distinct=True, kwargs={"num_groups": _kw.groups("x", 1, min_values=3), "eps": EPS},
-           known={"forward": GROUP_NORM_FORWARD, "gradgrad": GROUP_NORM_FORWARD}),
+           known={check: GROUP_NORM_FORWARD for check in ("forward", "gradgrad", "vmap")}),
     # eval-mode batch_norm with 0 channels and a non-empty batch raises
     # "IndexError: select(): index 0 out of range" (torch 2.13): min_side=1
     Target("batch_norm", batch_norm_eval, "x: n c *s, w: c, b: c", FAMILY, min_side=1, max_side=3,

@@ -103,6 +103,18 @@ def repeat_interleave(x, repeats, dim):
     return torch.repeat_interleave(x, repeats, dim)
 
 
+ROLL_SCALAR_VMAP = (
+    "vmap of torch.roll(x, shifts) without dims on 0-dim examples rolls across the batch "
+    "(silently wrong values), where each example's roll is the identity (torch 2.13.0 CPU). "
+    "Repro: s = torch.tensor([1., 2., 3.]); torch.func.vmap(lambda a: torch.roll(a, 1))(s) -> "
+    "tensor([3., 1., 2.]), torch.stack([torch.roll(a, 1) for a in s]) -> tensor([1., 2., 3.]). "
+    "Rank >= 1 examples are right. Found by the vmap check (plain vmap, batch 2).")
+SQUEEZE_SCALAR_VMAP = (
+    "vmap of torch.squeeze(x, -1) on 0-dim examples raises 'IndexError: Dimension is out of "
+    "range (expected to be in range of [-1, 0], but got [-1]' while eager torch.squeeze("
+    "torch.tensor(1.), -1) returns the scalar (torch 2.13.0 CPU; dim=0 works under vmap). "
+    "Repro: torch.func.vmap(lambda a: torch.squeeze(a, -1))(torch.tensor([1., 2., 3.])). Found "
+    "by the vmap check (plain vmap, batch 1).")
 CLAMP_BROADCAST = (
     "the backward of torch.clamp(x, min, max) with tensor bounds raises when x is smaller "
     "than the broadcast shape and min or max requires grad: 'RuntimeError: output with shape "
@@ -124,7 +136,8 @@ register(
            kwargs={"dim0": _kw.dim(), "dim1": _kw.dim()}),
     Target("movedim", movedim, "x: _ ...", FAMILY,
            kwargs={"source": _kw.dim(), "destination": _kw.dim()}),
-    Target("squeeze", squeeze, "x: ...", FAMILY, max_side=2, kwargs={"dim": _kw.dim()}),
+    Target("squeeze", squeeze, "x: ...", FAMILY, max_side=2, kwargs={"dim": _kw.dim()},
+           known={"vmap": SQUEEZE_SCALAR_VMAP}),
     Target("unsqueeze", unsqueeze, "x: ...", FAMILY, kwargs={"dim": _kw.dim(extra=1)}),
     Target("expand", expand, "x: ...", FAMILY, max_side=2, kwargs={"size": _kw.expand_sizes()}),
     Target("repeat", repeat, "x: ...", FAMILY, max_side=3,
@@ -152,7 +165,8 @@ register(
     Target("flip", flip, "x: _ ...", FAMILY, kwargs={"dims": _kw.dims()}),
     Target("roll", roll, "x: ...", FAMILY,
            kwargs={"shifts": st.integers(-3, 3), "dims": FromShapes(
-               lambda s: st.one_of(st.none(), _kw.dim().fn(s)) if s["x"] else st.none())}),
+               lambda s: st.one_of(st.none(), _kw.dim().fn(s)) if s["x"] else st.none())},
+           known={"vmap": ROLL_SCALAR_VMAP}),
     Target("tril", tril, "x: *b n m", FAMILY, max_side=3, kwargs={"diagonal": st.integers(-2, 2)}),
     Target("diagonal", diagonal, "x: *b n m", FAMILY, max_side=3,
            kwargs={"offset": st.integers(-2, 2)}),
