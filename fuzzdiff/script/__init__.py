@@ -37,7 +37,7 @@ __all__ = ["standalone_script", "ScriptError", "FRAGMENTS", "register", "Fragmen
 
 # Module-level names every script may define; target code must not clash with them.
 SCRIPT_NAMES = frozenset({
-    "math", "sys", "torch", "fwAD", "inf", "nan", "call", "main", "DTYPE", "EPS", "ATOL", "RTOL",
+    "math", "re", "sys", "torch", "fwAD", "inf", "nan", "call", "main", "DTYPE", "EPS", "ATOL", "RTOL",
     "V", "V64", "U", "W", "WRT", "ARG_NAMES", "LEAF_NAMES", "make_leaves", "make_args",
     "make_leaves_other", "make_args_other", "evaluate", "max_abs", "max_abs_error", "changed",
     *HELPERS})
@@ -201,7 +201,11 @@ def _header(target, check, case, verdict, fragment, found_with, code) -> str:
 
 def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
     future = ["from __future__ import annotations"] if code.future_annotations else []
-    std = ["import math", "import sys"] + (["from math import inf, nan"] if special_floats else [])
+    std = ["import math", "import sys"]
+    if "skip_missing_formula" in fragment.helpers:
+        std.append("import re")
+    if special_floats:
+        std.append("from math import inf, nan")
     torch_lines = ["import torch"] + (["import torch.autograd.forward_ad as fwAD"]
                                       if fragment.forward_ad else [])
     other_std, other_torch = [], []

@@ -63,8 +63,9 @@ def describe_layout(shape: Sequence[int], lay: Layout) -> str:
     return ", ".join(words)
 
 
-def _view(expr: str, shape, lay: Layout) -> str:
-    if lay.is_contiguous(shape) and lay.offset == 0 and lay.storage_size == math.prod(shape):
+def _view(expr: str, shape, lay: Layout, base_size: int) -> str:
+    """``expr`` (a 1-D tensor of ``base_size`` elements) viewed as the argument."""
+    if lay.is_contiguous(shape) and lay.offset == 0 and base_size == math.prod(shape):
         return f"{expr}.reshape({tuple(shape)!r})"
     return f"{expr}.as_strided({tuple(shape)!r}, {tuple(lay.strides)!r}, {lay.offset})"
 
@@ -76,6 +77,9 @@ def inputs_code(case: Case, storages: Mapping[int, torch.Tensor], names: Sequenc
     args = case.args
     store = {o: f"{names[o]}_storage{suffix}" for o in storages}
     fixed = {o: args[o].dtype is not None for o in storages}
+
+    def size(o: int) -> int:
+        return storages[o].numel()
 
     def fresh(o: int) -> str:  # a private copy of storage o, in the run's dtype
         return f"{store[o]}.clone()" if fixed[o] else f"{store[o]}.to(dtype, copy=True)"
@@ -96,7 +100,7 @@ def inputs_code(case: Case, storages: Mapping[int, torch.Tensor], names: Sequenc
                               f"{', '.join(users)} {'are views' if len(users) > 1 else 'is a view'} of it")
         else:
             name = names[o]
-            leaf_lines.append(f"    {name} = {_view(fresh(o), a.shape, a.strided)}  "
+            leaf_lines.append(f"    {name} = {_view(fresh(o), a.shape, a.strided, size(o))}  "
                               f"# {describe_layout(a.shape, a.strided)}")
         leaf_names.append(name)
     leaves_fn = [f"def make_leaves{suffix}(dtype=DTYPE, requires_grad=True):",
@@ -117,16 +121,17 @@ def inputs_code(case: Case, storages: Mapping[int, torch.Tensor], names: Sequenc
         elif kind == "const":
             src = f"{names[k]}_memory" if k in shared else fresh(k)
             note = "not differentiated" + (f", shares {names[k]}'s storage" if k != i else "")
-            arg_lines.append(f"    {name} = {_view(src, shape, a.strided)}  # {note}; "
+            arg_lines.append(f"    {name} = {_view(src, shape, a.strided, size(k))}  # {note}; "
                              f"{describe_layout(shape, a.strided)}")
         elif kind == "view":
             base = leaf_names[k]
-            owner = case.owner(i)
+            owner = k_owner = case.owner(i)
             note = describe_layout(shape, a.strided)
             if owner != i:
                 overlap = _elements(shape, a.strided) & _elements(args[owner].shape, args[owner].strided)
                 note += f"; {'overlaps' if overlap else 'disjoint from'} {names[owner]} in memory"
-            arg_lines.append(f"    {name} = {_view(base, shape, a.strided)}  # a non-leaf view: {note}")
+            arg_lines.append(f"    {name} = {_view(base, shape, a.strided, size(k_owner))}  "
+                             f"# a non-leaf view: {note}")
         # "leaf": the argument is the leaf itself, already named
     unpack = f"({leaf_names[0]},)" if len(leaf_names) == 1 else ", ".join(leaf_names)
     args_fn = [f"def make_args{suffix}(leaves):",

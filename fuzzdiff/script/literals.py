@@ -123,6 +123,9 @@ def storage_literal(flat: torch.Tensor, indent: str = "    ") -> str:
 
 
 def _rebuild(items: list[str], dtype: torch.dtype) -> torch.Tensor:
+    """What the script will build from ``items``, parsed as Python parses them."""
+    if dtype.is_floating_point:
+        return torch.tensor([float(s) for s in items], dtype=dtype)
     namespace = {"nan": math.nan, "inf": math.inf}
     return torch.tensor([eval(s, namespace) for s in items], dtype=dtype)  # noqa: S307 - our own text
 
