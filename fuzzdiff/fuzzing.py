@@ -131,13 +131,9 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
                     journal.begin(k)
                 if watch is not None:
                     watch.start()
-                try:
-                    verdict = run_check(check, target, variant)
-                finally:
-                    if watch is not None:
-                        watch.stop()
-                    if journal is not None:
-                        journal.end()
+                verdict = run_check(check, target, variant)
+                if watch is not None:
+                    watch.stop()
                 tally.add(verdict)
                 score = _score(verdict)
                 if score is not None:
@@ -145,6 +141,12 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
                 if verdict.failed:
                     raise FuzzFailure(check.name, target.name, variant, verdict)
         finally:
+            # Idle once per drawn case, not per variant: between variants only
+            # this loop's bookkeeping runs, nothing that could kill the process.
+            if watch is not None:
+                watch.stop()
+            if journal is not None:
+                journal.end()
             _steer(scores)
 
     if settings is not None:

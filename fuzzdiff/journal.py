@@ -7,8 +7,9 @@ runs, the process has its (check, target, case, variant) on disk, and a later
 ``timeout``) record in the corpus.
 
 Cheap by construction, since it runs around every example: one file per
-``fuzz()`` call, the case JSON written once per drawn case, and per example
-only a fixed-width variant field at offset 0 overwritten with ``os.pwrite``.
+``fuzz()`` call, the case JSON written once per drawn case (by the C JSON
+encoder), and per example only a fixed-width variant field at offset 0
+overwritten with ``os.pwrite``; set idle once the drawn case's variants end.
 No fsync: a dead process's writes are already in the page cache; only an OS
 crash loses them, and then the whole run is lost anyway.
 
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import secrets
 import socket
@@ -51,29 +51,27 @@ _HOST = socket.gethostname()
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _plain(x):
-    """What ``Case.to_json()`` gives, without dataclasses.asdict's deep copies
-    (several times faster; tests/unit/test_crash.py checks they agree). Fields
-    with compare=False (Case.data, pinned tensors) are not part of the recipe."""
-    t = type(x)
-    if t is float:
-        return x if math.isfinite(x) else {"float": x.hex()}
-    if t is int or t is str or t is bool or x is None:
-        return x
-    if t is tuple or t is list:
-        return [_plain(v) for v in x]
-    if isinstance(x, Mapping):
-        return {k: _plain(v) for k, v in x.items()}
-    names = _FIELDS.get(t)
+def _fields(x):
+    """The JSON encoder's hook: a dataclass as its fields, shallowly; the C
+    encoder does the rest (several times faster than Case.to_json's asdict).
+    Fields with compare=False (Case.data, pinned tensors) are not the recipe.
+    Non-finite floats come out as NaN/Infinity, which json.loads reads back."""
+    names = _FIELDS.get(type(x))
     if names is None:
-        if not dataclasses.is_dataclass(x):
-            return x
-        names = _FIELDS[t] = tuple(f.name for f in dataclasses.fields(t) if f.compare)
-    return {n: _plain(getattr(x, n)) for n in names}
+        if isinstance(x, Mapping):
+            return dict(x)
+        if not dataclasses.is_dataclass(x) or isinstance(x, type):
+            return repr(x)
+        names = _FIELDS[type(x)] = tuple(f.name for f in dataclasses.fields(x) if f.compare)
+    return {n: getattr(x, n) for n in names}
+
+
+_encode = json.JSONEncoder(separators=(",", ":"), default=_fields).encode
 
 
 def case_json(case) -> str:
-    return json.dumps(_plain(case), separators=(",", ":"), default=repr)
+    """The case as JSON that ``fuzzdiff.caseio.case_from_json`` reads back."""
+    return _encode(case)
 
 
 # -- writing -----------------------------------------------------------------------------
@@ -98,8 +96,9 @@ def _start_time(pid: int) -> int | None:
 
 
 class Journal:
-    """One fuzz() call's journal file. ``begin_case`` once per drawn case,
-    ``begin(k)`` / ``end()`` around each variant, ``close()`` at the end."""
+    """One fuzz() call's journal file: ``begin_case`` once per drawn case,
+    ``begin(k)`` before each variant, ``end()`` after the case's variants,
+    ``close()`` at the end."""
 
     def __init__(self, root: Path | str, check: str, target: str, timeout: float = 0.0):
         self.root = Path(root)

@@ -92,23 +92,25 @@ class Watchdog:
             raise ExampleTimeout(self.timeout)
 
     def start(self) -> None:
+        """One setitimer per example: each start re-arms the full timeout, so
+        the timer always measures the latest example; one that fires while no
+        example is active (stop() only clears the flag) is ignored."""
+        if self.soft:
+            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+            self._active = True
         now = time.monotonic()
         if now - self._armed_at > self.grace / 2:
             faulthandler.dump_traceback_later(self.timeout + self.grace, exit=True, file=self._hang)
             self._armed_at = now
-        if self.soft:
-            self._active = True
-            signal.setitimer(signal.ITIMER_REAL, self.timeout)
 
     def stop(self) -> None:
-        if self.soft:
-            self._active = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
+        self._active = False
 
     def close(self) -> None:
-        self.stop()
+        self._active = False
         faulthandler.cancel_dump_traceback_later()
         if self.soft:
+            signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._previous)
             self.soft = False
         if self._hang_path is not None and not self._hang.closed:
