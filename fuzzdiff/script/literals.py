@@ -90,12 +90,16 @@ def _wrap(items: list[str], indent: str) -> str:
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit, except that a NaN's sign and payload are not kept (any NaN is NaN)."""
     if a.dtype.is_complex:
         a, b = torch.view_as_real(a), torch.view_as_real(b)
-    if a.dtype == torch.bool:
+    if not a.dtype.is_floating_point:
         return torch.equal(a, b)
+    nan = a.isnan()
+    if not torch.equal(nan, b.isnan()):
+        return False
     width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return torch.equal(a.contiguous().view(width), b.contiguous().view(width))
+    return torch.equal(a[~nan].contiguous().view(width), b[~nan].contiguous().view(width))
 
 
 def storage_literal(flat: torch.Tensor, indent: str = "    ") -> str:
@@ -106,35 +110,20 @@ def storage_literal(flat: torch.Tensor, indent: str = "    ") -> str:
         return f"torch.tensor([], dtype={dtype})"
     if flat.numel() > INLINE_LIMIT and (flat.dtype.is_floating_point or flat.dtype.is_complex):
         wide = torch.view_as_real(flat) if flat.dtype.is_complex else flat
-        hexes = [float.hex(v) for v in wide.double().tolist()]
-        text = (f"torch.tensor([float.fromhex(h) for h in \"\"\"\n{_wrap(hexes, '').replace(', ', ' ')}\n"
-                f"\"\"\".split()], dtype=torch.float64)")
+        hexes = textwrap.fill(" ".join(float.hex(v) for v in wide.double().tolist()), width=WIDTH)
+        text = (f'torch.tensor([float.fromhex(h) for h in """\n{hexes}\n""".split()], '
+                "dtype=torch.float64)")
         if flat.dtype.is_complex:
             text = f"torch.view_as_complex({text}.reshape(-1, 2))"
-        built = _rebuild_hex(hexes, flat.dtype)
         text = f"{text}.to({dtype})"
     else:
         items = _items(flat)
         text = f"torch.tensor([\n{_wrap(items, indent + '    ')},\n{indent}], dtype={dtype})"
-        built = _rebuild(items, flat.dtype)
+    # The text itself, parsed as the script will parse it (our own text: eval is safe).
+    built = eval(text, {"torch": torch, "nan": math.nan, "inf": math.inf})  # noqa: S307
     if not _same_bits(built, flat):  # pragma: no cover - a bug in the formatting above
         raise ScriptError(f"the literal for a {flat.dtype} tensor does not round-trip")
     return text
-
-
-def _rebuild(items: list[str], dtype: torch.dtype) -> torch.Tensor:
-    """What the script will build from ``items``, parsed as Python parses them."""
-    if dtype.is_floating_point:
-        return torch.tensor([float(s) for s in items], dtype=dtype)
-    namespace = {"nan": math.nan, "inf": math.inf}
-    return torch.tensor([eval(s, namespace) for s in items], dtype=dtype)  # noqa: S307 - our own text
-
-
-def _rebuild_hex(hexes: list[str], dtype: torch.dtype) -> torch.Tensor:
-    flat = torch.tensor([float.fromhex(h) for h in hexes], dtype=torch.float64)
-    if dtype.is_complex:
-        flat = torch.view_as_complex(flat.reshape(-1, 2))
-    return flat.to(dtype)
 
 
 def tensor_literal(t: torch.Tensor, indent: str = "    ") -> str:

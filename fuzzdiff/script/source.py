@@ -159,8 +159,6 @@ class _Emitter:
         if inspect.isfunction(obj) and obj.__code__.co_freevars:
             raise ScriptError(f"{obj.__qualname__} is a closure (it uses {obj.__code__.co_freevars} "
                               "from an enclosing function)")
-        if "<locals>" in obj.__qualname__:
-            raise ScriptError(f"{obj.__qualname__} is defined inside a function")
         if obj.__name__ == "<lambda>":
             source = f"{as_name} = {_lambda_source(obj)}"
         else:

@@ -1,0 +1,345 @@
+"""Standalone repro scripts (fuzzdiff.script): torch-only, exact, and they reproduce.
+
+- every catalog target x check emits a script that compiles, imports nothing
+  of fuzzdiff, and rebuilds exactly the tensors Case.materialize builds;
+- run in-process, a script says OK where the check passes and reports what the
+  check failed on;
+- run as programs with fuzzdiff, hypothesis and strategies unimportable, scripts
+  of passing cases print OK (exit 0) and scripts of planted zoo bugs, found by
+  fuzzing, print MISMATCH (exit 1) with the very numbers the check judged.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, Phase, given, settings
+
+from fuzzdiff.case import Alias, Arg, Case, Layout, Values
+from fuzzdiff.checks import CHECKS
+from fuzzdiff.fuzzing import FuzzFailure, fuzz
+from fuzzdiff.runner import case_strategy, run_check
+from fuzzdiff.script import FRAGMENTS, ScriptError, standalone_script
+from fuzzdiff.script.literals import storage_literal, tensor_literal
+from fuzzdiff.targets import NoGrad, all_targets, get_target
+from fuzzdiff.targets.target import Target
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "selftest"))
+from detection import fuzz_settings  # noqa: E402
+from zoo import by_name  # noqa: E402
+
+CATALOG = all_targets()
+SCRIPTED = [c for c in CHECKS if c in FRAGMENTS]
+# Runs scripts as programs that cannot import fuzzdiff (nor its strategies or
+# Hypothesis), one subprocess for many scripts: each result is the exit status
+# and the output of one script.
+RUNNER = textwrap.dedent("""
+    import contextlib, io, json, runpy, sys
+    for name in ("fuzzdiff", "strategies", "hypothesis"):
+        sys.modules[name] = None
+    results = []
+    for path in sys.argv[1:]:
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                runpy.run_path(path, run_name="__main__")
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        except BaseException as e:
+            out.write(f"raised {type(e).__name__}: {e}")
+            code = "raised"
+        results.append([code, out.getvalue()])
+    print(json.dumps(results))
+""")
+
+
+def first_cases(check: str, target: Target, n: int = 1) -> list[Case]:
+    """The first ``n`` cases Hypothesis draws (derandomized: the same every run)."""
+    out: list[Case] = []
+
+    @settings(max_examples=n, derandomize=True, database=None, phases=[Phase.generate],
+              deadline=None, suppress_health_check=list(HealthCheck))
+    @given(case_strategy(CHECKS[check], target))
+    def draw(case):
+        out.append(case)
+
+    draw()
+    return out[:n]
+
+
+def namespace(source: str) -> dict:
+    """The script's module namespace, without running main()."""
+    ns = {"__name__": "script_under_test"}
+    exec(compile(source, "<script>", "exec"), ns)  # noqa: S102 - the code under test
+    return ns
+
+
+def run_main(source: str) -> tuple[int | str, str]:
+    ns = namespace(source)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            code = ns["main"]()
+        except Exception as e:  # noqa: BLE001 - a target that raises reproduces by raising
+            return f"raised {type(e).__name__}", out.getvalue()
+    return code, out.getvalue()
+
+
+def run_programs(sources: list[str], tmp_path: Path, env: dict | None = None) -> list:
+    paths = []
+    for k, src in enumerate(sources):
+        p = tmp_path / f"repro_{k}.py"
+        p.write_text(src)
+        paths.append(str(p))
+    r = subprocess.run([sys.executable, "-c", RUNNER, *paths], capture_output=True, text=True,
+                       cwd=tmp_path, env={**os.environ, **(env or {})}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def assert_torch_only(source: str) -> None:
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots = {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            roots = {(node.module or "").split(".")[0]}
+        else:
+            continue
+        assert roots <= {"torch", "math", "sys", "re", "dataclasses", "typing", "__future__"}, \
+            ast.unparse(node)
+    mentions = [line for line in source.splitlines() if "fuzzdiff" in line]
+    assert len(mentions) == 1 and mentions[0].startswith("Found by fuzzdiff"), mentions
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and (
+        torch.equal(a, b) or bool(((a == b) | (a.isnan() & b.isnan())).all()))
+
+
+def assert_same_inputs(case: Case, ns: dict) -> None:
+    """The script's leaves and arguments are materialize()'s: values, strides,
+    offsets, which tensor is which, and which share memory."""
+    expected = case.materialize()
+    leaves = ns["make_leaves"]()
+    args = ns["make_args"](leaves)
+    assert len(leaves) == len(expected.leaves) and len(args) == len(expected.args)
+    for got, want in zip([*leaves, *args], [*expected.leaves, *expected.args]):
+        assert got.shape == want.shape and got.stride() == want.stride()
+        assert got.storage_offset() == want.storage_offset()
+        assert got.untyped_storage().nbytes() == want.untyped_storage().nbytes()
+        assert same_bits(got.detach(), want.detach())
+        assert got.requires_grad == want.requires_grad and got.is_leaf == want.is_leaf
+    for i, a in enumerate(args):
+        for j, b in enumerate(args):
+            ea, eb = expected.args[i], expected.args[j]
+            assert (a is b) == (ea is eb)
+            assert (a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()) == \
+                (ea.untyped_storage().data_ptr() == eb.untyped_storage().data_ptr())
+
+
+# -- literals -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16,
+                                   torch.complex128, torch.complex64, torch.int64, torch.bool])
+def test_literals_round_trip_bit_for_bit(dtype):
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(40, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-8, 8, (40,), generator=g)
+    specials = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-310, 2.0**-1074, 1e300])
+    values = torch.cat([base, specials])
+    if dtype.is_complex:
+        t = torch.complex(values, values.flip(0)).to(dtype)
+    elif dtype == torch.bool:
+        t = values > 0
+    elif not dtype.is_floating_point:
+        t = (values.nan_to_num(0.0, 0.0, 0.0).clamp(-1e15, 1e15)).to(dtype)
+    else:
+        t = values.to(dtype)
+    ns = {"torch": torch, "inf": math.inf, "nan": math.nan}
+    built = eval(storage_literal(t), ns)  # noqa: S307
+    assert built.dtype == t.dtype
+    wide = torch.view_as_real(t) if t.is_complex() else t
+    back = torch.view_as_real(built) if built.is_complex() else built
+    if back.dtype.is_floating_point:  # bits, NaNs aside (their sign and payload are not kept)
+        nan = wide.isnan()
+        assert torch.equal(back.isnan(), nan)
+        width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[back.element_size()]
+        assert torch.equal(back[~nan].view(width), wide[~nan].view(width))
+    assert same_bits(back, wide)
+    assert all(s in storage_literal(t) for s in (["-0.0", "nan"] if dtype.is_floating_point else []))
+
+
+def test_large_storages_are_hex_and_exact():
+    t = torch.randn(5000, dtype=torch.float32)
+    text = storage_literal(t)
+    assert "float.fromhex" in text and len(text.splitlines()) < 5000 // 3
+    assert same_bits(eval(text, {"torch": torch}), t)  # noqa: S307
+
+
+def test_strided_probe_literals_keep_their_layout():
+    t = torch.randn(3, 1, dtype=torch.float64).expand(3, 4)
+    u = torch.randn(4, 3, dtype=torch.float32).mT
+    for x in (t, u, torch.randn(2, 2)[1:]):
+        y = eval(tensor_literal(x), {"torch": torch})  # noqa: S307
+        assert y.stride() == x.stride() and y.storage_offset() == x.storage_offset()
+        assert same_bits(y, x)
+
+
+# -- every catalog target --------------------------------------------------------------
+
+@pytest.mark.parametrize("target", CATALOG, ids=[t.name for t in CATALOG])
+def test_every_catalog_target_emits_a_torch_only_script(target):
+    emitted = 0
+    for check in SCRIPTED:
+        if CHECKS[check].why_not(target) is not None:
+            continue
+        case = first_cases(check, target)[0]
+        source = standalone_script(check, case, target=target)
+        assert_torch_only(source)
+        assert_same_inputs(case, namespace(source))
+        emitted += 1
+    assert emitted >= 3
+
+
+# A sample run in-process: the script's verdict is the check's first verdict.
+SAMPLE = [(t, c) for k, t in enumerate(CATALOG) for j, c in enumerate(SCRIPTED)
+          if (k + j) % 12 == 0 and CHECKS[c].why_not(t) is None]
+
+
+@pytest.mark.parametrize("target,check", SAMPLE, ids=[f"{t.name}-{c}" for t, c in SAMPLE])
+def test_script_agrees_with_the_check(target, check):
+    for case in first_cases(check, target, n=3)[1:]:  # past the trivial first draw
+        verdict = run_check(check, target, case)
+        if verdict.kind not in ("pass", "fail"):
+            continue
+        code, out = run_main(standalone_script(check, case, verdict, target=target))
+        if verdict.kind == "pass":
+            assert code == 0 and out.splitlines()[-1].startswith("OK"), out
+        else:
+            assert code == 1 or str(code).startswith("raised"), out
+
+
+def test_aliasing_and_views_are_rebuilt_exactly():
+    """Same tensor twice, an overlapping view of a leaf storage, a stride-0 leaf,
+    a fixed (non-differentiable) argument sharing a storage."""
+    t = Target("unit_alias", lambda a, b, c, d: a * b + c.sum() + d, "a: n, b: n, c: n, d: n",
+               kinds={"d": NoGrad()})
+    case = Case(t.name, (
+        Arg((3,), Values(seed=1, grid=0.25), Layout(7, (2,), 1), grad="view"),
+        Arg((3,), alias=Alias(0, "view"), layout=Layout(7, (1,), 4)),
+        Arg((3,), Values(seed=2, constant=(0,)), Layout(2, (0,), 1)),
+        Arg((3,), Values(seed=3), Layout(5, (1,), 2), grad="none")), dtype="float32")
+    source = standalone_script("grad", case, target=t)
+    assert "target_fn = (lambda a, b, c, d: a * b + c.sum() + d)" in source
+    assert "overlaps a in memory" in source and "stride 0 along dim 0" in source
+    assert_same_inputs(case, namespace(source))
+    same = Case(t.name, (case.args[0], Arg((3,), alias=Alias(0, "same")), *case.args[2:]))
+    assert_same_inputs(same, namespace(standalone_script("alias", same, target=t)))
+
+
+def test_unsupported_checks_and_uncopyable_targets_are_clear_errors():
+    case = first_cases("grad", get_target("exp"))[0]
+    with pytest.raises(ScriptError, match="no standalone script for check 'nope'"):
+        standalone_script("nope", case)
+
+    def make():
+        scale = 2.0
+        return lambda x: x * scale
+    closure = Target("unit_closure", make(), "x: n")
+    with pytest.raises(ScriptError, match="unit_closure.*neither copied.*nor imported"):
+        standalone_script("grad", Case("unit_closure", (Arg((2,)),)), target=closure)
+
+
+# -- as programs: passing cases print OK -----------------------------------------------
+
+PROGRAMS = [("exp", "grad"), ("conv1d", "forward"), ("solve", "gradgrad"), ("permute", "layout"),
+            ("add", "alias"), ("index_add", "mutation"), ("layer_norm", "dtype"),
+            ("cross_entropy", "grad")]
+
+
+def test_passing_cases_print_ok_as_programs(tmp_path):
+    """Catalog cases, and a user target whose code cannot be copied (a tensor
+    constant): it is imported from the user's module, with a note saying so."""
+    sources = []
+    for name, check in PROGRAMS:
+        target = get_target(name)
+        case = first_cases(check, target, n=2)[-1]
+        assert run_check(check, target, case).kind == "pass"
+        sources.append(standalone_script(check, case, target=target))
+    (tmp_path / "usermod.py").write_text(
+        "import torch\nSCALE = torch.tensor(3.0, dtype=torch.float64)\n\n"
+        "def scaled(x):\n    return x * SCALE\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import usermod
+        target = Target("usermod:scaled", usermod.scaled, "x: n")
+        sources.append(standalone_script("grad", first_cases("grad", target, n=2)[-1], target=target))
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("usermod", None)
+    assert "from usermod import scaled" in sources[-1]
+    assert "is user code, imported here" in sources[-1]
+    results = run_programs(sources, tmp_path, env={"PYTHONPATH": str(tmp_path)})
+    for what, (code, out) in zip([*PROGRAMS, "usermod:scaled"], results):
+        assert code == 0 and out.splitlines()[-1].startswith("OK: "), (what, out)
+
+
+# -- planted bugs: found by fuzzing, reproduced by the script ----------------------------
+
+ZOO_BUGS = ["atan_offset0", "silu_wrong_jvp", "xexp_detached", "sin_fwd_offset0",
+            "mul_square_shortcut", "xtanh_scratch", "square_polarization"]
+
+
+@pytest.fixture(scope="module")
+def zoo_scripts():
+    """(planted bug, FuzzFailure, script) for one bug per check, found by fuzzing."""
+    out = []
+    for name in ZOO_BUGS:
+        p = by_name(name)
+        with pytest.raises(FuzzFailure) as info:
+            fuzz(p.check, p.bug, settings=fuzz_settings(200), variants=8)
+        e = info.value
+        out.append((p, e, standalone_script(p.check, e.case, e.verdict, target=p.bug)))
+    return out
+
+
+def test_planted_bugs_print_mismatch_and_exit_1(zoo_scripts, tmp_path):
+    assert {p.check for p, _, _ in zoo_scripts} >= {"grad", "forward", "gradgrad", "layout",
+                                                     "alias", "mutation", "dtype"}
+    for _, _, source in zoo_scripts:
+        assert_torch_only(source)
+    results = run_programs([s for _, _, s in zoo_scripts], tmp_path)
+    for (p, e, _), (code, out) in zip(zoo_scripts, results):
+        last = out.splitlines()[-1]
+        assert code == 1 and last.startswith("MISMATCH: "), (p.name, out)
+        errors = e.verdict.errors
+        if "analytic" in errors:  # a directional identity: the very numbers judged
+            assert repr(errors["analytic"]) in out and repr(errors["reference"]) in out, \
+                (p.name, errors, out)
+        elif "abs_error" in errors:  # a tensor comparison: the same worst error
+            assert f"abs error {errors['abs_error']:.3g}" in last, (p.name, errors, out)
+        else:
+            assert p.check == "mutation" and errors["stage"] in last
+
+
+def test_a_script_is_a_program_with_an_exit_status(zoo_scripts, tmp_path):
+    p, _, source = next(z for z in zoo_scripts if z[0].check == "grad")
+    path = tmp_path / "repro.py"
+    path.write_text(source)
+    r = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1].startswith("MISMATCH: <J^T v, u>"), r.stdout
