@@ -52,7 +52,7 @@ def _lines(*lines: str) -> str:
 @register("grad")
 def grad(ctx) -> Fragment:
     return Fragment(
-        "reverse-mode gradient <J^T v, u> vs central finite differences <v, J u> in float64",
+        "reverse mode <J^T v, u> vs finite differences <v, J u> in float64",
         _lines(f"# Reverse mode in {ctx.dtype}: <J^T v, u>.",
                "leaves = make_leaves()",
                "grads = vjp(f(*leaves), leaves, V)",

@@ -56,7 +56,7 @@ def describe_layout(shape: Sequence[int], lay: Layout) -> str:
         if probe.is_contiguous(memory_format=torch.channels_last) and len(shape) == 4 \
                 and not probe.is_contiguous():
             words.append("channels_last")
-        elif not lay.is_contiguous(shape):
+        elif not Layout(lay.storage_size, lay.strides, 0).is_contiguous(shape):
             words.append(f"strides {tuple(lay.strides)}")
     if not words:
         words.append(f"contiguous within a storage of {lay.storage_size}")
