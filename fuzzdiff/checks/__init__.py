@@ -28,7 +28,7 @@ def get_check(name: str) -> Check:
         raise UnknownCheck(f"unknown check {name!r}; expected one of {', '.join(CHECKS)}") from None
 
 
-from fuzzdiff.checks import alias, dtype, forward, grad, gradgrad, layout, mutation  # noqa: E402
+from fuzzdiff.checks import alias, dtype, forward, grad, gradgrad, layout, mutation, opcheck, vmap  # noqa: E402
 
 _register(grad.CHECK)
 _register(forward.CHECK)
@@ -37,5 +37,5 @@ _register(layout.CHECK)
 _register(alias.CHECK)
 _register(mutation.CHECK)
 _register(dtype.CHECK)
-from fuzzdiff.checks import vmap  # noqa: E402
 _register(vmap.CHECK)
+_register(opcheck.CHECK)

@@ -52,7 +52,8 @@ def reference(fn) -> str | None:
     candidates = []
     if isinstance(owner, type) and getattr(fn, "__name__", None):
         candidates.append(f"{owner.__module__}:{owner.__qualname__}.{fn.__name__}")
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    defined = getattr(fn, "_init_fn", fn)  # a torch.library.custom_op: where its function lives
+    module, qualname = getattr(defined, "__module__", None), getattr(fn, "__qualname__", None)
     if module and qualname and "<" not in qualname:
         candidates.append(f"{module}:{qualname}")
     if module in sys.modules:  # e.g. a custom op object bound to a module-level name

@@ -135,3 +135,55 @@ def test_the_check_command_exit_statuses(user_module, tmp_path, capsys):
         assert main(bad) == 2
         err = capsys.readouterr().err
         assert err.startswith("fuzzdiff: error:") and "Traceback" not in err
+
+
+CUSTOM_OPS = '''
+import torch
+from torch import Tensor
+
+
+@torch.library.custom_op("fuzzdiff_test::double", mutates_args=())
+def double(x: Tensor) -> Tensor:
+    return x * 2
+
+
+@double.register_fake
+def _(x):
+    return x.new_empty(x.shape)  # the bug: contiguous, where the kernel keeps x's strides
+
+
+@torch.library.custom_op("fuzzdiff_test::double_ok", mutates_args=())
+def double_ok(x: Tensor) -> Tensor:
+    return x * 2
+
+
+@double_ok.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def _setup(ctx, inputs, output):
+    pass
+
+
+def _backward(ctx, g):
+    return g * 2
+
+
+double.register_autograd(_backward, setup_context=_setup)
+double_ok.register_autograd(_backward, setup_context=_setup)
+'''
+
+
+def test_custom_op_fake_kernel_strides(tmp_path, monkeypatch):
+    """opcheck at fuzzed layouts finds a fake kernel that guesses contiguous strides."""
+    (tmp_path / "user_custom_ops.py").write_text(CUSTOM_OPS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FUZZDIFF_VARIANTS", "1")  # opcheck's verdict does not depend on values
+    import user_custom_ops as ops
+    bad = fuzzdiff.check(ops.double, "x: n m", checks=["opcheck"], max_examples=40, seed=0)
+    assert not bad.ok and "Stride mismatch" in bad.failures[0].message
+    assert bad.target.name == "user_custom_ops:double"
+    good = fuzzdiff.check(ops.double_ok, "x: n m", checks=["opcheck", "grad"], max_examples=15, seed=0)
+    assert good.ok, good.summary()
+    assert fuzzdiff.check(torch.sin, "x: n", checks=["opcheck"], max_examples=1).tallies["opcheck"].only_unsupported
