@@ -28,9 +28,10 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["DEFAULT_TIMEOUT", "ExampleTimeout", "Watchdog", "default_timeout", "grace"]
+__all__ = ["DEFAULT_TIMEOUT", "ExampleTimeout", "Watchdog", "default_timeout", "grace", "limited"]
 
 DEFAULT_TIMEOUT = 60.0  # seconds per example; $FUZZDIFF_TIMEOUT overrides, 0 disables
 
@@ -116,3 +117,20 @@ class Watchdog:
         if self._hang_path is not None and not self._hang.closed:
             self._hang.close()
             self._hang_path.unlink(missing_ok=True)
+
+
+@contextmanager
+def limited(timeout: float | None = None, hang_path: Path | None = None):
+    """Both layers around one call outside ``fuzz()``, e.g. replaying a
+    ``timeout`` record: raises ExampleTimeout instead of hanging (the hard
+    layer still stops the process if the call cannot be interrupted)."""
+    timeout = default_timeout() if timeout is None else float(timeout)
+    if timeout <= 0:
+        yield
+        return
+    watch = Watchdog(timeout, hang_path)
+    try:
+        watch.start()
+        yield
+    finally:
+        watch.close()

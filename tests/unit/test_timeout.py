@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import settings
 
 import fuzzdiff
@@ -22,7 +23,7 @@ from fuzzdiff.corpus import read_record
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.journal import INFLIGHT, recover
 from fuzzdiff.targets import Target
-from fuzzdiff.timeout import ExampleTimeout, default_timeout
+from fuzzdiff.timeout import ExampleTimeout, default_timeout, limited
 
 REPO = Path(fuzzdiff.__file__).resolve().parents[1]
 
@@ -82,6 +83,17 @@ def test_timeout_zero_disables_and_the_setting_is_validated(monkeypatch):
     with pytest.raises(ValueError, match="timeout"):
         fuzz("grad", SPIN, timeout=-1, settings=FEW)
     assert issubclass(ExampleTimeout, BaseException) and not issubclass(ExampleTimeout, Exception)
+
+
+def test_limited_stops_one_call_outside_fuzz():
+    start = time.monotonic()
+    with pytest.raises(ExampleTimeout):
+        with limited(0.3):
+            spin_at_three(torch.zeros(3))
+    assert time.monotonic() - start < 5
+    with limited(5):
+        assert spin_at_three(torch.zeros(2)).shape == (2,)
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
 
 
 STUCK_IN_C = textwrap.dedent('''
