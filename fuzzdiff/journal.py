@@ -103,7 +103,7 @@ class Journal:
     def __init__(self, root: Path | str, check: str, target: str, timeout: float = 0.0):
         self.root = Path(root)
         folder = self.root / INFLIGHT
-        if not folder.is_dir():
+        if not (folder / ".gitignore").exists():
             folder.mkdir(parents=True, exist_ok=True)
             (folder / ".gitignore").write_text("*\n")  # transient: never committed with the corpus
         pid = os.getpid()

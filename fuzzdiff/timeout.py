@@ -25,7 +25,6 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -74,7 +73,7 @@ def _soft_possible() -> bool:
 class Watchdog:
     """Both layers for one fuzz() call: ``start()`` / ``stop()`` around each
     example, ``close()`` at the end. ``hang_path`` receives the hard layer's
-    tracebacks (stderr when None)."""
+    tracebacks (standard error when None)."""
 
     def __init__(self, timeout: float, hang_path: Path | None = None):
         self.timeout = float(timeout)
@@ -83,7 +82,8 @@ class Watchdog:
         self._active = False
         self._armed_at = -1e300
         self._hang_path = hang_path
-        self._hang = open(hang_path, "w") if hang_path is not None else sys.stderr
+        # fd 2, not sys.stderr: under pytest's capture that has no fileno.
+        self._hang = open(hang_path, "w") if hang_path is not None else 2
         if self.soft:
             self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
 
