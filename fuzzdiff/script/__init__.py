@@ -24,6 +24,7 @@ import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.confirm import EPS
+from fuzzdiff.script import vmap as _vmap  # noqa: F401  (registers the vmap fragment)
 from fuzzdiff.script.fragments import FRAGMENTS, Fragment, register
 from fuzzdiff.script.helpers import HELPERS, helper_source
 from fuzzdiff.script.inputs import InputsCode, inputs_code
@@ -40,6 +41,10 @@ SCRIPT_NAMES = frozenset({
     "math", "re", "sys", "torch", "fwAD", "inf", "nan", "call", "main", "DTYPE", "EPS", "ATOL", "RTOL",
     "V", "V64", "U", "W", "WRT", "ARG_NAMES", "LEAF_NAMES", "make_leaves", "make_args",
     "make_leaves_other", "make_args_other", "evaluate", "max_abs", "max_abs_error", "changed",
+    "itertools", "example_of", "args_at", "stack_examples", "out_dim", "out_dims_of",
+    "stack_outputs", "batched_outputs", "vmapped", "split_diff", "with_vjp", "with_grad",
+    "with_jvp", "EXAMPLES", "BATCHED", "COTANGENTS", "TANGENTS", "BATCH_TANGENTS", "DIFF",
+    "LEVELS", "IN_DIMS", "INDICES",
     *HELPERS})
 LOCAL_NAMES = frozenset({"leaves", "dtype", "requires_grad", "t", "leaf"})
 
@@ -111,10 +116,11 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
     data: list[str] = []
     blocks.append(_banner("The function under test") + _definitions(code))
     blocks.append(_call(code, names, case))
-    blocks.append(_banner("The inputs") + f"DTYPE = {dtype_name(case.torch_dtype)}\n"
-                  + inputs.storages)
-    data.append(inputs.storages)
-    blocks.append(inputs.functions)
+    if fragment.inputs:
+        blocks.append(_banner("The inputs") + f"DTYPE = {dtype_name(case.torch_dtype)}\n"
+                      + inputs.storages)
+        data.append(inputs.storages)
+        blocks.append(inputs.functions)
     if fragment.other_layout:
         from fuzzdiff.checks.layout import relayout
         other = relayout(case)
@@ -136,6 +142,7 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
     blocks.append(_banner("Helpers") + "\n\n\n".join(helper_source(fragment.helpers)))
     if fragment.extra:
         blocks.append(fragment.extra)
+        data.append(fragment.extra)
     blocks.append("def main():\n    print(f\"torch {torch.__version__}\")\n" + fragment.body)
     blocks.append('if __name__ == "__main__":\n    sys.exit(main())')
     imports = _imports(code, fragment, any(re.search(r"\b(nan|inf)\b", d) for d in data))
@@ -201,7 +208,7 @@ def _header(target, check, case, verdict, fragment, found_with, code) -> str:
 
 def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
     future = ["from __future__ import annotations"] if code.future_annotations else []
-    std = ["import math", "import sys"]
+    std = ["import math", "import sys", *fragment.imports]
     if "skip_missing_formula" in fragment.helpers:
         std.append("import re")
     if special_floats:

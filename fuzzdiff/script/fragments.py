@@ -33,6 +33,8 @@ class Fragment:
     other_layout: bool = False
     forward_ad: bool = False
     extra: str = ""          # module-level code the body needs (after the helpers)
+    inputs: bool = True      # the case's storages, make_leaves and make_args are needed
+    imports: tuple[str, ...] = ()  # standard-library imports the body needs
 
 
 FRAGMENTS: dict[str, Callable] = {}

@@ -176,6 +176,8 @@ def compare(names, got, expected, scale_floor=0.0):
         scale = max(max_abs(b), scale_floor)
         allowed = ATOL + RTOL * scale
         at = f" at {list(index)}" if index and error else ""
+        if a.shape != b.shape:
+            at = f" (shape {list(a.shape)} vs {list(b.shape)})"
         print(f"{name}: max abs error {error:.3g}{at} (scale {scale:.3g}, allowed {allowed:.3g})")
         if not error <= allowed:
             if b.numel() <= 16:
