@@ -320,14 +320,19 @@ def test_passing_cases_print_ok_as_programs(tmp_path):
 
 # -- planted bugs: found by fuzzing, reproduced by the script ----------------------------
 
-ZOO_BUGS = ["atan_offset0", "silu_wrong_jvp", "xexp_detached", "sin_fwd_offset0",
-            "mul_square_shortcut", "xtanh_scratch", "square_polarization", "soft_normalize_whole_batch"]
+# One planted bug per check, in two groups so that xdist can run them side by side.
+ZOO_GROUPS = [["atan_offset0", "silu_wrong_jvp", "xexp_detached", "sin_fwd_offset0"],
+              ["exp_diff_storage_cache", "xtanh_scratch", "square_polarization", "rowsum_out_dims"]]
 
 
-def zoo_scripts():
-    """(planted bug, FuzzFailure, script) for one bug per check, found by fuzzing."""
+def test_zoo_groups_cover_every_scripted_check():
+    assert {by_name(n).check for g in ZOO_GROUPS for n in g} == set(SCRIPTED)
+
+
+def zoo_scripts(names):
+    """(planted bug, FuzzFailure, script) for each bug, found by fuzzing."""
     out = []
-    for name in ZOO_BUGS:
+    for name in names:
         p = by_name(name)
         with pytest.raises(FuzzFailure) as info:
             fuzz(p.check, p.bug, settings=fuzz_settings(200), variants=8)
@@ -336,10 +341,10 @@ def zoo_scripts():
     return out
 
 
-def test_planted_bugs_print_mismatch_and_exit_1(tmp_path):
-    """Run together, with fuzzdiff unimportable, and one alone as `python -I repro.py`."""
-    found = zoo_scripts()
-    assert {p.check for p, _, _ in found} == set(SCRIPTED)
+@pytest.mark.parametrize("names", ZOO_GROUPS, ids=["group0", "group1"])
+def test_planted_bugs_print_mismatch_and_exit_1(names, tmp_path):
+    """Run together, with fuzzdiff unimportable; a grad bug also alone as `python -I repro.py`."""
+    found = zoo_scripts(names)
     for _, _, source in found:
         assert_torch_only(source)
     results = run_programs([s for _, _, s in found], tmp_path)
@@ -355,9 +360,11 @@ def test_planted_bugs_print_mismatch_and_exit_1(tmp_path):
         else:
             assert p.check == "mutation" and errors["stage"] in last
 
-    _, _, source = next(z for z in found if z[0].check == "grad")
+    grad = [source for p, _, source in found if p.check == "grad"]
+    if not grad:
+        return
     path = tmp_path / "repro.py"
-    path.write_text(source)
+    path.write_text(grad[0])
     r = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True,
                        cwd=tmp_path, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
