@@ -27,6 +27,7 @@ from fuzzdiff.directions import directions, probes_like
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Unsupported
 
 __all__ = ["Level", "Plan", "Result", "run", "COMPOSITIONS", "recording_fallbacks"]
 
@@ -262,11 +263,14 @@ def _names(prefix: str, count: int) -> list[str]:
 def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
     """The plan's composition, vmapped and looped, on the same examples."""
     b = Batch(target, case, cast)
-    loop = Batch(target, case, cast)  # its own tensors: a target may write its inputs
+    # A target that writes its inputs gets separate tensors on each side.
+    loop = b if target.functional else Batch(target, case, cast)
     plan, n = b.plan, len(case.args)
     grad_names = [f"grad of argument {i}" for i in b.diff]
     composition = plan.composition
     outs = {index: loop.f(*loop.args_at(index)) for index in plan.indices}
+    if len({tuple(o.shape for o in out) for out in outs.values()}) > 1:
+        raise Unsupported("the examples' outputs differ in shape (data-dependent): no vmap can batch them")
     count = len(outs[plan.indices[0]])
     ranks = [o.dim() for o in outs[plan.indices[0]]]
     level_dims = [list(l.in_dims) for l in plan.levels]

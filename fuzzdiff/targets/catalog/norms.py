@@ -58,6 +58,16 @@ BATCH_NORM_STRIDE0_WEIGHT = (
     '{"seed": 0, "grid": 0.25, "constant": [0]}}, {"shape": [2], "values": {"seed": 0, '
     '"grid": 0.25}}]}')
 
+BATCH_NORM_STRIDED_WEIGHT = (
+    "the eval-mode F.batch_norm grad_input bug above is not limited to stride 0: a step-sliced "
+    "weight is read as if contiguous too (torch 2.13.0 CPU). Repro: mean, var = torch.tensor("
+    "[-0.5, 0.5]).double(), torch.tensor([0.5, 2.0]).double(); x = torch.tensor([[0.75, "
+    "-1.25]], dtype=torch.float64, requires_grad=True); w = torch.tensor([1.5, 99.0, -0.5], "
+    "dtype=torch.float64).as_strided((2,), (2,)).detach().requires_grad_(); y = F.batch_norm("
+    "x, mean, var, w, None, training=False); torch.autograd.grad(y, x, torch.ones_like(y)) -> "
+    "[[2.1213, 70.0034]], with w.clone() -> [[2.1213, -0.3536]] (the 99.0 between the weight's "
+    "elements is read). Found by the vmap check: its per-example loop is the wrong side "
+    "(vmap_vjp, unbatched weight of strides [2], CI profile).")
 
 GROUP_NORM_FORWARD = (
     "forward-mode AD of F.group_norm raises 'RuntimeError: view size is not compatible with "
@@ -98,8 +108,9 @@ register(
     # "IndexError: select(): index 0 out of range" (torch 2.13): min_side=1
     Target("batch_norm", batch_norm_eval, "x: n c *s, w: c, b: c", FAMILY, min_side=1, max_side=3,
            kwargs={"eps": EPS},
-           known={check: BATCH_NORM_STRIDE0_WEIGHT
-                  for check in ("grad", "forward", "gradgrad", "layout", "alias", "dtype")}),
+           known={**{check: BATCH_NORM_STRIDE0_WEIGHT
+                     for check in ("grad", "forward", "gradgrad", "layout", "alias", "dtype")},
+                  "vmap": BATCH_NORM_STRIDED_WEIGHT}),
     # |x|^p at p=1 has a kink at 0; the norm is clamped below by eps=1e-12 (never reached
     # here). A slice of one value normalizes to its sign, a constant whose float32
     # derivatives are pure cancellation: the normalized dim holds 0 or at least 2 values.
