@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -59,11 +60,17 @@ class Planted:
         return self.bug.name
 
 
+def _origin(name: str) -> str:
+    """How records and ``fuzzdiff check`` name a zoo target (run from the repo root)."""
+    return f"tests.selftest.zoo:TARGETS.{name}"
+
+
 def _pair(name: str, bug: Callable, twin: Callable, spec: str, check: str, trigger: str,
           note: str, **target_kw) -> Planted:
     assert trigger in TRIGGERS, trigger
-    return Planted(Target(name, bug, spec, family="selftest", **target_kw),
-                   Target(name + "_twin", twin, spec, family="selftest", **target_kw),
+    return Planted(Target(name, bug, spec, family="selftest", origin=_origin(name), **target_kw),
+                   Target(name + "_twin", twin, spec, family="selftest", origin=_origin(name + "_twin"),
+                          **target_kw),
                    check, trigger, note)
 
 
@@ -801,6 +808,9 @@ ZOO: list[Planted] = [
     _pair("soft_normalize_whole_batch", SoftNormalizeWholeBatch.apply, SoftNormalize.apply, "x: n",
           "vmap", "batch_size", "custom vmap rule reduces over the whole batch"),
 ]
+
+# Every bug and twin by name: ``fuzzdiff check tests.selftest.zoo:TARGETS.atan_offset0``.
+TARGETS = SimpleNamespace(**{t.name: t for p in ZOO for t in (p.bug, p.twin)})
 
 
 def by_name(name: str) -> Planted:
