@@ -57,6 +57,9 @@ def cmd_run(args) -> int:
         from fuzzdiff.corpus import default_root
         args.corpus = default_root()
     console = Console(stderr=True)
+    from fuzzdiff.journal import recover
+    for path in recover(args.corpus):  # cases that killed an earlier run
+        console.print(f"[red]recovered[/red] a case that killed an earlier run: {path}")
     console.print(f"fuzzdiff run: {len(pairs)} (target, check) pairs, {args.max_examples} examples each"
                   + (f", budget {args.budget:g}s" if args.budget else ""))
     failures = []
