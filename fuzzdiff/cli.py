@@ -300,6 +300,19 @@ def cmd_corpus_promote(args) -> int:
     return 0
 
 
+def cmd_corpus_merge(args) -> int:
+    from fuzzdiff.corpus import merge
+
+    dest = _corpus_root(args)
+    result = merge(args.sources, dest)
+    print(f"merged into {dest}: {len(result.added)} new records, {len(result.present)} already present")
+    for path, ours, theirs in result.status_differs:
+        print(f"  {path}: status {ours!r} kept (a source says {theirs!r})")
+    for message in result.unreadable:
+        print(f"  skipped unreadable {message}", file=sys.stderr)
+    return 2 if result.unreadable else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fuzzdiff", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -364,6 +377,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="a strict expected failure (an open upstream bug)")
     promote.add_argument("--force", action="store_true", help="overwrite an existing test file")
     promote.set_defaults(func=cmd_corpus_promote)
+    merge = csub.add_parser("merge", parents=[where],
+                            help="copy the records of corpora from other machines into this one")
+    merge.add_argument("sources", nargs="+", metavar="DIR", help="corpus directories to merge in")
+    merge.set_defaults(func=cmd_corpus_merge)
     return parser
 
 

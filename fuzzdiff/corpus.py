@@ -33,7 +33,7 @@ from fuzzdiff.caseio import case_from_json
 from fuzzdiff.verdict import KINDS, Verdict
 
 __all__ = ["FORMAT", "STATUSES", "Record", "CorpusError", "signature", "write_record",
-           "read_record", "iter_records", "default_root", "find_record"]
+           "read_record", "iter_records", "default_root", "find_record", "merge", "Merge"]
 
 FORMAT = 1
 STATUSES = ("open", "fixed", "expected")
@@ -339,3 +339,47 @@ def iter_records(root: Path | str):
     """Every ``*.json`` record under ``root``, sorted by path (README files skipped)."""
     for path in sorted(Path(root).glob("*/*/*.json")):
         yield path
+
+
+@dataclass
+class Merge:
+    """What ``merge`` did: records added, already present (same id), unreadable."""
+
+    added: list[Path]
+    present: list[Path]
+    status_differs: list[tuple[Path, str, str]]  # (destination record, its status, the source's)
+    unreadable: list[str]
+
+
+def merge(sources: list[Path | str], dest: Path | str) -> Merge:
+    """Copy every valid record of ``sources`` into ``dest``, deduplicated on id.
+
+    Corpora collected on several machines name the same failure by the same id
+    (a hash of its signature), so the first copy wins; a record is validated
+    before it is copied, and copied whole (with its data file) or not at all.
+    """
+    result = Merge([], [], [], [])
+    for source in sources:
+        if not Path(source).is_dir():
+            result.unreadable.append(f"{source}: not a directory")
+            continue
+        for path in iter_records(source):
+            try:
+                record = read_record(path)
+            except CorpusError as e:
+                result.unreadable.append(str(e))
+                continue
+            folder = Path(dest) / path.parent.parent.name / path.parent.name
+            target = folder / path.name
+            if target.exists():
+                result.present.append(target)
+                theirs = json.loads(target.read_text()).get("status")
+                if theirs != record.status:
+                    result.status_differs.append((target, theirs, record.status))
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            text = path.read_text()
+            for data_file in {v.get("storage", {}).get("file") for v in json.loads(text)["inputs"]} - {None}:
+                _publish(folder, data_file, (path.parent / data_file).read_bytes())
+            (result.added if _publish(folder, path.name, text.encode()) else result.present).append(target)
+    return result

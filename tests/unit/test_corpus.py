@@ -273,3 +273,23 @@ def test_bad_record_from_the_console_script(tmp_path):
 def test_unknown_record_id(tmp_path, capsys):
     assert main(["repro", "deadbeef", "--corpus", str(tmp_path)]) == 2
     assert "no record with id 'deadbeef'" in capsys.readouterr().err
+
+
+def test_merge_deduplicates_on_id_and_keeps_data_files(tmp_path, capsys):
+    a, b, dest = tmp_path / "a", tmp_path / "b", tmp_path / "dest"
+    shared = strided_case("shared", shape=(70, 60))  # with a safetensors data file
+    write_record(a, "grad", shared, FAIL)
+    write_record(b, "grad", replace(shared, data={}), FAIL)
+    write_record(a, "grad", strided_case("only_a"), FAIL)
+    only_b, _ = write_record(b, "layout", strided_case("only_b"), FAIL)
+    (b / "grad" / "broken").mkdir()
+    (b / "grad" / "broken" / "0000.json").write_text("{")
+    assert main(["corpus", "merge", str(a), str(b), "--corpus", str(dest)]) == 2  # one unreadable
+    out, err = capsys.readouterr()
+    assert "3 new records, 1 already present" in out and "0000.json" in err
+    records = [read_record(p) for p in iter_records(dest)]
+    assert sorted(r.target for r in records) == ["only_a", "only_b", "shared"]
+    assert tensors_equal(read_record(dest / "layout" / "only_b" / only_b.name).case.materialize().args,
+                         strided_case("only_b").materialize().args)
+    assert main(["corpus", "merge", str(a), "--corpus", str(dest)]) == 0  # idempotent
+    assert "0 new records, 2 already present" in capsys.readouterr().out
