@@ -3,8 +3,9 @@
 Two layers, armed around every example by ``fuzz()``:
 
 soft
-    ``setitimer(ITIMER_REAL)`` and a SIGALRM handler that raises
-    ExampleTimeout in the main thread. It interrupts Python-level loops,
+    a periodic ``setitimer(ITIMER_REAL)`` and a SIGALRM handler that raises
+    ExampleTimeout in the main thread once the example in flight has run for
+    ``timeout`` (caught within timeout + timeout/8). It interrupts Python-level loops,
     ``time.sleep`` and any torch call that returns; ``fuzz()`` then reports
     the case once as a FuzzFailure of kind ``timeout`` (and writes its record).
     Only in the main thread, and only when nobody else owns SIGALRM.
@@ -73,42 +74,44 @@ def _soft_possible() -> bool:
 class Watchdog:
     """Both layers for one fuzz() call: ``start()`` / ``stop()`` around each
     example, ``close()`` at the end. ``hang_path`` receives the hard layer's
-    tracebacks (standard error when None)."""
+    tracebacks (standard error when None).
+
+    No system call per example: the soft layer is a periodic SIGALRM every
+    ``tick`` (timeout/8) whose handler compares the clock with the start of
+    the example in flight, so a hang is caught between timeout and
+    timeout + tick; ``start`` and ``stop`` only set a float."""
 
     def __init__(self, timeout: float, hang_path: Path | None = None):
         self.timeout = float(timeout)
         self.grace = grace(self.timeout)
+        self.tick = min(self.timeout, max(0.05, self.timeout / 8))
         self.soft = _soft_possible()
-        self._active = False
+        self._started: float | None = None
         self._armed_at = -1e300
         self._hang_path = hang_path
         # fd 2, not sys.stderr: under pytest's capture that has no fileno.
         self._hang = open(hang_path, "w") if hang_path is not None else 2
         if self.soft:
             self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, self.tick, self.tick)
 
     def _on_alarm(self, signum, frame):
-        if self._active:
-            self._active = False
+        started = self._started
+        if started is not None and time.monotonic() - started >= self.timeout:
+            self._started = None
             raise ExampleTimeout(self.timeout)
 
     def start(self) -> None:
-        """One setitimer per example: each start re-arms the full timeout, so
-        the timer always measures the latest example; one that fires while no
-        example is active (stop() only clears the flag) is ignored."""
-        if self.soft:
-            signal.setitimer(signal.ITIMER_REAL, self.timeout)
-            self._active = True
-        now = time.monotonic()
+        now = self._started = time.monotonic()
         if now - self._armed_at > self.grace / 2:
             faulthandler.dump_traceback_later(self.timeout + self.grace, exit=True, file=self._hang)
             self._armed_at = now
 
     def stop(self) -> None:
-        self._active = False
+        self._started = None
 
     def close(self) -> None:
-        self._active = False
+        self._started = None
         faulthandler.cancel_dump_traceback_later()
         if self.soft:
             signal.setitimer(signal.ITIMER_REAL, 0)

@@ -51,6 +51,7 @@ def test_a_hanging_example_is_one_timeout_record_and_the_run_goes_on(tmp_path):
     calls = []
     target = Target("spin_counted", lambda x: (calls.append(x.shape), spin_at_three(x))[1], "x: n",
                     max_side=4)
+    fuzz("grad", SPIN, variants=1, timeout=0, max_side=2, settings=FEW)  # warm-up outside the timeout
     start = time.monotonic()
     with pytest.raises(FuzzFailure) as info:
         fuzz("grad", target, corpus=tmp_path, variants=2, timeout=2, settings=FEW)
@@ -119,17 +120,18 @@ def test_a_hang_inside_one_c_call_stops_the_process_and_becomes_a_timeout_record
         from hypothesis import settings
         from fuzzdiff.fuzzing import fuzz
         from stuck import TARGET
+        few = settings(max_examples=100, derandomize=True, database=None, deadline=None)
+        fuzz("grad", TARGET, variants=1, timeout=0, max_side=2, settings=few)  # warm: no 1 s first example
         start = time.monotonic()
         try:
-            fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=2, timeout=1,
-                 settings=settings(max_examples=100, derandomize=True, database=None, deadline=None))
+            fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=2, timeout=1, settings=few)
         finally:
             print("fuzz returned after", time.monotonic() - start)
     ''')
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120)
-    assert run.returncode == 1, (run.returncode, run.stdout, run.stderr[-2000:])
-    assert "fuzz returned" not in run.stdout  # stopped, not returned
+    assert run.returncode == 1 and "fuzz returned" not in run.stdout, (  # stopped, not returned
+        run.returncode, run.stdout, run.stderr[-2000:])
     (hang,) = (corpus / INFLIGHT).glob("*.hang")
     assert hang.read_text().startswith("Timeout")
 
