@@ -149,6 +149,9 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
                 journal.end()
             _steer(scores)
 
+    # One example-database key per (check, target): every fuzz() call shares the
+    # source of property_, and saved failures must replay only where they failed.
+    property_.hypothesis.inner_test._hypothesis_internal_add_digest = f"{check.name}/{target.ref}".encode()
     if settings is not None:
         property_ = settings(property_)
     if seed is not None:

@@ -44,12 +44,22 @@ def pytest_addoption(parser):
     group.addoption("--fuzzdiff-profile", choices=sorted(PROFILES), default=None,
                     help="Hypothesis profile for fuzz tests (default: $FUZZDIFF_PROFILE, "
                          "else 'ci' when $CI is set, else 'dev')")
+    group.addoption("--fuzzdiff-db", metavar="REDIS_URL", default=None,
+                    help="share Hypothesis's example database through Redis, beside the local "
+                         "directory (default: $FUZZDIFF_REDIS_URL), e.g. redis://host:6379/0")
 
 
 def pytest_configure(config):
     name = config.getoption("--fuzzdiff-profile") or default_profile()
+    url = config.getoption("--fuzzdiff-db") or os.environ.get("FUZZDIFF_REDIS_URL")
+    if url:
+        from fuzzdiff.database import example_database
+        shared = f"{name}+shared"
+        settings.register_profile(shared, parent=settings.get_profile(name),
+                                  database=example_database(url))
+        name = shared
     settings.load_profile(name)
-    os.environ.setdefault("FUZZDIFF_VARIANTS", str(VARIANTS[name]))
+    os.environ.setdefault("FUZZDIFF_VARIANTS", str(VARIANTS[name.removesuffix("+shared")]))
     config._fuzzdiff_profile = name
 
 
