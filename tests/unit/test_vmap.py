@@ -260,3 +260,20 @@ def test_a_fallback_is_reported_on_a_passing_verdict():
     tally = fuzz(CHECK, target, settings=s, variants=1)
     assert tally.counts["fail"] == 0
     assert "aten::masked_fill.Tensor" in tally.reasons["pass"]
+
+
+# -- what vmap cannot do, and what torch gets wrong ---------------------------------------
+
+@pytest.mark.parametrize("dim", [1, -1])
+def test_an_output_that_ignores_the_batch_moves_to_any_out_dim(dim):
+    """torch 2.13 mishandles unbatched outputs at out_dims != 0 (garbage sizes
+    at -1); the check works around it rather than failing every such target."""
+    target = Target("unit_second_only", lambda x, y: (x * 2, y * 3), "x: n, y: n")
+    case = _case(nargs=2, in_dims=(0, None), out_dims=(dim,))
+    assert run_check(CHECK, target, case).kind == "pass"
+
+
+def test_outputs_whose_shape_depends_on_the_values_are_unsupported():
+    target = Target("unit_positive", lambda x: x[x > 0], "x: n")
+    verdict = run_check(CHECK, target, _case(shape=(6,), batch=4))
+    assert verdict.kind == "unsupported" and "differ in shape" in verdict.message
