@@ -121,6 +121,9 @@ def describe(case: Case | None) -> str:
     cot = case.params.get("cotangent")
     if isinstance(cot, dict) and (cot.get("layout") != "contiguous" or cot.get("zeros")):
         parts.append(f"cotangent {cot.get('layout')} zeros={cot.get('zeros')}")
+    for level in case.params.get("levels") or ():  # the vmap check's batching plan
+        parts.append(f"{case.params['composition']} B={level['batch']} "
+                     f"in_dims={level['in_dims']} out_dims={level['out_dims']}")
     for i, (a, d) in enumerate(zip(case.args, case.params.get("layouts") or ())):
         lay = Layout(d["storage_size"], tuple(d["strides"]), d["offset"])
         if not lay.is_contiguous(a.shape):
