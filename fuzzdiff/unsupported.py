@@ -38,6 +38,11 @@ UNSUPPORTED_PATTERNS = tuple(re.compile(p, re.I) for p in (
     r"Cannot access (storage|data pointer) of (BatchedTensorImpl|TensorWrapper)",
     r"vmap: We do not (yet )?support calling random operations",
     r"don't yet support saved tensor hooks",
+    # ExpandedWeights (per_sample): its own errors for what it does not support
+    # (torch/nn/utils/_expanded_weights: an op without a per-sample rule,
+    # unbatched inputs, a layer norm over the batch dim, mixed frozen parameters)
+    r"Expanded ?Weights?",
+    r"conflicting batch_first arguments in the same layer",
 ))
 
 

@@ -39,3 +39,5 @@ _register(mutation.CHECK)
 _register(dtype.CHECK)
 _register(vmap.CHECK)
 _register(opcheck.CHECK)
+from fuzzdiff.checks import per_sample  # noqa: E402
+_register(per_sample.CHECK)

@@ -7,6 +7,7 @@ from fuzzdiff.targets.catalog import (  # noqa: F401
     linalg,
     losses,
     matmul,
+    modules,
     norms,
     reductions,
     shape_ops,

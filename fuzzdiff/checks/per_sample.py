@@ -1,0 +1,147 @@
+"""per_sample: ExpandedWeights' per-sample gradients against a loop and vmap.
+
+``call_for_per_sample_grads(module)`` (ExpandedWeight) on a batch of 1 to 8
+samples, with ``loss_reduction`` "sum" or "mean", inputs that do or do not
+require grad and a drawn memory layout of the batch, against (1) a Python loop
+taking one gradient per sample and (2) ``vmap(grad(loss))`` with
+``functional_call``; the outputs, every parameter's ``grad_sample`` and the
+inputs' gradients are compared (fuzzdiff.paths.expanded). Applies to module
+targets (fuzzdiff.targets.catalog.modules). ExpandedWeights' own errors for an
+unsupported configuration are "unsupported" (fuzzdiff.unsupported); so is the
+vmap reference where vmap cannot run the module (nn.RNN has no batching rule).
+A mismatch is replayed, recomputed in float64 for float32, and tried at a
+neighbouring point before it is a failure.
+
+Tolerances: the three paths compute the same sums in different orders
+(ExpandedWeights forms per-sample weight gradients with einsum over unfolded
+inputs, the loop with each op's own backward), so they agree to rounding:
+the dtype defaults (float64 rtol 1e-7, float32 2e-4 of the largest value of
+each compared tensor) hold, with no override.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import torch
+from hypothesis import strategies as st
+
+from fuzzdiff.case import Case
+from fuzzdiff.checks.check import Check
+from fuzzdiff.compare import Discrepancy, worst_discrepancy
+from fuzzdiff.confirm import NUDGE
+from fuzzdiff.paths import expanded as path
+from fuzzdiff.targets.target import Target
+from fuzzdiff.tolerance import Tolerance, tolerance
+from fuzzdiff.verdict import Verdict
+from strategies.batching import BATCHED_LAYOUT_FEATURES
+from strategies.cotangents import probes
+from strategies.layouts import draw_layout
+
+__all__ = ["CHECK", "MAX_BATCH"]
+
+MAX_BATCH = 8
+LOW = (torch.float32, torch.float16, torch.bfloat16)
+_BATCH = st.integers(1, MAX_BATCH)
+_REDUCTION = st.sampled_from(path.REDUCTIONS)
+_FLAG = st.booleans()
+
+
+@st.composite
+def _params(draw, shapes: tuple[tuple[int, ...], ...]) -> dict:
+    batch = draw(_BATCH)
+    params = {"batch": batch, "loss_reduction": draw(_REDUCTION), "input_grad": draw(_FLAG),
+              "infer_batch": draw(_FLAG), "layouts": []}
+    for shape in shapes:
+        lay = draw_layout(draw, (batch, *shape), BATCHED_LAYOUT_FEATURES)
+        params["layouts"].append(None if lay.is_contiguous((batch, *shape)) else
+                                 {"storage_size": lay.storage_size, "strides": list(lay.strides),
+                                  "offset": lay.offset})
+    params["cotangent"] = draw(probes()).__dict__.copy()
+    return params
+
+
+def params(target: Target, case: Case):
+    return _params(tuple(tuple(a.shape) for a in case.args))
+
+
+def applies(target: Target) -> str | None:
+    if not path.is_module_target(target):
+        return "not an nn.Module target: per-sample gradients are of a module's parameters"
+    return None
+
+
+def _mismatch(names, got, want, tol: Tolerance) -> Discrepancy | None:
+    # Shapes first: a wrong grad_sample shape must not be compared element-wise.
+    for name, a, b in zip(names, got, want):
+        if a.shape != b.shape:
+            return Discrepancy(f"{name}: shape {list(a.shape)} vs {list(b.shape)}", math.inf, 0.0)
+    return worst_discrepancy(names, got, want, tol)
+
+
+def _discrepancy(result: path.Result, tol: Tolerance) -> tuple[str, Discrepancy] | None:
+    """(which path, its worst mismatch) against the loop; ExpandedWeights first."""
+    d = _mismatch(result.names, result.expanded, result.looped, tol)
+    if d is not None:
+        return "ExpandedWeights vs a loop", d
+    if result.vmapped is not None:
+        d = _mismatch(result.names, result.vmapped, result.looped, tol)
+        if d is not None:
+            return "vmap(grad(functional_call)) vs a loop", d
+    return None
+
+
+def _replays(first: path.Result, again: path.Result) -> bool:
+    exact = Tolerance(0.0, 0.0)
+    return (_mismatch(first.names, again.expanded, first.expanded, exact) is None
+            and _mismatch(first.names, again.looped, first.looped, exact) is None
+            and (first.vmapped is None or again.vmapped is None
+                 or _mismatch(first.names, again.vmapped, first.vmapped, exact) is None))
+
+
+@contextmanager
+def one_thread():
+    """Run with one intra-op thread: tiny modules gain nothing from more, and on
+    a loaded 2-core machine (CI runs two xdist workers) OpenMP hand-offs made a
+    3x3 conv1d take 4 ms instead of 40 us."""
+    n = torch.get_num_threads()
+    if n != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if n != 1:
+            torch.set_num_threads(n)
+
+
+def run(target: Target, case: Case) -> Verdict:
+    with one_thread():
+        return _run(target, case)
+
+
+def _run(target: Target, case: Case) -> Verdict:
+    tol = tolerance(target, "per_sample", case.torch_dtype)
+    plan = path.Plan.from_params(case.params).describe()
+    first = path.run(target, case)
+    found = _discrepancy(first, tol)
+    if found is None:
+        return Verdict("pass", f"vmap reference skipped: {first.vmap_skipped}" if first.vmap_skipped else "")
+    which, d = found
+    identity = f"{plan}: {which}"
+    if not _replays(first, path.run(target, case)):
+        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results "
+                       "(nondeterministic)", d.summary())
+    if case.torch_dtype in LOW and _discrepancy(path.run(target, case, cast=torch.float64), tol) is None:
+        return Verdict("inconclusive", f"{identity}: {d}; float64 agrees (low-precision rounding)",
+                       d.summary())
+    if _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None:
+        return Verdict("inconclusive", f"{identity}: {d}; vanishes at a neighbouring point "
+                       "(a tie or a kink)", d.summary())
+    return Verdict("fail", f"{identity}: {d}; confirmed by replay"
+                   + (", float64" if case.torch_dtype in LOW else "") + " and a neighbouring point",
+                   d.summary())
+
+
+CHECK = Check("per_sample", run, params=params, applies=applies, aliasing="never",
+              needs_grad=False, doc=__doc__)

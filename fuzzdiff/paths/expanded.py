@@ -1,0 +1,274 @@
+"""Per-sample gradients of an nn.Module three ways: ExpandedWeights
+(``torch.nn.utils._per_sample_grad.call_for_per_sample_grads``), a Python loop
+taking one gradient per sample, and ``torch.func.vmap`` over ``grad`` with
+``functional_call``.
+
+A *module target* (fuzzdiff.targets.catalog.modules) is a Target whose ``fn``
+carries a builder, ``fn.module(*sample, **kwargs) -> nn.Module``: the module
+for one sample's shapes and dtype, its parameters drawn from ``kwargs["seed"]``
+(so a case replays from JSON). ``fn`` itself is ``one_sample``: the module on a
+batch of one, the very function whose gradients are the per-sample gradients;
+the other checks fuzz that function.
+
+Sample ``e`` of a batch of ``B`` is ``case.reseeded(e)``'s arguments: the
+case's structure with fresh values, rebuilt bit for bit on replay. The samples
+are stacked at dim 0, stored in the drawn layout (memory outside the view holds
+junk), and moved to the module's batch dim (``batch_dims``). Every path gets a
+fresh module and its own copy of that storage.
+
+The loss is ``L = sum_b <v_b, f(x_b)>`` over every floating output, with random
+cotangents ``v``, divided by ``B`` for ``loss_reduction="mean"``; ExpandedWeights
+then scales per-sample gradients back by ``B`` (its documented contract), so a
+per-sample gradient is ``grad <v_b, f(x_b)>`` either way, and the input's
+gradient is ``dL/dx`` (1/B of the loop's for "mean").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from fuzzdiff.case import Case, Layout
+from fuzzdiff.directions import probes_like
+from fuzzdiff.targets.target import Target
+from fuzzdiff.unsupported import unsupported_reason
+
+__all__ = ["Plan", "Result", "run", "batch_dims", "one_sample", "is_module_target", "REDUCTIONS"]
+
+REDUCTIONS = ("sum", "mean")
+
+
+def batch_dims(module):
+    """The batch dim of the module's inputs, and of its outputs in order (the
+    last repeats): an RNN's output follows batch_first, its h_n and c_n have
+    the batch at dim 1 either way."""
+    d = 0 if getattr(module, "batch_first", True) else 1
+    if isinstance(module, torch.nn.RNNBase):
+        return d, (d, 1)
+    return d, (d,)
+
+
+def one_sample(module, *args):
+    """The module on a batch of one sample, batch dims removed: f(x_b)."""
+    d, out_dims = batch_dims(module)
+    outs = tree_leaves(module(*[a.unsqueeze(d) for a in args]))
+    return tuple(o.select(out_dims[min(k, len(out_dims) - 1)], 0) for k, o in enumerate(outs))
+
+
+def is_module_target(target: Target) -> bool:
+    return callable(getattr(target.fn, "module", None))
+
+
+def _out_dim(out_dims: Sequence[int], k: int) -> int:
+    return out_dims[min(k, len(out_dims) - 1)]
+
+
+def _floating(out) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the per_sample check draws besides the case (``case.params``)."""
+
+    batch: int
+    loss_reduction: str
+    input_grad: bool            # the floating inputs require grad
+    infer_batch: bool           # batch_size=None: call_for_per_sample_grads infers it
+    layouts: tuple[Layout | None, ...]  # per argument, of its (B, *sample) tensor
+
+    @staticmethod
+    def from_params(params: Mapping) -> "Plan":
+        lays = tuple(None if d is None else Layout(d["storage_size"], tuple(d["strides"]), d["offset"])
+                     for d in params.get("layouts", ()))
+        return Plan(int(params["batch"]), params["loss_reduction"], bool(params["input_grad"]),
+                    bool(params.get("infer_batch", False)), lays)
+
+    def describe(self) -> str:
+        return (f"B={self.batch} loss_reduction={self.loss_reduction!r} input_grad={self.input_grad}"
+                + (" batch_size inferred" if self.infer_batch else ""))
+
+
+@dataclass
+class Result:
+    """Outputs, per-sample parameter gradients and input gradients, by name,
+    from each path; ``vmapped`` is None where vmap cannot run the module
+    (``vmap_skipped`` says why)."""
+
+    names: list[str]
+    expanded: list[torch.Tensor]
+    looped: list[torch.Tensor]
+    vmapped: list[torch.Tensor] | None
+    vmap_skipped: str = ""
+
+
+class Batch:
+    """One case's batch: the samples stacked, laid out, and fresh copies per path."""
+
+    def __init__(self, target: Target, case: Case, cast: torch.dtype | None = None):
+        self.target, self.case = target, case
+        self.plan = Plan.from_params(case.params)
+        self.samples = [case.reseeded(e).materialize(requires_grad=False, cast=cast).args
+                        for e in range(self.plan.batch)]
+        self.diff = [i for i, a in enumerate(target.args)
+                     if target.differentiable(a.name) and self.samples[0][i].is_floating_point()]
+        self.storages = [self._laid_out(i) for i in range(len(case.args))]
+        self._module: torch.nn.Module | None = None
+
+    def _laid_out(self, i: int) -> tuple[torch.Tensor, tuple, tuple, int]:
+        t = torch.stack([s[i] for s in self.samples])
+        lay = self.plan.layouts[i] if i < len(self.plan.layouts) else None
+        if lay is None:
+            t = t.contiguous()
+            return t.reshape(-1), tuple(t.shape), t.stride(), 0
+        lay.check(t.shape, f"params.layouts[{i}]")
+        values = self.case.args[i].values
+        storage = replace(values, seed=values.seed ^ 0x2545F491, specials=(), constant=()).sample(
+            (lay.storage_size,), t.dtype)
+        storage.as_strided(t.shape, lay.strides, lay.offset).copy_(t)
+        return storage, tuple(t.shape), lay.strides, lay.offset
+
+    def module(self) -> torch.nn.Module:
+        """The module, its parameters drawn from the case's seed; built once
+        (a third of the time of a run) and shared by the paths, which leave
+        it as they found it (ExpandedWeights' grad_sample is taken away)."""
+        if self._module is None:
+            self._module = self.target.fn.module(*self.samples[0], **self.case.kwargs)
+        return self._module
+
+    def inputs(self, requires_grad: bool, d: int):
+        """(leaves in (B, *sample) form, one per argument; the arguments at batch dim ``d``)."""
+        leaves = []
+        for i, (storage, shape, strides, offset) in enumerate(self.storages):
+            t = storage.clone().as_strided(shape, strides, offset)
+            leaves.append(t.requires_grad_(requires_grad and i in self.diff))
+        return leaves, [t.movedim(0, d) if d else t for t in leaves]
+
+
+def _names(module: torch.nn.Module, outs, batch: Batch) -> list[str]:
+    arg_names = [a.name for a in batch.target.args]
+    return ([f"output {k}" for k in range(len(outs))]
+            + [f"per-sample grad of {n}" for n, p in module.named_parameters() if p.requires_grad]
+            + ([f"grad of input {arg_names[i]}" for i in batch.diff] if batch.plan.input_grad else []))
+
+
+def _expanded(batch: Batch):
+    from torch.nn.utils._per_sample_grad import call_for_per_sample_grads
+    plan, module = batch.plan, batch.module()
+    d, _ = batch_dims(module)
+    leaves, args = batch.inputs(plan.input_grad, d)
+    call = call_for_per_sample_grads(module, batch_size=None if plan.infer_batch else plan.batch,
+                                     loss_reduction=plan.loss_reduction, batch_first=d == 0)
+    outs = _floating(call(*args))
+    cots = probes_like(batch.case.params, "cotangent", outs)
+    params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    wrt = [p for _, p in params] + [leaves[i] for i in batch.diff if plan.input_grad]
+    if wrt:
+        loss = sum((v * o).sum() for v, o in zip(cots, outs))
+        (loss / plan.batch if plan.loss_reduction == "mean" else loss).backward()
+    per_sample = []
+    for n, p in params:
+        g = getattr(p, "grad_sample", None)
+        p.grad_sample = None
+        per_sample.append(torch.zeros((plan.batch, *p.shape), dtype=p.dtype) if g is None else g.detach())
+    inputs = [torch.zeros_like(leaves[i]) if leaves[i].grad is None else leaves[i].grad
+              for i in batch.diff] if plan.input_grad else []
+    return module, outs, cots, [o.detach() for o in outs] + per_sample + inputs
+
+
+def _looped(batch: Batch, cots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    plan, module = batch.plan, batch.module()
+    d, out_dims = batch_dims(module)
+    leaves, _ = batch.inputs(plan.input_grad, d)
+    params = [p for p in module.parameters() if p.requires_grad]
+    wrt_inputs = [leaves[i] for i in batch.diff] if plan.input_grad else []
+    outs, per_sample = [], [[] for _ in params]
+    input_grads = [torch.zeros_like(t) for t in wrt_inputs]
+    for b in range(plan.batch):
+        sample = [t.narrow(0, b, 1).movedim(0, d) if d else t.narrow(0, b, 1) for t in leaves]
+        o = _floating(module(*sample))
+        outs.append([t.detach() for t in o])
+        wrt = params + wrt_inputs
+        if not wrt:
+            continue
+        loss = sum((v.narrow(_out_dim(out_dims, k), b, 1) * t).sum()
+                   for k, (v, t) in enumerate(zip(cots, o)))
+        grads = torch.autograd.grad(loss, wrt, allow_unused=True)
+        for k, p in enumerate(params):
+            per_sample[k].append(torch.zeros_like(p) if grads[k] is None else grads[k])
+        for k, g in enumerate(grads[len(params):]):
+            if g is not None:
+                input_grads[k] = input_grads[k] + g
+    scale = 1.0 / plan.batch if plan.loss_reduction == "mean" else 1.0
+    stacked = [torch.cat([o[k] for o in outs], _out_dim(out_dims, k)) for k in range(len(outs[0]))]
+    return (stacked + [torch.stack(g) for g in per_sample]
+            + [g * scale if scale != 1.0 else g for g in input_grads])
+
+
+def _vmapped(batch: Batch, cots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    from torch.func import functional_call, grad, vmap
+    plan, module = batch.plan, batch.module()
+    d, out_dims = batch_dims(module)
+    leaves, _ = batch.inputs(False, d)
+    params = {n: p.detach() for n, p in module.named_parameters() if p.requires_grad}
+    frozen = {n: p for n, p in module.named_parameters() if not p.requires_grad}
+    n_args = len(leaves)
+
+    def loss(ps, *xs_and_vs):
+        xs, vs = xs_and_vs[:n_args], xs_and_vs[n_args:]
+        outs = _floating(functional_call(module, {**ps, **frozen}, tuple(x.unsqueeze(d) for x in xs)))
+        return sum((v * o.select(_out_dim(out_dims, k), 0)).sum() for k, (v, o) in enumerate(zip(vs, outs)))
+
+    argnums = (0,) + (tuple(1 + i for i in batch.diff) if plan.input_grad else ())
+    in_dims = (None,) + (0,) * n_args + tuple(_out_dim(out_dims, k) for k in range(len(cots)))
+    grads = vmap(grad(loss, argnums=argnums), in_dims=in_dims)(params, *leaves, *cots)
+    scale = 1.0 / plan.batch if plan.loss_reduction == "mean" else 1.0
+    return ([grads[0][n] for n in params]
+            + [g * scale if scale != 1.0 else g for g in grads[1:]])
+
+
+def _vmap_unsupported(batch: Batch, error: Exception) -> str | None:
+    """Why vmap cannot run this module, when ``error`` (from vmap of grad) comes
+    from vmap itself: torch's own "unsupported" wording, or a vmap of the bare
+    forward that raises so (vmap of grad of nn.RNN fails with a shape error
+    where vmap of its forward says the batching rule is missing)."""
+    reason = unsupported_reason(error)
+    if reason is not None:
+        return reason
+    from torch.func import functional_call, vmap
+    module = batch.module()
+    d, _ = batch_dims(module)
+    leaves, _ = batch.inputs(False, d)
+    params = {n: p.detach() for n, p in module.named_parameters()}
+    try:
+        vmap(lambda *xs: tuple(_floating(functional_call(module, params, tuple(x.unsqueeze(d) for x in xs)))))(
+            *leaves)
+    except Exception as e:  # noqa: BLE001 - classified below
+        forward = unsupported_reason(e)
+        if forward is not None:
+            return (f"vmap of the forward: {forward}; vmap of grad raised "
+                    f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")
+    return None
+
+
+def run(target: Target, case: Case, cast: torch.dtype | None = None, vmapped: bool = True) -> Result:
+    """The three paths on one batch; ``cast`` recomputes at the same values in another dtype."""
+    batch = Batch(target, case, cast)
+    module, outs, cots, expanded = _expanded(batch)
+    names = _names(module, outs, batch)
+    looped = _looped(batch, cots)
+    result = Result(names, expanded, looped, None)
+    if vmapped:
+        try:
+            got = _vmapped(batch, cots)
+        except Exception as e:  # noqa: BLE001 - anything vmap does not own propagates
+            why = _vmap_unsupported(batch, e)
+            if why is None:
+                raise
+            result.vmap_skipped = why
+        else:
+            result.vmapped = looped[:len(outs)] + got  # vmap(grad) gives no outputs
+    return result
