@@ -37,7 +37,7 @@ from fuzzdiff.tolerance import Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
 from strategies.batching import BATCHED_LAYOUT_FEATURES
 from strategies.cotangents import probes
-from strategies.layouts import draw_layout
+from strategies.layouts import layouts
 
 __all__ = ["CHECK", "MAX_BATCH"]
 
@@ -54,7 +54,7 @@ def _params(draw, shapes: tuple[tuple[int, ...], ...]) -> dict:
     params = {"batch": batch, "loss_reduction": draw(_REDUCTION), "input_grad": draw(_FLAG),
               "infer_batch": draw(_FLAG), "layouts": []}
     for shape in shapes:
-        lay = draw_layout(draw, (batch, *shape), BATCHED_LAYOUT_FEATURES)
+        lay = draw(layouts((batch, *shape), features=BATCHED_LAYOUT_FEATURES))
         params["layouts"].append(None if lay.is_contiguous((batch, *shape)) else
                                  {"storage_size": lay.storage_size, "strides": list(lay.strides),
                                   "offset": lay.offset})
