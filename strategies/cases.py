@@ -59,11 +59,13 @@ def _dim_size(target: Target, shapes, dim: str) -> int:
 
 def cases(target: Target, *, dtypes: Sequence[torch.dtype] | None = None,
           layout_features: Sequence[str] | None = LAYOUT_FEATURES, alias: bool = True,
-          require_alias: bool = False, specials: bool = True, max_side: int | None = None):
+          require_alias: bool = False, specials: bool = True, max_side: int | None = None,
+          devices: Sequence[str] | None = None):
     """Cases for ``target``: shapes from its spec, then per argument values, a
     layout and (for functional targets) aliasing. Shrinks toward small,
     contiguous, unaliased float64 cases. With ``require_alias`` every case has
-    at least one argument that is a view or shares memory with another."""
+    at least one argument that is a view or shares memory with another.
+    ``devices`` (default: cpu, and cuda when available) is drawn when several."""
     if not isinstance(target, Target):
         raise InvalidArgument(f"target must be a fuzzdiff Target, got {type(target).__name__}")
     allowed = tuple(dtypes) if dtypes is not None else target.dtypes
@@ -75,14 +77,15 @@ def cases(target: Target, *, dtypes: Sequence[torch.dtype] | None = None,
         # stride 0 repeats values: an error for a target that writes its inputs,
         # and ties (kinks) for one whose derivative needs distinct values
         features = tuple(f for f in features if f != "expanded")
-    return _draw_case(target, allowed, features, side, alias, require_alias, specials)
+    devices = tuple(devices) if devices else ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+    return _draw_case(target, allowed, features, side, alias, require_alias, specials, devices)
 
 
 # Module level: st.composite inspects the function's source when it decorates,
 # which costs milliseconds, so it must not run once per strategy.
 @st.composite
 def _draw_case(draw, target: Target, allowed: tuple, features: tuple[str, ...], side: int,
-               alias: bool, require_alias: bool, specials: bool) -> Case:
+               alias: bool, require_alias: bool, specials: bool, devices: tuple = ("cpu",)) -> Case:
     dtype = draw(dtype_strategy(allowed))
     shapes = draw(spec_shapes(target.args, min_side=target.min_side, max_side=side))
     args, groups = [], []
@@ -100,5 +103,6 @@ def _draw_case(draw, target: Target, allowed: tuple, features: tuple[str, ...], 
                       if diff and kind is None and alias and target.functional else None)
     if alias and target.functional:
         args = list(draw_aliasing(draw, tuple(args), tuple(groups), require=require_alias))
-    return Case(target.ref, tuple(args), str(dtype).removeprefix("torch."),
+    device = devices[0] if len(devices) == 1 else draw(st.sampled_from(devices))
+    return Case(target.ref, tuple(args), str(dtype).removeprefix("torch."), device,
                 kwargs=draw_kwargs(draw, target, shapes))

@@ -41,3 +41,5 @@ _register(vmap.CHECK)
 _register(opcheck.CHECK)
 from fuzzdiff.checks import per_sample  # noqa: E402
 _register(per_sample.CHECK)
+from fuzzdiff.checks import device  # noqa: E402
+_register(device.CHECK)

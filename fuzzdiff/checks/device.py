@@ -1,0 +1,74 @@
+"""device: the same case on CUDA and on CPU gives the same outputs and gradients.
+
+The case's values are drawn on the CPU and moved (Case.device), so both sides
+see the very same bits; gradients use the case's random cotangent. CUDA
+kernels reassociate sums, so a float32 difference alone proves nothing: a
+mismatch must replay, and it is a failure only when the CUDA side is further
+from a float64 CPU run on the same values than the CPU side is, by a margin;
+otherwise it is inconclusive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+import torch
+
+from fuzzdiff.case import Case
+from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.compare import max_abs, mismatch, worst_discrepancy
+from fuzzdiff.paths.eager import evaluate
+from fuzzdiff.targets.target import Target
+from fuzzdiff.tolerance import Tolerance, tolerance
+from fuzzdiff.verdict import Verdict
+
+__all__ = ["CHECK", "evaluate_on", "compare_devices", "MARGIN"]
+
+MARGIN = 8.0  # how much further from float64 the device side must be than the CPU side
+
+Run = Callable[..., tuple[list[str], list[torch.Tensor]]]
+
+
+def evaluate_on(target: Target, case: Case, device: str, cast: torch.dtype | None = None):
+    """Outputs and gradients of ``case`` materialized on ``device``, brought back
+    to the CPU: names and tensors (fuzzdiff.paths.eager.Evaluation.tensors)."""
+    names, tensors = evaluate(target, replace(case, device=device), cast=cast).tensors()
+    return names, [t.detach().cpu() for t in tensors]
+
+
+def compare_devices(target: Target, case: Case, device: str = "cuda", *,
+                    run: Run = evaluate_on) -> Verdict:
+    """``device`` against the CPU on ``case``; ``run(target, case, device, cast)``
+    is the path (a parameter so that the judging can be tested without a GPU)."""
+    tol = tolerance(target, "device", case.torch_dtype)
+    names, here = run(target, case, "cpu")
+    _, there = run(target, case, device)
+    floor = max((max_abs(t) for t in here), default=0.0)
+    d = worst_discrepancy(names, there, here, tol, scale_floor=floor)
+    if d is None:
+        return Verdict("pass")
+    _, again = run(target, case, device)
+    if worst_discrepancy(names, again, there, Tolerance(0.0, 0.0)):
+        return Verdict("inconclusive", f"{device} vs cpu: {d}; a {device} replay gave other results "
+                       "(nondeterministic)", d.summary())
+    _, ref = run(target, case, "cpu", torch.float64)
+    slack = [MARGIN * mismatch(h, r)[0] for h, r in zip(here, ref)]
+    far = worst_discrepancy(names, there, ref, tol, slack, scale_floor=floor)
+    if far is None:
+        return Verdict("inconclusive", f"{device} vs cpu: {d}; {device} is no further from a float64 "
+                       "CPU run than cpu is (rounding, e.g. reassociated sums)", d.summary())
+    return Verdict("fail", f"{device} vs cpu on the same values: {d}; {device} vs float64: {far}; "
+                   "confirmed by replay", {**d.summary(), "vs_float64": far.summary()})
+
+
+def run(target: Target, case: Case) -> Verdict:
+    return compare_devices(target, case, "cuda")
+
+
+def applies(target: Target) -> str | None:
+    return None if torch.cuda.is_available() else "no CUDA device"
+
+
+CHECK = Check("device", run, params=probe_params("cotangent"), applies=applies,
+              needs_grad=False, doc=__doc__)

@@ -1,0 +1,125 @@
+"""The device check (cuda vs cpu) and CUDA cases, tested without a GPU.
+
+The judging runs with the path as a parameter: cpu against cpu must pass, a
+perturbed second side must fail, a side that is off but no further from
+float64 than the CPU, or that changes on replay, is inconclusive. The real
+path is exercised up to the device boundary (the move to cuda). On a machine
+with a GPU the real check runs too; elsewhere those tests skip.
+"""
+
+import pytest
+import torch
+from hypothesis import HealthCheck, find, settings
+
+from fuzzdiff.case import Arg, Case, Probe, Values
+from fuzzdiff.checks import CHECKS, device
+from fuzzdiff.fuzzing import fuzz
+from fuzzdiff.targets import get_target
+from fuzzdiff.targets.target import Target
+from strategies.cases import cases
+
+CUDA = torch.cuda.is_available()
+SIN = get_target("sin")
+SUM = Target("unit_sum_sq", lambda x: (x * x).sum(dim=-1), "x: n m")
+
+
+def _case(target=SUM, dtype="float32", shape=(3, 5)):
+    return Case(target.ref, (Arg(shape, Values(seed=11, low=-2.0, high=2.0)),), dtype,
+                params={"cotangent": Probe(seed=4).__dict__.copy()})
+
+
+def _fake(perturb_cpu=0.0, perturb_other=0.0, noisy=False):
+    """The real path on the CPU for every device name, moved by a relative
+    ``perturb`` per side (the float64 reference is never moved)."""
+    calls = []
+
+    def run(target, case, dev, cast=None):
+        names, tensors = device.evaluate_on(target, case, "cpu", cast)
+        calls.append((dev, cast))
+        if cast is None:
+            shift = perturb_cpu if dev == "cpu" else perturb_other
+            if noisy and dev != "cpu":
+                shift = shift * (1 + len(calls))
+            tensors = [t + shift * (1 + t.abs()) for t in tensors]
+        return names, tensors
+
+    run.calls = calls
+    return run
+
+
+def test_the_check_is_registered_and_skips_without_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert CHECKS["device"] is device.CHECK
+    assert device.CHECK.why_not(SIN) == "no CUDA device"
+    tally = fuzz("device", SIN, settings=settings(max_examples=3, database=None))
+    assert tally.counts == {"unsupported": 1} and tally.reasons["unsupported"] == "no CUDA device"
+
+
+def test_same_results_on_both_sides_pass():
+    run = _fake()
+    assert device.compare_devices(SUM, _case(), "fake", run=run).kind == "pass"
+    assert [d for d, _ in run.calls] == ["cpu", "fake"]
+
+
+def test_a_perturbed_device_side_fails_with_the_float64_comparison():
+    run = _fake(perturb_other=1e-2)
+    v = device.compare_devices(SUM, _case(), "fake", run=run)
+    assert v.kind == "fail", v
+    assert "fake vs cpu" in v.message and "vs_float64" in v.errors
+    assert ("cpu", torch.float64) in run.calls  # judged against a float64 CPU run
+
+
+def test_float64_cases_fail_on_a_small_shift_too():
+    v = device.compare_devices(SUM, _case(dtype="float64"), "fake", run=_fake(perturb_other=1e-6))
+    assert v.kind == "fail", v
+
+
+def test_both_sides_as_far_from_float64_is_inconclusive():
+    v = device.compare_devices(SUM, _case(), "fake", run=_fake(perturb_cpu=5e-3, perturb_other=-5e-3))
+    assert v.kind == "inconclusive" and "no further from a float64" in v.message, v
+
+
+def test_a_device_side_that_changes_on_replay_is_inconclusive():
+    v = device.compare_devices(SUM, _case(), "fake", run=_fake(perturb_other=1e-2, noisy=True))
+    assert v.kind == "inconclusive" and "nondeterministic" in v.message, v
+
+
+def test_evaluate_on_cpu_is_the_eager_path_and_brings_gradients_back():
+    names, tensors = device.evaluate_on(SUM, _case(), "cpu")
+    assert names == ["output 0", "grad 0"]
+    x = _case().materialize().leaves[0]
+    assert torch.equal(tensors[0], (x * x).sum(-1).detach())
+    assert tensors[1].shape == (3, 5) and tensors[1].device.type == "cpu"
+
+
+@pytest.mark.skipif(CUDA, reason="checks the failure without a GPU")
+def test_evaluate_on_cuda_really_moves_the_case_to_the_device():
+    with pytest.raises((AssertionError, RuntimeError), match="CUDA|cuda"):
+        device.evaluate_on(SUM, _case(), "cuda")
+
+
+def test_cases_draw_the_device_among_those_given():
+    opts = settings(max_examples=500, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    assert find(cases(SIN, devices=("cpu", "cuda")), lambda c: c.device == "cuda", settings=opts).device == "cuda"
+    assert find(cases(SIN, devices=("cuda",)), lambda c: True, settings=opts).device == "cuda"
+
+
+def test_cases_stay_on_cpu_without_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    opts = settings(max_examples=200, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    with pytest.raises(Exception, match="No examples found|Could not find"):
+        find(cases(SIN), lambda c: c.device != "cpu", settings=opts)
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA device")
+def test_cuda_and_cpu_agree_on_sin():
+    assert device.compare_devices(SIN, _case(SIN), "cuda").kind == "pass"
+    tally = fuzz("device", SIN, settings=settings(max_examples=10, database=None, deadline=None))
+    assert tally.counts["pass"] > 0
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA device")
+def test_other_checks_run_on_cuda_cases():
+    tally = fuzz("grad", SIN, settings=settings(max_examples=10, database=None, deadline=None),
+                 devices=("cuda",))
+    assert tally.counts["pass"] > 0
