@@ -24,8 +24,8 @@ import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.confirm import EPS
-from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
 from fuzzdiff.script import vmap as _vmap  # noqa: F401  (registers the vmap fragment)
+from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
 from fuzzdiff.script.fragments import FRAGMENTS, Fragment, register
 from fuzzdiff.script.helpers import HELPERS, helper_source
 from fuzzdiff.script.inputs import InputsCode, inputs_code
@@ -103,12 +103,15 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
         from fuzzdiff.targets import get_target
         target = get_target(case.target)
     storages = {i: t.detach().cpu() for i, t in (storages or case.storages()).items()}
-    code = _code(target)
+    names = _arg_names(target, TargetCode(call=""))
+    code = _code(target, case.kwargs, names)
     clash = code.names & SCRIPT_NAMES
     if clash:
         raise ScriptError(f"target {target.name!r} defines {sorted(clash)}, which the script "
                           "uses for itself")
     names = _arg_names(target, code)
+    if code.kwargs is not None:  # the code was written for the first names (a program)
+        code = _code(target, case.kwargs, names)
     inputs = inputs_code(case, storages, names)
     ctx = Context(check, case, target, names, inputs)
     fragment: Fragment = FRAGMENTS[check](ctx)
@@ -116,7 +119,7 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
     blocks = [_header(target, check, case, verdict, fragment, found_with, code)]
     data: list[str] = []
     blocks.append(_banner("The function under test") + _definitions(code))
-    blocks.append(_call(code, names, case))
+    blocks.append(_call(code, names, case.kwargs if code.kwargs is None else code.kwargs))
     if fragment.inputs:
         blocks.append(_banner("The inputs") + f"DTYPE = {dtype_name(case.torch_dtype)}\n"
                       + inputs.storages)
@@ -156,10 +159,10 @@ def _is_catalog(target: Target) -> bool:
     return any(t is target for t in all_targets())
 
 
-def _code(target: Target) -> TargetCode:
+def _code(target: Target, kwargs, names) -> TargetCode:
     """The target's code, copied; user code that cannot be copied is imported."""
     try:
-        return target_code(target.fn, target.name)
+        return target_code(target.fn, target.name, kwargs, names)
     except ScriptError as e:
         if _is_catalog(target):
             raise
@@ -201,6 +204,9 @@ def _header(target, check, case, verdict, fragment, found_with, code) -> str:
     if verdict is not None:
         lines += ["", *textwrap.wrap(f"Recorded verdict: {verdict}", 84, break_long_words=False,
                                      break_on_hyphens=False)]
+    if code.needs:
+        lines += ["", f"Needs {', '.join(sorted(code.needs))} besides torch: the code under test "
+                  "uses it."]
     if code.note:
         lines += ["", *textwrap.wrap(code.note, 84)]
     text = "\n".join(lines).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
@@ -216,26 +222,29 @@ def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
         std.append("from math import inf, nan")
     torch_lines = ["import torch"] + (["import torch.autograd.forward_ad as fwAD"]
                                       if fragment.forward_ad else [])
-    other_std, other_torch = [], []
+    other_std, other_torch, third = [], [], []
     for line in code.imports:
         if line in std or line in torch_lines:
             continue
-        module = line.split()[1]
-        (other_torch if module.split(".")[0] == "torch" else other_std).append(line)
+        root = line.split()[1].split(".")[0]
+        (other_torch if root == "torch" else third if root in code.needs else other_std).append(line)
     groups = [future, sorted(set(std + other_std), key=lambda l: (l.startswith("from"), l)),
-              torch_lines + [l for l in dict.fromkeys(other_torch) if l not in torch_lines]]
+              torch_lines + sorted({l for l in other_torch if l not in torch_lines},
+                                   key=lambda l: (l.startswith("from"), l)),
+              sorted(set(third), key=lambda l: (l.startswith("from"), l))]
     return "\n\n".join("\n".join(g) for g in groups if g)
 
 
 def _definitions(code: TargetCode) -> str:
+    setup = "".join(f"{line}\n" for line in code.setup)
     if not code.definitions:
-        return f"# {code.call} is a PyTorch op: nothing to define."
-    return "\n\n\n".join(code.definitions)
+        return setup + f"# {code.call} is a PyTorch op: nothing to define."
+    return setup + "\n\n\n".join(code.definitions)
 
 
-def _call(code: TargetCode, names: list[str], case: Case) -> str:
+def _call(code: TargetCode, names: list[str], kwargs: Mapping) -> str:
     args = list(names)
-    for k, v in case.kwargs.items():
+    for k, v in kwargs.items():
         args.append(f"{k}={value_literal(v)}" if k.isidentifier() else
                     f"**{{{k!r}: {value_literal(v)}}}")
     return (f"def call({', '.join(names)}):\n"

@@ -32,6 +32,8 @@ from fuzzdiff.script.literals import ScriptError, value_literal
 __all__ = ["TargetCode", "target_code"]
 
 IMPORTABLE = frozenset(sys.stdlib_module_names) | {"torch"}
+# Never imported by a script: their code is copied where a target uses it, or refused.
+FORBIDDEN = frozenset({"fuzzdiff", "strategies", "hypothesis", "tests", "__main__"})
 # Public namespaces searched for a torch callable, as the script writes them.
 NAMESPACES = (("torch", torch, "import torch"),
               ("F", F, "import torch.nn.functional as F"),
@@ -54,6 +56,9 @@ class TargetCode:
     names: set[str] = field(default_factory=set)   # module-level names the definitions bind
     future_annotations: bool = False
     note: str = ""                                   # e.g. why user code is imported
+    needs: set[str] = field(default_factory=set)     # third-party packages imported besides torch
+    setup: list[str] = field(default_factory=list)   # statements to run after the imports
+    kwargs: dict | None = None                       # the call's keyword arguments, when not the case's
 
 
 def _root(module_name: str | None) -> str:
@@ -114,9 +119,10 @@ class _Emitter:
             raise ScriptError(f"{name!r} is not defined in module {module.__name__}")
         obj = namespace[name]
         if isinstance(obj, types.ModuleType):
+            if _root(obj.__name__) in FORBIDDEN:
+                raise ScriptError(f"it uses module {obj.__name__}, which a script must not import")
             if _root(obj.__name__) not in IMPORTABLE:
-                raise ScriptError(f"it uses module {obj.__name__} (only torch and the standard "
-                                  "library may be imported)")
+                self.code.needs.add(_root(obj.__name__))
             if self.bind(name, obj):
                 line = f"import {name}" if name == obj.__name__ else f"import {obj.__name__} as {name}"
                 if line in STANDARD_IMPORTS:  # the script's own import of it
@@ -135,6 +141,14 @@ class _Emitter:
 
     def callable(self, name: str, obj, module: types.ModuleType) -> None:
         home = getattr(obj, "__module__", None)
+        if home and _root(home) not in FORBIDDEN and _root(home) != _root(module.__name__) \
+                and (inspect.isfunction(obj) or inspect.isclass(obj) or _root(home) in IMPORTABLE):
+            # torch's, the standard library's, or a third-party package's (tensorly): imported
+            if _root(home) not in IMPORTABLE:
+                self.code.needs.add(_root(home))
+            if self.bind(name, obj):
+                self.add_import(_import_line(name, obj, module))
+            return
         if _root(home) in IMPORTABLE:
             if self.bind(name, obj):
                 self.add_import(_import_line(name, obj, module))
@@ -282,8 +296,40 @@ def _lambda_source(fn) -> str:
     return "(" + ast.get_source_segment(text, found[0]) + ")"
 
 
-def target_code(fn, what: str) -> TargetCode:
+def _program_code(fn, kwargs, arg_names) -> TargetCode | None:
+    """A program target (fuzzdiff.programs.run_program): the drawn program as torch code."""
+    if getattr(fn, "__module__", None) != "fuzzdiff.programs" or getattr(fn, "__name__", "") != "run_program":
+        return None
+    from fuzzdiff.programs import Program
+    source = Program.from_json(kwargs["program"]).source("program", list(arg_names))
+    imports = ["import torch"] + (["import torch.nn.functional as F"] if "F." in source else []) \
+        + (["import math"] if "math." in source else [])
+    return TargetCode(call="program", imports=imports, definitions=[source.rstrip()],
+                      names={"program"}, kwargs={k: v for k, v in kwargs.items() if k != "program"})
+
+
+def _tensorly_code(fn, kwargs, arg_names) -> TargetCode | None:
+    """A tensorly target (catalog.tensorly_ops.TensorlyCall): its body, on tensorly's
+    pytorch backend; the script needs tensorly besides torch."""
+    if type(fn).__name__ != "TensorlyCall" or not inspect.isfunction(getattr(fn, "body", None)):
+        return None
+    code = target_code(fn.body, fn.body.__name__)
+    code.needs.add("tensorly")
+    code.setup.append(f"tensorly.set_backend({fn.name!r})  # the backend the case ran on")
+    code.imports.append("import tensorly")
+    return code
+
+
+# Callables that say themselves how they are written out; each returns None if not its kind.
+SPECIAL = [_program_code, _tensorly_code]
+
+
+def target_code(fn, what: str, kwargs=None, arg_names=()) -> TargetCode:
     """Self-contained code for calling ``fn``; ``what`` names it in errors."""
+    for special in SPECIAL:
+        code = special(fn, dict(kwargs or {}), arg_names)
+        if code is not None:
+            return code
     named = _torch_expression(fn)
     if named is not None:
         expression, line = named
