@@ -35,7 +35,7 @@ UNSUPPORTED_PATTERNS = tuple(re.compile(p, re.I) for p in (
     r"vmap: .* is not possible because",
     r"vmap: .*We cannot support this",
     r"inside of vmap",
-    r"Cannot access (storage|data pointer) of (BatchedTensorImpl|TensorWrapper)",
+    r"Cannot access (storage|data pointer) of (BatchedTensorImpl|TensorWrapper|Tensor that doesn't have storage)",
     r"vmap: We do not (yet )?support calling random operations",
     r"don't yet support saved tensor hooks",
     # ExpandedWeights (per_sample): its own errors for what it does not support
