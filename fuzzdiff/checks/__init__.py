@@ -43,3 +43,5 @@ from fuzzdiff.checks import per_sample  # noqa: E402
 _register(per_sample.CHECK)
 from fuzzdiff.checks import device  # noqa: E402
 _register(device.CHECK)
+from fuzzdiff.checks import compile as compile_  # noqa: E402
+_register(compile_.CHECK)

@@ -14,7 +14,7 @@ from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 from strategies.cotangents import probes
 
-__all__ = ["Check", "probe_params"]
+__all__ = ["Check", "CiSample", "probe_params"]
 
 
 def probe_params(*keys: str) -> Callable[[Target, Case], SearchStrategy]:
@@ -32,6 +32,18 @@ def _always(target: Target) -> str | None:
 
 
 @dataclass(frozen=True)
+class CiSample:
+    """The CI profile's share of a check too costly to run on every catalog
+    target: ``targets`` of them drawn with a rotating seed (tests/fuzz prints
+    it), every target whose name matches one of the ``always`` globs, and at
+    most ``max_examples`` drawn cases each. Other profiles run every target."""
+
+    targets: int
+    always: tuple[str, ...] = ()
+    max_examples: int | None = None
+
+
+@dataclass(frozen=True)
 class Check:
     """name:     the stable check name (DESIGN.md section 3).
     run:      the identity, ``run(target, case) -> Verdict``; pure, no Hypothesis.
@@ -40,6 +52,7 @@ class Check:
     applies:  ``applies(target)`` -> None, or why the check cannot apply.
     dtypes:   the case dtypes the check is about (None: any the target supports).
     aliasing: "any", "required" (the check is about aliased inputs) or "never".
+    ci:       a CiSample, for a check the CI profile runs on a sample of targets.
     """
 
     name: str
@@ -49,6 +62,7 @@ class Check:
     dtypes: tuple[torch.dtype, ...] | None = None
     aliasing: str = "any"
     needs_grad: bool = True
+    ci: CiSample | None = None
     doc: str = field(default="", compare=False)
 
     def why_not(self, target: Target) -> str | None:

@@ -4,26 +4,39 @@ Test ids read ``test_fuzz[grad-unary/log]``. A check that cannot apply is
 skipped with its reason; a known PyTorch discrepancy is an xfail that names
 its evidence; an all-unsupported run skips with the reason torch gave. Every
 shrunk failure, known or new, is written to the corpus ($FUZZDIFF_CORPUS).
+
+A check with a ``CiSample`` (compile) runs, in the CI profile, only on its
+sample of targets, with fewer examples; tests/fuzz/sampling.py says how the
+sample rotates and how to rerun one.
 """
 
 import pytest
+from hypothesis import settings
+from sampling import ci_seed, in_ci_sample
 
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.corpus import default_root
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.targets import all_targets
 
-PAIRS = [(c, t) for c in CHECKS.values() for t in all_targets()]
+TARGETS = all_targets()
+PAIRS = [(c, t) for c in CHECKS.values() for t in TARGETS]
 
 
 @pytest.mark.fuzz
 @pytest.mark.parametrize("check,target", PAIRS, ids=[f"{c.name}-{t.family}/{t.name}" for c, t in PAIRS])
-def test_fuzz(check, target):
+def test_fuzz(check, target, request):
     why = check.why_not(target)
     if why is not None:
         pytest.skip(why)
+    options = {}
+    if check.ci is not None and request.config._fuzzdiff_profile == "ci":
+        if not in_ci_sample(check, target, TARGETS, ci_seed()):
+            pytest.skip(f"not in this CI run's sample for {check.name} (seed {ci_seed()})")
+        if check.ci.max_examples is not None:
+            options["settings"] = settings(max_examples=check.ci.max_examples)
     try:
-        tally = fuzz(check, target, corpus=default_root())
+        tally = fuzz(check, target, corpus=default_root(), **options)
     except FuzzFailure as failure:
         if check.name in target.known:
             pytest.xfail(f"known PyTorch discrepancy: {target.known[check.name]} "

@@ -39,6 +39,11 @@ FIND_EXAMPLES = 200   # every bug must be found within this many examples
 TWIN_EXAMPLES = 30    # examples per check for a twin
 CLEAN_EXAMPLES = 100  # the designated check, trigger removed (detection takes <= 40)
 OTHER_EXAMPLES = 15   # every other check, trigger removed
+# The compile check compiles per drawn structure (seconds each with inductor on a
+# small machine): fewer examples, and outside the compile bugs' own tests, the
+# AOT and aot_eager backends only (FUZZDIFF_COMPILE_BACKENDS).
+COMPILE_EXAMPLES = 5
+CHEAP_BACKENDS = "aot_function,aot_function_min_cut,aot_eager"
 # Every example is run at VARIANTS value-and-probe variants (pinned, whatever the
 # pytest profile or $FUZZDIFF_VARIANTS say), so budgets here are reproducible.
 
@@ -125,6 +130,11 @@ def shows_trigger(p: Planted, case: Case, verdict) -> bool:
         return any(d not in (0, None) for l in case.params["levels"] for d in l["in_dims"])
     if t == "batch_size":
         return any(l["batch"] > 1 for l in case.params["levels"])
+    if t == "fake_kernel":  # inductor plans buffers by the fake kernel's strides
+        return case.params.get("backend") == "inductor" and any(
+            _noncontiguous(s, l) for s, l in _layouts(case))
+    if t == "compiled":  # torch.compile traces it (aot_function does not run dynamo)
+        return case.params.get("backend") in ("aot_eager", "inductor")
     raise AssertionError(f"no predicate for trigger {t!r}")
 
 
@@ -167,10 +177,15 @@ TWIN_PAIRS = [(p, c) for p in ZOO for c in CHECKS.values()]
 
 
 @pytest.mark.parametrize("p,check", TWIN_PAIRS, ids=[f"{p.twin.name}-{c.name}" for p, c in TWIN_PAIRS])
-def test_twin_passes(p: Planted, check: Check):
+def test_twin_passes(p: Planted, check: Check, monkeypatch):
     why = check.why_not(p.twin)
     assert why is None, f"{check.name} does not apply to {p.twin.name}: {why}"
-    tally = fuzz(check, p.twin, settings=fuzz_settings(TWIN_EXAMPLES), variants=VARIANTS)  # raises on a failure
+    examples = TWIN_EXAMPLES
+    if check.name == "compile":
+        examples = COMPILE_EXAMPLES
+        if p.check != "compile":
+            monkeypatch.setenv("FUZZDIFF_COMPILE_BACKENDS", CHEAP_BACKENDS)
+    tally = fuzz(check, p.twin, settings=fuzz_settings(examples), variants=VARIANTS)  # raises on a failure
     assert tally.counts["fail"] == 0
     if check.name == "vmap" and p.check != "vmap":
         # an autograd.Function without a vmap rule, or storage-reading code:
@@ -261,6 +276,10 @@ def without_trigger(p: Planted):
         return p.bug, {}, tuple(c for c in every if c != "mutation")
     if t in ("batch_dim", "batch_size"):  # only vmap batches: every other check is blind to it
         return p.bug, {}, tuple(c for c in every if c != "vmap")
+    if t == "fake_kernel":  # only compiled runs and opcheck call a fake kernel
+        return p.bug, {}, tuple(c for c in every if c not in ("compile", "opcheck"))
+    if t == "compiled":
+        return p.bug, {}, tuple(c for c in every if c != "compile")
     return None  # cotangent: the probes are never constant; see the direct test below
 
 
@@ -268,9 +287,12 @@ REMOVABLE = [(p, c) for p in ZOO if without_trigger(p) for c in without_trigger(
 
 
 @pytest.mark.parametrize("p,check", REMOVABLE, ids=[f"{p.name}-{c}" for p, c in REMOVABLE])
-def test_bug_is_not_found_without_its_trigger(p: Planted, check: str):
+def test_bug_is_not_found_without_its_trigger(p: Planted, check: str, monkeypatch):
     target, options, _ = without_trigger(p)
     budget = CLEAN_EXAMPLES if check == p.check else OTHER_EXAMPLES
+    if check == "compile":
+        budget = COMPILE_EXAMPLES
+        monkeypatch.setenv("FUZZDIFF_COMPILE_BACKENDS", CHEAP_BACKENDS)
     tally = fuzz_restricted(CHECKS[check], target, max_examples=budget, **options)  # raises on a failure
     assert tally.counts["fail"] == 0
     assert tally.counts["pass"] > 0 or tally.only_unsupported, tally.reasons

@@ -44,6 +44,8 @@ TRIGGERS = (
     "channels_last",   # the forward is wrong for channels_last memory format
     "batch_dim",       # vmap batches an argument along a dim other than 0
     "batch_size",      # vmap batches more than one example
+    "fake_kernel",     # a custom op's fake kernel is wrong: only compiled runs (and opcheck) call it
+    "compiled",        # the bug is in code that only runs under torch.compile
 )
 
 
@@ -807,6 +809,54 @@ ZOO: list[Planted] = [
           "vmap", "batch_dim", "custom vmap rule returns the input's batch dim as out_dims"),
     _pair("soft_normalize_whole_batch", SoftNormalizeWholeBatch.apply, SoftNormalize.apply, "x: n",
           "vmap", "batch_size", "custom vmap rule reduces over the whole batch"),
+]
+
+
+# ---------------------------------------------------------------------------------
+# 21. fake_kernel: a custom op whose real kernel keeps its input's layout and whose
+#     fake kernel says the result is contiguous. Eager never calls the fake
+#     kernel; inductor plans its buffers by it.
+
+def _scale_kernel(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)  # the input's strides
+    return out.copy_(x * 2)
+
+
+def _scale_op(name: str, fake):
+    op = torch.library.custom_op(f"fuzzdiff_zoo::{name}", _scale_kernel, mutates_args=())
+    op.register_fake(fake)
+    op.register_autograd(lambda ctx, g: g * 2, setup_context=lambda ctx, inputs, output: None)
+    return op
+
+
+scale_fake_contiguous = _scale_op("scale_fake_contiguous", lambda x: x.new_empty(x.shape))  # BUG
+scale_fake_contiguous_twin = _scale_op("scale_fake_contiguous_twin", lambda x: torch.empty_like(x))
+
+
+# ---------------------------------------------------------------------------------
+# 22. compiled: a "compile-friendly" branch taken only while torch.compile traces,
+#     with the tanh approximation of gelu where the exact gelu belongs.
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+def gelu_traced_branch(x):
+    if torch.compiler.is_compiling():  # BUG: an approximation, off by up to ~5e-4
+        return 0.5 * x * (1 + torch.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+    return F.gelu(x)
+
+
+def gelu_traced_branch_twin(x):
+    if torch.compiler.is_compiling():
+        return 0.5 * x * (1 + torch.erf(x / math.sqrt(2.0)))
+    return F.gelu(x)
+
+
+ZOO += [
+    _pair("scale_fake_contiguous", scale_fake_contiguous, scale_fake_contiguous_twin, "x: n m",
+          "compile", "fake_kernel", "the fake kernel returns a contiguous result; the kernel keeps x's layout"),
+    _pair("gelu_traced_branch", gelu_traced_branch, gelu_traced_branch_twin, "x: ...",
+          "compile", "compiled", "a branch taken only under torch.compile approximates gelu"),
 ]
 
 # Every bug and twin by name: ``fuzzdiff check tests.selftest.zoo:TARGETS.atan_offset0``.

@@ -9,6 +9,7 @@ from fuzzdiff.targets.catalog import (  # noqa: F401
     matmul,
     modules,
     norms,
+    programs,
     reductions,
     shape_ops,
     softmax,

@@ -1,0 +1,178 @@
+"""compile: compiled execution against eager, for every backend.
+
+The backend is drawn per case (``params["backend"]``, fuzzdiff.paths.compiled):
+aot_function with nop compilers and the default or min-cut partitioner,
+torch.compile with aot_eager, and with inductor. Both sides run the same
+inputs (aliasing and layouts included; a target that writes its inputs gets
+non-leaf copies and aliasing drawn here, since cases() draws none for it).
+
+Compared:
+
+- output values and gradients of ``<v, outputs> + <w, inputs after>``
+  (random cotangents), and every input and input storage after the call
+  (mutations, and writes a functional target must not make), with the
+  check's tolerance;
+- output metadata, exactly: requires_grad, is_leaf, dtype, shape, which
+  inputs each output is a view of, and the strides and storage offset of
+  an output that is a view of an input. Not the strides of an output that
+  aliases no input: they are the compiler's choice (inductor returns
+  contiguous results where eager keeps a permuted input's layout), and no
+  program can observe them except through ``stride()``. A view's strides
+  are observable through every write into its base, so they must agree;
+- input metadata after the call: shape, strides, offset, requires_grad.
+
+Never crying wolf: a value mismatch must replay (compiled and eager alike),
+must not vanish at a neighbouring point (a tie or a clamp boundary), and in
+low precision the compiled result must be further from a float64 eager run
+than eager is, by a factor of 10 beyond the tolerance (inductor reassociates
+sums). A metadata mismatch must replay. Dynamo's Unsupported errors, graph
+breaks and data-dependent guards are "unsupported"; so is an example eager
+itself rejects (a partially overlapping write). Where eager refuses only the
+backward (a saved tensor written in place), both sides run under no_grad:
+AOTAutograd traces that backward and would refuse the forward too.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+from hypothesis import strategies as st
+
+from fuzzdiff.case import Case
+from fuzzdiff.checks.check import Check, CiSample
+from fuzzdiff.compare import Discrepancy, max_abs, worst_discrepancy
+from fuzzdiff.confirm import NUDGE
+from fuzzdiff.paths import compiled as path
+from fuzzdiff.targets.target import Target
+from fuzzdiff.tolerance import Tolerance, tolerance
+from fuzzdiff.unsupported import unsupported_reason
+from fuzzdiff.verdict import Verdict
+from strategies.aliasing import aliasing
+from strategies.cotangents import probes
+
+__all__ = ["CHECK", "backends", "MARGIN"]
+
+MARGIN = 10.0  # low precision: compiled must be this many times further from float64 than eager
+EXACT = Tolerance(0.0, 0.0)
+_PROBE = probes().map(lambda p: p.__dict__.copy())
+
+
+def backends() -> tuple[str, ...]:
+    """The backends drawn from: all, or the comma-separated $FUZZDIFF_COMPILE_BACKENDS."""
+    chosen = tuple(b for b in os.environ.get("FUZZDIFF_COMPILE_BACKENDS", "").split(",") if b)
+    unknown = set(chosen) - set(path.BACKENDS)
+    if unknown:
+        raise ValueError(f"$FUZZDIFF_COMPILE_BACKENDS names unknown backends {sorted(unknown)}; "
+                         f"expected some of {path.BACKENDS}")
+    return chosen or path.BACKENDS
+
+
+def params(target: Target, case: Case):
+    base = st.fixed_dictionaries({"backend": st.sampled_from(backends()), "cotangent": _PROBE})
+    if target.functional:
+        return base
+    # cases() draws no aliasing for a target that writes its inputs; draw it here
+    groups = [0 if a.grad != "none" else None for a in case.args]
+    aliased = aliasing(case.args, groups, views=False).map(
+        lambda after: path.aliases_param(case.args, after))
+    return st.tuples(base, aliased).map(lambda p: {**p[0], "aliases": p[1]} if p[1] else p[0])
+
+
+def _metadata(eager: path.Run, other: path.Run) -> str | None:
+    if len(eager.meta) != len(other.meta):
+        return f"{len(other.meta)} outputs, eager has {len(eager.meta)}"
+    for k, (e, c) in enumerate(zip(eager.meta, other.meta)):
+        for name, a, b in zip(path.META_FIELDS, e, c):
+            if a != b:
+                return f"output {k}: {name} {b} (eager: {a})"
+    for i, (e, c) in enumerate(zip(eager.input_meta, other.input_meta)):
+        if e != c:
+            return f"input {i} after the call: (shape, strides, offset, requires_grad) {c} (eager: {e})"
+    if eager.grads is not None and other.grads is None:
+        return f"the backward raised: {other.grad_error}"
+    return None
+
+
+def _values(eager: path.Run, other: path.Run, tol: Tolerance) -> Discrepancy | None:
+    names, want = eager.tensors()
+    _, got = other.tensors()
+    for name, a, b in zip(names, got, want):
+        if a.shape != b.shape:
+            return Discrepancy(f"{name}: shape {list(a.shape)} vs {list(b.shape)}", math.inf, 0.0)
+    return worst_discrepancy(names, got, want, tol)
+
+
+def run(target: Target, case: Case) -> Verdict:
+    backend = case.params["backend"]
+    tol = tolerance(target, "compile", case.torch_dtype)
+    grads = True
+    try:
+        eager = path.run(target, case, None)
+        if eager.grad_error:
+            # Eager refuses the backward (a saved tensor was written in place), and
+            # AOTAutograd, tracing that backward, would too: compare without grad.
+            grads, note = False, f" (run under no_grad: eager's backward raises: {eager.grad_error})"
+            eager = path.run(target, case, None, grads=False)
+        else:
+            note = ""
+    except Exception as e:  # noqa: BLE001 - eager's own errors are other checks' business
+        return Verdict("unsupported", f"eager raises at this example ({type(e).__name__}: "
+                       f"{str(e).splitlines()[0][:200]}); nothing to compare")
+    try:
+        got = path.run(target, case, backend, grads=grads)
+    except Exception as e:  # noqa: BLE001
+        reason = unsupported_reason(e)
+        if reason is not None:
+            return Verdict("unsupported", f"{backend}: {reason}")
+        raise
+
+    def rerun(c: Case, side: str | None, cast=None) -> path.Run:
+        return path.run(target, c, side, cast=cast, grads=grads)
+
+    identity = f"{backend} vs eager"
+    meta = _metadata(eager, got)
+    if meta is not None:
+        if _metadata(rerun(case, None), rerun(case, backend)) != meta:
+            return Verdict("inconclusive", f"{identity}: {meta}; a replay differed")
+        return Verdict("fail", f"{identity}: {meta}; confirmed by replay{note}", {"metadata": meta})
+    d = _values(eager, got, tol)
+    if d is None:
+        return Verdict("pass", note.strip())
+    if _values(got, rerun(case, backend), EXACT) or _values(eager, rerun(case, None), EXACT):
+        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results "
+                       "(nondeterministic)", d.summary())
+    if case.torch_dtype != torch.float64:
+        truth = rerun(case, None, torch.float64)
+        if not _further(got, eager, truth, tol):
+            return Verdict("inconclusive", f"{identity}: {d}; compiled is about as close to a "
+                           "float64 eager run as eager is (rounding)", d.summary())
+    nudged = case.nudged(NUDGE, seed=1)
+    if _values(rerun(nudged, None), rerun(nudged, backend), tol) is None:
+        return Verdict("inconclusive", f"{identity}: {d}; vanishes at a neighbouring point "
+                       "(a tie or a kink)", d.summary())
+    return Verdict("fail", f"{identity}: {d}; confirmed by replay"
+                   + (", a float64 reference" if case.torch_dtype != torch.float64 else "")
+                   + f" and a neighbouring point{note}", d.summary())
+
+
+def _further(got: path.Run, eager: path.Run, truth: path.Run, tol: Tolerance) -> bool:
+    """Some compared tensor of ``got`` is further from ``truth`` than eager's, by MARGIN."""
+    names, t = truth.tensors()
+    _, c = got.tensors()
+    _, e = eager.tensors()
+    for name, ct, et, tt in zip(names, c, e, t):
+        ce = worst_discrepancy([name], [ct], [tt], EXACT)
+        ee = worst_discrepancy([name], [et], [tt], EXACT)
+        ce_err = ce.abs_error if ce else 0.0
+        ee_err = ee.abs_error if ee else 0.0
+        if ce_err > MARGIN * ee_err + tol.atol + tol.rtol * max_abs(tt):
+            return True
+    return False
+
+
+# CI: the program targets and a rotating sample of catalog targets, few cases each
+# (an inductor compile takes seconds); the nightly profile runs the whole catalog.
+CHECK = Check("compile", run, params=params, needs_grad=False,
+              ci=CiSample(targets=4, always=("program*",), max_examples=3), doc=__doc__)

@@ -1,0 +1,258 @@
+"""Compiled execution: AOTAutograd and torch.compile, and the eager run it must match.
+
+Backends (``case.params["backend"]``):
+
+- ``aot_function``, ``aot_function_min_cut``: functorch.compile.aot_function
+  with nop compilers and the default or the min-cut rematerialization
+  partitioner. aot_function traces once and never guards, so it is cached
+  per input structure (shapes, strides, offsets, aliasing, dtype);
+- ``aot_eager``, ``inductor``: torch.compile(dynamic=True), cached per
+  (target, backend, kwargs) in a function with its own code object, so each
+  has its own dynamo cache and recompiles only on guard failures.
+
+Both sides of a run get their own copy of the inputs: the leaves themselves
+for a functional target (what users pass: parameters), non-leaf copies that
+keep every layout, offset and aliasing for a target that writes its inputs
+(torch forbids writing a leaf that requires grad in place). A run returns the
+outputs, the inputs and their storages after the call, output metadata and
+the gradients of ``<v, outputs> + <w, inputs after>`` with respect to the
+leaves, for random cotangents ``v`` and ``w``.
+
+Inductor's on-disk caches go to a directory shared by every process of the
+user ($TORCHINDUCTOR_CACHE_DIR, default ``<tmp>/fuzzdiff-inductor-<user>``),
+so xdist workers and later runs reuse each other's kernels.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import tempfile
+import types
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping
+
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"fuzzdiff-inductor-{getpass.getuser()}"))
+
+import torch  # noqa: E402
+from torch.utils._pytree import tree_leaves  # noqa: E402
+
+from fuzzdiff.case import Alias, Case, Layout  # noqa: E402
+from fuzzdiff.directions import probes_like  # noqa: E402
+from fuzzdiff.paths.function import differentiable, leaf_function  # noqa: E402
+from fuzzdiff.paths.reverse import vjp  # noqa: E402
+from fuzzdiff.targets.target import Target  # noqa: E402
+
+__all__ = ["BACKENDS", "Run", "run", "compiled", "compiles", "aliased_case", "configure",
+           "structure", "aliases_param"]
+
+BACKENDS = ("aot_function", "aot_function_min_cut", "aot_eager", "inductor")
+
+
+def configure() -> None:
+    """Dynamo settings for a fuzzing process: every (target, kwargs) has its own
+    code object, but one may still see many guard sets (dtypes, layouts,
+    aliasing); a silent fallback to eager at a recompile limit would hide
+    every bug, so the limits are high and hitting one is an error."""
+    import torch._dynamo
+    cfg = torch._dynamo.config
+    cfg.recompile_limit = 256
+    cfg.accumulated_recompile_limit = 1 << 20
+    cfg.fail_on_recompile_limit_hit = True
+    import torch._inductor.config as inductor
+    inductor.compile_threads = 1  # no subprocess pool per xdist worker on a small machine
+
+
+# -- the compiled callables, cached -----------------------------------------------------
+
+_CACHE: dict[tuple, Callable] = {}
+_AOT_TRACES = [0]
+
+
+def _call(fn, kwargs):
+    def call(*args):
+        return fn(*args, **kwargs)
+    return call
+
+
+def _fresh_code(fn: Callable, n: int) -> Callable:
+    """``fn`` with a code object of its own: dynamo keeps one cache per code object."""
+    code = fn.__code__.replace(co_name=f"compiled_{n}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+
+
+def structure(case: Case) -> str:
+    """What aot_function's trace depends on: the case without its values and probes."""
+    bare = replace(case, args=tuple(replace(a, values=replace(a.values, seed=0, nudge_seed=0, nudge=0.0))
+                                    for a in case.args), params={}, data={})
+    return json.dumps(bare.to_json(), sort_keys=True)
+
+
+def compiled(target: Target, case: Case, backend: str, cast: torch.dtype | None = None) -> Callable:
+    """The target at the case's kwargs, compiled by ``backend`` (cached)."""
+    kwargs = json.dumps(case.kwargs, sort_keys=True, default=repr)
+    if backend in ("aot_eager", "inductor"):
+        key = (target.ref, id(target.fn), backend, kwargs)
+    else:
+        key = (target.ref, id(target.fn), backend, kwargs, structure(case), str(cast),
+               torch.is_grad_enabled())
+    fn = _CACHE.get(key)
+    if fn is None:
+        fn = _CACHE[key] = _build(_fresh_code(_call(target.fn, dict(case.kwargs)), len(_CACHE)), backend)
+    return fn
+
+
+def _build(call: Callable, backend: str) -> Callable:
+    if backend in ("aot_eager", "inductor"):
+        configure()
+        return torch.compile(call, backend=backend, dynamic=True)
+    if backend in ("aot_function", "aot_function_min_cut"):
+        from functorch.compile import (aot_function, default_partition,
+                                       min_cut_rematerialization_partition, nop)
+        partition = min_cut_rematerialization_partition if backend.endswith("min_cut") else default_partition
+        _AOT_TRACES[0] += 1
+        return aot_function(call, fw_compiler=nop, bw_compiler=nop, partition_fn=partition)
+    raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+
+
+def compiles() -> int:
+    """Compilations so far in this process: dynamo graphs plus aot_function traces."""
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"]) + _AOT_TRACES[0]
+
+
+# -- aliasing for targets that write their inputs ---------------------------------------
+
+def aliased_case(case: Case) -> Case:
+    """The case with the aliasing drawn in ``params["aliases"]`` applied: cases()
+    draws none for a target that writes its inputs (no other check can run
+    one), so the compile check draws it itself (fuzzdiff.checks.compile).
+    Entry i is None (argument i as drawn) or its alias, grad and layout."""
+    aliases = case.params.get("aliases")
+    if not aliases:
+        return case
+    args = list(case.args)
+    for i, spec in enumerate(aliases):
+        if spec is not None:
+            alias, lay = spec["alias"], spec["layout"]
+            args[i] = replace(args[i], grad=spec["grad"],
+                              alias=None if alias is None else Alias(alias["of"], alias["kind"]),
+                              layout=None if lay is None else Layout(
+                                  lay["storage_size"], tuple(lay["strides"]), lay["offset"]))
+    return replace(case, args=tuple(args), data={})
+
+
+def aliases_param(before, after) -> list | None:
+    """``params["aliases"]`` for arguments ``before`` made ``after`` (strategies.aliasing)."""
+    out = [None if a == b else {"alias": None if b.alias is None else {"of": b.alias.of, "kind": b.alias.kind},
+                                "grad": b.grad,
+                                "layout": None if b.layout is None else b.layout.__dict__.copy()}
+           for a, b in zip(before, after)]
+    return out if any(out) else None
+
+
+# -- one run ----------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    """What one side computed. ``grads`` is None with ``grad_error`` set when
+    the backward raised (eager refuses a saved tensor modified in place)."""
+
+    outputs: tuple[torch.Tensor, ...]
+    inputs: list[torch.Tensor]          # the arguments after the call
+    storages: list[torch.Tensor]        # every input storage after the call, whole
+    meta: list[tuple]                   # per output, see output_meta
+    input_meta: list[tuple]             # per argument: shape, strides, offset, requires_grad
+    grads: list[torch.Tensor] | None
+    grad_error: str | None = None
+
+    def tensors(self) -> tuple[list[str], list[torch.Tensor]]:
+        """Names and values of what is compared by value."""
+        names = [f"output {k}" for k in range(len(self.outputs))]
+        names += [f"input {i} after the call" for i in range(len(self.inputs))]
+        names += [f"input storage {i} after the call" for i in range(len(self.storages))]
+        tensors = [*self.outputs, *self.inputs, *self.storages]
+        if self.grads is not None:
+            names += [f"grad {k}" for k in range(len(self.grads))]
+            tensors += self.grads
+        return names, [t.detach() for t in tensors]
+
+
+def _storage_id(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def output_meta(o: torch.Tensor, args: list[torch.Tensor]) -> tuple:
+    """(requires_grad, is_leaf, dtype, shape, aliased inputs, strides and offset
+    if it aliases an input). Strides of an output that is a fresh tensor are
+    the compiler's choice; a view's are part of its meaning."""
+    aliases = tuple(i for i, a in enumerate(args) if _storage_id(a) == _storage_id(o))
+    where = (o.stride(), o.storage_offset()) if aliases else None
+    return (o.requires_grad, o.is_leaf, o.dtype, tuple(o.shape), aliases, where)
+
+
+META_FIELDS = ("requires_grad", "is_leaf", "dtype", "shape", "views of inputs", "strides and offset")
+
+
+def _inputs(target: Target, case: Case, cast: torch.dtype | None):
+    """(leaves, arguments) for one side: fresh tensors on every call."""
+    f = leaf_function(target, case, cast=cast)
+    if target.functional:
+        return f.leaves, f.args
+    return f.leaves, f.inputs.rebuild([_copy(l) for l in f.leaves])
+
+
+def _copy(leaf: torch.Tensor) -> torch.Tensor:
+    """A non-leaf tensor with ``leaf``'s values, strides, offset and storage
+    contents, whose gradient flows to ``leaf``."""
+    with torch.no_grad():
+        buf = leaf.new_empty(0).set_(leaf.detach().untyped_storage().clone())
+    out = buf.as_strided(leaf.shape, leaf.stride(), leaf.storage_offset())
+    return out.copy_(leaf) if leaf.requires_grad else out
+
+
+def run(target: Target, case: Case, backend: str | None, *, cast: torch.dtype | None = None,
+        grads: bool = True) -> Run:
+    """The target at ``case`` run eagerly (``backend=None``) or compiled;
+    ``grads=False`` runs it under no_grad (AOTAutograd's inference path)."""
+    if not grads:
+        with torch.no_grad():
+            return _run(target, aliased_case(case), backend, cast, False)
+    return _run(target, aliased_case(case), backend, cast, True)
+
+
+def _run(target: Target, case: Case, backend: str | None, cast: torch.dtype | None,
+         grads: bool) -> Run:
+    leaves, args = _inputs(target, case, cast)
+    fn = (_call(target.fn, case.kwargs) if backend is None
+          else compiled(target, case, backend, cast))
+    outs = tuple(t for t in tree_leaves(fn(*args)) if differentiable(t))
+    meta = [output_meta(o, args) for o in outs]
+    input_meta = [(tuple(a.shape), a.stride(), a.storage_offset(), a.requires_grad) for a in args]
+    written = [] if target.functional else list(args)
+    storages = _storages(args)
+    result = Run(outs, list(args), storages, meta, input_meta, None)
+    if grads and leaves:
+        results = [*outs, *written]
+        cotangents = probes_like(case.params, "cotangent", results)
+        try:
+            result.grads = vjp(results, leaves, cotangents)
+        except RuntimeError as e:
+            if "modified by an inplace operation" not in str(e):
+                raise
+            result.grad_error = str(e).splitlines()[0]
+    return result
+
+
+def _storages(args: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each distinct storage the arguments live in, whole, as a 1-D copy."""
+    seen, out = set(), []
+    for a in args:
+        key = _storage_id(a)
+        if key not in seen:
+            seen.add(key)
+            s = a.detach().untyped_storage()
+            out.append(a.new_empty(0).set_(s).detach().clone() if s.nbytes() else a.new_empty(0))
+    return out
