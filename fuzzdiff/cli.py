@@ -41,10 +41,73 @@ def _select_pairs(args):
     return [(t, CHECKS[c]) for c in checks for t in targets if CHECKS[c].why_not(t) is None]
 
 
+def _run_dtypes(args):
+    """--dtypes as torch dtypes (None: every dtype a target takes)."""
+    from fuzzdiff.case import DTYPES
+
+    names = _split(args.dtypes)
+    if not names:
+        return None
+    bad = [d for d in names if d not in DTYPES or not (DTYPES[d].is_floating_point or DTYPES[d].is_complex)]
+    if bad:
+        raise UsageError(f"--dtypes: unknown or non-floating dtype(s) {', '.join(bad)}; expected some of "
+                         + ", ".join(d for d, t in DTYPES.items() if t.is_floating_point or t.is_complex))
+    return [DTYPES[d] for d in names]
+
+
+def _run_device(name: str | None) -> str | None:
+    """--device: cpu or cuda (cuda:N); cuda only where torch sees a GPU."""
+    import torch
+
+    if name is None:
+        return None
+    if name == "cpu":
+        return name
+    if name.split(":")[0] != "cuda":
+        raise UsageError(f"--device {name!r}: expected cpu or cuda (cuda:N)")
+    if not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: no CUDA device is available to torch "
+                         f"{torch.__version__} (CUDA build: {torch.version.cuda or 'no'})")
+    try:
+        torch.device(name)
+        index = torch.device(name).index
+    except RuntimeError as e:
+        raise UsageError(f"--device {name!r}: {e}") from None
+    if index is not None and index >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s)")
+    return name
+
+
+RUN_COLUMNS = (("examples", "examples"), ("passed", "pass"), ("failed", "fail"),
+               ("unsupported", "unsupported"), ("inconclusive", "inconclusive"),
+               ("crashed", "crashed"), ("new records", "new records"))
+
+
+def _run_table(campaign):
+    from collections import Counter
+
+    from rich.table import Table
+
+    table = Table(title=f"fuzzdiff run: {len(campaign.results)} pairs in {campaign.seconds:.0f}s "
+                        f"on {campaign.jobs} worker(s)")
+    table.add_column("check")
+    table.add_column("targets", justify="right")
+    for title, _ in RUN_COLUMNS:
+        table.add_column(title, justify="right")
+    total = Counter()
+    for check, row in campaign.per_check().items():
+        total.update(row)
+        table.add_row(check, str(row["targets"]), *(str(row[k]) for _, k in RUN_COLUMNS))
+    table.add_row("all", str(total["targets"]), *(str(total[k]) for _, k in RUN_COLUMNS), style="bold")
+    return table
+
+
 def cmd_run(args) -> int:
+    import os
+    from pathlib import Path
+
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from fuzzdiff.campaign import run_campaign
 
@@ -52,7 +115,16 @@ def cmd_run(args) -> int:
         raise UsageError("--max-examples must be at least 1")
     if args.budget is not None and args.budget <= 0:
         raise UsageError("--budget must be positive")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    dtypes, device = _run_dtypes(args), _run_device(args.device)
+    jobs = args.jobs or os.cpu_count() or 1
     pairs = _select_pairs(args)
+    if dtypes is not None:
+        from fuzzdiff.campaign import case_options
+        pairs = [(t, c) for t, c in pairs if case_options(t, c, dtypes) is not None]
+        if not pairs:
+            raise UsageError(f"no selected (target, check) pair takes {', '.join(_split(args.dtypes))}")
     if args.corpus is None:
         from fuzzdiff.corpus import default_root
         args.corpus = default_root()
@@ -60,32 +132,44 @@ def cmd_run(args) -> int:
     from fuzzdiff.journal import recover
     for path in recover(args.corpus):  # cases that killed an earlier run
         console.print(f"[red]recovered[/red] a case that killed an earlier run: {path}")
-    console.print(f"fuzzdiff run: {len(pairs)} (target, check) pairs, {args.max_examples} examples each"
-                  + (f", budget {args.budget:g}s" if args.budget else ""))
-    failures = []
+    from fuzzdiff.checks import CHECKS
+    idle = [c for c in _split(args.checks) or CHECKS if c not in {check.name for _, check in pairs}]
+    if idle and pairs:
+        console.print("not run: " + "; ".join(f"{c} ({CHECKS[c].why_not(pairs[0][0]) or 'applies to no target selected'})"
+                                              for c in idle))
+    console.print(f"fuzzdiff run: {len(pairs)} (target, check) pairs, {args.max_examples} examples each, "
+                  f"{jobs} worker(s)" + (f", budget {args.budget:g}s" if args.budget else "")
+                  + (f", dtypes {' '.join(_split(args.dtypes))}" if dtypes else "")
+                  + (f", device {device}" if device else ""))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=not console.is_terminal) as bar:
-        task = bar.add_task("fuzzing", total=len(pairs))
+        task = bar.add_task("pairs", total=len(pairs))
+        workers = [bar.add_task(f"  worker {k}: starting", total=None, visible=False)
+                   for k in range(min(jobs, len(pairs)))]
+        found = {"fail": 0}
+
+        def on_start(slot, target, check):
+            bar.update(workers[slot], description=f"  worker {slot}: {check} {target}", visible=True)
 
         def on_result(r):
-            bar.update(task, advance=1, description=f"{r.check:>9} {r.target}")
-            if r.failure or r.error:
-                failures.append(r)
-                bar.console.print(f"[red]FAIL[/red] {r.check} {r.target}: "
-                                  f"{r.error or r.failure.verdict.message}")
+            found["fail"] += r.failed
+            bar.update(task, advance=1, description=f"pairs ({found['fail']} failing)")
+            if r.failed:
+                what = r.error or r.failure.verdict.message
+                bar.console.print(f"[red]FAIL[/red] {r.check} {r.target}: {what.splitlines()[0][:200]}")
 
         campaign = run_campaign(pairs, max_examples=args.max_examples, budget=args.budget,
-                                seed=args.seed, corpus=args.corpus, on_result=on_result)
+                                seed=args.seed, corpus=args.corpus, jobs=jobs, dtypes=dtypes,
+                                device=device, on_result=on_result, on_start=on_start)
 
-    table = Table(title="fuzzdiff run")
-    for col in ("check", "targets", "examples", "passed", "failed", "unsupported", "inconclusive", "errors"):
-        table.add_column(col, justify="left" if col == "check" else "right")
-    for check, row in campaign.per_check().items():
-        table.add_row(check, *(str(row[k]) for k in ("targets", "examples", "pass", "fail",
-                                                     "unsupported", "inconclusive", "errors")))
-    Console(width=max(Console().width, 110)).print(table)
+    Console(width=max(Console().width, 120)).print(_run_table(campaign))
     if campaign.skipped_for_budget:
         console.print(f"budget reached: {campaign.skipped_for_budget} pairs not started")
+    cut = sum(r.cut for r in campaign.results)
+    if cut:
+        console.print(f"{cut} pairs stopped by their time limit before all their examples ran")
+    for path in campaign.recovered:
+        console.print(f"[red]crash record[/red] of a worker that died: {path}")
     for r in campaign.failures:
         print(f"\n{r.check} {r.target}: {r.error or r.failure.verdict.message}")
         if r.failure is not None:
@@ -93,6 +177,15 @@ def cmd_run(args) -> int:
             if r.failure.record_path:
                 state = "new record" if r.failure.record_created else "already recorded"
                 print(f"  {state}: {r.failure.record_path}")
+        for path in r.crash_records:
+            print(f"  new crash record: {path}")
+    if args.report:
+        from fuzzdiff.report import pair_rows, write_report
+        meta = {"budget": args.budget, "max_examples": args.max_examples, "seed": args.seed,
+                "jobs": jobs, "dtypes": _split(args.dtypes), "device": device,
+                "seconds": round(campaign.seconds, 1), "skipped_for_budget": campaign.skipped_for_budget}
+        out = write_report(Path(args.report), pair_rows(campaign), meta=meta, title="fuzzdiff run")
+        console.print(f"report: {out['html']}, {out['png']}, {out['results']}")
     return 1 if campaign.failures else 0
 
 
@@ -329,6 +422,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--corpus", metavar="DIR", default=None,
                      help="write each shrunk failure as a record under DIR (default: $FUZZDIFF_CORPUS "
                           "or ./corpus)")
+    run.add_argument("--dtypes", nargs="+", metavar="DTYPE",
+                     help="only cases of these dtypes, e.g. float32 (default: each target's own)")
+    run.add_argument("--device", metavar="DEVICE",
+                     help="materialize every case on cpu or cuda (default: cpu, and cuda cases too "
+                          "when a GPU is present)")
+    run.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: every core)")
+    run.add_argument("--report", metavar="DIR",
+                     help="write heatmap.html, heatmap.png and results.json into DIR at the end")
     run.set_defaults(func=cmd_run)
 
     lst = sub.add_parser("list", help="targets x checks that apply")

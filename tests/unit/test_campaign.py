@@ -1,0 +1,132 @@
+"""``fuzzdiff run``: a campaign in worker processes, its table, budget and crashes.
+
+The targets live in a module written to a temporary directory, importable by
+the workers (they are given the parent's sys.path): cheap correct ones, one with a
+planted wrong backward, and one that calls os.abort() on any input of two or
+more elements, which kills the worker running it.
+"""
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fuzzdiff import cli
+from fuzzdiff.campaign import run_campaign
+from fuzzdiff.checks import get_check
+
+ZOO = textwrap.dedent('''
+    import os
+    import torch
+    from torch.autograd import Function
+    from fuzzdiff.targets.target import Target
+
+    class BadSquare(Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 3 * g * x  # planted: the derivative of x*x is 2x
+
+    def aborting(x):
+        if x.numel() >= 2:
+            os.abort()
+        return x.sin()
+
+    def _t(name, fn, attr):
+        return Target(name, fn, "x: n", origin=f"fd_campaign_zoo:{attr}", max_side=3)
+
+    SIN = _t("cheap_sin", torch.sin, "SIN")
+    EXP = _t("cheap_exp", torch.exp, "EXP")
+    TANH = _t("cheap_tanh", torch.tanh, "TANH")
+    BAD = _t("planted_square", BadSquare.apply, "BAD")
+    ABORT = _t("aborting", aborting, "ABORT")
+''')
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("zoo")
+    (folder / "fd_campaign_zoo.py").write_text(ZOO)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(folder))  # workers get the parent's sys.path
+        import fd_campaign_zoo
+        yield fd_campaign_zoo
+
+
+def _row(out: str, check: str) -> list[int]:
+    line = next(l for l in out.splitlines() if re.match(rf"\W*{check}\W", l))
+    return [int(n) for n in re.findall(r"\d+", line)]
+
+
+def test_a_campaign_reports_counts_failures_and_a_crash_and_goes_on(zoo, tmp_path, monkeypatch, capsys):
+    grad, layout = get_check("grad"), get_check("layout")
+    pairs = [(zoo.ABORT, grad), (zoo.BAD, grad), (zoo.SIN, grad), (zoo.EXP, grad), (zoo.TANH, grad),
+             (zoo.SIN, layout), (zoo.EXP, layout)]
+    monkeypatch.setattr(cli, "_select_pairs", lambda args: pairs)
+    monkeypatch.setenv("FUZZDIFF_VARIANTS", "2")
+    corpus, report = tmp_path / "corpus", tmp_path / "report"
+    rc = cli.main(["run", "--jobs", "2", "--max-examples", "6", "--seed", "3", "--corpus", str(corpus),
+                   "--report", str(report)])
+    out = capsys.readouterr().out
+    assert rc == 1
+
+    pairs_run = {(p["target"], p["check"]): p for p in json.loads((report / "results.json").read_text())["pairs"]}
+    assert len(pairs_run) == 7  # the crash did not stop the others
+    crash = pairs_run[("aborting", "grad")]
+    assert crash["crashed"] and crash["new_records"] == 1 and "SIGABRT" in crash["message"]
+    bad = pairs_run[("planted_square", "grad")]
+    assert bad["failed"] and bad["counts"]["fail"] >= 1 and bad["new_records"] == 1
+    for key in [("cheap_sin", "grad"), ("cheap_exp", "grad"), ("cheap_tanh", "grad"),
+                ("cheap_sin", "layout"), ("cheap_exp", "layout")]:
+        p = pairs_run[key]
+        assert not p["failed"] and p["examples"] > 0 and p["counts"] == {"pass": p["examples"]}, p
+
+    records = [json.loads(p.read_text()) for p in corpus.glob("grad/*/*.json")]
+    assert sorted((r["target"], r["verdict"]["kind"]) for r in records) == [
+        ("fd_campaign_zoo:ABORT", "crash"), ("fd_campaign_zoo:BAD", "fail")]
+    assert not list((corpus / ".inflight").glob("*.json"))
+
+    # the table: check, targets, examples, passed, failed, unsupported, inconclusive, crashed, new records
+    grads = [p for (t, c), p in pairs_run.items() if c == "grad"]
+    count = lambda k: sum(p["counts"].get(k, 0) for p in grads)  # noqa: E731
+    assert _row(out, "grad") == [5, sum(p["examples"] for p in grads), count("pass"), count("fail"),
+                                 0, 0, 1, 2]
+    layouts = [p for (t, c), p in pairs_run.items() if c == "layout"]
+    assert _row(out, "layout") == [2, sum(p["examples"] for p in layouts),
+                                   sum(p["examples"] for p in layouts), 0, 0, 0, 0, 0]
+    assert "new crash record" in out and "new record" in out
+    assert (report / "heatmap.png").exists() and "planted_square" in (report / "heatmap.html").read_text()
+
+
+def test_the_budget_stops_new_pairs_and_cuts_the_running_one(zoo):
+    grad = get_check("grad")
+    results = []
+    campaign = run_campaign([(zoo.SIN, grad), (zoo.EXP, grad), (zoo.TANH, grad)], max_examples=100_000,
+                            budget=1.0, jobs=1, on_result=results.append)
+    assert campaign.skipped_for_budget == 2
+    assert results == campaign.results and len(results) == 1
+    first = results[0]
+    assert first.cut and not first.failed and first.target == "cheap_sin"
+    assert 0 < first.tally.examples == first.tally.counts["pass"]
+    assert first.seconds < 30  # stopped at its deadline, not after 100000 examples
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--device", "cuda"], "no CUDA device"),
+    (["--device", "tpu"], "expected cpu or cuda"),
+    (["--dtypes", "int64"], "non-floating"),
+    (["--jobs", "0"], "--jobs must be at least 1"),
+    (["--dtypes", "float16", "--targets", "sin", "--checks", "dtype"], "takes float16"),
+])
+def test_usage_errors_exit_2(argv, message, capsys, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["run", *argv]) == 2
+    assert message in capsys.readouterr().err
