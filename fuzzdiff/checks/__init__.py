@@ -28,7 +28,7 @@ def get_check(name: str) -> Check:
         raise UnknownCheck(f"unknown check {name!r}; expected one of {', '.join(CHECKS)}") from None
 
 
-from fuzzdiff.checks import alias, dtype, forward, grad, gradgrad, layout, mutation, opcheck, vmap  # noqa: E402
+from fuzzdiff.checks import alias, backend, dtype, forward, grad, gradgrad, layout, mutation, opcheck, vmap  # noqa: E402
 
 _register(grad.CHECK)
 _register(forward.CHECK)
@@ -45,3 +45,4 @@ from fuzzdiff.checks import device  # noqa: E402
 _register(device.CHECK)
 from fuzzdiff.checks import compile as compile_  # noqa: E402
 _register(compile_.CHECK)
+_register(backend.CHECK)

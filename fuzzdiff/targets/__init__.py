@@ -45,15 +45,24 @@ def get_target(name: str) -> Target:
         return _REGISTRY[name]
     except KeyError:
         pass
+    if name.startswith("opinfo/"):  # built lazily: importing op_db alone takes seconds
+        from fuzzdiff.targets.opinfo import get_opinfo_target
+        return get_opinfo_target(name)
     if ":" in name:
         from fuzzdiff.targets.user import resolve_user_target
         return resolve_user_target(name)
     raise UnknownTarget(name)
 
 
-def all_targets() -> list[Target]:
+def all_targets(include_opinfo: bool = False) -> list[Target]:
+    """The catalog; with ``include_opinfo`` also every OpInfo target (slow: op_db
+    is imported and every op's samples drawn, about a minute)."""
     _load()
-    return sorted(_REGISTRY.values(), key=lambda t: (t.family, t.name))
+    out = sorted(_REGISTRY.values(), key=lambda t: (t.family, t.name))
+    if include_opinfo:
+        from fuzzdiff.targets.opinfo import opinfo_targets
+        out += opinfo_targets()
+    return out
 
 
 def select(patterns: Iterable[str] | None = None, families: Iterable[str] | None = None) -> list[Target]:

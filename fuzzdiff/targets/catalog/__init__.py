@@ -13,5 +13,6 @@ from fuzzdiff.targets.catalog import (  # noqa: F401
     reductions,
     shape_ops,
     softmax,
+    tensorly_ops,
     unary,
 )

@@ -1,0 +1,55 @@
+"""backend: the same call on another array backend gives the same outputs.
+
+For targets whose ``fn`` can run its body on another backend
+(``fn.cross_backend(name)``, e.g. tensorly's numpy backend): outputs on the
+pytorch backend must match outputs on the numpy backend at the very same
+values, passed as NumPy views of the same memory (so layouts reach NumPy
+too). A mismatch must replay; a float32 one must be farther from a float64
+run than the other side is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils._pytree import tree_leaves
+
+from fuzzdiff.case import Case
+from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.twins import judge_twins
+from fuzzdiff.paths.eager import Evaluation
+from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Verdict
+
+OTHER = "numpy"
+
+
+def _floating(leaves) -> tuple[torch.Tensor, ...]:
+    out = (torch.as_tensor(np.asarray(x)) if not isinstance(x, torch.Tensor) else x for x in leaves)
+    return tuple(t.detach() for t in out if t.is_floating_point() or t.is_complex())
+
+
+def on_torch(target: Target, case: Case, cast=None) -> Evaluation:
+    args = case.materialize(requires_grad=False, cast=cast).args
+    return Evaluation(_floating(tree_leaves(target.fn(*args, **case.kwargs))), [], None)
+
+
+def on_other(target: Target, case: Case, cast=None) -> Evaluation:
+    args = [a.numpy() for a in case.materialize(requires_grad=False, cast=cast).args]
+    out = target.fn.cross_backend(OTHER)(*args, **case.kwargs)
+    return Evaluation(_floating(tree_leaves(out)), [], None)
+
+
+def run(target: Target, case: Case) -> Verdict:
+    return judge_twins(f"pytorch backend vs {OTHER} backend", target, case,
+                       lambda c, cast=None: on_torch(target, c, cast),
+                       lambda c, cast=None: on_other(target, c, cast), check="backend")
+
+
+def applies(target: Target) -> str | None:
+    if callable(getattr(target.fn, "cross_backend", None)):
+        return None
+    return "the target has no other backend to compare with (fn.cross_backend)"
+
+
+CHECK = Check("backend", run, params=probe_params(), applies=applies, needs_grad=False, doc=__doc__)

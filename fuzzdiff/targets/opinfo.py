@@ -1,0 +1,427 @@
+"""PyTorch's OpInfo database as fuzz targets (family ``opinfo``).
+
+Each autograd-capable OpInfo (one per ``(name, variant_test_name)``) gives up
+to ``SAMPLES_PER_OP`` targets, one per chosen ``SampleInput``: its floating
+tensors that require grad become the case's arguments, with the sample's
+shapes as a fixed spec (``"a0: 5 5, a1: 5"``); everything else (integer
+index tensors, masks, scalars, dims, flags) stays exactly as in the sample.
+So layouts (noncontiguous, offsets, stride 0, channels_last), aliasing,
+values, dtype and cotangents are fuzzed while the call stays the valid one
+the OpInfo's author wrote.
+
+Values. An OpInfo states a domain only for unary ufuncs, so values come from
+the sample itself:
+
+- ``range`` (the default): each argument's values are drawn from the
+  interval its own sample values span (intersected with ``op.domain`` with a
+  margin, for unary ufuncs). The sign, a [0, 1] probability, a positive scale
+  survive; arguments of one class share an interval, so they can alias.
+- ``near``: each argument is ``sample + x`` with ``x`` within 1e-3 of the
+  sample's scale. For ops whose samples carry structure a random point lacks
+  (positive definite, well conditioned, sorted, ...): the ``NEAR`` table
+  names them with the reason, and any op that raises or gives non-finite
+  results or gradients at a random point of its ranges is moved here
+  automatically when its target is built. ``x + s`` keeps ``x``'s dim order,
+  so a permuted or channels_last ``x`` still reaches the op as such; offsets,
+  slices, stride 0 and aliasing do not (the ``alias`` check is skipped).
+
+Targets are built lazily: importing ``op_db`` takes seconds, and each op's
+``sample_inputs`` tens of milliseconds. ``opinfo_targets()`` builds them
+all; ``get_opinfo_target("opinfo/add@3")`` builds one op's. A target's name
+names the op and the sample index, and samples are drawn under a fixed seed
+(``_samples``), so a case replays from JSON without Hypothesis.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import math
+import random
+import unittest
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from fuzzdiff.targets.target import Target
+
+__all__ = ["PREFIX", "FAMILY", "CHECKS", "SAMPLES_PER_OP", "NEAR", "EXCLUDED", "op_db", "op_key",
+           "opinfo_ops", "op_targets", "opinfo_targets", "get_opinfo_target", "is_opinfo_ref",
+           "skips_for", "samples", "OpInfoError"]
+
+PREFIX = "opinfo/"
+FAMILY = "opinfo"
+SEED = 0
+SAMPLES_PER_OP = 2
+MAX_NUMEL = 2048          # per sample, all fuzzed tensors together: finite differences stay cheap
+NEAR_SCALE = 1e-3         # near mode: |x| <= NEAR_SCALE * max(1, max |sample|)
+
+# The checks issue 8 runs on OpInfo targets; every other check is skipped with this reason.
+CHECKS = ("grad", "forward", "layout", "alias", "vmap", "compile")
+OUTSIDE = "not in the OpInfo check set (grad, forward, layout, alias, vmap, compile)"
+
+# OpInfo test (class, name) pairs whose skip or expected failure means our check does
+# not apply: the OpInfo author already knows the op fails (or cannot run) there.
+TESTS = {
+    "grad": (("TestBwdGradients", "test_fn_grad"), ("TestGradients", "test_fn_grad")),
+    "forward": (("TestFwdGradients", "test_forward_mode_AD"), ("TestGradients", "test_forward_mode_AD")),
+    "layout": (("TestCommon", "test_noncontiguous_samples"),),
+    "vmap": (("TestVmapOperatorsOpInfo", "test_vmap_exhaustive"), ("TestOperators", "test_vmapvjp"),
+             ("TestOperators", "test_vmapjvpall")),
+    "compile": (("TestEagerFusionOpInfo", "test_aot_autograd_exhaustive"),
+                ("TestInductorOpInfo", "test_comprehensive")),
+}
+
+# Ops whose samples carry structure that random values in the same range lack.
+# Matched as globs over the op key (``name`` or ``name.variant``).
+_CONDITIONING = ("samples are built with structure (positive definite, full rank, well "
+                 "separated spectrum) that random entries lack; ill-conditioned points make "
+                 "finite differences meaningless")
+NEAR = {
+    **{f"linalg.{name}": _CONDITIONING for name in (
+        "cholesky*", "cond", "det", "slogdet", "eig*", "householder_product", "inv*", "lstsq*",
+        "lu*", "matrix_power", "matrix_rank*", "pinv*", "qr", "solve*", "svd*", "tensorinv",
+        "tensorsolve")},
+    "cholesky*": _CONDITIONING,
+    "lu*": _CONDITIONING,
+    "triangular_solve": _CONDITIONING,
+    "inverse": _CONDITIONING,
+    "det": _CONDITIONING,
+    "logdet": _CONDITIONING,
+    "pinverse": _CONDITIONING,
+    "svd*": _CONDITIONING,
+    "pca_lowrank": _CONDITIONING,
+    "qr": _CONDITIONING,
+    "geqrf": _CONDITIONING,
+    "ormqr": _CONDITIONING,
+    "matrix_exp": _CONDITIONING,
+    "nn.functional.ctc_loss": "log-probabilities must be normalized per frame",
+}
+
+# Ops left out, with the reason (besides the automatic rules in ``_excluded``).
+EXCLUDED = {
+    "nn.functional.*dropout*": "random",
+    "nn.functional.rrelu": "random",
+    "nn.functional.gumbel_softmax": "random",
+    "*bernoulli*": "random",
+    "normal*": "random",
+    "*multinomial*": "random",
+    "*rand*_like": "random",
+    "uniform": "random",
+    "as_strided*": "reads the input's memory through explicit strides: its result depends on "
+                   "the layout, which this adapter fuzzes",
+    "view_as_complex": "requires a last dim of stride 1 by contract",
+    "native_group_norm": "aten-internal kernel whose contract is a contiguous input "
+                         "(F.group_norm makes it so); raises for any other layout",
+    "empty*": "uninitialized output",
+    "new_empty*": "uninitialized output",
+}
+
+
+class OpInfoError(KeyError):
+    def __str__(self):
+        return self.args[0]
+
+
+@functools.lru_cache(maxsize=1)
+def op_db() -> tuple:
+    """torch's OpInfo database (imports ``expecttest``; seconds, once)."""
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db as db
+    except ImportError as e:  # expecttest missing: the optional extra ``opinfo``
+        raise OpInfoError(f"the OpInfo database needs expecttest (pip install fuzzdiff[opinfo]): {e}") from None
+    return tuple(db)
+
+
+def op_key(op) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def _match(key: str, table: dict) -> str | None:
+    return next((why for pattern, why in table.items() if fnmatch.fnmatchcase(key, pattern)), None)
+
+
+def _excluded(op) -> str | None:
+    """Why an op yields no targets (None: it does)."""
+    if not op.supports_autograd:
+        return "supports_autograd=False"
+    if torch.float64 not in op.supported_backward_dtypes("cpu"):
+        return "no float64 backward on CPU"
+    if op.has_nondeterministic_output or op.gradcheck_nondet_tol:
+        return "nondeterministic output or backward (has_nondeterministic_output / gradcheck_nondet_tol)"
+    return _match(op_key(op), EXCLUDED)
+
+
+@functools.lru_cache(maxsize=1)
+def _ops() -> dict:
+    return {op_key(op): op for op in op_db()}
+
+
+def opinfo_ops() -> list:
+    """The OpInfos that yield targets, in op_db's order (cheap once op_db is loaded)."""
+    return [op for op in op_db() if _excluded(op) is None]
+
+
+# -- samples --------------------------------------------------------------------------------
+
+def samples(op) -> list:
+    """The op's float64 CPU samples, the same on every call: sample_inputs draw from
+    torch's, Python's and NumPy's generators, so all three are seeded (and restored)."""
+    import numpy as np
+
+    state, np_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(SEED)
+            random.seed(SEED)
+            np.random.seed(SEED)
+            return list(op.sample_inputs("cpu", torch.float64, requires_grad=True))
+    finally:
+        random.setstate(state)
+        np.random.set_state(np_state)
+
+
+def _fuzzable(t: Any) -> bool:
+    return (isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.requires_grad
+            and t.layout == torch.strided and not t.is_conj() and not t.is_neg())
+
+
+def _usable(sample) -> bool:
+    leaves, _ = tree_flatten((sample.input, sample.args, sample.kwargs))
+    tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+    fuzzed = [t for t in tensors if _fuzzable(t)]
+    return (bool(fuzzed) and all(t.layout == torch.strided and t.device.type == "cpu" for t in tensors)
+            and sum(t.numel() for t in fuzzed) <= MAX_NUMEL
+            and all(torch.isfinite(t).all() for t in fuzzed))  # -inf masks are values we cannot draw
+
+
+# -- one target per chosen sample -------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class Call:
+    """A sample's call with its fuzzed tensors as positional arguments.
+
+    ``near[i]`` is None in range mode, else the sample tensor that argument ``i``
+    perturbs. Constant floating tensors follow the fuzzed dtype, so a float32
+    case does not mix dtypes the sample never mixed.
+    """
+
+    op: Any
+    spec: Any                      # the pytree spec of (input, args, kwargs)
+    leaves: tuple                  # the sample's leaves; fuzzed positions are replaced
+    positions: tuple[int, ...]     # leaf index of each fuzzed argument
+    near: tuple
+    output_fn: Callable
+
+    def __call__(self, *tensors):
+        # Fresh constants per call: some ops update them in place (batch_norm's running stats).
+        dtype = tensors[0].dtype if tensors else torch.float64
+        leaves = [(t.to(dtype) if t.is_floating_point() else t).clone() if isinstance(t, torch.Tensor)
+                  else t for t in self.leaves]
+        for pos, t, s in zip(self.positions, tensors, self.near):
+            leaves[pos] = t if s is None else t + s.to(t.dtype)
+        inp, args, kwargs = tree_unflatten(leaves, self.spec)
+        out = self.op.gradcheck_wrapper(self.op.op, inp, *args, **kwargs)
+        return self.output_fn(out)
+
+
+def _interval_class(lo: float, hi: float) -> str:
+    return "unit" if 0.0 <= lo and hi <= 1.0 else "positive" if lo > 0.0 else "any"
+
+
+def _range_intervals(op, fuzzed: list[torch.Tensor]) -> list[tuple[float, float]]:
+    """Per argument, the interval its values are drawn from: its class's union of
+    the sample's own ranges (so arguments of one class can alias), inside
+    ``op.domain`` with a margin for unary ufuncs."""
+    own = [(t.min().item(), t.max().item()) if t.numel() else (-1.0, 1.0) for t in fuzzed]
+    union: dict[str, tuple[float, float]] = {}
+    for lo, hi in own:
+        c = _interval_class(lo, hi)
+        a, b = union.get(c, (lo, hi))
+        union[c] = (min(a, lo), max(b, hi))
+    domain = getattr(op, "domain", None)
+    out = []
+    for lo, hi in own:
+        lo, hi = union[_interval_class(lo, hi)]
+        if domain is not None:
+            from strategies.values import sampling_interval
+            dlo, dhi = sampling_interval(tuple(domain))
+            if domain[0] is not None:
+                lo = max(lo, dlo)
+            if domain[1] is not None:
+                hi = min(hi, dhi)
+        out.append((float(lo), float(max(lo, hi))))
+    return out
+
+
+def _finite(value) -> bool:
+    leaves, _ = tree_flatten(value)
+    return all(torch.isfinite(t).all().item() for t in leaves
+               if isinstance(t, torch.Tensor) and t.is_floating_point())
+
+
+def _valid_at(call: Call, points: list[torch.Tensor]) -> bool:
+    """The call runs, and its outputs and gradients are finite, at ``points``."""
+    xs = [p.detach().requires_grad_() for p in points]
+    try:
+        out = call(*xs)
+        outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not _finite(out):
+            return False
+        if outs:
+            total = sum((torch.view_as_real(o) if o.is_complex() else o).sum() for o in outs)
+            grads = torch.autograd.grad(total, xs, allow_unused=True)
+            return _finite([g for g in grads if g is not None])
+        return True
+    except Exception:  # noqa: BLE001 - any error means the points are not valid inputs
+        return False
+
+
+def _random_points(intervals, fuzzed, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(t.shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
+            for (lo, hi), t in zip(intervals, fuzzed)]
+
+
+def _deterministic(call: Call, fuzzed) -> bool:
+    """Two runs at the sample, under different global seeds, agree bit for bit."""
+    outs = []
+    for seed in (1, 2):
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(seed)
+            outs.append(tree_flatten(call(*fuzzed))[0])
+    return all(not isinstance(a, torch.Tensor) or torch.equal(a.nan_to_num(), b.nan_to_num())
+               for a, b in zip(*outs))
+
+
+def skips_for(op, near: bool) -> dict[str, str]:
+    """Check name -> why it does not apply, from the OpInfo's flags and skips."""
+    skip = {}
+    flags = {
+        "forward": (op.supports_forward_ad, "OpInfo supports_forward_ad=False"),
+        "vmap": (op.check_batched_grad and (op.check_batched_forward_grad or not op.supports_forward_ad),
+                 "OpInfo check_batched_grad / check_batched_forward_grad is False: "
+                 "its gradients are not batchable with vmap"),
+    }
+    for check, (ok, why) in flags.items():
+        if not ok:
+            skip[check] = why
+    for check, tests in TESTS.items():
+        hit = _skipped_test(op, tests)
+        if hit and check not in skip:
+            skip[check] = f"OpInfo skips or expects failure of {hit} (float64, cpu)"
+    if near:
+        skip["alias"] = ("values are pinned near the sample (each argument is sample + x): "
+                         "aliasing of x never reaches the op")
+    from fuzzdiff.checks import CHECKS as ALL
+    for check in ALL:
+        if check not in CHECKS:
+            skip.setdefault(check, OUTSIDE)
+    return skip
+
+
+def _is_skip(decorator) -> bool:
+    """unittest.skip(...) and unittest.expectedFailure; not tolerance overrides or
+    decorators that skip elsewhere (skipIfRocm)."""
+    return decorator is unittest.expectedFailure or getattr(decorator, "__qualname__", "").startswith("skip.")
+
+
+def _skipped_test(op, tests) -> str | None:
+    for d in op.decorators:
+        if not hasattr(d, "is_active") or not any(_is_skip(x) for x in d.decorators):
+            continue
+        for cls, test in tests:
+            if d.is_active(cls, test, "cpu", torch.float64, {}):
+                return f"{cls}.{test}"
+    return None
+
+
+def _chosen(usable: list[int]) -> list[int]:
+    """The first and the last usable sample: usually the plainest call and one
+    with the most options (broadcasting, keyword arguments)."""
+    return sorted({usable[0], usable[-1]})[:SAMPLES_PER_OP] if usable else []
+
+
+def _target(op, index: int, sample) -> Target | None:
+    from fuzzdiff.targets.opinfo_known import known_for
+
+    key = op_key(op)
+    leaves, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    positions = tuple(k for k, t in enumerate(leaves) if _fuzzable(t))
+    fuzzed = [leaves[k].detach() for k in positions]
+    leaves = tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in leaves)
+    call = Call(op, spec, leaves, positions, (None,) * len(positions), sample.output_process_fn_grad)
+    if not _valid_at(call, fuzzed) or not _deterministic(call, fuzzed):
+        return None
+    near = _match(key, NEAR)
+    intervals = _range_intervals(op, fuzzed)
+    if near is None and not all(_valid_at(call, _random_points(intervals, fuzzed, s)) for s in (1, 2)):
+        near = "invalid (error or non-finite) at random points of the sample's ranges"
+    if near is not None:
+        call = Call(op, spec, leaves, positions, tuple(fuzzed), sample.output_process_fn_grad)
+        intervals = [(-d, d) for d in (NEAR_SCALE * max(1.0, t.abs().max().item() if t.numel() else 1.0)
+                                       for t in fuzzed)]
+    names = [f"a{i}" for i in range(len(fuzzed))]
+    floats32 = near is None and torch.float32 in op.supported_backward_dtypes("cpu")
+    name = f"{key}@{index}"
+    return Target(
+        name, call, ", ".join(f"{n}: {' '.join(map(str, t.shape))}".rstrip() for n, t in zip(names, fuzzed)),
+        FAMILY, sample=dict(zip(names, intervals)),
+        dtypes=(torch.float64, torch.float32) if floats32 else (torch.float64,),
+        skip=skips_for(op, near is not None), known=known_for(PREFIX + name),
+        origin=PREFIX + name)
+
+
+@functools.lru_cache(maxsize=None)
+def _op_targets(key: str) -> tuple[Target, ...]:
+    op = _ops()[key]
+    all_samples = samples(op)
+    usable = [k for k, s in enumerate(all_samples) if _usable(s)]
+    out = []
+    for k in _chosen(usable):
+        t = _target(op, k, all_samples[k])
+        if t is not None:
+            out.append(t)
+    return tuple(out)
+
+
+def op_targets(op) -> list[Target]:
+    """The targets of one OpInfo (built on first use, then cached)."""
+    return list(_op_targets(op_key(op)))
+
+
+def opinfo_targets(ops: Iterable | None = None) -> list[Target]:
+    """Targets of ``ops`` (default: every OpInfo that yields targets), sorted by name."""
+    ops = opinfo_ops() if ops is None else ops
+    return sorted((t for op in ops for t in op_targets(op)), key=lambda t: t.name)
+
+
+def is_opinfo_ref(ref: str) -> bool:
+    return ref.startswith(PREFIX)
+
+
+def get_opinfo_target(ref: str) -> Target:
+    """The target a case names, ``opinfo/<op key>@<sample index>``; builds only that op."""
+    key, sep, index = ref.removeprefix(PREFIX).rpartition("@")
+    op = _ops().get(key) if sep and index.isdigit() else None
+    if op is None:
+        raise OpInfoError(f"unknown OpInfo target {ref!r}: expected opinfo/<op>[.<variant>]@<sample "
+                          "index> of an op in torch's op_db")
+    why = _excluded(op)
+    found = next((t for t in op_targets(op) if t.name == f"{key}@{index}"), None) if why is None else None
+    if found is None:
+        raise OpInfoError(f"OpInfo {key!r} has no target for sample {index}"
+                          + (f" ({why})" if why else f"; its targets: {[t.name for t in op_targets(op)]}"))
+    return found
+
+
+def counts() -> dict[str, int]:
+    """Targets per OpInfo class (UnaryUfuncInfo, ReductionOpInfo, ...): a coverage summary."""
+    out: dict[str, int] = {}
+    for op in opinfo_ops():
+        n = len(op_targets(op))
+        if n:
+            out[type(op).__name__] = out.get(type(op).__name__, 0) + n
+    return out

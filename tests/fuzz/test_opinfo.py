@@ -1,0 +1,68 @@
+"""The fuzz suite over torch's OpInfo database (fuzzdiff.targets.opinfo).
+
+CI runs a bounded sample that rotates from run to run: ``OPS_PER_RUN`` OpInfos
+(all their targets) drawn with the seed ``$FUZZDIFF_ROTATION``, by default
+today's UTC date, so every day covers other ops and a failure reproduces
+with the rotation printed in its test id::
+
+    FUZZDIFF_ROTATION=20261122 CI=true pytest tests/fuzz/test_opinfo.py
+
+The ``nightly`` profile runs every OpInfo target. Ids read
+``test_opinfo[grad-opinfo/add@0-rot20261122]``. A check that does not apply
+(the OpInfo's own flags and skips) is skipped with its reason; a known torch
+discrepancy (fuzzdiff.targets.opinfo_known) is an xfail when, and only when,
+it fails.
+"""
+
+import datetime
+import os
+import random
+
+import pytest
+
+from fuzzdiff.checks import CHECKS
+from fuzzdiff.corpus import default_root
+from fuzzdiff.fuzzing import FuzzFailure, fuzz
+from fuzzdiff.targets import opinfo
+
+OPS_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_OPS", 6))
+
+
+def rotation() -> str:
+    return os.environ.get("FUZZDIFF_ROTATION") or datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
+
+
+def chosen_ops(profile: str, seed: str) -> list:
+    ops = opinfo.opinfo_ops()
+    if profile == "nightly":
+        return ops
+    return random.Random(seed).sample(ops, min(OPS_PER_RUN, len(ops)))
+
+
+def pytest_generate_tests(metafunc):
+    if "target" not in metafunc.fixturenames:
+        return
+    seed = rotation()
+    profile = getattr(metafunc.config, "_fuzzdiff_profile", "dev")
+    checks = [CHECKS[name] for name in opinfo.CHECKS if name in CHECKS]
+    pairs = [(c, t) for t in opinfo.opinfo_targets(chosen_ops(profile, seed)) for c in checks]
+    metafunc.parametrize("check,target", pairs,
+                         ids=[f"{c.name}-{t.family}/{t.name}-rot{seed}" for c, t in pairs])
+
+
+@pytest.mark.fuzz
+def test_opinfo(check, target):
+    why = check.why_not(target)
+    if why is not None:
+        pytest.skip(why)
+    try:
+        tally = fuzz(check, target, corpus=default_root())
+    except FuzzFailure as failure:
+        if check.name in target.known:
+            pytest.xfail(f"known PyTorch discrepancy: {target.known[check.name]} "
+                         f"(record {failure.record_path})")
+        raise
+    if tally.only_unsupported:
+        pytest.skip(f"unsupported: {tally.reasons['unsupported']}")
+    assert tally.examples > 0
+    assert tally.counts["fail"] == 0
