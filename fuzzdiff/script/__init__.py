@@ -14,6 +14,7 @@ Each check contributes its computation through ``fuzzdiff.script.fragments``
 
 from __future__ import annotations
 
+import inspect
 import keyword
 import re
 import textwrap
@@ -30,7 +31,7 @@ from fuzzdiff.script.fragments import FRAGMENTS, Fragment, register
 from fuzzdiff.script.helpers import HELPERS, helper_source
 from fuzzdiff.script.inputs import InputsCode, inputs_code
 from fuzzdiff.script.literals import ScriptError, dtype_name, tensor_literal, value_literal
-from fuzzdiff.script.source import TargetCode, target_code
+from fuzzdiff.script.source import FORBIDDEN, TargetCode, target_code
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
@@ -171,7 +172,9 @@ def _code(target: Target, kwargs, names) -> TargetCode:
     owner = getattr(fn, "__self__", None)
     obj = owner if isinstance(owner, type) else fn
     module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
-    if not module or module == "__main__" or "<" in qualname:
+    importable = (inspect.isfunction(obj) or isinstance(obj, type)) and module \
+        and module.split(".")[0] not in FORBIDDEN and "<" not in qualname
+    if not importable:
         raise ScriptError(f"target {target.name!r} can be neither copied ({why}) nor imported")
     top = qualname.split(".")[0]
     call = qualname + (f".{fn.__name__}" if obj is not fn else "")

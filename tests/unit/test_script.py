@@ -294,6 +294,14 @@ def test_unsupported_checks_and_uncopyable_targets_are_clear_errors():
     with pytest.raises(ScriptError, match="unit_closure.*neither copied.*nor imported"):
         standalone_script("grad", Case("unit_closure", (Arg((2,)),)), target=closure)
 
+    class Call:  # a callable object of fuzzdiff's own (as OpInfo targets are): never imported
+        def __call__(self, x):
+            return x * 2
+    Call.__module__ = "fuzzdiff.targets.opinfo"
+    wrapped = Target("unit_call", Call(), "x: n")
+    with pytest.raises(ScriptError, match="unit_call.*is a Call.*nor imported"):
+        standalone_script("grad", Case("unit_call", (Arg((2,)),)), target=wrapped)
+
 
 # -- as programs: passing cases print OK -----------------------------------------------
 
