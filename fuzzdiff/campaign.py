@@ -37,7 +37,7 @@ from fuzzdiff.fuzzing import FuzzFailure, Tally
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Campaign", "PairResult", "Found", "run_campaign", "case_options"]
+__all__ = ["Campaign", "PairResult", "Found", "run_campaign", "case_options", "interleave"]
 
 
 @dataclass
@@ -117,6 +117,21 @@ def case_options(target: Target, check: Check, dtypes: Sequence[torch.dtype] | N
     if device is not None:
         opts["devices"] = (device,)
     return opts
+
+
+def interleave(pairs: Iterable[tuple[Target, Check]]) -> list[tuple[Target, Check]]:
+    """Round-robin over checks, so that a budget cut short still covers every
+    check rather than the first one's whole catalog."""
+    by_check: dict[str, deque] = defaultdict(deque)
+    for target, check in pairs:
+        by_check[check.name].append((target, check))
+    out = []
+    while by_check:
+        for name in list(by_check):
+            out.append(by_check[name].popleft())
+            if not by_check[name]:
+                del by_check[name]
+    return out
 
 
 # -- the worker side ----------------------------------------------------------------------
@@ -278,8 +293,7 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int,
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["fuzzdiff.campaign", "fuzzdiff.targets.catalog"])
     slots: list[_Slot | None] = [None] * min(jobs, len(todo))
-    start = time.monotonic()
-    end = None if budget is None else start + budget
+    start = end = None
     index = 0
 
     def spawn() -> _Slot:
@@ -298,6 +312,10 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int,
     try:
         for k in range(len(slots)):
             slots[k] = spawn()
+        # The budget is fuzzing time: it starts once the workers are up (the
+        # forkserver's first start imports torch, seconds on a busy machine).
+        start = time.monotonic()
+        end = None if budget is None else start + budget
         while True:
             now = time.monotonic()
             if end is not None and now >= end and todo:
@@ -359,6 +377,7 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int,
                     slot.proc.join(timeout=5)
                     _forget_inflight(corpus, slot.proc.pid)
             slot.conn.close()
+    start = time.monotonic() if start is None else start
     if corpus is not None:
         campaign.recovered = recover(corpus, cause="a fuzzdiff run worker died")
         _attach(campaign, corpus, start)

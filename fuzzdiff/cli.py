@@ -119,7 +119,8 @@ def cmd_run(args) -> int:
         raise UsageError("--jobs must be at least 1")
     dtypes, device = _run_dtypes(args), _run_device(args.device)
     jobs = args.jobs or os.cpu_count() or 1
-    pairs = _select_pairs(args)
+    from fuzzdiff.campaign import interleave
+    pairs = interleave(_select_pairs(args))  # a short budget still reaches every check
     if dtypes is not None:
         from fuzzdiff.campaign import case_options
         pairs = [(t, c) for t, c in pairs if case_options(t, c, dtypes) is not None]

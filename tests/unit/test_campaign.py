@@ -19,6 +19,7 @@ from fuzzdiff.checks import get_check
 
 ZOO = textwrap.dedent('''
     import os
+    import time
     import torch
     from torch.autograd import Function
     from fuzzdiff.targets.target import Target
@@ -34,6 +35,10 @@ ZOO = textwrap.dedent('''
             (x,) = ctx.saved_tensors
             return 3 * g * x  # planted: the derivative of x*x is 2x
 
+    def slow(x):
+        time.sleep(30)
+        return x.sin()
+
     def aborting(x):
         if x.numel() >= 2:
             os.abort()
@@ -47,6 +52,7 @@ ZOO = textwrap.dedent('''
     TANH = _t("cheap_tanh", torch.tanh, "TANH")
     BAD = _t("planted_square", BadSquare.apply, "BAD")
     ABORT = _t("aborting", aborting, "ABORT")
+    SLOW = _t("slow", slow, "SLOW")
 ''')
 
 
@@ -116,6 +122,16 @@ def test_the_budget_stops_new_pairs_and_cuts_the_running_one(zoo):
     assert first.cut and not first.failed and first.target == "cheap_sin"
     assert 0 < first.tally.examples == first.tally.counts["pass"]
     assert first.seconds < 30  # stopped at its deadline, not after 100000 examples
+
+
+def test_a_worker_busy_past_the_grace_period_is_stopped_and_leaves_no_crash_record(zoo, tmp_path):
+    corpus = tmp_path / "corpus"
+    campaign = run_campaign([(zoo.SLOW, get_check("grad"))], max_examples=5, budget=0.5, grace=1.0,
+                            jobs=1, corpus=corpus)
+    (r,) = campaign.results
+    assert r.cut and not r.failed and r.seconds < 20 and r.tally.examples == 0
+    assert not list(corpus.glob("*/*/*.json")) and not list((corpus / ".inflight").glob("*.json"))
+    assert not campaign.failures
 
 
 @pytest.mark.parametrize("argv, message", [
