@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from fuzzdiff.targets.target import Target
+from fuzzdiff.targets.target import Target, Tol
 
 __all__ = ["PREFIX", "FAMILY", "CHECKS", "SAMPLES_PER_OP", "NEAR", "EXCLUDED", "op_db", "op_key",
            "opinfo_ops", "op_targets", "opinfo_targets", "get_opinfo_target", "is_opinfo_ref",
@@ -100,6 +100,27 @@ NEAR = {
     "nn.functional.ctc_loss": "log-probabilities must be normalized per frame",
 }
 
+# Ties are kinks here (order statistics, max pooling, inf-norms), and equal values in a
+# normalized group make a point of extreme curvature (zero variance): values are
+# spread apart within each argument (Target.distinct; no stride 0 then).
+DISTINCT = ("max*", "min*", "amax", "amin", "aminmax", "*sort", "topk", "kthvalue", "*median",
+            "mode", "cummax", "cummin", "nn.functional.*max_pool*", "nn.functional.max_unpool*",
+            "masked.amax", "masked.amin", "masked.median", "*norm*", "var*", "std*", "masked.var",
+            "masked.std", "nn.functional.pdist", "_native_batch_norm_legit*", "_batch_norm_with_update",
+            "nn.functional.hardtanh", "nn.functional.relu6")
+
+# Kinks where two *arguments* are equal: arguments drawn from one seed are equal
+# elementwise, and the confirmation's neighbouring point keeps about 5% of such
+# ties (see the report), so grad and forward would be confirmed at a kink.
+TIES = ("clamp*", "clip*", "maximum", "minimum", "fmax", "fmin", "max.binary", "min.binary",
+        "remainder", "fmod", "cdist", "dist", "nn.functional.pairwise_distance",
+        "nn.functional.l1_loss", "nn.functional.smooth_l1_loss", "nn.functional.huber_loss",
+        "nn.functional.margin_ranking_loss", "nn.functional.hinge_embedding_loss",
+        "nn.functional.triplet_margin*", "nn.functional.multilabel_margin_loss",
+        "nn.functional.multi_margin_loss", "nn.functional.soft_margin_loss", "where", "masked_*")
+TIED = ("kinks where two arguments are equal; arguments drawn from one seed tie elementwise "
+        "and the neighbouring-point confirmation keeps some ties, so a kink would be confirmed")
+
 # Ops left out, with the reason (besides the automatic rules in ``_excluded``).
 EXCLUDED = {
     "nn.functional.*dropout*": "random",
@@ -113,11 +134,24 @@ EXCLUDED = {
     "as_strided*": "reads the input's memory through explicit strides: its result depends on "
                    "the layout, which this adapter fuzzes",
     "view_as_complex": "requires a last dim of stride 1 by contract",
+    "view": "a view needs strides compatible with the new shape, by contract",
+    "view_as": "a view needs strides compatible with the new shape, by contract",
     "native_group_norm": "aten-internal kernel whose contract is a contiguous input "
                          "(F.group_norm makes it so); raises for any other layout",
     "empty*": "uninitialized output",
     "new_empty*": "uninitialized output",
 }
+
+
+_RUNNING_STATS = ("updates running_mean / running_var in place: vmap cannot write a batched "
+                  "update into an unbatched buffer (functorch documents this; the op raises)")
+VMAP_SKIP = {name: _RUNNING_STATS for name in (
+    "nn.functional.batch_norm", "nn.functional.instance_norm", "native_batch_norm",
+    "_native_batch_norm_legit*", "_batch_norm_with_update")}
+
+# Tolerances of near-mode (linear algebra) targets: their samples can be ill-conditioned.
+NEAR_TOL = Tol(1e-9, 1e-5, "linear-algebra samples may be ill-conditioned (condition numbers "
+               "up to ~1e4): rounding of the analytic side grows with it")
 
 
 class OpInfoError(KeyError):
@@ -292,13 +326,31 @@ def _deterministic(call: Call, fuzzed) -> bool:
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             torch.manual_seed(seed)
             outs.append(tree_flatten(call(*fuzzed))[0])
-    return all(not isinstance(a, torch.Tensor) or torch.equal(a.nan_to_num(), b.nan_to_num())
-               for a, b in zip(*outs))
+    return all(not isinstance(a, torch.Tensor) or _same(a, b) for a, b in zip(*outs))
 
 
-def skips_for(op, near: bool) -> dict[str, str]:
-    """Check name -> why it does not apply, from the OpInfo's flags and skips."""
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit, NaN equal to NaN, any dtype (complex half included)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_complex():
+        a, b = torch.view_as_real(a.to(torch.complex128)), torch.view_as_real(b.to(torch.complex128))
+    if a.is_floating_point():
+        return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return torch.equal(a, b)
+
+
+def skips_for(op, near: bool, complex_out: bool = False) -> dict[str, str]:
+    """Check name -> why it does not apply, from the OpInfo's flags and skips
+    (and our own tables)."""
     skip = {}
+    if any(fnmatch.fnmatchcase(op_key(op), p) for p in TIES):
+        skip["grad"] = skip["forward"] = TIED
+    if complex_out:
+        skip["vmap"] = ("complex outputs: the vmap check's vjp compositions need real outputs "
+                        "(fuzzdiff.paths.vmap)")
+    if _match(op_key(op), VMAP_SKIP):
+        skip["vmap"] = _match(op_key(op), VMAP_SKIP)
     flags = {
         "forward": (op.supports_forward_ad, "OpInfo supports_forward_ad=False"),
         "vmap": (op.check_batched_grad and (op.check_batched_forward_grad or not op.supports_forward_ad),
@@ -307,7 +359,7 @@ def skips_for(op, near: bool) -> dict[str, str]:
     }
     for check, (ok, why) in flags.items():
         if not ok:
-            skip[check] = why
+            skip.setdefault(check, why)
     for check, tests in TESTS.items():
         hit = _skipped_test(op, tests)
         if hit and check not in skip:
@@ -363,6 +415,9 @@ def _target(op, index: int, sample) -> Target | None:
         call = Call(op, spec, leaves, positions, tuple(fuzzed), sample.output_process_fn_grad)
         intervals = [(-d, d) for d in (NEAR_SCALE * max(1.0, t.abs().max().item() if t.numel() else 1.0)
                                        for t in fuzzed)]
+    with torch.no_grad():
+        complex_out = any(isinstance(o, torch.Tensor) and o.is_complex()
+                          for o in tree_flatten(call(*fuzzed))[0])
     names = [f"a{i}" for i in range(len(fuzzed))]
     floats32 = near is None and torch.float32 in op.supported_backward_dtypes("cpu")
     name = f"{key}@{index}"
@@ -370,7 +425,9 @@ def _target(op, index: int, sample) -> Target | None:
         name, call, ", ".join(f"{n}: {' '.join(map(str, t.shape))}".rstrip() for n, t in zip(names, fuzzed)),
         FAMILY, sample=dict(zip(names, intervals)),
         dtypes=(torch.float64, torch.float32) if floats32 else (torch.float64,),
-        skip=skips_for(op, near is not None), known=known_for(PREFIX + name),
+        distinct=any(fnmatch.fnmatchcase(key, p) for p in DISTINCT),
+        tolerances={c: NEAR_TOL for c in ("grad", "forward", "layout", "alias", "vmap")} if near else {},
+        skip=skips_for(op, near is not None, complex_out), known=known_for(PREFIX + name),
         origin=PREFIX + name)
 
 

@@ -26,7 +26,40 @@ class Known:
             raise ValueError(f"known entry {self.target} x {self.check} needs a reason and evidence")
 
 
-KNOWN: tuple[Known, ...] = ()
+_CHANNELS_LAST = (
+    "vmap of a memory_format=torch.channels_last conversion of a rank-4 per-example tensor "
+    "raises: the batched tensor is rank 5 (torch 2.13.0 CPU)",
+    "torch.func.vmap(lambda x: x.to(memory_format=torch.channels_last))(torch.randn(2, 5, 5, 5, 5)) "
+    "-> RuntimeError: required rank 4 tensor to use channels_last format; the loop "
+    "[x.to(memory_format=torch.channels_last) for x in xs] works. The same for "
+    "x.double(memory_format=...), .float, .half, .bfloat16, .cfloat, .cdouble, .chalf")
+
+KNOWN: tuple[Known, ...] = (
+    Known("opinfo/roll@*", "vmap",
+          "vmap of the vjp of torch.roll on a 0-dim per-example input rolls the batch: each "
+          "example gets another example's gradient (torch 2.13.0 CPU)",
+          "from torch.func import vmap, vjp; xs, vs = torch.randn(3), torch.randn(3); "
+          "per = lambda x, v: vjp(lambda t: torch.roll(t, 1), x)[1](v)[0]; "
+          "vmap(per)(xs, vs) == vs.roll(-1), not vs (the loop [per(x, v) for x, v in zip(xs, vs)] "
+          "gives vs; torch.roll of a 0-dim tensor is the identity)"),
+    Known("opinfo/select_scatter@*", "vmap",
+          "vjp of vmap(torch.select_scatter) with a 0-dim per-example src sums the whole "
+          "cotangent row into src's gradient instead of the selected element (torch 2.13.0 CPU)",
+          "from torch.func import vmap, vjp; f = lambda x, s: torch.select_scatter(x, s, 0, 2); "
+          "x, s, ct = torch.randn(1, 5), torch.randn(1), torch.randn(1, 5); "
+          "vjp(vmap(f), x, s)[1](ct)[1] == ct.sum(1), expected ct[:, 2] "
+          "(vjp(f, x[0], s[0])[1](ct[0])[1] == ct[0, 2])"),
+    Known("opinfo/view_copy@*", "forward",
+          "forward-mode AD of torch.view_copy raises for an input whose layout a view cannot "
+          "reshape, where the primal (a copy) and reverse mode work (torch 2.13.0 CPU)",
+          "import torch.autograd.forward_ad as fwAD; x = torch.randn(5, 5, 5, dtype=torch.float64)"
+          ".permute(0, 2, 1); torch.view_copy(x, (25, 5)) works; with fwAD.dual_level(): "
+          "torch.view_copy(fwAD.make_dual(x, torch.randn_like(x)), (25, 5)) -> RuntimeError: view "
+          "size is not compatible with input tensor's size and stride (at least one dimension "
+          "spans across two contiguous subspaces). Use .reshape(...) instead."),
+    *(Known(f"opinfo/{name}@*", "vmap", *_CHANNELS_LAST)
+      for name in ("to", "double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf")),
+)
 
 
 def known_for(ref: str) -> dict[str, str]:
