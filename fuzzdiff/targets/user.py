@@ -86,16 +86,51 @@ def spec_from_annotations(fn) -> str:
     return ", ".join(entries)
 
 
+def module_function(module, spec: str):
+    """``module`` as a function of its inputs, then of its parameters, and the spec of both.
+
+    Every check then differentiates with respect to the weights too
+    (``torch.func.functional_call``). Buffers are copied per call in the
+    inputs' dtype, so running statistics never carry over between examples.
+    """
+    import torch
+
+    dropout = [n for n, m in module.named_modules()
+               if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training and m.p > 0]
+    if dropout:
+        raise ValueError(f"module has dropout in training mode ({', '.join(dropout)}): its outputs are "
+                         "random; call .eval() first")
+    names = [n for n, p in module.named_parameters() if p.requires_grad]
+    n_params = len(names)
+
+    def call(*args):
+        inputs, params = args[:len(args) - n_params], args[len(args) - n_params:]
+        dtype = params[0].dtype if params else inputs[0].dtype
+        buffers = {n: b.to(dtype, copy=True) if b.is_floating_point() else b.clone()
+                   for n, b in module.named_buffers()}
+        return torch.func.functional_call(module, {**buffers, **dict(zip(names, params))}, tuple(inputs))
+
+    params = dict(module.named_parameters())
+    entries = [f"{'p_' + n.replace('.', '_')}: {' '.join(map(str, params[n].shape))}".rstrip() for n in names]
+    return call, ", ".join([spec, *entries])
+
+
 def user_target(fn, spec: str | None = None, *, dtypes=None, domain=None, kwargs=None) -> Target:
     """A Target for the user's own callable, named so that records of it replay."""
+    import torch
+
     if isinstance(fn, Target):
         return fn
     if not callable(fn):
-        raise TypeError(f"expected a callable (function, autograd.Function.apply, custom op), got {fn!r}")
-    spec = spec_from_annotations(fn) if spec is None else spec
+        raise TypeError(f"expected a callable (function, autograd.Function.apply, custom op, module), "
+                        f"got {fn!r}")
+    spec = spec_from_annotations(fn.forward if isinstance(fn, torch.nn.Module) else fn) if spec is None else spec
     ref = reference(fn)
+    call = fn
+    if isinstance(fn, torch.nn.Module):
+        call, spec = module_function(fn, spec)
     options = {} if dtypes is None else {"dtypes": tuple(dtypes)}
-    return Target(ref or getattr(fn, "__qualname__", repr(fn)), fn, spec, family="user",
+    return Target(ref or getattr(fn, "__qualname__", type(fn).__name__), call, spec, family="user",
                   domain=dict(domain or {}), kwargs=dict(kwargs or {}), **options)
 
 

@@ -187,3 +187,26 @@ def test_custom_op_fake_kernel_strides(tmp_path, monkeypatch):
     good = fuzzdiff.check(ops.double_ok, "x: n m", checks=["opcheck", "grad"], max_examples=15, seed=0)
     assert good.ok, good.summary()
     assert fuzzdiff.check(torch.sin, "x: n", checks=["opcheck"], max_examples=1).tallies["opcheck"].only_unsupported
+
+
+def test_a_module_is_fuzzed_in_its_inputs_and_its_parameters():
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh())
+    report = fuzzdiff.check(module, "x: b 3", checks=["grad"], dtypes=[torch.float64],
+                            max_examples=10, seed=0)
+    assert report.target.spec == "x: b 3, p_0_weight: 2 3, p_0_bias: 2"
+    assert report.ok, report.summary()
+
+    class Broken(torch.nn.Module):
+        """w - w.detach() is 0 in value but 1 in derivative: the weight's gradient is 1.5 x, not x."""
+
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            return x * self.w + (x * (self.w - self.w.detach())) * 0.5
+
+    bad = fuzzdiff.check(Broken(), "x: 3", checks=["grad"], dtypes=[torch.float64], max_examples=20, seed=0)
+    assert not bad.ok and bad.failures[0].check == "grad"
+    with pytest.raises(ValueError, match="dropout"):
+        fuzzdiff.check(torch.nn.Dropout(0.5), "x: n", max_examples=1)
