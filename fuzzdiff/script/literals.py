@@ -118,7 +118,9 @@ def storage_literal(flat: torch.Tensor, indent: str = "    ") -> str:
         text = f"{text}.to({dtype})"
     else:
         items = _items(flat)
-        text = f"torch.tensor([\n{_wrap(items, indent + '    ')},\n{indent}], dtype={dtype})"
+        inline = ", ".join(items)
+        text = (f"torch.tensor([{inline}], dtype={dtype})" if len(inline) <= 48 else
+                f"torch.tensor([\n{_wrap(items, indent + '    ')},\n{indent}], dtype={dtype})")
     # The text itself, parsed as the script will parse it (our own text: eval is safe).
     built = eval(text, {"torch": torch, "nan": math.nan, "inf": math.inf})  # noqa: S307
     if not _same_bits(built, flat):  # pragma: no cover - a bug in the formatting above
