@@ -263,15 +263,15 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int,
                  grace: float | None = None, variants: int | None = None,
                  timeout: float | None = None,
                  on_result: Callable[[PairResult], None] | None = None,
-                 on_start: Callable[[int, str, str], None] | None = None) -> Campaign:
+                 on_start: Callable[[int, str | None, str | None], None] | None = None) -> Campaign:
     """Fuzz each pair with ``max_examples`` in ``jobs`` worker processes (default:
     every core); stop starting pairs after ``budget`` seconds.
 
     ``pair_seconds`` bounds one pair's new examples (default: a tenth of the
     budget, at least 10 s; none without a budget); ``grace`` is how long after
     the budget a busy worker may finish shrinking (default: a fifth of the
-    budget, at least 30 s). ``on_start(slot, target, check)`` and
-    ``on_result(result)`` report progress.
+    budget, at least 30 s). ``on_start(slot, target, check)`` (None, None: the
+    worker has nothing left to do) and ``on_result(result)`` report progress.
     """
     from fuzzdiff.journal import recover
 
@@ -308,6 +308,8 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int,
         campaign.results.append(result)
         if on_result:
             on_result(result)
+        if on_start and not todo:
+            on_start(k, None, None)
 
     try:
         for k in range(len(slots)):

@@ -107,7 +107,7 @@ def cmd_run(args) -> int:
     from pathlib import Path
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fuzzdiff.campaign import run_campaign
 
@@ -142,19 +142,25 @@ def cmd_run(args) -> int:
                   f"{jobs} worker(s)" + (f", budget {args.budget:g}s" if args.budget else "")
                   + (f", dtypes {' '.join(_split(args.dtypes))}" if dtypes else "")
                   + (f", device {device}" if device else ""))
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    # one row for the campaign (pairs done of all), one per busy worker (its pair, for how long)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
                   TimeElapsedColumn(), console=console, transient=not console.is_terminal) as bar:
-        task = bar.add_task("pairs", total=len(pairs))
-        workers = [bar.add_task(f"  worker {k}: starting", total=None, visible=False)
+        task = bar.add_task("pairs", total=len(pairs), count=f"0/{len(pairs)}")
+        workers = [bar.add_task("", total=None, visible=False, count="")
                    for k in range(min(jobs, len(pairs)))]
-        found = {"fail": 0}
+        found = {"fail": 0, "done": 0}
 
         def on_start(slot, target, check):
-            bar.update(workers[slot], description=f"  worker {slot}: {check} {target}", visible=True)
+            if target is None:
+                bar.update(workers[slot], visible=False)
+            else:
+                bar.reset(workers[slot], description=f"  worker {slot}: {check} {target}", visible=True)
 
         def on_result(r):
             found["fail"] += r.failed
-            bar.update(task, advance=1, description=f"pairs ({found['fail']} failing)")
+            found["done"] += 1
+            bar.update(task, advance=1, description=f"pairs ({found['fail']} failing)",
+                       count=f"{found['done']}/{len(pairs)}")
             if r.failed:
                 what = r.error or r.failure.verdict.message
                 bar.console.print(f"[red]FAIL[/red] {r.check} {r.target}: {what.splitlines()[0][:200]}")

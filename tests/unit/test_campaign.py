@@ -146,3 +146,17 @@ def test_usage_errors_exit_2(argv, message, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert cli.main(["run", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_dtypes_and_device_become_case_options_and_checks_are_interleaved(zoo):
+    import torch
+
+    from fuzzdiff.campaign import case_options, interleave
+    grad, dtype = get_check("grad"), get_check("dtype")
+    assert case_options(zoo.SIN, grad) == {}
+    assert case_options(zoo.SIN, grad, [torch.float32], "cuda") == {"dtypes": (torch.float32,),
+                                                                     "devices": ("cuda",)}
+    assert case_options(zoo.SIN, dtype, [torch.float64]) is None  # dtype takes low precision only
+    pairs = [(t, c) for c in (grad, dtype) for t in (zoo.SIN, zoo.EXP, zoo.TANH)]
+    assert [(t.name, c.name) for t, c in interleave(pairs)][:3] == [
+        ("cheap_sin", "grad"), ("cheap_sin", "dtype"), ("cheap_exp", "grad")]
