@@ -288,3 +288,37 @@ def test_group_norm_noncontiguous_input_discrepancy_is_real():
     assert verdict.kind == "fail" and "is_contiguous" in verdict.message
     assert run_check(CHECK, get_target("nn_group_norm"), replace(case, params={
         **case.params, "layouts": [None]})).kind == "pass"
+
+
+# -- standalone scripts -----------------------------------------------------------------
+
+def _script_verdict(case: Case):
+    """(exit status, last line) of the per_sample script for ``case``, run in-process."""
+    import contextlib
+    import io
+
+    from fuzzdiff.script import standalone_script
+    source = standalone_script("per_sample", case)
+    assert "fuzzdiff" not in source.split("Found by fuzzdiff", 1)[1]
+    ns = {"__name__": "script_under_test"}
+    exec(compile(source, "<script>", "exec"), ns)  # noqa: S102 - the code under test
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = ns["main"]()
+    return code, out.getvalue().strip().splitlines()[-1]
+
+
+def test_script_prints_ok_for_a_passing_case():
+    code, last = _script_verdict(plain_case("nn_conv1d", {
+        "out_per_group": 1, "groups": 1, "bias": True, "seed": 1,
+        "geometry": {"kernel_size": [2], "stride": 2, "padding": 1, "dilation": 1}}, (2, 3)))
+    assert code == 0 and last.startswith("OK")
+
+
+def test_script_reproduces_the_padding_idx_mismatch():
+    kwargs = {"extra_rows": 1, "embedding_dim": 2, "seed": 0, "padding_idx": 0}
+    case = plain_case("nn_embedding_padding_idx", kwargs, (2,), batch=2)
+    case = replace(case, args=(replace(case.args[0], values=Values(seed=1, low=0, high=1, kind="int"),
+                                       grad="none", dtype="int64"), case.args[1]))
+    code, last = _script_verdict(case)
+    assert code == 1 and last.startswith("MISMATCH") and "embedding.weight" in last
