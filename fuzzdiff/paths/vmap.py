@@ -31,6 +31,9 @@ from fuzzdiff.verdict import Unsupported
 
 __all__ = ["Level", "Plan", "Result", "run", "COMPOSITIONS", "recording_fallbacks"]
 
+# What run() can do; strategies.batching draws these names (a unit test holds them equal).
+COMPOSITIONS = ("vmap", "vmap_vjp", "vjp_vmap", "vmap_jvp", "jvp_vmap", "vmap_vmap", "vmap_grad")
+
 
 @dataclass(frozen=True)
 class Level:
@@ -265,7 +268,7 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
     b = Batch(target, case, cast)
     # A target that writes its inputs gets separate tensors on each side.
     loop = b if target.functional else Batch(target, case, cast)
-    plan, n = b.plan, len(case.args)
+    plan = b.plan
     grad_names = [f"grad of argument {i}" for i in b.diff]
     composition = plan.composition
     outs = {index: loop.f(*loop.args_at(index)) for index in plan.indices}
@@ -333,8 +336,6 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
 
     raise ValueError(f"unknown composition {composition!r}; expected one of {COMPOSITIONS}")
 
-
-COMPOSITIONS = ("vmap", "vmap_vjp", "vjp_vmap", "vmap_jvp", "jvp_vmap", "vmap_vmap", "vmap_grad")
 
 _SHOWN: dict = {}
 _FALLBACK = re.compile(r"batching rule for (\S+?)\.? Please")

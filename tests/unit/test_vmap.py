@@ -277,3 +277,7 @@ def test_outputs_whose_shape_depends_on_the_values_are_unsupported():
     target = Target("unit_positive", lambda x: x[x > 0], "x: n")
     verdict = run_check(CHECK, target, _case(shape=(6,), batch=4))
     assert verdict.kind == "unsupported" and "differ in shape" in verdict.message
+
+
+def test_the_path_runs_every_composition_the_strategies_draw():
+    assert set(path.COMPOSITIONS) == set(COMPOSITIONS)
