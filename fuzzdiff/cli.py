@@ -273,20 +273,23 @@ def _corpus_root(args):
 
 def cmd_repro(args) -> int:
     from fuzzdiff.corpus import find_record
-    from fuzzdiff.repro import describe, load
-    from fuzzdiff.runner import run_check
+    from fuzzdiff.repro import describe, load, replay
 
     record, target = load(find_record(_corpus_root(args), args.record))
     if args.script:
-        from fuzzdiff.script import standalone_script
-        print(standalone_script(record.check, record.case, record.verdict), end="")
+        from fuzzdiff.script import ScriptError, standalone_script
+        try:
+            print(standalone_script(record.check, record.case, record.verdict, target=target,
+                                    found_with=record.found_with), end="")
+        except ScriptError as e:
+            raise UsageError(f"{record.path}: {e}") from None
         return 0
     print(f"record:   {record.path}")
     print(f"check:    {record.check} of {record.target} ({record.case.dtype}, {record.case.device})")
     for line in describe(record.case):
         print(f"          {line}")
     print(f"recorded: {record.verdict}")
-    verdict = run_check(record.check, target, record.case)
+    verdict = replay(record)
     print(f"replayed: {verdict}")
     same = verdict.kind == record.verdict.kind
     print("reproduced" if same else f"did not reproduce: recorded {record.verdict.kind}, "

@@ -38,9 +38,50 @@ def load(record: Record | Path | str) -> tuple[Record, Target]:
 
 
 def replay(record: Record | Path | str) -> Verdict:
-    """The check's verdict at the record's exact inputs, today."""
+    """The check's verdict at the record's exact inputs, today.
+
+    A ``crash`` record replays in a child process (in this one it would kill
+    the replayer); a ``timeout`` record replays under the per-example timeout.
+    """
     record, target = load(record)
+    if record.verdict.kind == "crash" and record.path is not None:
+        return _replay_isolated(record)
+    if record.verdict.kind == "timeout":
+        from fuzzdiff.timeout import ExampleTimeout, limited
+        seconds = float(record.verdict.errors.get("timeout") or 0) or None
+        try:
+            with limited(seconds):
+                return run_check(record.check, target, record.case)
+        except ExampleTimeout as stop:
+            return Verdict("timeout", str(stop))
     return run_check(record.check, target, record.case)
+
+
+_CHILD = """
+import sys
+from fuzzdiff.repro import load
+from fuzzdiff.runner import run_check
+record, target = load(sys.argv[1])
+print(run_check(record.check, target, record.case).kind)
+"""
+
+
+def _replay_isolated(record: Record) -> Verdict:
+    import signal
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(record.path)], capture_output=True,
+                          text=True, cwd=os.getcwd())
+    if done.returncode < 0:
+        name = signal.Signals(-done.returncode).name
+        return Verdict("crash", f"the replay died by {name}", {"signal": name})
+    if done.returncode != 0:
+        return Verdict("crash", f"the replay exited with status {done.returncode}: "
+                       f"{done.stderr.strip().splitlines()[-1:] or ''}", {"status": done.returncode})
+    kind = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "pass"
+    return Verdict(kind if kind in ("pass", "fail", "unsupported", "inconclusive") else "pass",
+                   f"the replay in a child process did not crash (verdict {kind})")
 
 
 def describe(case: Case) -> list[str]:

@@ -25,6 +25,7 @@ from fuzzdiff.checks import get_check
 from fuzzdiff.corpus import read_record
 from fuzzdiff.fuzzing import fuzz
 from fuzzdiff.journal import INFLIGHT, Journal, case_json, recover
+from fuzzdiff.repro import replay
 from fuzzdiff.runner import case_strategy
 from fuzzdiff.targets import get_target
 
@@ -44,7 +45,7 @@ ABORTING = textwrap.dedent('''
             os.abort()
         return x.sin()
 
-    TARGET = Target("aborting", fn, "x: n", max_side=4)
+    TARGET = Target("aborting", fn, "x: n", max_side=4, origin="aborting:TARGET")
 ''')
 
 
@@ -104,6 +105,21 @@ def test_an_aborting_case_becomes_one_crash_record_that_aborts_on_replay(abortin
         print(run_check(record.check, TARGET, record.case))
     ''')
     assert replay.returncode == -signal.SIGABRT, (replay.returncode, replay.stdout, replay.stderr[-2000:])
+
+
+def test_replaying_a_crash_record_runs_it_in_a_child_process(aborting, monkeypatch):
+    corpus = aborting / "corpus"
+    _python(aborting, f'''
+        from hypothesis import settings
+        from fuzzdiff.fuzzing import fuzz
+        from aborting import TARGET
+        fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=8, timeout=0,
+             settings=settings(max_examples=200, derandomize=True, database=None, deadline=None))
+    ''')
+    path, = recover(corpus)
+    monkeypatch.chdir(aborting)  # where the target's module is importable
+    verdict = replay(path)  # in this process it would abort the test run
+    assert verdict.kind == "crash" and "SIGABRT" in verdict.message
 
 
 def test_the_next_fuzz_run_recovers_and_a_live_or_idle_entry_makes_no_record(tmp_path):
