@@ -80,7 +80,7 @@ def _run_device(name: str | None) -> str | None:
 
 RUN_COLUMNS = (("examples", "examples"), ("passed", "pass"), ("failed", "fail"),
                ("unsupported", "unsupported"), ("inconclusive", "inconclusive"),
-               ("crashed", "crashed"), ("new records", "new records"))
+               ("crashed", "crashed"), ("known", "known"), ("new records", "new records"))
 
 
 def _run_table(campaign):
@@ -161,9 +161,10 @@ def cmd_run(args) -> int:
             found["done"] += 1
             bar.update(task, advance=1, description=f"pairs ({found['fail']} failing)",
                        count=f"{found['done']}/{len(pairs)}")
-            if r.failed:
-                what = r.error or r.failure.verdict.message
-                bar.console.print(f"[red]FAIL[/red] {r.check} {r.target}: {what.splitlines()[0][:200]}")
+            if r.failed or r.known:
+                what = ("known discrepancy: " if r.known else "") + (r.error or r.failure.verdict.message)
+                bar.console.print(f"{'[yellow]KNOWN[/yellow]' if r.known else '[red]FAIL[/red]'} "
+                                  f"{r.check} {r.target}: {what.splitlines()[0][:200]}")
 
         campaign = run_campaign(pairs, max_examples=args.max_examples, budget=args.budget,
                                 seed=args.seed, corpus=args.corpus, jobs=jobs, dtypes=dtypes,
@@ -177,6 +178,10 @@ def cmd_run(args) -> int:
         console.print(f"{cut} pairs stopped by their time limit before all their examples ran")
     for path in campaign.recovered:
         console.print(f"[red]crash record[/red] of a worker that died: {path}")
+    for r in campaign.results:
+        if r.known:
+            print(f"\nknown discrepancy, {r.check} {r.target}: {r.failure.verdict.message.splitlines()[0][:300]}"
+                  + (f"\n  record: {r.failure.record_path}" if r.failure.record_path else ""))
     for r in campaign.failures:
         print(f"\n{r.check} {r.target}: {r.error or r.failure.verdict.message}")
         if r.failure is not None:

@@ -31,6 +31,7 @@ def pair_rows(campaign) -> list[dict]:
         message = r.error or (r.failure.verdict.message if r.failure is not None else "")
         rows.append({"target": r.target, "check": r.check, "examples": r.tally.examples,
                      "counts": counts, "failed": r.failed, "crashed": r.crashed, "cut": r.cut,
+                     "known": r.known,
                      "new_records": r.new_records, "seconds": round(r.seconds, 3),
                      "message": message.splitlines()[0][:300] if message else ""})
     return rows
@@ -49,8 +50,8 @@ def merge_results(*results: Mapping) -> dict:
             m["counts"] = dict(Counter(m["counts"]) + Counter(row["counts"]))
             for k in ("examples", "new_records", "seconds"):
                 m[k] += row[k]
-            for k in ("failed", "crashed", "cut"):
-                m[k] = m[k] or row[k]
+            for k in ("failed", "crashed", "cut", "known"):
+                m[k] = m.get(k, False) or row.get(k, False)
             m["message"] = m["message"] or row["message"]
     return {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "meta": {"merged": [res.get("meta", {}) for res in results]}, "pairs": list(pairs.values())}
@@ -104,7 +105,10 @@ class _Grid:
 
 
 def failures(cell: Mapping) -> int:
-    """Failing verdicts of a pair, a worker crash counting as one."""
+    """Failing verdicts of a pair, a worker crash counting as one; none for a
+    pair whose failure is its target's known discrepancy."""
+    if not cell["failed"]:
+        return 0
     c = cell["counts"]
     n = c.get("fail", 0) + c.get("timeout", 0) + c.get("crash", 0) + int(cell["crashed"])
     return n or int(cell["failed"])
@@ -116,6 +120,8 @@ def _tooltip(cell: Mapping) -> str:
              ", ".join(f"{k} {c.get(k, 0)}" for k in VERDICTS if c.get(k, 0) or k in VERDICTS[:4])]
     if cell["crashed"]:
         parts.append("the worker died")
+    if cell.get("known"):
+        parts.append("known discrepancy (Target.known)")
     if cell["cut"]:
         parts.append("stopped by its time limit")
     if cell["new_records"]:
@@ -145,13 +151,15 @@ def _html(grid: _Grid, title: str, meta: Mapping) -> str:
             level = grid.level(cell["examples"])
             fg = "#fff" if level > 0.6 else "#000"
             bad = failures(cell)
-            cls = "fail" if bad else ("cut" if cell["cut"] else "")
-            text = f'{cell["examples"]}' + (f'<b>&#x2716;{bad}</b>' if bad else "")
+            known = not bad and cell.get("known")
+            cls = "fail" if bad else "known" if known else "cut" if cell["cut"] else ""
+            text = f'{cell["examples"]}' + (f'<b>&#x2716;{bad}</b>' if bad else "<i>k</i>" if known else "")
             cells.append(f'<td class="{cls}" style="background:{_colour(level)};color:{fg}" '
                          f'title="{e(_tooltip(cell))}">{text}</td>')
         rows.append(f"<tr><th class=t>{e(t)}</th>{''.join(cells)}</tr>")
     info = ", ".join(f"{e(str(k))}: {e(str(v))}" for k, v in meta.items())
     nfail = sum(1 for cell in grid.cells.values() if failures(cell))
+    nknown = sum(1 for cell in grid.cells.values() if not failures(cell) and cell.get("known"))
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{e(title)}</title>
 <style>
@@ -162,6 +170,8 @@ td.none {{ background: #eee; color: #999; }}
 td.fail {{ border: 2px solid #d00; }}
 td.fail b {{ color: #d00; background: #fff; padding: 0 2px; margin-left: 3px; border-radius: 3px; }}
 td.cut {{ border: 2px dashed #999; }}
+td.known {{ border: 2px dashed #e08000; }}
+td.known i {{ color: #e08000; background: #fff; padding: 0 2px; margin-left: 3px; font-style: normal; }}
 th.t {{ text-align: right; font-weight: normal; padding-right: .5em; white-space: nowrap; }}
 th.c {{ height: 7em; vertical-align: bottom; }}
 th.c div {{ writing-mode: vertical-rl; transform: rotate(180deg); }}
@@ -170,10 +180,11 @@ th.c div {{ writing-mode: vertical-rl; transform: rotate(180deg); }}
 <h1>{e(title)}</h1>
 <p>{info}</p>
 <p>{len(grid.targets)} targets x {len(grid.checks)} checks, {len(grid.cells)} pairs run,
-{nfail} with failures. Colour: examples run (log scale, darkest {grid.top}).
+{nfail} with failures, {nknown} with a known discrepancy. Colour: examples run (log scale, darkest {grid.top}).
 Hover a cell for its verdict counts.</p>
 <p class=legend><span style="background:{_colour(0.1)}">few examples</span><span
  style="background:{_colour(1.0)};color:#fff">many</span><span style="border:2px solid #d00">&#x2716; failures</span><span
+ style="border:2px dashed #e08000">k known discrepancy</span><span
  style="border:2px dashed #999">cut by its time limit</span><span style="background:#eee">not run</span></p>
 <table><tr><th></th>{head}</tr>
 {chr(10).join(rows)}
@@ -205,6 +216,9 @@ def _png(grid: _Grid, title: str, path: Path) -> None:
             if cell is None:
                 continue
             bad = failures(cell)
+            if not bad and cell.get("known"):
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#e08000",
+                                       linewidth=1.5, linestyle="--"))
             if not bad and nt * nc <= 400:
                 ax.text(j, i, str(cell["examples"]), ha="center", va="center", fontsize=6,
                         color="white" if levels[i, j] > 0.6 * math.log10(1 + grid.top) else "black")
@@ -219,6 +233,7 @@ def _png(grid: _Grid, title: str, path: Path) -> None:
     plt.setp(ax.get_xticklabels(), rotation=60, ha="left", rotation_mode="anchor")
     bar = fig.colorbar(image, ax=ax, shrink=min(1.0, 20 / nt), pad=0.02, aspect=30)
     bar.set_label("log10(1 + examples)", fontsize=8)
-    fig.suptitle(f"{title}: examples per (target, check); red box: failures (count)", fontsize=9)
+    fig.suptitle(f"{title}: examples per (target, check); red box: failures (count); "
+                 "orange dashes: known discrepancy", fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -44,13 +44,14 @@ ZOO = textwrap.dedent('''
             os.abort()
         return x.sin()
 
-    def _t(name, fn, attr):
-        return Target(name, fn, "x: n", origin=f"fd_campaign_zoo:{attr}", max_side=3)
+    def _t(name, fn, attr, **kw):
+        return Target(name, fn, "x: n", origin=f"fd_campaign_zoo:{attr}", max_side=3, **kw)
 
     SIN = _t("cheap_sin", torch.sin, "SIN")
     EXP = _t("cheap_exp", torch.exp, "EXP")
     TANH = _t("cheap_tanh", torch.tanh, "TANH")
     BAD = _t("planted_square", BadSquare.apply, "BAD")
+    KNOWN = _t("known_square", BadSquare.apply, "KNOWN", known={"grad": "planted, and known"})
     ABORT = _t("aborting", aborting, "ABORT")
     SLOW = _t("slow", slow, "SLOW")
 ''')
@@ -73,8 +74,8 @@ def _row(out: str, check: str) -> list[int]:
 
 def test_a_campaign_reports_counts_failures_and_a_crash_and_goes_on(zoo, tmp_path, monkeypatch, capsys):
     grad, layout = get_check("grad"), get_check("layout")
-    pairs = [(zoo.ABORT, grad), (zoo.BAD, grad), (zoo.SIN, grad), (zoo.EXP, grad), (zoo.TANH, grad),
-             (zoo.SIN, layout), (zoo.EXP, layout)]
+    pairs = [(zoo.ABORT, grad), (zoo.BAD, grad), (zoo.KNOWN, grad), (zoo.SIN, grad), (zoo.EXP, grad),
+             (zoo.TANH, grad), (zoo.SIN, layout), (zoo.EXP, layout)]
     monkeypatch.setattr(cli, "_select_pairs", lambda args: pairs)
     monkeypatch.setenv("FUZZDIFF_VARIANTS", "2")
     corpus, report = tmp_path / "corpus", tmp_path / "report"
@@ -84,11 +85,13 @@ def test_a_campaign_reports_counts_failures_and_a_crash_and_goes_on(zoo, tmp_pat
     assert rc == 1
 
     pairs_run = {(p["target"], p["check"]): p for p in json.loads((report / "results.json").read_text())["pairs"]}
-    assert len(pairs_run) == 7  # the crash did not stop the others
+    assert len(pairs_run) == 8  # the crash did not stop the others
     crash = pairs_run[("aborting", "grad")]
     assert crash["crashed"] and crash["new_records"] == 1 and "SIGABRT" in crash["message"]
     bad = pairs_run[("planted_square", "grad")]
     assert bad["failed"] and bad["counts"]["fail"] >= 1 and bad["new_records"] == 1
+    known = pairs_run[("known_square", "grad")]
+    assert known["known"] and not known["failed"] and known["counts"]["fail"] >= 1
     for key in [("cheap_sin", "grad"), ("cheap_exp", "grad"), ("cheap_tanh", "grad"),
                 ("cheap_sin", "layout"), ("cheap_exp", "layout")]:
         p = pairs_run[key]
@@ -96,18 +99,19 @@ def test_a_campaign_reports_counts_failures_and_a_crash_and_goes_on(zoo, tmp_pat
 
     records = [json.loads(p.read_text()) for p in corpus.glob("grad/*/*.json")]
     assert sorted((r["target"], r["verdict"]["kind"]) for r in records) == [
-        ("fd_campaign_zoo:ABORT", "crash"), ("fd_campaign_zoo:BAD", "fail")]
+        ("fd_campaign_zoo:ABORT", "crash"), ("fd_campaign_zoo:BAD", "fail"), ("fd_campaign_zoo:KNOWN", "fail")]
     assert not list((corpus / ".inflight").glob("*.json"))
 
-    # the table: check, targets, examples, passed, failed, unsupported, inconclusive, crashed, new records
+    # the table: check, targets, examples, passed, failed, unsupported, inconclusive, crashed,
+    # known, new records
     grads = [p for (t, c), p in pairs_run.items() if c == "grad"]
     count = lambda k: sum(p["counts"].get(k, 0) for p in grads)  # noqa: E731
-    assert _row(out, "grad") == [5, sum(p["examples"] for p in grads), count("pass"), count("fail"),
-                                 0, 0, 1, 2]
+    assert _row(out, "grad") == [6, sum(p["examples"] for p in grads), count("pass"), count("fail"),
+                                 0, 0, 1, 1, 3]
     layouts = [p for (t, c), p in pairs_run.items() if c == "layout"]
     assert _row(out, "layout") == [2, sum(p["examples"] for p in layouts),
-                                   sum(p["examples"] for p in layouts), 0, 0, 0, 0, 0]
-    assert "new crash record" in out and "new record" in out
+                                   sum(p["examples"] for p in layouts), 0, 0, 0, 0, 0, 0]
+    assert "new crash record" in out and "new record" in out and "known discrepancy, grad known_square" in out
     assert (report / "heatmap.png").exists() and "planted_square" in (report / "heatmap.html").read_text()
 
 
