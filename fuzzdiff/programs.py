@@ -193,3 +193,12 @@ class Program:
 def run_program(*inputs: torch.Tensor, program: Mapping) -> tuple[torch.Tensor, ...]:
     """A program target's function: ``program`` is the JSON form (a case kwarg)."""
     return Program.from_json(program)(*inputs)
+
+
+def _bind(program: Mapping) -> Program:
+    return Program.from_json(program)
+
+
+# fuzzdiff.paths.compiled compiles ``run_program.bind(**kwargs)``: the program's
+# statements, not the parsing and validation of its JSON.
+run_program.bind = _bind

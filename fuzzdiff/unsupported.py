@@ -38,6 +38,12 @@ UNSUPPORTED_PATTERNS = tuple(re.compile(p, re.I) for p in (
     r"Cannot access (storage|data pointer) of (BatchedTensorImpl|TensorWrapper|Tensor that doesn't have storage)",
     r"vmap: We do not (yet )?support calling random operations",
     r"don't yet support saved tensor hooks",
+    # compile: what dynamo or AOTAutograd cannot trace (graph breaks fall back to eager silently)
+    r"torch\._dynamo\.exc\.(Unsupported|UserError)",
+    r"^Unsupported: ",
+    r"GuardOnDataDependentSymNode|DataDependentOutputException|DynamicOutputShapeException",
+    r"Could not guard on data-dependent expression",
+    r"Please convert all Tensors to FakeTensors first",  # aot_function: a closed-over tensor
     # ExpandedWeights (per_sample): its own errors for what it does not support
     # (torch/nn/utils/_expanded_weights: an op without a per-sample rule,
     # unbatched inputs, a layer norm over the batch dim, mixed frozen parameters)

@@ -72,6 +72,12 @@ _AOT_TRACES = [0]
 
 
 def _call(fn, kwargs):
+    """``fn`` at ``kwargs``; a target function with a ``bind`` attribute (a
+    program) is bound to them first, so that only its statements are traced."""
+    bind = getattr(fn, "bind", None)
+    if bind is not None:
+        fn, kwargs = bind(**kwargs), {}
+
     def call(*args):
         return fn(*args, **kwargs)
     return call
@@ -185,11 +191,13 @@ def _storage_id(t: torch.Tensor) -> int:
 
 
 def output_meta(o: torch.Tensor, args: list[torch.Tensor]) -> tuple:
-    """(requires_grad, is_leaf, dtype, shape, aliased inputs, strides and offset
-    if it aliases an input). Strides of an output that is a fresh tensor are
-    the compiler's choice; a view's are part of its meaning."""
-    aliases = tuple(i for i, a in enumerate(args) if _storage_id(a) == _storage_id(o))
-    where = (o.stride(), o.storage_offset()) if aliases else None
+    """(requires_grad, is_leaf, dtype, shape, the inputs it is a view of, its
+    strides along dims of size > 1 and storage offset if it is a view of one).
+    Strides of a fresh tensor are the compiler's choice; a view's are part of
+    its meaning, except where no element can observe them (an empty tensor,
+    a dim of size 1)."""
+    aliases = tuple(i for i, a in enumerate(args) if _storage_id(a) == _storage_id(o)) if o.numel() else ()
+    where = (tuple(s for s, n in zip(o.stride(), o.shape) if n > 1), o.storage_offset()) if aliases else None
     return (o.requires_grad, o.is_leaf, o.dtype, tuple(o.shape), aliases, where)
 
 

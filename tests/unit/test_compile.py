@@ -1,0 +1,165 @@
+"""The compile check: every backend runs and agrees with eager on correct code,
+and a broken compiled path (perturbed outputs, a dropped input mutation, a
+lost view, a wrong stride) is caught."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import HealthCheck, find, settings
+from torch.utils._pytree import tree_map
+
+from fuzzdiff.case import Case
+from fuzzdiff.checks import get_check
+from fuzzdiff.paths import compiled as path
+from fuzzdiff.programs import Program
+from fuzzdiff.runner import case_strategy, run_check
+from fuzzdiff.targets import get_target
+from strategies.programs import programs
+
+CHECK = get_check("compile")
+FIND = settings(max_examples=500, database=None, derandomize=True,
+                suppress_health_check=list(HealthCheck))
+
+
+def a_case(target: str, condition=lambda c: True, backend: str = "aot_eager") -> Case:
+    case = find(case_strategy(CHECK, get_target(target)), condition, settings=FIND)
+    return replace(case, params={**case.params, "backend": backend})
+
+
+def with_program(case: Case, body) -> Case:
+    return replace(case, kwargs={"program": Program(len(case.args), tuple(body)).to_json()})
+
+
+WRITE_THROUGH_VIEW = [  # v0 = a[:, 1::2]; v0.mul_(2.0); v2 = torch.sin(a)
+    {"op": "slice", "x": 0, "dim": 1, "start": 1, "stop": None, "step": 2},
+    {"op": "mul_", "x": 1, "other": None, "scalar": 2.0},
+    {"op": "call", "fn": "sin", "x": 0, "other": None},
+]
+
+
+def program_case(backend: str) -> Case:
+    case = a_case("program_inplace", lambda c: all(n >= 2 for n in c.args[0].shape), backend)
+    return with_program(case, WRITE_THROUGH_VIEW)
+
+
+# -- correct backends pass ----------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", [b for b in path.BACKENDS if b != "inductor"])
+@pytest.mark.parametrize("target", ["sin", "mul", "program", "program_inplace2"])
+def test_backends_agree_with_eager(backend, target):
+    case = a_case(target, backend=backend)
+    assert run_check(CHECK, target, case).kind == "pass"
+
+
+@pytest.mark.parametrize("backend", path.BACKENDS)
+def test_a_write_through_a_view_passes_every_backend(backend):
+    verdict = run_check(CHECK, "program_inplace", program_case(backend))
+    assert verdict.kind == "pass", verdict
+
+
+def test_compiled_callables_are_reused():
+    case = a_case("sin", lambda c: c.args[0].shape == (3,), backend="aot_eager")
+    run_check(CHECK, "sin", case)
+    before = path.compiles()
+    for k in range(1, 6):  # other values, one structure: no recompile
+        assert run_check(CHECK, "sin", case.reseeded(k)).kind == "pass"
+    assert path.compiles() == before
+
+
+def test_aliasing_is_drawn_for_targets_that_write_their_inputs():
+    strategy = case_strategy(CHECK, get_target("program_inplace2"))
+    for kind in ("same", "view"):
+        case = find(strategy, lambda c: any(
+            a and a["alias"] and a["alias"]["kind"] == kind for a in c.params.get("aliases") or ()),
+            settings=FIND)
+        args = path.aliased_case(case).args
+        assert args[1].alias is not None and args[1].alias.kind == kind
+
+
+def test_backend_is_drawn_and_replays_from_json():
+    strategy = case_strategy(CHECK, get_target("sin"))
+    for backend in path.BACKENDS:
+        case = find(strategy, lambda c: c.params["backend"] == backend, settings=FIND)
+        assert Case.from_json(case.to_json()).params["backend"] == backend
+
+
+# -- broken compiled paths are caught ---------------------------------------------------
+
+def broken(monkeypatch, wrap):
+    """Make the "aot_eager" backend ``wrap(call)`` (the target at its kwargs) instead."""
+    monkeypatch.setattr(path, "_CACHE", {})
+    real = path._build
+    monkeypatch.setattr(path, "_build", lambda call, backend: wrap(call) if backend == "aot_eager"
+                        else real(call, backend))
+
+
+def test_perturbed_outputs_are_caught(monkeypatch):
+    broken(monkeypatch, lambda call: lambda *a: tuple(o * (1 + 1e-6) for o in call(*a)))
+    verdict = run_check(CHECK, "program", a_case("program", lambda c: c.args[0].shape[0] >= 2))
+    assert verdict.kind == "fail" and "output" in verdict.message, verdict
+
+
+def test_a_dropped_input_mutation_is_caught(monkeypatch):
+    def drop(call):  # runs on copies: the writes into the inputs are lost
+        return lambda *a: call(*(t.clone() for t in a))
+    broken(monkeypatch, drop)
+    verdict = run_check(CHECK, "program_inplace", program_case("aot_eager"))
+    assert verdict.kind == "fail", verdict
+
+
+def test_a_lost_view_is_caught(monkeypatch):
+    # the values are right, but the output no longer shares its input's memory
+    broken(monkeypatch, lambda call: lambda *a: tuple(o.clone() for o in call(*a)))
+    verdict = run_check(CHECK, "program_inplace", program_case("aot_eager"))
+    assert verdict.kind == "fail" and "views of inputs" in verdict.message, verdict
+
+
+def test_a_fresh_outputs_strides_are_not_compared(monkeypatch):
+    # inductor may lay out a result that is no view as it likes
+    broken(monkeypatch, lambda call: lambda *a: tuple(
+        o if o._base is not None else o.t().contiguous().t() for o in call(*a)))
+    case = with_program(a_case("program", lambda c: min(c.args[0].shape) >= 2),
+                        [{"op": "call", "fn": "add", "x": 0, "other": 1},
+                         {"op": "call", "fn": "sin", "x": 2, "other": None},
+                         {"op": "call", "fn": "mul", "x": 3, "other": 0}])
+    assert run_check(CHECK, "program", case).kind == "pass"
+
+
+def test_float32_rounding_is_not_a_failure(monkeypatch):
+    # a float32 result as far from eager as float32 rounding takes it: never a failure
+    broken(monkeypatch, lambda call: lambda *a: tree_map(
+        lambda o: o + o.detach().abs() * 3e-4 * torch.finfo(torch.float32).eps, call(*a)))
+    case = a_case("sin", lambda c: c.dtype == "float32" and c.args[0].shape == (4,))
+    assert run_check(CHECK, "sin", case).kind in ("pass", "inconclusive")
+
+
+def test_eager_errors_are_not_failures():
+    # x.copy_(x.t()): eager refuses a partially overlapping write
+    case = with_program(a_case("program_inplace", lambda c: c.args[0].shape == (2, 2)), [
+        {"op": "transpose", "x": 0, "dim0": 0, "dim1": 1},
+        {"op": "copy_", "x": 0, "other": 1},
+        {"op": "call", "fn": "sin", "x": 0, "other": None}])
+    verdict = run_check(CHECK, "program_inplace", case)
+    assert verdict.kind == "unsupported" and "eager raises" in verdict.message
+
+
+def test_dynamo_unsupported_is_unsupported(monkeypatch):
+    import torch._dynamo.exc
+
+    def refuse(call):
+        def f(*a):
+            raise torch._dynamo.exc.Unsupported("graph break in a test")
+        return f
+    broken(monkeypatch, refuse)
+    assert run_check(CHECK, "sin", a_case("sin")).kind == "unsupported"
+
+
+def test_program_strategy_fits_the_targets():
+    # the catalog's program targets draw programs for their drawn shapes
+    case = a_case("program_inplace3", lambda c: len(c.kwargs["program"]["body"]) >= 3)
+    p = Program.from_json(case.kwargs["program"])
+    assert p.inputs == 3
+    assert find(programs([a.shape for a in case.args]), lambda p: True, settings=FIND).inputs == 3
