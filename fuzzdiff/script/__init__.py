@@ -27,6 +27,7 @@ from fuzzdiff.case import Case
 from fuzzdiff.confirm import EPS
 from fuzzdiff.script import vmap as _vmap  # noqa: F401  (registers the vmap fragment)
 from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
+from fuzzdiff.script import compile as _compile  # noqa: F401  (registers its fragment)
 from fuzzdiff.script.fragments import FRAGMENTS, Fragment, register
 from fuzzdiff.script.helpers import HELPERS, helper_source
 from fuzzdiff.script.inputs import InputsCode, inputs_code

@@ -1,0 +1,121 @@
+"""The compile check's script fragment: the target compiled by the case's backend vs eager.
+
+The script rebuilds the inputs as the check ran them (with the aliasing the
+check drew for a target that writes its inputs), embeds the cotangents, and
+runs the target eagerly and compiled, each on its own fresh inputs; it
+prints the output metadata both ways and every compared tensor's error, as
+``fuzzdiff.paths.compiled.run`` computes them. A program target is printed
+as the plain torch function it is.
+"""
+
+from __future__ import annotations
+
+from fuzzdiff.script.fragments import Fragment, _lines, register
+from fuzzdiff.script.literals import dtype_name, tensor_literal
+
+__all__ = ["compile_fragment"]
+
+MACHINERY = '''
+def compiled(fn):
+    """fn compiled by BACKEND, as the compile check does."""
+    if BACKEND in ("aot_eager", "inductor"):
+        return torch.compile(fn, backend=BACKEND, dynamic=True)
+    from functorch.compile import aot_function, default_partition, min_cut_rematerialization_partition, nop
+    partition = min_cut_rematerialization_partition if BACKEND == "aot_function_min_cut" else default_partition
+    return aot_function(fn, fw_compiler=nop, bw_compiler=nop, partition_fn=partition)
+
+
+def copy(leaf):
+    """A non-leaf tensor with the leaf's values, strides, offset and storage, whose
+    gradient flows to the leaf: a target may write it in place."""
+    with torch.no_grad():
+        buf = leaf.new_empty(0).set_(leaf.detach().untyped_storage().clone())
+    out = buf.as_strided(leaf.shape, leaf.stride(), leaf.storage_offset())
+    return out.copy_(leaf) if leaf.requires_grad else out
+
+
+def metadata(o, args):
+    """requires_grad, is_leaf, dtype, shape, the inputs o is a view of, and then its
+    strides (dims of size > 1) and storage offset."""
+    ids = [a.untyped_storage()._cdata for a in args]
+    views = tuple(i for i, s in enumerate(ids) if s == o.untyped_storage()._cdata) if o.numel() else ()
+    where = (tuple(s for s, n in zip(o.stride(), o.shape) if n > 1), o.storage_offset()) if views else None
+    return (o.requires_grad, o.is_leaf, o.dtype, tuple(o.shape), views, where)
+
+
+def storages(args):
+    """Every distinct storage the arguments live in, whole, after the call."""
+    seen, out = set(), []
+    for a in args:
+        if a.untyped_storage()._cdata not in seen:
+            seen.add(a.untyped_storage()._cdata)
+            out.append(a.new_empty(0).set_(a.detach().untyped_storage()).detach().clone())
+    return out
+
+
+def run(fn):
+    """(names, tensors compared by value, output metadata, argument metadata after the call)."""
+    leaves = make_leaves()
+    args = make_args([copy(l) for l in leaves] if WRITES_INPUTS else leaves)
+    with torch.set_grad_enabled(GRAD):
+        outs = outputs(fn(*args))
+        meta = [metadata(o, args) for o in outs]
+        arg_meta = [(tuple(a.shape), a.stride(), a.storage_offset(), a.requires_grad) for a in args]
+        written = list(args) if WRITES_INPUTS else []
+        tensors = [*outs, *args, *storages(args)]
+        names = ([f"output {k}" for k in range(len(outs))] + [f"{n} after the call" for n in ARG_NAMES]
+                 + [f"storage {k} after the call" for k in range(len(tensors) - len(outs) - len(args))])
+        if GRAD and leaves:
+            tensors += vjp([*outs, *written], leaves, COTANGENTS)
+            names += [f"grad of {n}" for n in LEAF_NAMES]
+    return names, [t.detach() for t in tensors], meta, arg_meta
+'''.strip("\n")
+
+
+def _data(ctx) -> tuple[str, bool]:
+    """(the inputs as the check ran them, constants and cotangents; whether it ran with grad)."""
+    from fuzzdiff.paths import compiled as path
+    from fuzzdiff.script.inputs import inputs_code
+
+    case, target = ctx.case, ctx.target
+    aliased = path.aliased_case(case)
+    inputs = inputs_code(aliased, aliased.storages(), ctx.names)
+    eager = path.run(target, case, None)
+    grad = eager.grad_error is None
+    written = [] if target.functional else eager.inputs
+    from fuzzdiff.directions import probes_like
+    cotangents = probes_like(case.params, "cotangent", [*eager.outputs, *written])
+    blocks = [f"DTYPE = {dtype_name(case.torch_dtype)}", inputs.storages, inputs.functions,
+              f"ARG_NAMES = {ctx.names!r}\nLEAF_NAMES = {inputs.leaf_names!r}",
+              f"BACKEND = {case.params['backend']!r}",
+              f"WRITES_INPUTS = {not target.functional!r}  # the target writes its inputs: "
+              "both sides get non-leaf copies" if not target.functional else
+              "WRITES_INPUTS = False  # a functional target: the leaves are passed as they are",
+              f"GRAD = {grad!r}" + ("" if grad else "  # eager's backward raises here "
+                                     "(a saved tensor written in place): both run under no_grad"),
+              "# Cotangents: one per output, then one per argument after the call when it is written",
+              "COTANGENTS = [\n" + "".join(f"    {tensor_literal(t, indent='    ')},\n"
+                                           for t in cotangents) + "]",
+              MACHINERY]
+    return "\n\n\n".join(blocks), grad
+
+
+@register("compile")
+def compile_fragment(ctx) -> Fragment:
+    backend = ctx.case.params["backend"]
+    extra, _ = _data(ctx)
+    return Fragment(
+        f"{backend} vs eager: outputs, output metadata, inputs after the call and gradients",
+        _lines("names, want, want_meta, want_args = run(call)",
+               "_, got, got_meta, got_args = run(compiled(call))",
+               "print(\"output metadata, eager:   \", want_meta)",
+               "print(\"output metadata, compiled:\", got_meta)",
+               "results = [(want_meta == got_meta, \"output metadata (views of inputs, their strides, \"",
+               "            \"requires_grad, is_leaf, dtype, shape)\"),",
+               "           (want_args == got_args, \"argument metadata after the call\")]",
+               "if len(got) != len(want):",
+               "    results.append((False, f\"{len(got)} results, eager has {len(want)}\"))",
+               "else:",
+               "    results.append(compare(names, got, want))",
+               "return finish(results)"),
+        ("outputs", "vjp", "compare", "finish"), (), extra=extra, inputs=False)
