@@ -7,7 +7,9 @@ with the rotation printed in its test id::
 
     FUZZDIFF_ROTATION=20261122 CI=true pytest tests/fuzz/test_opinfo.py
 
-The ``nightly`` profile runs every OpInfo target. Ids read
+``compile`` runs on ``COMPILED_PER_RUN`` of those targets (a dynamo
+compilation per drawn structure). The ``nightly`` profile runs every OpInfo
+target with every check. Ids read
 ``test_opinfo[grad-opinfo/add@0-rot20261122]``. A check that does not apply
 (the OpInfo's own flags and skips) is skipped with its reason; a known torch
 discrepancy (fuzzdiff.targets.opinfo_known) is an xfail when, and only when,
@@ -26,6 +28,8 @@ from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.targets import opinfo
 
 OPS_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_OPS", 6))
+# compile costs a dynamo compilation per drawn structure: CI runs it on fewer targets
+COMPILED_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_COMPILED", 2))
 
 
 def rotation() -> str:
@@ -45,7 +49,10 @@ def pytest_generate_tests(metafunc):
     seed = rotation()
     profile = getattr(metafunc.config, "_fuzzdiff_profile", "dev")
     checks = [CHECKS[name] for name in opinfo.CHECKS if name in CHECKS]
-    pairs = [(c, t) for t in opinfo.opinfo_targets(chosen_ops(profile, seed)) for c in checks]
+    targets = opinfo.opinfo_targets(chosen_ops(profile, seed))
+    compiled = targets if profile == "nightly" else random.Random(seed).sample(
+        targets, min(COMPILED_PER_RUN, len(targets)))
+    pairs = [(c, t) for t in targets for c in checks if c.name != "compile" or t in compiled]
     metafunc.parametrize("check,target", pairs,
                          ids=[f"{c.name}-{t.family}/{t.name}-rot{seed}" for c, t in pairs])
 
