@@ -65,7 +65,8 @@ def judge(identity: str, measure: Measure, case: Case, tol: Tolerance, *,
     """
     first = measure(case, eps)
     if first.within(tol):
-        return Verdict("pass")
+        # The error rides along so that hypothesis.target() can steer toward it.
+        return Verdict("pass", "", {"abs_error": first.error, "scale": first.scale})
     if not math.isfinite(first.reference):
         return _unsure(identity, "the reference is not finite here", first)
 
@@ -82,15 +83,13 @@ def judge(identity: str, measure: Measure, case: Case, tol: Tolerance, *,
         if m.within(tol):
             return _unsure(identity, "vanishes at a neighbouring point (a kink or a tie)", first)
 
-    if measure64 is not None:
-        m64 = measure64(case, eps)
-        if m64.within(tol):
-            # Only low precision disagrees: is that rounding amplified by conditioning?
-            moved = measure64(case.nudged(F32_NUDGE, seed=3), eps)
-            sensitivity = abs(moved.analytic - m64.analytic)
-            if abs(first.analytic - m64.analytic) <= 100 * sensitivity + tol.atol:
-                return _unsure(identity, "float64 agrees and the problem is ill-conditioned in "
-                               "low precision", first)
+    if measure64 is not None and measure64(case, eps).within(tol):
+        # The identity holds in float64 at the same values: what is left is
+        # rounding, amplified by conditioning that input nudges cannot always
+        # see (e.g. a saturated tanh before a normalization). Precision is the
+        # dtype check's question, judged there against float64.
+        return _unsure(identity, "float64 agrees on the same values: only low precision disagrees "
+                       "(see the dtype check)", first)
     return Verdict("fail", f"{identity}: analytic {first.analytic!r} vs reference {first.reference!r} "
                    f"(abs error {first.error:.3g}, allowed {tol.atol + tol.rtol * first.scale + 4 * first.noise:.3g}); "
                    "confirmed by replay, eps/8, 8*eps and two neighbouring points",
