@@ -38,14 +38,8 @@ def softplus(x):
 
 
 @pytest.fixture
-def user_module(tmp_path, monkeypatch):
-    (tmp_path / "user_ops.py").write_text(USER_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    sys.modules.pop("user_ops", None)
-    import user_ops
-    yield user_ops
-    sys.modules.pop("user_ops", None)
+def user_module(importable):
+    return importable("user_ops", USER_MODULE)
 
 
 def test_check_finds_a_bug_and_records_a_replayable_case(user_module, tmp_path):
@@ -175,12 +169,10 @@ double_ok.register_autograd(_backward, setup_context=_setup)
 '''
 
 
-def test_custom_op_fake_kernel_strides(tmp_path, monkeypatch):
+def test_custom_op_fake_kernel_strides(importable, monkeypatch):
     """opcheck at fuzzed layouts finds a fake kernel that guesses contiguous strides."""
-    (tmp_path / "user_custom_ops.py").write_text(CUSTOM_OPS)
-    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("FUZZDIFF_VARIANTS", "1")  # opcheck's verdict does not depend on values
-    import user_custom_ops as ops
+    ops = importable("user_custom_ops", CUSTOM_OPS)
     bad = fuzzdiff.check(ops.double, "x: n m", checks=["opcheck"], max_examples=40, seed=0)
     assert not bad.ok and "Stride mismatch" in bad.failures[0].message
     assert bad.target.name == "user_custom_ops:double"

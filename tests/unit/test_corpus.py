@@ -160,14 +160,8 @@ def test_concurrent_writers_lose_and_tear_nothing(tmp_path):
 # -- replay, scripts and promotion ---------------------------------------------------------
 
 @pytest.fixture
-def planted(tmp_path, monkeypatch):
-    (tmp_path / "planted_square.py").write_text(PLANTED)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    sys.modules.pop("planted_square", None)
-    import planted_square
-    yield planted_square
-    sys.modules.pop("planted_square", None)
+def planted(importable):
+    return importable("planted_square", PLANTED)
 
 
 def test_found_bug_replays_and_promotes(planted, tmp_path, capsys):
