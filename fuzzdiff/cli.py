@@ -9,7 +9,6 @@ import argparse
 import fnmatch
 import json
 import sys
-import time
 
 __all__ = ["main"]
 
