@@ -322,3 +322,25 @@ def test_script_reproduces_the_padding_idx_mismatch():
                                        grad="none", dtype="int64"), case.args[1]))
     code, last = _script_verdict(case)
     assert code == 1 and last.startswith("MISMATCH") and "embedding.weight" in last
+
+
+def test_conv_noncontiguous_grad_output_discrepancy_is_real():
+    kwargs = {"out_per_group": 2, "groups": 1, "bias": False, "seed": 0,
+              "geometry": {"kernel_size": [1], "stride": 1, "padding": "same", "dilation": 1}}
+    case = plain_case("nn_conv1d", kwargs, (1, 2), batch=2, reduction="sum", input_grad=False)
+    transposed = replace(case, params={**case.params, "cotangent": {"seed": 2, "layout": "transposed",
+                                                                     "zeros": 0.0}})
+    verdict = run_check(CHECK, get_target("nn_conv1d"), transposed)
+    assert verdict.kind == "fail" and "view size is not compatible" in verdict.message
+    assert run_check(CHECK, get_target("nn_conv1d"), case).kind == "pass"
+
+
+def test_instance_norm_noncontiguous_input_discrepancy_is_real():
+    kwargs = {"affine": True, "eps": 1e-5, "seed": 0}
+    lay = {"storage_size": 6, "strides": [2, 1, 6, 2], "offset": 0}
+    case = plain_case("nn_instance_norm2d", kwargs, (2, 1, 3), batch=1, reduction="sum",
+                      layouts=[lay])
+    verdict = run_check(CHECK, get_target("nn_instance_norm2d"), case)
+    assert verdict.kind == "fail" and "grad of input x" in verdict.message
+    assert run_check(CHECK, get_target("nn_instance_norm2d"), replace(case, params={
+        **case.params, "layouts": [None]})).kind == "pass"

@@ -258,6 +258,31 @@ GROUP_NORM_NONCONTIGUOUS = (
     "call_for_per_sample_grads(g)(x) -> RuntimeError. Shrunk case (per_sample, CI profile): "
     "batch 1 of a sample of shape [3], the batch stored with strides [6, 2]. (nn_conv_block "
     "covers ExpandedWeights' GroupNorm on contiguous inputs.)")
+CONV_NONCONTIGUOUS_GRAD_OUTPUT = (
+    "ExpandedWeights' convolution backward raises 'RuntimeError: view size is not compatible with "
+    "input tensor's size and stride (at least one dimension spans across two contiguous "
+    "subspaces). Use .reshape(...) instead.' when the gradient reaching the conv output is not "
+    "contiguous, where the plain conv backward accepts it (torch 2.13.0 CPU; of the layouts "
+    "permuting the grad_output's dims, 4 of 6 raise for Conv1d, 18 of 24 for Conv2d, 90 of 120 "
+    "for Conv3d). Repro: c = nn.Conv1d(1, 2, 1, bias=False).double(); x = torch.randn(2, 1, 2, "
+    "dtype=torch.double); v = torch.randn(2, 2, 2, dtype=torch.double).mT.contiguous().mT; "
+    "torch.autograd.grad(c(x), c.weight, v) works; call_for_per_sample_grads(c)(x).backward(v) "
+    "-> RuntimeError; with v.contiguous() it works. Shrunk case (per_sample, CI profile): "
+    "nn_conv1d, sample [1, 2], batch 2, kernel 1, padding 'same', a transposed cotangent.")
+INSTANCE_NORM_NONCONTIGUOUS_INPUT = (
+    "ExpandedWeights' InstanceNorm2d/3d returns a silently wrong input gradient for a "
+    "noncontiguous input (InstanceNorm1d is right), while its per-sample weight gradients and "
+    "the plain module's input gradient are right (torch 2.13.0 CPU). Repro: m = "
+    "nn.InstanceNorm2d(2, affine=True).double(); x = torch.empty(6, dtype=torch.double)"
+    ".as_strided((1, 2, 1, 3), (2, 1, 6, 2)).copy_(torch.randn(1, 2, 1, 3, dtype=torch.double))"
+    ".requires_grad_(); g = torch.randn(1, 2, 1, 3, dtype=torch.double); "
+    "(call_for_per_sample_grads(m)(x) * g).sum().backward(); x.grad differs from "
+    "torch.autograd.grad((m(x) * g).sum(), x)[0] by up to 2.3 (7e-15 for a contiguous x); over "
+    "the layouts permuting the dims of a (2, 2, 1, 3) input the worst error is 7.2 (2d), "
+    "22 for (2, 2, 1, 1, 3) (3d). Shrunk case (per_sample, CI profile): nn_instance_norm2d, "
+    "sample [2, 1, 3], batch 1, input requiring grad, batch strides [2, 1, 6, 2]: ExpandedWeights "
+    "vs a loop, grad of input x, abs error 0.244 at scale 0.445, confirmed by replay and a "
+    "neighbouring point.")
 # Not a failure by the issue's rule (the error is ExpandedWeights' own), so the
 # check reports "unsupported"; recorded here because LSTM is meant to be supported.
 LSTM_FLOAT32_NO_INPUT_GRAD = (
@@ -281,9 +306,12 @@ def module_target(name, fn, spec, *, kwargs, known=None, skip=COVERED, **options
 register(
     module_target("nn_linear", linear, "x: *e i", max_rank=3,
                   kwargs={"out_features": SIZE, "bias": FLAG, "seed": SEED}),
-    module_target("nn_conv1d", conv, "x: c l", kwargs=CONV),
-    module_target("nn_conv2d", conv, "x: c h w", kwargs=CONV),
-    module_target("nn_conv3d", conv, "x: c d h w", max_side=2, kwargs=CONV),
+    module_target("nn_conv1d", conv, "x: c l", kwargs=CONV,
+                  known={"per_sample": CONV_NONCONTIGUOUS_GRAD_OUTPUT}),
+    module_target("nn_conv2d", conv, "x: c h w", kwargs=CONV,
+                  known={"per_sample": CONV_NONCONTIGUOUS_GRAD_OUTPUT}),
+    module_target("nn_conv3d", conv, "x: c d h w", max_side=2, kwargs=CONV,
+                  known={"per_sample": CONV_NONCONTIGUOUS_GRAD_OUTPUT}),
     module_target("nn_embedding", embedding, "x: l, s: l", kinds={"x": Index("l")},
                   kwargs={"extra_rows": st.integers(0, 2), "embedding_dim": SIZE, "seed": SEED}),
     module_target("nn_embedding_padding_idx", embedding, "x: l, s: l", kinds={"x": Index("l")},
@@ -301,9 +329,11 @@ register(
     module_target("nn_instance_norm1d", instance_norm, "x: c l", distinct=True,
                   kwargs={"affine": _spatial_at_least(3, FLAG), "eps": EPS, "seed": SEED}),
     module_target("nn_instance_norm2d", instance_norm, "x: c h w", distinct=True,
-                  kwargs={"affine": _spatial_at_least(3, FLAG), "eps": EPS, "seed": SEED}),
+                  kwargs={"affine": _spatial_at_least(3, FLAG), "eps": EPS, "seed": SEED},
+                  known={"per_sample": INSTANCE_NORM_NONCONTIGUOUS_INPUT}),
     module_target("nn_instance_norm3d", instance_norm, "x: c d h w", distinct=True, max_side=2,
-                  kwargs={"affine": _spatial_at_least(3, FLAG), "eps": EPS, "seed": SEED}),
+                  kwargs={"affine": _spatial_at_least(3, FLAG), "eps": EPS, "seed": SEED},
+                  known={"per_sample": INSTANCE_NORM_NONCONTIGUOUS_INPUT}),
     module_target("nn_rnn", recurrent, "x: t i", skip=SKIP,
                   kwargs={"cell": "RNN", "nonlinearity": st.sampled_from(["tanh", "relu"]),
                           **RECURRENT}),
