@@ -813,24 +813,45 @@ ZOO: list[Planted] = [
 
 
 # ---------------------------------------------------------------------------------
-# 21. fake_kernel: a custom op whose real kernel keeps its input's layout and whose
-#     fake kernel says the result is contiguous. Eager never calls the fake
-#     kernel; inductor plans its buffers by it.
+# 21. fake_kernel: a custom op whose kernel writes its result column-major (as a
+#     Fortran-order library would) and whose fake kernel says it is row-major.
+#     Eager never calls the fake kernel; inductor plans its buffers by it.
+
+def _column_major(x: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(x.mT.shape).mT  # strides (1, n) for an (n, m) result
+
 
 def _scale_kernel(x: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(x)  # the input's strides
-    return out.copy_(x * 2)
+    return _column_major(x).copy_(x * 2)
 
 
-def _scale_op(name: str, fake):
+def _scale(name: str, fake):
+    """The op, behind an autograd.Function with a backward and a jvp (a custom
+    op's own autograd registration has no forward mode)."""
     op = torch.library.custom_op(f"fuzzdiff_zoo::{name}", _scale_kernel, mutates_args=())
     op.register_fake(fake)
-    op.register_autograd(lambda ctx, g: g * 2, setup_context=lambda ctx, inputs, output: None)
-    return op
+
+    class Scale(Function):
+        @staticmethod
+        def forward(x):
+            return op(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+        @staticmethod
+        def jvp(ctx, t):
+            return t * 2
+    return Scale.apply
 
 
-scale_fake_contiguous = _scale_op("scale_fake_contiguous", lambda x: x.new_empty(x.shape))  # BUG
-scale_fake_contiguous_twin = _scale_op("scale_fake_contiguous_twin", lambda x: torch.empty_like(x))
+scale_fake_row_major = _scale("scale_fake_row_major", lambda x: x.new_empty(x.shape))  # BUG
+scale_fake_row_major_twin = _scale("scale_fake_row_major_twin", _column_major)
 
 
 # ---------------------------------------------------------------------------------
@@ -853,8 +874,8 @@ def gelu_traced_branch_twin(x):
 
 
 ZOO += [
-    _pair("scale_fake_contiguous", scale_fake_contiguous, scale_fake_contiguous_twin, "x: n m",
-          "compile", "fake_kernel", "the fake kernel returns a contiguous result; the kernel keeps x's layout"),
+    _pair("scale_fake_row_major", scale_fake_row_major, scale_fake_row_major_twin, "x: n m",
+          "compile", "fake_kernel", "the fake kernel says row-major; the kernel writes column-major"),
     _pair("gelu_traced_branch", gelu_traced_branch, gelu_traced_branch_twin, "x: ...",
           "compile", "compiled", "a branch taken only under torch.compile approximates gelu"),
 ]
