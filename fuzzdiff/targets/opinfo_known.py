@@ -78,6 +78,20 @@ KNOWN: tuple[Known, ...] = (
             "compatible with input tensor's size and stride (at least one dimension spans across "
             "two contiguous subspaces). Use .reshape(...) instead.; with .contiguous() it works")
       for check in ("grad", "forward", "layout", "alias", "vmap", "compile")),
+    *(Known(f"opinfo/{name}@*", "vmap",
+            "vmap of torch.grid_sampler_2d (F.grid_sample) with the batch at dim 0 of the input "
+            "and dim 1 of the grid puts the output's batch dim in the wrong place (torch 2.13.0 CPU)",
+            "from torch.func import vmap; f = lambda a, g: torch.grid_sampler_2d(a, g, 0, 0, False); "
+            "vmap(f, in_dims=(0, 1))(torch.randn(1, 2, 3, 5, 5), torch.rand(2, 1, 13, 10, 2) * 2 - 1)"
+            ".shape == [2, 1, 3, 13, 10]; the loop over the batch gives [1, 2, 3, 13, 10]")
+      for name in ("grid_sampler_2d", "nn.functional.grid_sample")),
+    *(Known("opinfo/nn.functional.max_pool3d@*", check,
+            "F.max_pool3d raises for an unbatched (C, D, H, W) input in a permuted layout that is "
+            "neither contiguous nor channels_last, in the forward itself (torch 2.13.0 CPU)",
+            "F.max_pool3d(torch.empty_strided((2, 6, 6, 5), (180, 1, 30, 6), dtype=torch.float64)"
+            ".normal_(), 2, 1, 1) -> RuntimeError: Unsupported memory format. Supports only "
+            "ChannelsLast3d, Contiguous; with .contiguous() it works")
+      for check in ("grad", "forward", "layout", "alias", "vmap", "compile")),
     *(Known(f"opinfo/{name}@*", "vmap", *_CHANNELS_LAST)
       for name in ("to", "double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf")),
 )
