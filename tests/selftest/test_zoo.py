@@ -174,11 +174,14 @@ def test_detection_counts_examples():
 # -- every twin passes every check ----------------------------------------------------
 
 TWIN_PAIRS = [(p, c) for p in ZOO for c in CHECKS.values()]
+NOT_FOR_ZOO = ("opcheck", "per_sample", "backend", "device")
 
 
 @pytest.mark.parametrize("p,check", TWIN_PAIRS, ids=[f"{p.twin.name}-{c.name}" for p, c in TWIN_PAIRS])
 def test_twin_passes(p: Planted, check: Check, monkeypatch):
     why = check.why_not(p.twin)
+    if check.name in NOT_FOR_ZOO:  # the zoo holds no custom ops, modules, other backends or GPUs
+        pytest.skip(f"{check.name} does not apply to the zoo: {why}")
     assert why is None, f"{check.name} does not apply to {p.twin.name}: {why}"
     examples = TWIN_EXAMPLES
     if check.name == "compile":
