@@ -207,21 +207,45 @@ def cmd_list(args) -> int:
     from fuzzdiff.checks import CHECKS
     from fuzzdiff.targets import all_targets
 
-    table = Table(title="targets x checks (+ applies, - does not, k known discrepancy)")
-    table.add_column("family")
-    table.add_column("target")
+    targets = _listed_targets(args)
+    console = Console(width=max(Console().width, 40 + 11 * len(CHECKS)))
+    if not args.families:
+        table = Table(title="targets x checks (+ applies, - does not, k known discrepancy)")
+        table.add_column("family")
+        table.add_column("target")
+        for c in CHECKS:
+            table.add_column(c, justify="center")
+        for t in targets:
+            marks = ["k" if c in t.known else "-" if CHECKS[c].why_not(t) else "+" for c in CHECKS]
+            table.add_row(t.family, t.name, *marks)
+        console.print(table)
+    per_family = Table(title="targets per family, and how many of them each check applies to")
+    per_family.add_column("family")
+    per_family.add_column("targets", justify="right")
     for c in CHECKS:
-        table.add_column(c, justify="center")
-    families: dict[str, int] = {}
-    for t in all_targets():
-        families[t.family] = families.get(t.family, 0) + 1
-        marks = ["k" if c in t.known else "-" if CHECKS[c].why_not(t) else "+" for c in CHECKS]
-        table.add_row(t.family, t.name, *marks)
-    console = Console()
-    console.print(table)
-    console.print("targets per family: " + ", ".join(f"{f} {n}" for f, n in sorted(families.items()))
-                  + f"; total {sum(families.values())}")
+        per_family.add_column(c, justify="right")
+    families: dict[str, list] = {}
+    for t in targets:
+        families.setdefault(t.family, []).append(t)
+    for family, members in sorted(families.items()):
+        per_family.add_row(family, str(len(members)),
+                           *(str(sum(CHECKS[c].why_not(t) is None for t in members)) for c in CHECKS))
+    per_family.add_row("all", str(len(targets)),
+                       *(str(sum(CHECKS[c].why_not(t) is None for t in targets)) for c in CHECKS))
+    console.print(per_family)
+    if args.vmap_fallbacks:
+        from fuzzdiff.checks.vmap import fallback_report
+        hits = {name: ops for name, ops in fallback_report(targets).items() if ops}
+        console.print(f"vmap fallbacks (ops without a batching rule, run one example at a time): "
+                      f"{len(hits)} targets")
+        for name, ops in sorted(hits.items()):
+            console.print(f"  {name}: {', '.join(ops)}")
     return 0
+
+
+def _listed_targets(args):
+    from fuzzdiff.targets import all_targets
+    return all_targets()
 
 
 def _domain(items: list[str] | None) -> dict:
@@ -447,6 +471,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     lst = sub.add_parser("list", help="targets x checks that apply")
+    lst.add_argument("--families", action="store_true", help="only the per-family summary")
+    lst.add_argument("--vmap-fallbacks", action="store_true",
+                     help="also run one example per target under vmap and list the ops that fall "
+                          "back to a per-example loop (coverage, not failures)")
     lst.set_defaults(func=cmd_list)
 
     where = argparse.ArgumentParser(add_help=False)
