@@ -28,7 +28,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 from fuzzdiff.checks import get_check
-from fuzzdiff.fuzzing import default_variants, fuzz
+from fuzzdiff.fuzzing import FuzzFailure, default_variants, fuzz
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.runner import case_strategy
 from fuzzdiff.targets import get_target
@@ -46,7 +46,11 @@ def fuzzdiff_side(targets, cases: int) -> tuple[int, float, int]:
     """(examples, seconds, compiles) of fuzz("compile") over the targets."""
     examples, compiles, start = 0, path.compiles(), time.perf_counter()
     for t in targets:
-        examples += fuzz("compile", t, settings=_settings(cases), seed=SEED).examples
+        try:
+            examples += fuzz("compile", t, settings=_settings(cases), seed=SEED).examples
+        except FuzzFailure as failure:  # a finding: counted, reported, and the bench goes on
+            examples += failure.tally.examples
+            print(f"  found: {str(failure).splitlines()[0][:200]}")
     return examples, time.perf_counter() - start, path.compiles() - compiles
 
 
