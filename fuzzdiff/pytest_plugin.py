@@ -60,6 +60,11 @@ def pytest_configure(config):
         name = shared
     settings.load_profile(name)
     os.environ.setdefault("FUZZDIFF_VARIANTS", str(VARIANTS[name.removesuffix("+shared")]))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # n workers x torch's default threads oversubscribe the cores: small
+        # kernels then run up to 100x slower. One thread per worker process.
+        import torch
+        torch.set_num_threads(1)
     config._fuzzdiff_profile = name
 
 
