@@ -6,10 +6,14 @@ catalog ops. Every example is a drawn Case (shapes, layout, aliasing, values,
 probes), materialized and pushed through ``fuzzdiff.runner.run_check``.
 
 bare side: the same ops, shapes drawn with ``torch.randint`` and values with
-``torch.rand``, and per example the torch calls the grad check makes: the forward
-pass, ``torch.autograd.grad`` with a random non-unit cotangent, the float64
-finite-difference forward evaluations at ``x``, ``x +- eps u`` and ``x +- 2 eps u``,
-and the dot products. No Hypothesis, no Case, no confirmation logic.
+``torch.rand``, and per example the torch calls the grad check makes on a
+contiguous unaliased case, neither more nor fewer: the forward pass,
+``torch.autograd.grad`` with a random non-unit cotangent, the direction cast to
+the input dtype, ``<J^T v, u>`` and its scale in one pass, the float64
+finite-difference forward evaluations at ``x``, ``x +- eps u`` and ``x +- 2 eps u``
+(one ``torch.add`` each), and the dot products with the cotangent widened once.
+No Hypothesis, no Case, no layouts or junk memory, no copy of the inputs for the
+reference, no confirmation logic.
 
 The ratio fuzzdiff/bare is the framework's efficiency; the target is >= 0.5.
 
@@ -18,6 +22,7 @@ The ratio fuzzdiff/bare is the framework's efficiency; the target is >= 0.5.
     python bench/throughput.py --seconds 60         # repeat rounds for about a minute
     python bench/throughput.py --max-side 64        # larger tensors: torch dominates more
     python bench/throughput.py --profile out.prof   # cProfile the fuzzdiff side
+    python bench/throughput.py --clock process      # CPU time: steadier on a shared machine
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import given, strategies as st
 
 from fuzzdiff.checks import get_check
-from fuzzdiff.fuzzing import fuzz
+from fuzzdiff.fuzzing import default_variants, fuzz
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.spec import parse_spec
 from fuzzdiff.targets import UnknownTarget, get_target
@@ -144,42 +149,52 @@ def _floating(out):
 
 
 def _dot(a, b) -> float:
-    return sum(float(torch.sum(x.detach().double() * y.detach().double())) for x, y in zip(a, b) if x.numel())
+    """<a, b> on tensors already in float64, as fuzzdiff.directions.dot computes it."""
+    return sum(float(torch.sum(x * y)) for x, y in zip(a, b) if x.numel())
 
 
 def _absdot(a, b) -> float:
-    return sum(float(torch.sum(x.detach().double().abs() * y.detach().double().abs()))
-               for x, y in zip(a, b) if x.numel())
+    return sum(float(torch.sum(x.abs() * y.abs())) for x, y in zip(a, b) if x.numel())
 
 
 def bare_example(fn, shapes, intervals, dtype, g) -> float:
-    """The grad check's torch calls for one example, on freshly drawn inputs."""
+    """The grad check's torch calls for one example, on freshly drawn inputs:
+    the same calls fuzzdiff.checks.grad makes on a contiguous, unaliased case,
+    neither more nor fewer (one pass for <J^T v, u> and its scale, each probe
+    cast once, perturbed points by one torch.add)."""
     xs = []
     for shape, (lo, hi) in zip(shapes, intervals):
         x = lo + (hi - lo) * torch.rand(shape, generator=g, dtype=torch.float64)
         xs.append(x.to(dtype).requires_grad_(True))
-    # reverse: <J^T v, u>
+    # reverse: <J^T v, u>, with a random non-unit cotangent v and direction u
     outs = _floating(fn(*xs))
     vs = [torch.randn(o.shape, generator=g, dtype=torch.float64).mul_(1.5).add_(0.25).to(o.dtype)
           for o in outs]
     pairs = [(o, v) for o, v in zip(outs, vs) if o.requires_grad]
     grads = torch.autograd.grad([o for o, _ in pairs], xs, [v for _, v in pairs], allow_unused=True)
     grads = [torch.zeros_like(x) if gr is None else gr for gr, x in zip(grads, xs)]
-    us = [torch.randn(x.shape, generator=g, dtype=torch.float64).mul_(1.5).add_(0.25) for x in xs]
-    analytic = _dot(grads, us)
-    scale = _absdot(grads, us)
+    us = [torch.randn(x.shape, generator=g, dtype=torch.float64).mul_(1.5).add_(0.25).to(x.dtype)
+          for x in xs]
+    analytic = scale = 0.0
+    for gr, u in zip(grads, us):
+        if gr.numel():
+            p = gr.double() * u.double()
+            analytic += float(p.sum())
+            scale += float(p.abs().sum())
     # finite differences in float64 at the same values
     x64 = [x.detach().double() for x in xs]
+    u64 = [u.double() for u in us]
     with torch.no_grad():
         outs64 = _floating(fn(*x64))
 
         def at(h):
-            return _floating(fn(*[x + h * u for x, u in zip(x64, us)]))
+            return _floating(fn(*[torch.add(x, u, alpha=h) for x, u in zip(x64, u64)]))
 
         d1 = [(p - m) / (2 * EPS) for p, m in zip(at(EPS), at(-EPS))]
         d2 = [(p - m) / (4 * EPS) for p, m in zip(at(2 * EPS), at(-2 * EPS))]
-    n1, n2 = _dot(vs, d1), _dot(vs, d2)
-    noise = abs(n1 - n2) + 2.0**-52 / EPS * _absdot(vs, outs64)
+    v64 = [v.double() for v in vs]
+    n1, n2 = _dot(v64, d1), _dot(v64, d2)
+    noise = abs(n1 - n2) + 2.0**-52 / EPS * _absdot(v64, outs64)
     return analytic - n1 + 0.0 * (scale + noise)
 
 
@@ -202,12 +217,14 @@ class BareOp:
 
 # -- diagnostics: where the fuzzdiff side's time goes -------------------------------
 
-def diagnostics(targets, n: int, max_side: int | None) -> dict[str, float]:
-    """examples/s of: drawing cases only; run_check only on those pre-drawn cases;
-    and Hypothesis itself with one integer per example and an empty test (its floor)."""
+def diagnostics(targets, n: int, max_side: int | None, clock=time.perf_counter) -> dict[str, float]:
+    """Rates (per second) of: drawing cases only (structures); run_check only,
+    on every value variant of those pre-drawn cases (examples); and Hypothesis
+    itself with one integer per example and an empty test (its floor)."""
     check = get_check("grad")
+    variants = default_variants()
     drawn: list = []
-    t0 = time.perf_counter()
+    t0 = clock()
 
     def collect(target):
         @hyp_settings(n)
@@ -218,10 +235,11 @@ def diagnostics(targets, n: int, max_side: int | None) -> dict[str, float]:
 
     for target in targets:
         collect(target)
-    t1 = time.perf_counter()
+    t1 = clock()
     for target, case in drawn:
-        run_check(check, target, case)
-    t2 = time.perf_counter()
+        for k in range(variants):
+            run_check(check, target, case.reseeded(k))
+    t2 = clock()
     count = [0]
 
     @hyp_settings(n * len(targets))
@@ -229,27 +247,35 @@ def diagnostics(targets, n: int, max_side: int | None) -> dict[str, float]:
     def floor(x):
         count[0] += 1
     floor()
-    t3 = time.perf_counter()
-    return {"draw": len(drawn) / (t1 - t0), "run_check": len(drawn) / (t2 - t1),
-            "floor": count[0] / (t3 - t2)}
+    t3 = clock()
+    return {"draw": len(drawn) / (t1 - t0), "run_check": len(drawn) * variants / (t2 - t1),
+            "floor": count[0] / (t3 - t2), "variants": variants}
 
 
 # -- driver ----------------------------------------------------------------------------
 
-def measure(targets, n: int, seconds: float, g, kinds: Counter, max_side: int | None = None):
+CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
+
+
+def measure(targets, n: int, seconds: float, g, kinds: Counter, max_side: int | None = None,
+            clock=time.perf_counter):
     """Alternate the two sides op by op, so that a change in machine load
     between the two measurements does not bias the ratio; repeat whole rounds
-    until both sides together have run ``seconds`` (one round at minimum)."""
+    until both sides together have run ``seconds`` (one round at minimum).
+    Per op the bare side runs as many examples as the fuzzdiff side did
+    (``n`` drawn structures times the value variants), so both sides of a
+    pair take about as long and see the same load."""
     bare = [BareOp(t, max_side) for t in targets]
     f_done = b_done = rounds = 0
     f_time = b_time = 0.0
     while True:
         for target, b in zip(targets, bare):
-            t0 = time.perf_counter()
-            f_done += fuzzdiff_op(target, n, kinds, max_side)
-            t1 = time.perf_counter()
-            b_done += b.run(n, g)
-            t2 = time.perf_counter()
+            t0 = clock()
+            done = fuzzdiff_op(target, n, kinds, max_side)
+            t1 = clock()
+            b_done += b.run(max(done, 1), g)
+            t2 = clock()
+            f_done += done
             f_time, b_time = f_time + (t1 - t0), b_time + (t2 - t1)
         rounds += 1
         if f_time + b_time >= seconds:
@@ -276,6 +302,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-side", type=int, default=None, metavar="K",
                    help="largest dim size on both sides (default: each target's own max_side); "
                         "larger tensors make torch's share of the work grow")
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                   help="wall: elapsed time (default); process: this process's CPU time, "
+                        "steadier when other jobs share the cores")
     p.add_argument("--no-diagnostics", action="store_true",
                    help="skip the breakdown (draw only, run_check only, Hypothesis floor)")
     p.add_argument("--profile", metavar="FILE", default=None,
@@ -296,14 +325,16 @@ def main(argv=None) -> int:
     g = torch.Generator().manual_seed(SEED)
     kinds: Counter = Counter()
     # warm-up: imports, torch kernels, Hypothesis strategy caches
-    measure(targets, args.warmup, 0.0, g, Counter(), args.max_side)
+    clock = CLOCKS[args.clock]
+    measure(targets, args.warmup, 0.0, g, Counter(), args.max_side, clock)
     (f_done, f_time), (b_done, b_time), rounds = measure(
-        targets, args.examples, args.seconds, g, kinds, args.max_side)
+        targets, args.examples, args.seconds, g, kinds, args.max_side, clock)
     f_rate, b_rate = f_done / f_time, b_done / b_time
     ratio = f_rate / b_rate
 
     print(f"ops: {', '.join(t.name for t in targets)}   torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread(s)")
+          f"{torch.get_num_threads()} thread(s), value variants {default_variants()}, "
+          f"{args.clock} clock")
     print(f"fuzzdiff verdicts: {dict(sorted(kinds.items()))}")
     print()
     w = 28
@@ -316,15 +347,22 @@ def main(argv=None) -> int:
     print(f"{'ratio fuzzdiff/bare':<{w}} {ratio:>39.3f}   ({verdict} the 0.5 target)")
 
     if not args.no_diagnostics:
-        d = diagnostics(targets, args.examples, args.max_side)
+        d = diagnostics(targets, args.examples, args.max_side, clock)
+        k = d["variants"]
+        us = lambda rate: 1e6 / rate  # noqa: E731
         print()
-        print("where the fuzzdiff side's time goes (examples/s, one pass each):")
-        print(f"  {'drawing cases only (case_strategy)':<50} {d['draw']:>11.1f}")
-        print(f"  {'run_check only, on those pre-drawn cases':<50} {d['run_check']:>11.1f}")
-        print(f"  {'Hypothesis floor: one integer, empty test':<50} {d['floor']:>11.1f}")
-        print(f"  {'best ratio if drawing were free (run_check/bare)':<50} {d['run_check'] / b_rate:>11.3f}")
-        bound = 1.0 / (1.0 + b_rate / d["floor"])
-        print(f"  {'best ratio with only the Hypothesis floor added':<50} {bound:>11.3f}")
+        print(f"where the fuzzdiff side's time goes (microseconds per example; {k} value "
+              "variants share one drawn case):")
+        print(f"  {'bare torch loop':<58} {us(b_rate):>9.1f}")
+        print(f"  {'fuzzdiff, all of it (as measured above)':<58} {us(f_rate):>9.1f}")
+        print(f"  {'  run_check on pre-drawn variants':<58} {us(d['run_check']):>9.1f}")
+        print(f"  {'  drawing a case (case_strategy), / variants':<58} {us(d['draw']) / k:>9.1f}")
+        print(f"  {'    of which the Hypothesis floor (one integer), / variants':<58} "
+              f"{us(d['floor']) / k:>9.1f}")
+        rest = us(f_rate) - us(d["run_check"]) - us(d["draw"]) / k
+        print(f"  {'  the rest (variant loop, garbage collection, noise)':<58} {rest:>9.1f}")
+        print(f"  {'best ratio if drawing were free (run_check/bare)':<58} "
+              f"{d['run_check'] / b_rate:>9.3f}")
 
     if args.profile:
         import cProfile

@@ -10,6 +10,7 @@ the elements themselves: cheap to draw, cheap to store, deterministic to rebuild
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable, Mapping, Sequence
@@ -56,8 +57,30 @@ def special_value(name: str, dtype: torch.dtype) -> float:
     return sign * magnitude
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(int(seed) & 0xFFFF_FFFF_FFFF)
+_LOCAL = threading.local()
+_SLOTS = 3  # 0: values, 1: nudges (while 0 is in use), 2: probes
+
+
+def _generator(seed: int, slot: int = 0) -> torch.Generator:
+    """A generator seeded with ``seed``. One per thread and slot is reused:
+    reseeding costs half of creating one, and a small example draws several
+    streams. Two streams in use at once need different slots."""
+    gens = getattr(_LOCAL, "generators", None)
+    if gens is None:
+        gens = _LOCAL.generators = [torch.Generator() for _ in range(_SLOTS)]
+    return gens[slot].manual_seed(int(seed) & 0xFFFF_FFFF_FFFF)
+
+
+def _evolve(obj, **changes):
+    """``dataclasses.replace`` for the frozen, validation-free dataclasses here,
+    without re-running ``__init__`` (several times faster). Everything in the
+    instance's ``__dict__`` is carried over, cached properties included: only
+    for changes that leave those valid."""
+    new = object.__new__(type(obj))
+    d = new.__dict__
+    d.update(obj.__dict__)
+    d.update(changes)
+    return new
 
 
 @dataclass(frozen=True)
@@ -85,45 +108,53 @@ class Values:
     constant: tuple[int, ...] = ()
 
     def sample(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-        """A fresh contiguous CPU tensor of ``shape``; the same bits on every call."""
-        n = math.prod(shape)
+        """A fresh contiguous CPU tensor of ``shape``; the same bits on every call.
+
+        Drawn in ``shape`` directly: torch fills a fresh tensor in memory
+        order, so these are the bits of a flat draw reshaped, one call fewer."""
+        shape = tuple(shape)
         g = _generator(self.seed)
         if self.kind == "int":
-            flat = torch.randint(int(self.low), int(self.high) + 1, (n,), generator=g).to(dtype)
+            out = torch.randint(int(self.low), int(self.high) + 1, shape, generator=g).to(dtype)
         elif self.kind == "bool":
-            flat = torch.rand(n, generator=g, dtype=torch.float64) < 0.5
+            out = torch.rand(shape, generator=g, dtype=torch.float64) < 0.5
         else:
-            flat = self._reals(n, g)
+            out = self._reals(shape, g)
             if dtype.is_complex:
-                flat = torch.complex(flat, self._reals(n, g))
-            if flat.dtype != dtype:
-                flat = flat.to(dtype)
-            for pos, name in self.specials:
-                if n:
-                    flat[pos % n] = special_value(name, dtype)
-        out = flat.reshape(shape)
-        for d in self.constant:
-            if d < len(shape) and shape[d] > 1:
-                out = out.narrow(d, 0, 1).expand(out.shape)
-        return out.contiguous()
+                out = torch.complex(out, self._reals(shape, g))
+            if out.dtype != dtype:
+                out = out.to(dtype)
+            if self.specials:
+                n = out.numel()
+                flat = out.view(-1)
+                for pos, name in self.specials:
+                    if n:
+                        flat[pos % n] = special_value(name, dtype)
+        if self.constant:
+            for d in self.constant:
+                if d < len(shape) and shape[d] > 1:
+                    out = out.narrow(d, 0, 1).expand(out.shape)
+            out = out.contiguous()
+        return out
 
-    def _reals(self, n: int, g: torch.Generator) -> torch.Tensor:
+    def _reals(self, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
         lo, hi = self.low, self.high
+        n = math.prod(shape)
         if self.distinct and n > 1:
             # A shuffled, jittered ladder: every gap is at least 0.6 of a rung.
             rungs = torch.randperm(n, generator=g).to(torch.float64)
             jitter = (torch.rand(n, generator=g, dtype=torch.float64) - 0.5) * 0.4
-            x = lo + (hi - lo) * (rungs + 0.5 + jitter) / n
+            x = (lo + (hi - lo) * (rungs + 0.5 + jitter) / n).reshape(shape)
         else:
             first, last = (math.ceil(lo / self.grid), math.floor(hi / self.grid)) if self.grid else (1, 0)
             if first <= last:  # grid points in [lo, hi], uniformly
-                x = torch.randint(first, last + 1, (n,), generator=g, dtype=torch.float64) * self.grid
+                x = torch.randint(first, last + 1, shape, generator=g, dtype=torch.float64) * self.grid
             else:  # no grid, or no grid point inside the interval
-                x = torch.rand(n, generator=g, dtype=torch.float64) * (hi - lo) + lo
+                x = torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
         if self.nudge:
             # At most nudge * span away, even from a one-point interval; a
             # sampling interval keeps more than that away from its domain's edges.
-            step = torch.randn(n, generator=_generator(self.nudge_seed), dtype=torch.float64)
+            step = torch.randn(shape, generator=_generator(self.nudge_seed, 1), dtype=torch.float64)
             x = x + self.nudge * max(hi - lo, 1.0) * step.clamp(-1.0, 1.0)
         for k in self.avoid:
             near = (x - k).abs() < self.margin
@@ -223,19 +254,20 @@ class Probe:
     zeros: float = 0.0
 
     def like(self, t: torch.Tensor) -> torch.Tensor:
-        g = _generator(self.seed)
+        g = _generator(self.seed, 2)
         shape = tuple(t.shape)
-        dims = [d for d, n in enumerate(shape) if n > 1]
-        if self.layout == "expanded" and len(dims) >= 2:  # still varies along another dim
+        layout = self.layout
+        dims = [d for d, n in enumerate(shape) if n > 1] if layout == "expanded" else ()
+        if len(dims) >= 2:  # expanded, and still varies along another dim
             d = dims[self.seed % len(dims)]
             small = list(shape)
             small[d] = 1
             out = self._draw(small, g, t.dtype).expand(shape)
         else:
-            out = self._draw(list(shape), g, t.dtype)
-            if self.layout == "transposed" and len(shape) >= 2:
+            out = self._draw(shape, g, t.dtype)
+            if layout == "transposed" and len(shape) >= 2:
                 out = out.mT.contiguous().mT
-        return out if out.device == t.device else out.to(t.device)
+        return out if t.is_cpu else out.to(t.device)
 
     def _draw(self, shape, g, dtype) -> torch.Tensor:
         v = torch.empty(shape, dtype=torch.float64).normal_(0.25, 1.5, generator=g)
@@ -306,11 +338,13 @@ class Case:
         """
         if k == 0:
             return self
-        return replace(
+        # _evolve keeps the cached per-structure plans (_plan, _fills, _leaf_views): only seeds change.
+        return _evolve(
             self, data={},
-            args=tuple(replace(a, values=replace(a.values, seed=_mix(a.values.seed, k)))
+            args=tuple(_evolve(a, values=_evolve(a.values, seed=_mix(a.values.seed, k)))
                        for a in self.args),
-            params={key: ({**v, "seed": _mix(v["seed"], k)} if isinstance(v, Mapping) and "seed" in v else v)
+            params={key: ({**v, "seed": _mix(v["seed"], k)}
+                          if (type(v) is dict or isinstance(v, Mapping)) and "seed" in v else v)
                     for key, v in self.params.items()})
 
     def with_layouts(self, layouts: Sequence[Layout | None]) -> "Case":
@@ -335,36 +369,75 @@ class Case:
             i = self.args[i].alias.of
         return i
 
+    @cached_property
+    def _fills(self):
+        """How each storage is filled, checked once per structure (reseeded
+        variants share it): ``(i, shape, layout, dtype, how, sizes, narrow, bad)``
+        per storage-owning argument ``i``. ``how`` is "flat" (the view is the
+        contiguous storage itself), "whole" (the view covers the storage) or
+        "junk" (memory outside the view is filled too); ``sizes`` is the
+        writable view's shape, ``narrow`` the stride-0 dims, ``bad`` an error
+        for unpinned values that do not repeat along a stride-0 dim."""
+        for i, a in enumerate(self.args):
+            if a.alias is not None and not 0 <= a.alias.of < i:
+                raise CaseError(f"args[{i}].alias.of must name an earlier argument, got {a.alias.of}")
+        fills = []
+        for i in sorted({self.owner(i) for i in range(len(self.args))}):
+            a, dtype = self.args[i], self.arg_dtype(i)
+            lay = a.strided
+            lay.check(a.shape, f"args[{i}].layout")
+            bad = next((f"args[{i}].layout: stride 0 along dim {d}, but values.constant "
+                        f"{list(a.values.constant)} does not make the values repeat there"
+                        for d, (n, st) in enumerate(zip(a.shape, lay.strides))
+                        if st == 0 and n > 1 and d not in a.values.constant), None)
+            narrow = tuple(d for d, st in enumerate(lay.strides) if st == 0)
+            if lay.storage_size != math.prod(a.shape) or narrow:
+                how = "junk"
+            elif lay.is_contiguous(a.shape):
+                how = "flat"
+            else:
+                how = "whole"
+            sizes = tuple(min(n, 1) if st == 0 else n for n, st in zip(a.shape, lay.strides))
+            fills.append((i, tuple(a.shape), lay, dtype, how, sizes, narrow, bad))
+        return tuple(fills)
+
     def _storage(self, i: int) -> torch.Tensor:
-        a, dtype = self.args[i], self.arg_dtype(i)
-        lay = a.strided
-        lay.check(a.shape, f"args[{i}].layout")
+        fill = next((f for f in self._fills if f[0] == i), None)
+        if fill is None:
+            raise CaseError(f"args[{i}] does not own a storage")
+        return self._filled(fill)
+
+    def _filled(self, fill) -> torch.Tensor:
+        i, shape, lay, dtype, how, sizes, narrow, bad = fill
         if i in self.data:
             pinned = self.data[i]
             if pinned.shape != (lay.storage_size,) or pinned.dtype != dtype:
                 raise CaseError(f"args[{i}]: pinned data is {pinned.dtype} of shape {list(pinned.shape)}, "
                                 f"expected {dtype} of shape [{lay.storage_size}]")
             return pinned.clone() if self.device == "cpu" else pinned.to(self.device)
-        for d, (n, st) in enumerate(zip(a.shape, lay.strides)):
-            if st == 0 and n > 1 and d not in a.values.constant:
-                raise CaseError(f"args[{i}].layout: stride 0 along dim {d}, but values.constant "
-                                f"{list(a.values.constant)} does not make the values repeat there")
-        logical = a.values.sample(a.shape, dtype)
-        if lay.storage_size == logical.numel() and 0 not in lay.strides:
-            storage = torch.empty(lay.storage_size, dtype=logical.dtype)  # the view covers it all
+        if bad is not None:
+            raise CaseError(bad)
+        values = self.args[i].values
+        logical = values.sample(shape, dtype)
+        if how == "flat":
+            # sample() returns a fresh contiguous tensor with a storage of its own
+            # numel: in this layout it already is the storage, bit for bit.
+            storage = logical.reshape(-1)
         else:
-            # Memory outside the view holds in-domain junk: a kernel that reads it is caught.
-            storage = replace(a.values, seed=a.values.seed ^ 0x5BD1E995, specials=()).sample(
-                (lay.storage_size,), dtype)
-        lay.writable_view(storage, a.shape).copy_(_narrow_expanded(logical, lay))
+            if how == "whole":
+                storage = torch.empty(lay.storage_size, dtype=logical.dtype)  # the view covers it all
+            else:
+                # Memory outside the view holds in-domain junk: a kernel that reads it is caught.
+                storage = _evolve(values, seed=values.seed ^ 0x5BD1E995, specials=()).sample(
+                    (lay.storage_size,), dtype)
+            for d in narrow:
+                logical = logical.narrow(d, 0, min(1, logical.shape[d]))
+            storage.as_strided(sizes, lay.strides, lay.offset).copy_(logical)
         return storage if self.device == "cpu" else storage.to(self.device)
 
     def storages(self) -> dict[int, torch.Tensor]:
         """Argument index -> the storage it owns, filled; what materialize() views."""
-        for i, a in enumerate(self.args):
-            if a.alias is not None and not 0 <= a.alias.of < i:
-                raise CaseError(f"args[{i}].alias.of must name an earlier argument, got {a.alias.of}")
-        return {i: self._storage(i) for i in sorted({self.owner(i) for i in range(len(self.args))})}
+        return {fill[0]: self._filled(fill) for fill in self._fills}
 
     def materialize(self, requires_grad: bool = True, cast: torch.dtype | None = None,
                     storages: dict[int, torch.Tensor] | None = None) -> Inputs:
@@ -376,31 +449,46 @@ class Case:
         """
         storages = self.storages() if storages is None else storages
         if cast is not None:
-            storages = {i: t.to(cast) if self.args[i].dtype is None and t.dtype != cast else t
+            args = self.args
+            storages = {i: t.to(cast) if args[i].dtype is None and t.dtype != cast else t
                         for i, t in storages.items()}
-        keys, steps, sources = self._plan
+        leaf_views, direct = self._leaf_views
         leaves = []
+        for o, view in leaf_views:
+            t = (storages[o] if view is None else storages[o].as_strided(*view)).detach()
+            leaves.append(t.requires_grad_(True) if requires_grad else t)  # detach(): no grad
+        if direct is not None:  # every argument is a leaf itself: no views to rebuild
+            def rebuild(ls: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+                return [ls[k] for k in direct]
+        else:
+            steps = self._plan[1]
+
+            def rebuild(ls: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+                out: list[torch.Tensor] = []
+                for kind, k, shape, strides, offset in steps:
+                    if kind == "same":
+                        out.append(out[k])
+                    elif kind == "const":
+                        out.append(storages[k].as_strided(shape, strides, offset))
+                    elif kind == "view":
+                        out.append(ls[k].as_strided(shape, strides, offset))
+                    else:
+                        out.append(ls[k])
+                return out
+
+        return Inputs(rebuild(leaves), leaves, rebuild, self._plan[2])
+
+    @cached_property
+    def _leaf_views(self):
+        """``_plan``'s leaves as ``(storage, as_strided args or None)``, and the
+        leaf index of each argument when every argument is a leaf itself (else None)."""
+        keys, steps, _ = self._plan
+        views = []
         for o, whole in keys:
-            t = storages[o]
-            if not whole:
-                a = self.args[o]
-                t = t.as_strided(a.shape, a.strided.strides, a.strided.offset)
-            leaves.append(t.detach().requires_grad_(requires_grad))
-
-        def rebuild(ls: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-            out: list[torch.Tensor] = []
-            for kind, k, shape, strides, offset in steps:
-                if kind == "same":
-                    out.append(out[k])
-                elif kind == "const":
-                    out.append(storages[k].as_strided(shape, strides, offset))
-                elif kind == "view":
-                    out.append(ls[k].as_strided(shape, strides, offset))
-                else:
-                    out.append(ls[k])
-            return out
-
-        return Inputs(rebuild(leaves), leaves, rebuild, sources)
+            lay = self.args[o].strided
+            views.append((o, None if whole else (self.args[o].shape, lay.strides, lay.offset)))
+        direct = tuple(k for _, k, *_ in steps) if all(step[0] == "leaf" for step in steps) else None
+        return tuple(views), direct
 
     @cached_property
     def _plan(self):

@@ -13,7 +13,7 @@ import torch
 
 from fuzzdiff.case import Probe
 
-__all__ = ["probe", "probes_like", "directions", "dot", "absdot", "dot_and_scale", "PROBE_KEYS"]
+__all__ = ["probe", "probes_like", "directions", "dot", "absdot", "dot_and_scale", "widened", "PROBE_KEYS"]
 
 PROBE_KEYS = ("cotangent", "direction", "second")
 
@@ -29,7 +29,8 @@ def probe(params: Mapping, key: str) -> Probe:
 def probes_like(params: Mapping, key: str, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """One probe tensor per tensor, each with its own stream of values."""
     base = probe(params, key)
-    return [Probe(base.seed + 7919 * k, base.layout, base.zeros).like(t.detach())
+    # like() reads only shape, dtype and device: no detach needed
+    return [(base if k == 0 else Probe(base.seed + 7919 * k, base.layout, base.zeros)).like(t)
             for k, t in enumerate(tensors)]
 
 
@@ -43,39 +44,57 @@ def directions(params: Mapping, leaves: Sequence[torch.Tensor], key: str = "dire
     """
     out = []
     for u, leaf in zip(probes_like(params, key, leaves), leaves):
-        for d, (n, s) in enumerate(zip(leaf.shape, leaf.stride())):
-            if s == 0 and n > 1:
-                u = u.narrow(d, 0, 1).expand_as(u)
+        strides = leaf.stride()
+        if 0 in strides:
+            for d, (n, s) in enumerate(zip(leaf.shape, strides)):
+                if s == 0 and n > 1:
+                    u = u.narrow(d, 0, 1).expand_as(u)
         out.append(u)
     return out
 
 
 def _wide(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    t = t.detach()
-    return t if t.dtype == dtype else t.to(dtype)
+    if t.requires_grad:
+        t = t.detach()
+    return t if t.dtype is dtype else t.to(dtype)
 
 
-def _pairs(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]):
+def widened(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor detached and in float64 (complex128 if complex): what the
+    products below widen to anyway, for a tensor used in several of them."""
+    return [_wide(t, _C128 if t.dtype.is_complex else _F64) for t in ts]
+
+
+_F64, _C128 = torch.float64, torch.complex128
+
+
+def _pairs(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> list:
+    """Non-empty pairs, detached and widened to a common double type, and
+    whether that is complex. (Called several times per example: kept lean.)"""
+    out = []
     for x, y in zip(a, b):
         if x.numel():
-            dtype = torch.complex128 if x.is_complex() or y.is_complex() else torch.float64
-            yield _wide(x, dtype), _wide(y, dtype)
+            if x.dtype.is_complex or y.dtype.is_complex:
+                out.append((_wide(x, _C128), _wide(y, _C128), True))
+            else:
+                out.append((_wide(x, _F64), _wide(y, _F64), False))
+    return out
 
 
 def dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
     """``sum_i Re<a_i, b_i>`` in double precision."""
     total = 0.0
-    for x, y in _pairs(a, b):
-        total += float(torch.sum(x.conj() * y).real) if x.is_complex() else float(torch.sum(x * y))
+    for x, y, cplx in _pairs(a, b):
+        total += float(torch.sum(x.conj() * y).real) if cplx else float(torch.sum(x * y))
     return total
 
 
 def dot_and_scale(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> tuple[float, float]:
     """``dot(a, b)`` and ``absdot(a, b)`` in one pass."""
     total, scale = 0.0, 0.0
-    for x, y in _pairs(a, b):
-        p = x.conj() * y if x.is_complex() else x * y
-        total += float(p.sum().real) if x.is_complex() else float(p.sum())
+    for x, y, cplx in _pairs(a, b):
+        p = x.conj() * y if cplx else x * y
+        total += float(p.sum().real) if cplx else float(p.sum())
         scale += float(p.abs().sum())
     return total, scale
 
@@ -83,6 +102,7 @@ def dot_and_scale(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> tuple
 def absdot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
     """``sum_i <|a_i|, |b_i|>``: the scale a rounding error in ``dot`` is relative to."""
     total = 0.0
-    for x, y in _pairs(a, b):
-        total += float(torch.sum(x.abs() * y.abs()))
+    for x, y, cplx in _pairs(a, b):
+        # for reals |x * y| is |x| * |y| bit for bit (IEEE products are sign-symmetric)
+        total += float(torch.sum(x.abs() * y.abs() if cplx else (x * y).abs()))
     return total

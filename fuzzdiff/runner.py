@@ -18,7 +18,8 @@ from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS, unsupported_reason
 from fuzzdiff.verdict import Verdict
-from strategies.cases import cases
+from strategies.cases import cases, draw_case
+from strategies.cotangents import PROBE_CODES, probe_from_code
 
 __all__ = ["run_check", "case_strategy", "UNSUPPORTED_PATTERNS", "unsupported_reason"]
 
@@ -57,7 +58,10 @@ def case_strategy(check: Check, target: Target, **case_options):
                    alias=check.aliasing != "never", require_alias=check.aliasing == "required")
     options.update(case_options)  # the caller's word wins, e.g. alias=False
     base = cases(target, **options)
-    return _with_params(base, check, target)
+    plan = getattr(base, "plan", None)
+    if plan is None:  # not a plain cases() strategy: draw it, then the params
+        return _with_params(base, check, target)
+    return _case_with_params(plan, check, target)
 
 
 @st.composite
@@ -66,3 +70,17 @@ def _with_params(draw, base, check: Check, target: Target) -> Case:
     # fresh mapped strategy on every example.
     case = draw(base)
     return replace(case, params=draw(check.params(target, case)))
+
+
+# Every nested strategy draw costs Hypothesis time of its own (more than the
+# torch work of a small example), so the case and its params are drawn in one
+# composite, with plain drawing functions rather than nested strategies.
+@st.composite
+def _case_with_params(draw, plan, check: Check, target: Target) -> Case:
+    case = draw_case(draw, plan)
+    keys = getattr(check.params, "probe_keys", None)
+    if keys is not None:  # check.probe_params: one integer per probe, as probes() draws it
+        params = {k: probe_from_code(draw(PROBE_CODES)).__dict__.copy() for k in keys}
+    else:
+        params = draw(check.params(target, case))
+    return replace(case, params=params)

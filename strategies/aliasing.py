@@ -7,6 +7,7 @@ and non-leaf views whose base requires grad.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 from typing import Hashable, Sequence
@@ -63,16 +64,16 @@ def draw_aliasing(draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, 
     this inside its own composite rather than building a strategy per example."""
     out = list(args)
     for j in range(1, len(out)):
-        if groups[j] is None or not kinds or not draw(st.booleans()):
+        if groups[j] is None or not kinds or not draw(_COIN):
             continue
         owners = [i for i in range(j) if groups[i] == groups[j] and out[i].alias is None]
         if not owners:
             continue
-        i = draw(st.sampled_from(owners))
+        i = draw(_choice(tuple(owners)))
         usable = [k for k in kinds if k != "same" or out[i].shape == out[j].shape]
         if not usable:
             continue
-        kind = draw(st.sampled_from(usable))
+        kind = draw(_choice(tuple(usable)))
         if kind == "same":
             out[j] = replace(out[j], alias=Alias(i, "same"), layout=None, grad=out[i].grad)
             continue
@@ -82,8 +83,8 @@ def draw_aliasing(draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, 
         else:
             offset = out[i].strided.storage_size + draw(st.integers(0, 2))
         perm = tuple(range(len(out[j].shape)))
-        if len(perm) >= 2 and draw(st.booleans()):
-            perm = tuple(draw(st.permutations(perm)))
+        if len(perm) >= 2 and draw(_COIN):
+            perm = tuple(draw(_permutations(perm)))
         view = strided(out[j].shape, perm=perm, offset=offset)
         out[j] = replace(out[j], alias=Alias(i, "view"), layout=view, grad="view")
         owner_lay = out[i].strided
@@ -91,11 +92,25 @@ def draw_aliasing(draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, 
             max(owner_lay.storage_size, view.storage_size), owner_lay.strides, owner_lay.offset))
     if views:
         for j, a in enumerate(out):
-            if groups[j] is not None and a.alias is None and a.grad == "leaf" and draw(st.booleans()):
+            if groups[j] is not None and a.alias is None and a.grad == "leaf" and draw(_COIN):
                 out[j] = replace(a, grad="view")
     if require and not any(a.alias or a.grad == "view" for a in out):
         eligible = [j for j, g in enumerate(groups) if g is not None]
         if eligible:
-            j = draw(st.sampled_from(eligible))
+            j = draw(_choice(tuple(eligible)))
             out[j] = replace(out[j], grad="view")
     return tuple(out)
+
+
+# Built once: Hypothesis validates every fresh strategy object, on each draw.
+_COIN = st.booleans()
+
+
+@functools.lru_cache(maxsize=1024)
+def _choice(options: tuple):
+    return st.sampled_from(options)
+
+
+@functools.lru_cache(maxsize=256)
+def _permutations(items: tuple):
+    return st.permutations(items)

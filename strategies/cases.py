@@ -14,11 +14,11 @@ from fuzzdiff.case import Arg, Case
 from fuzzdiff.targets.target import FromShapes, Index, Mask, NoGrad, Target
 from strategies.aliasing import draw_aliasing
 from strategies.dtypes import dtypes as dtype_strategy
-from strategies.layouts import LAYOUT_FEATURES, layouts
-from strategies.shapes import spec_shapes
-from strategies.values import sampling_interval, values
+from strategies.layouts import LAYOUT_FEATURES, draw_layout
+from strategies.shapes import draw_spec_shapes
+from strategies.values import draw_values, sampling_interval, values_plan
 
-__all__ = ["cases", "draw_kwargs"]
+__all__ = ["cases", "case_plan", "draw_case", "draw_kwargs"]
 
 
 def draw_kwargs(draw, target: Target, shapes) -> dict:
@@ -32,15 +32,16 @@ def draw_kwargs(draw, target: Target, shapes) -> dict:
 
 
 def _arg_values(target: Target, name: str, shapes, specials: bool):
+    """The value plan (strategies.values.value_plan) and dtype override of one argument."""
     kind = target.kinds.get(name)
     if isinstance(kind, Index):
         bound = _dim_size(target, shapes, kind.dim)
-        return values(low=0, high=max(bound - 1, 0), kind="int"), "int64"
+        return values_plan(low=0, high=max(bound - 1, 0), kind="int"), "int64"
     if isinstance(kind, Mask):
-        return values(kind="bool"), "bool"
+        return values_plan(kind="bool"), "bool"
     low, high = target.sample.get(name) or sampling_interval(target.domain.get(name, (None, None)))
-    return values(low=low, high=high, specials=target.specials if specials else False,
-                  avoid=target.kinks, distinct=target.distinct), None
+    return values_plan(low=low, high=high, specials=target.specials if specials else False,
+                    avoid=target.kinks, distinct=target.distinct), None
 
 
 def _dim_size(target: Target, shapes, dim: str) -> int:
@@ -77,32 +78,61 @@ def cases(target: Target, *, dtypes: Sequence[torch.dtype] | None = None,
         # stride 0 repeats values: an error for a target that writes its inputs,
         # and ties (kinks) for one whose derivative needs distinct values
         features = tuple(f for f in features if f != "expanded")
-    devices = tuple(devices) if devices else ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
-    return _draw_case(target, allowed, features, side, alias, require_alias, specials, devices)
+    plan = case_plan(target, allowed, features, side, alias, require_alias, specials) + (
+        tuple(devices) if devices else ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",),)
+    strategy = _draw_case(plan)
+    strategy.plan = plan  # fuzzdiff.runner draws case and params in one composite
+    return strategy
+
+
+def case_plan(target: Target, allowed: tuple, features: tuple[str, ...], side: int,
+              alias: bool, require_alias: bool, specials: bool) -> tuple:
+    """Everything about a target's cases that does not depend on the draws,
+    resolved once per strategy rather than once per example."""
+    specs = []
+    for spec in target.args:
+        diff = target.differentiable(spec.name)
+        kind = target.kinds.get(spec.name)
+        # an Index's bound depends on the drawn shapes: its plan is made per draw
+        vals = None if isinstance(kind, Index) else _arg_values(target, spec.name, {}, specials)
+        group = ((target.domain.get(spec.name), target.sample.get(spec.name))
+                 if diff and kind is None and alias and target.functional else None)
+        specs.append((spec.name, vals, "leaf" if diff else "none", group))
+    dtype = allowed[0] if len(allowed) == 1 else dtype_strategy(allowed)
+    return (target, dtype, tuple(specs), features, side, alias and target.functional,
+            require_alias, specials)
 
 
 # Module level: st.composite inspects the function's source when it decorates,
 # which costs milliseconds, so it must not run once per strategy.
 @st.composite
-def _draw_case(draw, target: Target, allowed: tuple, features: tuple[str, ...], side: int,
-               alias: bool, require_alias: bool, specials: bool, devices: tuple = ("cpu",)) -> Case:
-    dtype = draw(dtype_strategy(allowed))
-    shapes = draw(spec_shapes(target.args, min_side=target.min_side, max_side=side))
-    args, groups = [], []
-    for spec in target.args:
-        shape = shapes[spec.name]
-        vals, arg_dtype = _arg_values(target, spec.name, shapes, specials)
-        lay = draw(layouts(shape, features=features)) if features else None
-        diff = target.differentiable(spec.name)
-        kind = target.kinds.get(spec.name)
-        vals = draw(vals)
-        if lay is not None and 0 in lay.strides:
-            vals = replace(vals, constant=tuple(d for d, s in enumerate(lay.strides) if s == 0))
-        args.append(Arg(shape, vals, lay, None, "leaf" if diff else "none", arg_dtype))
-        groups.append((target.domain.get(spec.name), target.sample.get(spec.name))
-                      if diff and kind is None and alias and target.functional else None)
-    if alias and target.functional:
-        args = list(draw_aliasing(draw, tuple(args), tuple(groups), require=require_alias))
+def _draw_case(draw, plan: tuple) -> Case:
+    return draw_case(draw, plan)
+
+
+def draw_case(draw, plan: tuple) -> Case:
+    """The draws of ``cases(...)`` made with a caller's ``draw``, for a
+    ``case_plan``: fuzzdiff.runner draws a case and the check's params in one
+    composite, since every nested strategy draw costs time of its own."""
+    target, dtype, specs, features, side, alias, require_alias, specials, *devices = plan
+    devices = devices[0] if devices else ("cpu",)
     device = devices[0] if len(devices) == 1 else draw(st.sampled_from(devices))
+    if not isinstance(dtype, torch.dtype):
+        dtype = draw(dtype)
+    shapes = draw_spec_shapes(draw, target.args, target.min_side, side)
+    args, groups = [], []
+    for name, vals, grad, group in specs:
+        shape = shapes[name]
+        if vals is None:
+            vals = _arg_values(target, name, shapes, specials)
+        plan_values, arg_dtype = vals
+        lay = draw_layout(draw, shape, features) if features else None
+        v = draw_values(draw, plan_values)
+        if lay is not None and 0 in lay.strides:
+            v = replace(v, constant=tuple(d for d, s in enumerate(lay.strides) if s == 0))
+        args.append(Arg(shape, v, lay, None, grad, arg_dtype))
+        groups.append(group)
+    if alias:
+        args = list(draw_aliasing(draw, tuple(args), tuple(groups), require=require_alias))
     return Case(target.ref, tuple(args), str(dtype).removeprefix("torch."), device,
                 kwargs=draw_kwargs(draw, target, shapes))

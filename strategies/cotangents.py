@@ -30,4 +30,7 @@ def probes():
     Hypothesis draw costs more than the torch work of a small example); it
     shrinks toward seed 0, contiguous, no zeros.
     """
-    return st.integers(0, 2**32 - 1).map(probe_from_code)
+    return PROBE_CODES.map(probe_from_code)
+
+
+PROBE_CODES = st.integers(0, 2**32 - 1)

@@ -85,20 +85,88 @@ def _layout_strategy(shape, features, max_step, max_offset, expandable):
 @st.composite
 def _draw_layout(draw, shape: tuple[int, ...], features: tuple[str, ...], max_step: int,
                  max_offset: int, expandable: tuple[int, ...]) -> Layout:
+    return draw_layout(draw, shape, features, max_step, max_offset, expandable)
+
+
+def draw_layout(draw, shape: tuple[int, ...], features: tuple[str, ...], max_step: int = 3,
+                max_offset: int = 5, expandable: tuple[int, ...] | None = None) -> Layout:
+    """The draws of ``layouts(...)`` made with a caller's ``draw`` (cases() calls
+    this inside its own composite rather than drawing a nested strategy).
+
+    Each Hypothesis draw costs more than the torch work of a small example, so
+    one integer says which features are on (a bit each, fair coins) and how
+    much tail the storage has; each feature that is on then draws its
+    parameter as one integer. Every code shrinks toward 0: contiguous, no
+    offset, no tail, the identity permutation, unit steps.
+    """
+    shape = tuple(shape)
     rank = len(shape)
+    if expandable is None:
+        expandable = tuple(range(rank))
+    bits, code_strategy = _feature_code(rank, features, bool(expandable))
+    code = draw(code_strategy)
+    on = {name for k, name in enumerate(bits) if name is not None and code >> k & 1}
+    tail = code >> len(bits)
     perm = tuple(range(rank))
-    if "channels_last" in features and rank == 4 and draw(st.booleans()):
+    if "channels_last" in on:
         perm = (0, 2, 3, 1)
-    elif "permuted" in features and rank >= 2 and draw(st.booleans()):
-        perm = tuple(draw(st.permutations(range(rank))))
+    elif "permuted" in on:
+        perm = _nth_permutation(rank, draw(_below(math.factorial(rank))))
     steps = (1,) * rank
-    if "sliced" in features and rank and draw(st.booleans()):
-        steps = tuple(draw(st.lists(st.integers(1, max_step), min_size=rank, max_size=rank)))
+    if "sliced" in on:
+        steps = _digits(draw(_below(max_step ** rank)), max_step, rank)
     offset = 0
-    if "offset" in features and draw(st.booleans()):
-        offset = draw(st.integers(1, max(1, max_offset)))
+    if "offset" in on:
+        offset = draw(_between(1, max(1, max_offset)))
     expand: tuple[int, ...] = ()
-    if "expanded" in features and expandable and draw(st.booleans()):
-        expand = tuple(sorted(draw(st.sets(st.sampled_from(expandable), min_size=1))))
-    tail = draw(st.integers(0, 2))
+    if "expanded" in on:
+        subset = draw(_between(1, 2 ** len(expandable) - 1))
+        expand = tuple(d for k, d in enumerate(expandable) if subset >> k & 1)
     return strided(shape, perm=perm, steps=steps, offset=offset, expand=expand, tail=tail)
+
+
+TAILS = 3  # storage elements past the view: 0, 1 or 2
+
+
+@functools.lru_cache(maxsize=256)
+def _feature_code(rank: int, features: tuple[str, ...], expandable: bool):
+    """The feature that each bit of the code stands for, and the code's strategy.
+
+    A feature keeps its bit at every rank (one that does not apply at this
+    rank, such as "permuted" for a vector, is on to no effect), so that when
+    shrinking drops a dim the code still means the same layout features.
+    """
+    bits = tuple(f for f in LAYOUT_FEATURES if f in features)
+    applies = {"channels_last": rank == 4, "permuted": rank >= 2, "sliced": rank >= 1,
+               "offset": True, "expanded": expandable}
+    live = tuple(f if applies[f] else None for f in bits)
+    return live, st.integers(0, (TAILS << len(bits)) - 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _below(n: int):
+    return st.integers(0, n - 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _between(lo: int, hi: int):
+    return st.integers(lo, hi)
+
+
+def _nth_permutation(rank: int, index: int) -> tuple[int, ...]:
+    """Permutation number ``index`` of range(rank) in lexicographic order (0: identity)."""
+    pool, out = list(range(rank)), []
+    for k in range(rank, 0, -1):
+        f = math.factorial(k - 1)
+        out.append(pool.pop(index // f))
+        index %= f
+    return tuple(out)
+
+
+def _digits(code: int, base: int, rank: int) -> tuple[int, ...]:
+    """``rank`` steps in 1..base from one code; dim 0 is the most significant digit."""
+    out = []
+    for _ in range(rank):
+        code, d = divmod(code, base)
+        out.append(1 + d)
+    return tuple(reversed(out))

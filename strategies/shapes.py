@@ -36,9 +36,16 @@ def broadcastable_shapes(shape, *, min_rank: int = 0, max_rank: int | None = Non
 
 @st.composite
 def _spec_shapes(draw, args: tuple[ArgSpec, ...], min_side, max_side, max_variadic, fixed):
+    return draw_spec_shapes(draw, args, min_side, max_side, max_variadic, fixed)
+
+
+def draw_spec_shapes(draw, args: tuple[ArgSpec, ...], min_side: int, max_side: int,
+                     max_variadic: int = 2, fixed=()) -> dict[str, tuple[int, ...]]:
+    """The draws of ``spec_shapes(...)`` made with a caller's ``draw`` (cases()
+    calls this inside its own composite); ``fixed`` is a mapping or pairs."""
     sizes: dict[str, int] = dict(fixed)
     groups: dict[str, tuple[int, ...]] = {}
-    side = st.integers(min_side, max_side)
+    side = _side(min_side, max_side)
     out: dict[str, tuple[int, ...]] = {}
     for arg in args:
         shape: list[int] = []
@@ -47,13 +54,13 @@ def _spec_shapes(draw, args: tuple[ArgSpec, ...], min_side, max_side, max_variad
                 shape.append(dim.size)
             elif dim.variadic:
                 if dim.kind == "anon":
-                    group = draw(_groups(min_side, max_side, max_variadic))
+                    group = _draw_group(draw, min_side, max_side, max_variadic)
                 else:
                     if dim.name not in groups:
-                        groups[dim.name] = draw(_groups(min_side, max_side, max_variadic))
+                        groups[dim.name] = _draw_group(draw, min_side, max_side, max_variadic)
                     group = groups[dim.name]
                     if dim.broadcast:
-                        keep = draw(st.lists(st.booleans(), min_size=len(group), max_size=len(group)))
+                        keep = draw(_keeps(len(group)))
                         group = tuple(g if k else 1 for g, k in zip(group, keep))
                 shape.extend(group)
             elif dim.kind == "anon":
@@ -62,11 +69,24 @@ def _spec_shapes(draw, args: tuple[ArgSpec, ...], min_side, max_side, max_variad
                 if dim.name not in sizes:
                     sizes[dim.name] = draw(side)
                 size = sizes[dim.name]
-                if dim.broadcast and draw(st.booleans()):
+                if dim.broadcast and draw(_COIN):
                     size = 1
                 shape.append(size)
         out[arg.name] = tuple(shape)
     return out
+
+
+_COIN = st.booleans()
+
+
+@functools.lru_cache(maxsize=256)
+def _side(min_side: int, max_side: int):
+    return st.integers(min_side, max_side)
+
+
+@functools.lru_cache(maxsize=64)
+def _keeps(n: int):
+    return st.lists(st.booleans(), min_size=n, max_size=n)
 
 
 def spec_shapes(spec: str | tuple[ArgSpec, ...], *, min_side: int = 0, max_side: int = 4,
@@ -95,6 +115,11 @@ def _spec_shapes_strategy(spec, min_side, max_side, max_variadic, fixed):
     return _spec_shapes(spec, min_side, max_side, max_variadic, dict(fixed))
 
 
+def _draw_group(draw, min_side: int, max_side: int, max_variadic: int) -> tuple[int, ...]:
+    """A variadic group: a list of sizes, so that shrinking can drop any one dim."""
+    return tuple(draw(_groups(min_side, max_side, max_variadic)))
+
+
 @functools.lru_cache(maxsize=256)
 def _groups(min_side: int, max_side: int, max_variadic: int):
-    return st.lists(st.integers(min_side, max_side), max_size=max_variadic).map(tuple)
+    return st.lists(st.integers(min_side, max_side), max_size=max_variadic)

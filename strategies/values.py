@@ -65,19 +65,55 @@ def values(*, low: float = -2.0, high: float = 2.0, specials: bool | Sequence[st
                    bool(distinct), max_specials, kind)
 
 
+def values_plan(**kwargs):
+    """``values(**kwargs)``'s value_plan, for ``draw_values``: validated the same way."""
+    return values(**kwargs).plan
+
+
+
 @functools.lru_cache(maxsize=512)
 def _values(low: float, high: float, names: tuple[str, ...], avoid: tuple[float, ...],
             margin: float, distinct: bool, max_specials: int, kind: str):
     # Cached: cases() asks for the same few value strategies on every draw, and a
     # fresh strategy object is validated again by Hypothesis each time (slow).
-    seeds = st.integers(0, 2**32 - 1)
-    grids = st.just(None) if distinct or kind != "float" else st.sampled_from(GRIDS)
+    plan = value_plan(low, high, names, avoid, margin, distinct, max_specials, kind)
+    strategy = _draw_values(plan)
+    strategy.plan = plan  # for values_plan()
+    return strategy
+
+
+@functools.lru_cache(maxsize=512)
+def value_plan(low: float, high: float, names: tuple[str, ...] = (), avoid: tuple[float, ...] = (),
+               margin: float = 0.05, distinct: bool = False, max_specials: int = 3,
+               kind: str = "float"):
+    """What ``draw_values`` needs, resolved once: the strategies it draws
+    from and the fields it fixes. Arguments as ``values()`` after validation."""
+    grids = None if distinct or kind != "float" else _GRID_CHOICE
     special_lists = (st.lists(st.tuples(st.integers(0, 1 << 16), st.sampled_from(names)),
-                              max_size=max_specials).map(tuple) if names else st.just(()))
+                              max_size=max_specials).map(tuple) if names else None)
     fixed = dict(low=low, high=high, avoid=avoid, margin=margin if avoid else 0.0,
                  distinct=distinct, kind=kind)
-    # Fields left at Values' defaults are not passed: each st.just() costs a draw
-    # (no choice, but a span), and the repr of a drawn Values stays short.
     defaults = Values()
-    fixed = {k: st.just(v) for k, v in fixed.items() if v != getattr(defaults, k)}
-    return st.builds(Values, seed=seeds, grid=grids, specials=special_lists, **fixed)
+    # Only what differs from Values' defaults: the repr of a drawn Values stays short.
+    fixed = tuple((k, v) for k, v in fixed.items() if v != getattr(defaults, k))
+    return grids, special_lists, fixed
+
+
+_SEEDS = st.integers(0, 2**32 - 1)
+_GRID_CHOICE = st.sampled_from(GRIDS)
+
+
+def draw_values(draw, plan) -> Values:
+    """The draws of ``values(...)`` made with a caller's ``draw``, for a
+    ``value_plan``: a seed, a grid (shrinks toward 0.25) and specials (shrink
+    toward none); the fixed fields cost no draw at all."""
+    grids, special_lists, fixed = plan
+    seed = draw(_SEEDS)
+    grid = draw(grids) if grids is not None else None
+    specials = draw(special_lists) if special_lists is not None else ()
+    return Values(seed=seed, grid=grid, specials=specials, **dict(fixed))
+
+
+@st.composite
+def _draw_values(draw, plan) -> Values:
+    return draw_values(draw, plan)

@@ -24,6 +24,8 @@ def probe_params(*keys: str) -> Callable[[Target, Case], SearchStrategy]:
 
     def params(target: Target, case: Case) -> SearchStrategy:
         return strategy
+    # fuzzdiff.runner draws these probes directly (the same draws, fewer nested strategies)
+    params.probe_keys = keys
     return params
 
 
