@@ -92,6 +92,15 @@ KNOWN: tuple[Known, ...] = (
             ".normal_(), 2, 1, 1) -> RuntimeError: Unsupported memory format. Supports only "
             "ChannelsLast3d, Contiguous; with .contiguous() it works")
       for check in ("grad", "forward", "layout", "alias", "vmap", "compile")),
+    Known("opinfo/triangular_solve@*", "vmap",
+          "forward-mode AD of vmap(torch.triangular_solve) with an unbatched empty (0 x 0) matrix "
+          "raises, where the loop works (torch 2.13.0 CPU)",
+          "from torch.func import vmap, jvp; f = lambda b, A: torch.triangular_solve(b, A).solution; "
+          "b, A = torch.randn(1, 2, 2, 0, 0, dtype=torch.float64), torch.randn(2, 2, 0, 0, "
+          "dtype=torch.float64); jvp(vmap(f, in_dims=(0, None)), (b, A), (torch.randn_like(b), "
+          "torch.randn_like(A))) -> RuntimeError: Trying to set a forward gradient that has a "
+          "different size than that of the original Tensor, this is not supported. Tensor is of "
+          "size [1, 2, 2, 0, 0] while the given forward gradient is of size [2, 2, 0, 0]."),
     *(Known(f"opinfo/{name}@*", "vmap", *_CHANNELS_LAST)
       for name in ("to", "double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf")),
 )

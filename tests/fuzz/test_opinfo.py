@@ -27,7 +27,7 @@ from fuzzdiff.corpus import default_root
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.targets import opinfo
 
-OPS_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_OPS", 6))
+OPS_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_OPS", 5))
 # compile costs a dynamo compilation per drawn structure: CI runs it on fewer targets
 COMPILED_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_COMPILED", 2))
 
