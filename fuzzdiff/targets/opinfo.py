@@ -48,7 +48,8 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from fuzzdiff.targets.target import Target, Tol
 
 __all__ = ["PREFIX", "FAMILY", "CHECKS", "SAMPLES_PER_OP", "NEAR", "EXCLUDED", "op_db", "op_key",
-           "opinfo_ops", "op_targets", "opinfo_targets", "get_opinfo_target", "is_opinfo_ref",
+           "opinfo_ops", "op_targets", "opinfo_targets", "get_opinfo_target", "is_opinfo_ref", "select",
+           "counts",
            "skips_for", "samples", "OpInfoError"]
 
 PREFIX = "opinfo/"
@@ -472,6 +473,16 @@ def opinfo_targets(ops: Iterable | None = None) -> list[Target]:
     """Targets of ``ops`` (default: every OpInfo that yields targets), sorted by name."""
     ops = opinfo_ops() if ops is None else ops
     return sorted((t for op in ops for t in op_targets(op)), key=lambda t: t.name)
+
+
+def select(patterns: Iterable[str]) -> list[Target]:
+    """OpInfo targets whose ``name`` or ``family/name`` (``opinfo/add@0``) matches a
+    glob; builds only the ops a pattern can match (``fuzzdiff run --targets``)."""
+    pats = list(patterns)
+    keys = [p.removeprefix(PREFIX).rsplit("@", 1)[0] for p in pats]
+    ops = [op for op in opinfo_ops() if any(fnmatch.fnmatchcase(op_key(op), k) for k in keys)]
+    return [t for t in opinfo_targets(ops)
+            if any(fnmatch.fnmatchcase(t.name, p) or fnmatch.fnmatchcase(t.ref, p) for p in pats)]
 
 
 def is_opinfo_ref(ref: str) -> bool:

@@ -65,6 +65,12 @@ def test_target_name_names_the_op_and_the_sample():
         tuple(x.shape) for x in (sample.input, *sample.args) if isinstance(x, torch.Tensor)]
 
 
+def test_select_builds_only_the_ops_a_pattern_names():
+    assert {t.name for t in opinfo.select(["opinfo/mul@*"])} == {t.name for t in opinfo.op_targets(op("mul"))}
+    assert [t.name for t in opinfo.select(["mul@0"])] == ["mul@0"]
+    assert opinfo.select(["opinfo/no_such_op*"]) == []
+
+
 def test_unknown_opinfo_target_is_a_clear_error():
     with pytest.raises(opinfo.OpInfoError, match="no_such_op"):
         get_target("opinfo/no_such_op@0")
