@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import math
 import random
 import unittest
 from dataclasses import dataclass
