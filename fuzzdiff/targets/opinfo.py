@@ -29,7 +29,7 @@ Targets are built lazily: importing ``op_db`` takes seconds, and each op's
 ``sample_inputs`` tens of milliseconds. ``opinfo_targets()`` builds them
 all; ``get_opinfo_target("opinfo/add@3")`` builds one op's. A target's name
 names the op and the sample index, and samples are drawn under a fixed seed
-(``_samples``), so a case replays from JSON without Hypothesis.
+(``samples``), so a case replays from JSON without Hypothesis.
 """
 
 from __future__ import annotations
