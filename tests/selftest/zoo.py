@@ -845,8 +845,8 @@ def _scale(name: str, fake):
             return g * 2
 
         @staticmethod
-        def jvp(ctx, t):
-            return t * 2
+        def jvp(ctx, t):  # forward AD wants the tangent in the output's (column-major) layout
+            return _column_major(t).copy_(t * 2)
     return Scale.apply
 
 
