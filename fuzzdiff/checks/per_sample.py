@@ -33,7 +33,7 @@ import torch
 from hypothesis import strategies as st
 
 from fuzzdiff.case import Case
-from fuzzdiff.checks.check import Check
+from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import Discrepancy, worst_discrepancy
 from fuzzdiff.confirm import NUDGE
 from fuzzdiff.paths import expanded as path
@@ -149,4 +149,4 @@ def _run(target: Target, case: Case) -> Verdict:
 
 
 CHECK = Check("per_sample", run, params=params, applies=applies, aliasing="never",
-              needs_grad=False, doc=__doc__)
+              needs_grad=False, ci=CiSample(targets=8, max_examples=8), doc=__doc__)

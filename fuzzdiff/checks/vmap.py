@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase, find, settings, strategies as st
 from hypothesis.errors import NoSuchExample
 
 from fuzzdiff.case import Case
-from fuzzdiff.checks.check import Check
+from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import Discrepancy, max_abs, worst_discrepancy
 from fuzzdiff.confirm import NUDGE
 from fuzzdiff.paths import vmap as path
@@ -89,7 +89,10 @@ def run(target: Target, case: Case) -> Verdict:
                    d.summary())
 
 
-CHECK = Check("vmap", run, params=params, applies=applies, aliasing="never", doc=__doc__)
+# Seven compositions over the whole catalog cost more than the rest of CI: the
+# ci profile runs a rotating sample (tests/fuzz/sampling.py); other profiles all.
+CHECK = Check("vmap", run, params=params, applies=applies, aliasing="never",
+              ci=CiSample(targets=40, max_examples=8), doc=__doc__)
 
 
 # -- coverage: which ops vmap runs through its slow fallback ----------------------------
