@@ -49,11 +49,24 @@ def _program(names: tuple[str, ...], kinds: tuple[str, ...]) -> FromShapes:
     return FromShapes(strategy)
 
 
+# Both found by these targets (corpus/compile/program*/), both reproduced in plain torch.
+OFFSET_VIEW = (
+    "torch.compile (aot_eager, inductor; dynamic=True) returns an output view of a mutated input "
+    "whose size is a SymInt at storage offset 0: def f(x, n): x.add_(0.5); return x.view(n) on "
+    "x = torch.arange(6.).as_strided((1, 2), (2, 1), 2) gives [0., 1.] compiled, [2.5, 3.5] eager")
+STRIDE0_SLICE_GRAD = (
+    "inductor's gradient of a stride-0 leaf sliced at a SymInt start is the mean of the cotangent: "
+    "a = torch.tensor([9., .75]).double().as_strided((4, 1), (0, 1), 1).requires_grad_(); "
+    "grad of torch.compile(lambda a, s: (a[s::1],), backend='inductor', dynamic=True)(a, 0) with "
+    "v = randn(4, 1) is v.mean() everywhere; eager and aot_eager give v")
+
+
 def _target(name: str, spec: str, kinds: tuple[str, ...], functional: bool) -> Target:
     names = tuple(part.split(":")[0].strip() for part in spec.split(","))
     return Target(name, run_program, spec, FAMILY, kwargs={"program": _program(names, kinds)},
                   functional=functional, min_side=1, max_side=4, max_rank=3,
-                  skip={} if functional else AllBut("compile", ONLY_COMPILE))
+                  skip={} if functional else AllBut("compile", ONLY_COMPILE),
+                  known={"compile": STRIDE0_SLICE_GRAD if functional else OFFSET_VIEW})
 
 
 register(
