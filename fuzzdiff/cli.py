@@ -35,6 +35,10 @@ def _select_pairs(args):
     targets = [t for t in all_targets() if any(fnmatch.fnmatchcase(t.name, p) or
                                                fnmatch.fnmatchcase(f"{t.family}/{t.name}", p)
                                                for p in patterns)]
+    opinfo = [p for p in patterns if p.startswith("opinfo")]
+    if opinfo:  # built on demand: torch's op_db takes a while to import
+        from fuzzdiff.targets.opinfo import select
+        targets += select(opinfo)
     if not targets:
         raise UsageError(f"no target matches {', '.join(patterns)}; see 'fuzzdiff list'")
     return [(t, CHECKS[c]) for c in checks for t in targets if CHECKS[c].why_not(t) is None]
@@ -245,7 +249,9 @@ def cmd_list(args) -> int:
 
 def _listed_targets(args):
     from fuzzdiff.targets import all_targets
-    return all_targets()
+    if args.opinfo:
+        print("building the OpInfo targets (imports torch's op_db; a minute or two)...", file=sys.stderr)
+    return all_targets(include_opinfo=args.opinfo)
 
 
 def _domain(items: list[str] | None) -> dict:
@@ -472,6 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     lst = sub.add_parser("list", help="targets x checks that apply")
     lst.add_argument("--families", action="store_true", help="only the per-family summary")
+    lst.add_argument("--opinfo", action="store_true",
+                     help="include the targets built from torch's OpInfo database (slow to build)")
     lst.add_argument("--vmap-fallbacks", action="store_true",
                      help="also run one example per target under vmap and list the ops that fall "
                           "back to a per-example loop (coverage, not failures)")
