@@ -3,6 +3,7 @@
 from fuzzdiff.targets.catalog import (  # noqa: F401
     binary,
     conv,
+    custom_ops,
     indexing,
     linalg,
     losses,

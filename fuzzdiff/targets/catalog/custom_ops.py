@@ -1,0 +1,44 @@
+"""torch.library custom ops: what a user's op looks like, with torch's own pieces.
+
+``sin`` is a custom op with a kernel, a fake kernel and a backward registered by
+``register_autograd``, all correct. It exercises the ``opcheck`` check at every
+fuzzed structure and shows how torch treats forward mode for such an op.
+"""
+
+import torch
+
+from fuzzdiff.targets import Target, register
+
+FAMILY = "custom_ops"
+
+
+@torch.library.custom_op("fuzzdiff_catalog::sin", mutates_args=())
+def sin(x: torch.Tensor) -> torch.Tensor:
+    return torch.sin(x)
+
+
+@sin.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def _backward(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return grad * torch.cos(x)
+
+
+sin.register_autograd(_backward, setup_context=_setup)
+
+NO_JVP = (
+    "a custom op whose autograd is only register_autograd has no forward-mode formula, yet "
+    "forward AD does not raise: forward_ad gives its output no tangent and torch.func.jvp returns "
+    "zeros (torch.func.jvp(sin, (x,), (torch.ones(3),)) is [0., 0., 0.]); an autograd.Function "
+    "without jvp raises NotImplementedError instead")
+
+register(
+    Target("custom_sin", sin, "x: ...", FAMILY, known={"forward": NO_JVP}),
+)
