@@ -16,7 +16,7 @@ from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz
 from fuzzdiff.targets.target import Target
-from fuzzdiff.targets.user import definition, user_target
+from fuzzdiff.targets.user import definition, per_sample_target, user_target
 
 __all__ = ["check", "assert_ok", "Report", "Failure"]
 
@@ -120,7 +120,11 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
     for name in names:
         start = time.perf_counter()
         try:
-            report.tallies[name] = fuzz(name, target, settings=hsettings, seed=seed)
+            fuzzed = target
+            if name == "per_sample" and isinstance(fn, torch.nn.Module):
+                # per-sample gradients need the module itself, on one sample's shapes
+                fuzzed = per_sample_target(target, fn)
+            report.tallies[name] = fuzz(name, fuzzed, settings=hsettings, seed=seed)
         except FuzzFailure as failure:
             report.tallies[name] = failure.tally or Tally()
             path = None

@@ -115,6 +115,33 @@ def module_function(module, spec: str):
     return call, ", ".join([spec, *entries])
 
 
+def per_sample_target(target: Target, module) -> Target:
+    """The per_sample check's view of a user's module: one sample's shapes (the
+    spec's leading batch dim dropped) and a builder for the module, as the
+    catalog's module targets have (fuzzdiff.paths.expanded)."""
+    import copy
+    import functools
+
+    from fuzzdiff.paths.expanded import one_sample
+    from fuzzdiff.spec import parse_spec
+
+    inputs = [a for a in parse_spec(target.spec) if not a.name.startswith("p_")]
+    leading = {a.dims[0].name if a.dims and a.dims[0].kind == "name" and not a.dims[0].variadic else None
+               for a in inputs}
+    if len(leading) != 1 or None in leading:
+        raise ValueError(f"per_sample needs every input of {target.name!r} to start with the same named "
+                         f"batch dim (e.g. \"x: b 3, y: b\"); the spec is {target.spec!r}")
+    sample_spec = ", ".join(f"{a.name}: {' '.join(map(str, a.dims[1:]))}".rstrip() for a in inputs)
+
+    def build(*sample, **kwargs):
+        return copy.deepcopy(module).to(sample[0].dtype)
+
+    fn = functools.partial(one_sample, module)
+    fn.module = build
+    return Target(target.name, fn, sample_spec, family="user", dtypes=target.dtypes,
+                  domain={k: v for k, v in target.domain.items() if not k.startswith("p_")})
+
+
 def user_target(fn, spec: str | None = None, *, dtypes=None, domain=None, kwargs=None) -> Target:
     """A Target for the user's own callable, named so that records of it replay."""
     import torch

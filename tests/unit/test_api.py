@@ -202,3 +202,11 @@ def test_a_module_is_fuzzed_in_its_inputs_and_its_parameters():
     assert not bad.ok and bad.failures[0].check == "grad"
     with pytest.raises(ValueError, match="dropout"):
         fuzzdiff.check(torch.nn.Dropout(0.5), "x: n", max_examples=1)
+
+
+def test_a_module_gets_the_per_sample_check():
+    module = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    report = fuzzdiff.check(module, "x: b 3", checks=["per_sample"], max_examples=6, seed=0)
+    assert report.ok and report.row("per_sample")["passed"] > 0, report.summary()
+    with pytest.raises(ValueError, match="same named batch dim"):
+        fuzzdiff.check(module, "x: 2 3", checks=["per_sample"], max_examples=1)
