@@ -14,14 +14,12 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
-
 from fuzzdiff.case import Case
 from fuzzdiff.tolerance import Tolerance
 from fuzzdiff.unsupported import unsupported_reason
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Measurement", "judge", "judged", "worst", "EPS", "NUDGE"]
+__all__ = ["Measurement", "judge", "judged", "worst", "confirm_mismatch", "EPS", "NUDGE"]
 
 EPS = 1e-6          # finite-difference step in float64, along a direction of norm ~1 per element
 NUDGE = 1e-3        # distance to a neighbouring point, as a fraction of the value range
@@ -94,6 +92,26 @@ def judge(identity: str, measure: Measure, case: Case, tol: Tolerance, *,
                    f"(abs error {first.error:.3g}, allowed {tol.atol + tol.rtol * first.scale + 4 * first.noise:.3g}); "
                    "confirmed by replay, eps/8, 8*eps and two neighbouring points",
                    first.summary())
+
+
+def confirm_mismatch(identity: str, d, *, replays: Callable[[], bool],
+                     agrees64: Callable[[], bool] | None,
+                     agrees_nearby: Callable[[], bool]) -> Verdict:
+    """The confirmation every whole-result check shares, for a mismatch ``d``
+    (a compare.Discrepancy): it must replay, persist in float64 (``agrees64``
+    is given for low precision) and at a neighbouring point."""
+    if not replays():
+        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results "
+                       "(nondeterministic)", d.summary())
+    if agrees64 is not None and agrees64():
+        return Verdict("inconclusive", f"{identity}: {d}; float64 agrees (low-precision rounding)",
+                       d.summary())
+    if agrees_nearby():
+        return Verdict("inconclusive", f"{identity}: {d}; vanishes at a neighbouring point "
+                       "(a tie or a kink)", d.summary())
+    return Verdict("fail", f"{identity}: {d}; confirmed by replay"
+                   + (", float64" if agrees64 is not None else "") + " and a neighbouring point",
+                   d.summary())
 
 
 def _same(a: float, b: float) -> bool:

@@ -44,6 +44,9 @@ UNSUPPORTED_PATTERNS = tuple(re.compile(p, re.I) for p in (
     r"GuardOnDataDependentSymNode|DataDependentOutputException|DynamicOutputShapeException",
     r"Could not guard on data-dependent expression",
     r"Please convert all Tensors to FakeTensors first",  # aot_function: a closed-over tensor
+    # a target that reads data pointers (a cache keyed by storage) cannot be traced
+    r"Cannot access data pointer of Tensor \(e\.g\. FakeTensor, FunctionalTensor\)",
+    r"Attempted to access the data pointer on an invalid python storage",
     # ExpandedWeights (per_sample): its own errors for what it does not support
     # (torch/nn/utils/_expanded_weights: an op without a per-sample rule,
     # unbatched inputs, a layer norm over the batch dim, mixed frozen parameters)

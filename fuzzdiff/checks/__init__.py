@@ -29,6 +29,7 @@ def get_check(name: str) -> Check:
 
 
 from fuzzdiff.checks import alias, backend, dtype, forward, grad, gradgrad, layout, mutation, opcheck, vmap  # noqa: E402
+from fuzzdiff.checks import compile as compile_  # noqa: E402
 
 _register(grad.CHECK)
 _register(forward.CHECK)
@@ -41,8 +42,7 @@ _register(vmap.CHECK)
 _register(opcheck.CHECK)
 from fuzzdiff.checks import per_sample  # noqa: E402
 _register(per_sample.CHECK)
-from fuzzdiff.checks import device  # noqa: E402
-_register(device.CHECK)
-from fuzzdiff.checks import compile as compile_  # noqa: E402
 _register(compile_.CHECK)
 _register(backend.CHECK)
+from fuzzdiff.checks import device  # noqa: E402
+_register(device.CHECK)

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import Discrepancy, worst_discrepancy
-from fuzzdiff.confirm import NUDGE
+from fuzzdiff.confirm import NUDGE, confirm_mismatch
 from fuzzdiff.paths import expanded as path
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
@@ -134,18 +134,11 @@ def _run(target: Target, case: Case) -> Verdict:
         return Verdict("pass", f"vmap reference skipped: {first.vmap_skipped}" if first.vmap_skipped else "")
     which, d = found
     identity = f"{plan}: {which}"
-    if not _replays(first, path.run(target, case)):
-        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results "
-                       "(nondeterministic)", d.summary())
-    if case.torch_dtype in LOW and _discrepancy(path.run(target, case, cast=torch.float64), tol) is None:
-        return Verdict("inconclusive", f"{identity}: {d}; float64 agrees (low-precision rounding)",
-                       d.summary())
-    if _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None:
-        return Verdict("inconclusive", f"{identity}: {d}; vanishes at a neighbouring point "
-                       "(a tie or a kink)", d.summary())
-    return Verdict("fail", f"{identity}: {d}; confirmed by replay"
-                   + (", float64" if case.torch_dtype in LOW else "") + " and a neighbouring point",
-                   d.summary())
+    return confirm_mismatch(
+        identity, d, replays=lambda: _replays(first, path.run(target, case)),
+        agrees64=(lambda: _discrepancy(path.run(target, case, cast=torch.float64), tol) is None)
+        if case.torch_dtype in LOW else None,
+        agrees_nearby=lambda: _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None)
 
 
 CHECK = Check("per_sample", run, params=params, applies=applies, aliasing="never",

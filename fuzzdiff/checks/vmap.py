@@ -25,7 +25,7 @@ from hypothesis.errors import NoSuchExample
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import Discrepancy, max_abs, worst_discrepancy
-from fuzzdiff.confirm import NUDGE
+from fuzzdiff.confirm import NUDGE, confirm_mismatch
 from fuzzdiff.paths import vmap as path
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
@@ -72,21 +72,17 @@ def run(target: Target, case: Case) -> Verdict:
     if d is None:
         return Verdict("pass", f"batching fallbacks: {', '.join(ops)}" if ops else "")
     identity = f"{plan}: vmapped vs a loop over the batch"
-    again = path.run(target, case)
-    exact = Tolerance(0.0, 0.0)
-    if (_discrepancy(path.Result(again.names, again.vmapped, first.vmapped), exact)
-            or _discrepancy(path.Result(again.names, again.looped, first.looped), exact)):
-        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results "
-                       "(nondeterministic)", d.summary())
-    if case.torch_dtype in LOW and _discrepancy(path.run(target, case, cast=torch.float64), tol) is None:
-        return Verdict("inconclusive", f"{identity}: {d}; float64 agrees (low-precision rounding)",
-                       d.summary())
-    if _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None:
-        return Verdict("inconclusive", f"{identity}: {d}; vanishes at a neighbouring point "
-                       "(a tie or a kink)", d.summary())
-    return Verdict("fail", f"{identity}: {d}; confirmed by replay"
-                   + (", float64" if case.torch_dtype in LOW else "") + " and a neighbouring point",
-                   d.summary())
+
+    def replays() -> bool:
+        again, exact = path.run(target, case), Tolerance(0.0, 0.0)
+        return not (_discrepancy(path.Result(again.names, again.vmapped, first.vmapped), exact)
+                    or _discrepancy(path.Result(again.names, again.looped, first.looped), exact))
+
+    return confirm_mismatch(
+        identity, d, replays=replays,
+        agrees64=(lambda: _discrepancy(path.run(target, case, cast=torch.float64), tol) is None)
+        if case.torch_dtype in LOW else None,
+        agrees_nearby=lambda: _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None)
 
 
 # Seven compositions over the whole catalog cost more than the rest of CI: the

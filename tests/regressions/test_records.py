@@ -25,4 +25,6 @@ def test_record(path, request):
     if record.status == "expected":
         assert verdict.kind == record.verdict.kind, f"expected {record.verdict}, replayed {verdict}"
     else:
-        assert not verdict.failed, f"{record.path}: {verdict}"
+        # Gone means a clean pass: a discrepancy that only shows some of the
+        # time (a kernel reading memory outside its input) replays inconclusive.
+        assert verdict.kind == "pass", f"{record.path}: {verdict}"
