@@ -13,10 +13,9 @@ sample rotates and how to rerun one.
 import pytest
 from hypothesis import settings
 from sampling import ci_seed, in_ci_sample
+from verdicts import fuzz_pair
 
 from fuzzdiff.checks import CHECKS
-from fuzzdiff.corpus import default_root
-from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.targets import all_targets
 
 TARGETS = all_targets()
@@ -26,24 +25,11 @@ PAIRS = [(c, t) for c in CHECKS.values() for t in TARGETS]
 @pytest.mark.fuzz
 @pytest.mark.parametrize("check,target", PAIRS, ids=[f"{c.name}-{t.family}/{t.name}" for c, t in PAIRS])
 def test_fuzz(check, target, request):
-    why = check.why_not(target)
-    if why is not None:
-        pytest.skip(why)
     options = {}
-    if check.ci is not None and request.config._fuzzdiff_profile.split("+")[0] == "ci":
+    if check.ci is not None and check.why_not(target) is None \
+            and request.config._fuzzdiff_profile.split("+")[0] == "ci":
         if not in_ci_sample(check, target, TARGETS, ci_seed()):
             pytest.skip(f"not in this CI run's sample for {check.name} (seed {ci_seed()})")
         if check.ci.max_examples is not None:
             options["settings"] = settings(max_examples=check.ci.max_examples)
-    try:
-        tally = fuzz(check, target, corpus=default_root(), **options)
-    except FuzzFailure as failure:
-        # Only a confirmed discrepancy is the known one: a crash or a hang is news.
-        if check.name in target.known and failure.verdict.kind == "fail":
-            pytest.xfail(f"known PyTorch discrepancy: {target.known[check.name]} "
-                         f"(record {failure.record_path})")
-        raise
-    if tally.only_unsupported:
-        pytest.skip(f"unsupported: {tally.reasons['unsupported']}")
-    assert tally.examples > 0
-    assert tally.counts["fail"] == 0
+    fuzz_pair(check, target, **options)

@@ -22,9 +22,9 @@ import random
 
 import pytest
 
+from verdicts import fuzz_pair
+
 from fuzzdiff.checks import CHECKS
-from fuzzdiff.corpus import default_root
-from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.targets import opinfo
 
 OPS_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_OPS", 5))
@@ -59,17 +59,4 @@ def pytest_generate_tests(metafunc):
 
 @pytest.mark.fuzz
 def test_opinfo(check, target):
-    why = check.why_not(target)
-    if why is not None:
-        pytest.skip(why)
-    try:
-        tally = fuzz(check, target, corpus=default_root())
-    except FuzzFailure as failure:
-        if check.name in target.known:
-            pytest.xfail(f"known PyTorch discrepancy: {target.known[check.name]} "
-                         f"(record {failure.record_path})")
-        raise
-    if tally.only_unsupported:
-        pytest.skip(f"unsupported: {tally.reasons['unsupported']}")
-    assert tally.examples > 0
-    assert tally.counts["fail"] == 0
+    fuzz_pair(check, target)
