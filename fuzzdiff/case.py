@@ -9,6 +9,7 @@ the elements themselves: cheap to draw, cheap to store, deterministic to rebuild
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from dataclasses import asdict, dataclass, field, replace
@@ -19,7 +20,7 @@ import torch
 
 __all__ = [
     "Values", "Layout", "Alias", "Arg", "Probe", "Case", "Inputs",
-    "CaseError", "DTYPES", "special_value", "SPECIALS",
+    "CaseError", "DTYPES", "special_value", "SPECIALS", "probe_like",
 ]
 
 DTYPES = {
@@ -37,6 +38,7 @@ class CaseError(ValueError):
     """A case (or the JSON it came from) that cannot describe real tensors."""
 
 
+@functools.lru_cache(maxsize=256)
 def special_value(name: str, dtype: torch.dtype) -> float:
     """The float a special-value name stands for in ``dtype``.
 
@@ -112,13 +114,30 @@ class Values:
 
         Drawn in ``shape`` directly: torch fills a fresh tensor in memory
         order, so these are the bits of a flat draw reshaped, one call fewer."""
-        shape = tuple(shape)
+        return self._sample(tuple(shape), dtype, _generator(self.seed))
+
+    def sample_and_junk(self, shape: Sequence[int], dtype: torch.dtype,
+                        size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample(shape, dtype)``, then ``size`` more values in the sampling
+        interval from the same stream: the memory around a strided view, where a
+        kernel that reads outside its view picks up plausible numbers. One
+        seeding, and plain uniform draws: junk needs no grid, specials or repeats."""
         g = _generator(self.seed)
+        logical = self._sample(tuple(shape), dtype, g)
         if self.kind == "int":
-            out = torch.randint(int(self.low), int(self.high) + 1, shape, generator=g).to(dtype)
+            junk = torch.randint(int(self.low), int(self.high) + 1, (size,), generator=g).to(dtype)
         elif self.kind == "bool":
-            out = torch.rand(shape, generator=g, dtype=torch.float64) < 0.5
-        else:
+            junk = torch.rand(size, generator=g, dtype=torch.float64) < 0.5
+        else:  # a complex junk value is real: in the interval all the same
+            real = dtype.to_real() if dtype.is_complex else dtype
+            junk = torch.empty(size, dtype=real).uniform_(self.low, self.high, generator=g)
+            if real != dtype:
+                junk = junk.to(dtype)
+        return logical, junk
+
+    def _sample(self, shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+        kind = self.kind
+        if kind == "float":
             out = self._reals(shape, g)
             if dtype.is_complex:
                 out = torch.complex(out, self._reals(shape, g))
@@ -130,6 +149,10 @@ class Values:
                 for pos, name in self.specials:
                     if n:
                         flat[pos % n] = special_value(name, dtype)
+        elif kind == "int":
+            out = torch.randint(int(self.low), int(self.high) + 1, shape, generator=g).to(dtype)
+        else:  # bool
+            out = torch.rand(shape, generator=g, dtype=torch.float64) < 0.5
         if self.constant:
             for d in self.constant:
                 if d < len(shape) and shape[d] > 1:
@@ -160,10 +183,17 @@ class Values:
             near = (x - k).abs() < self.margin
             up, down = min(k + self.margin, hi), max(k - self.margin, lo)
             # push to the nearer side, or to the other one when that side leaves [lo, hi]
-            side = torch.where(x >= k, x.new_tensor(up if k + self.margin <= hi else down),
-                               x.new_tensor(down if k - self.margin >= lo else up))
+            side = torch.where(x >= k, _scalar64(up if k + self.margin <= hi else down),
+                               _scalar64(down if k - self.margin >= lo else up))
             x = torch.where(near, side, x)
         return x
+
+
+@functools.lru_cache(maxsize=64)
+def _scalar64(value: float) -> torch.Tensor:
+    """A 0-d float64 constant, made once: ``torch.where`` with two Python
+    floats would compute in the default dtype, not in float64."""
+    return torch.tensor(value, dtype=torch.float64)
 
 
 @dataclass(frozen=True)
@@ -254,28 +284,34 @@ class Probe:
     zeros: float = 0.0
 
     def like(self, t: torch.Tensor) -> torch.Tensor:
-        g = _generator(self.seed, 2)
-        shape = tuple(t.shape)
-        layout = self.layout
-        dims = [d for d, n in enumerate(shape) if n > 1] if layout == "expanded" else ()
-        if len(dims) >= 2:  # expanded, and still varies along another dim
-            d = dims[self.seed % len(dims)]
-            small = list(shape)
-            small[d] = 1
-            out = self._draw(small, g, t.dtype).expand(shape)
-        else:
-            out = self._draw(shape, g, t.dtype)
-            if layout == "transposed" and len(shape) >= 2:
-                out = out.mT.contiguous().mT
-        return out if t.is_cpu else out.to(t.device)
+        return probe_like(self.seed, self.layout, self.zeros, t)
 
-    def _draw(self, shape, g, dtype) -> torch.Tensor:
-        v = torch.empty(shape, dtype=torch.float64).normal_(0.25, 1.5, generator=g)
-        if self.zeros:
-            v = v * (torch.rand(shape, generator=g, dtype=torch.float64) >= self.zeros)
-        if dtype.is_complex:
-            v = torch.complex(v, torch.randn(shape, generator=g, dtype=torch.float64))
-        return v if v.dtype == dtype else v.to(dtype)
+
+def probe_like(seed: int, layout: str, zeros: float, t: torch.Tensor) -> torch.Tensor:
+    """``Probe(seed, layout, zeros).like(t)``, without building the Probe: the
+    derivative checks make two or three probes per example from plain params."""
+    g = _generator(seed, 2)
+    shape = tuple(t.shape)
+    dims = [d for d, n in enumerate(shape) if n > 1] if layout == "expanded" else ()
+    if len(dims) >= 2:  # expanded, and still varies along another dim
+        d = dims[seed % len(dims)]
+        small = list(shape)
+        small[d] = 1
+        out = _probe_values(small, g, t.dtype, zeros).expand(shape)
+    else:
+        out = _probe_values(shape, g, t.dtype, zeros)
+        if layout == "transposed" and len(shape) >= 2:
+            out = out.mT.contiguous().mT
+    return out if t.is_cpu else out.to(t.device)
+
+
+def _probe_values(shape, g: torch.Generator, dtype: torch.dtype, zeros: float) -> torch.Tensor:
+    v = torch.empty(shape, dtype=torch.float64).normal_(0.25, 1.5, generator=g)
+    if zeros:
+        v = v * (torch.rand(shape, generator=g, dtype=torch.float64) >= zeros)
+    if dtype.is_complex:
+        v = torch.complex(v, torch.randn(shape, generator=g, dtype=torch.float64))
+    return v if v.dtype == dtype else v.to(dtype)
 
 
 @dataclass
@@ -418,18 +454,17 @@ class Case:
         if bad is not None:
             raise CaseError(bad)
         values = self.args[i].values
-        logical = values.sample(shape, dtype)
         if how == "flat":
             # sample() returns a fresh contiguous tensor with a storage of its own
             # numel: in this layout it already is the storage, bit for bit.
-            storage = logical.reshape(-1)
+            storage = values.sample(shape, dtype).reshape(-1)
         else:
             if how == "whole":
+                logical = values.sample(shape, dtype)
                 storage = torch.empty(lay.storage_size, dtype=logical.dtype)  # the view covers it all
             else:
                 # Memory outside the view holds in-domain junk: a kernel that reads it is caught.
-                storage = _evolve(values, seed=values.seed ^ 0x5BD1E995, specials=()).sample(
-                    (lay.storage_size,), dtype)
+                logical, storage = values.sample_and_junk(shape, dtype, lay.storage_size)
             for d in narrow:
                 logical = logical.narrow(d, 0, min(1, logical.shape[d]))
             storage.as_strided(sizes, lay.strides, lay.offset).copy_(logical)
@@ -444,13 +479,15 @@ class Case:
         """Build the tensors, bit for bit the same on every call.
 
         ``cast`` converts the case-dtype storages after their values are drawn:
-        a float64 reference holding exactly the float32 case's values.
+        a float64 reference holding exactly the float32 case's values (a
+        complex case goes to the complex dtype of ``cast``).
         ``storages`` (from ``self.storages()``) reuses values already drawn.
         """
         storages = self.storages() if storages is None else storages
         if cast is not None:
-            args = self.args
-            storages = {i: t.to(cast) if args[i].dtype is None and t.dtype != cast else t
+            args, wide = self.args, cast.to_complex()  # a complex case keeps its imaginary part
+            storages = {i: t if args[i].dtype is not None or t.dtype in (cast, wide)
+                        else t.to(wide if t.dtype.is_complex else cast)
                         for i, t in storages.items()}
         leaf_views, direct = self._leaf_views
         leaves = []

@@ -64,7 +64,8 @@ def judge(identity: str, measure: Measure, case: Case, tol: Tolerance, *,
     first = measure(case, eps)
     if first.within(tol):
         # The error rides along so that hypothesis.target() can steer toward it.
-        return Verdict("pass", "", {"abs_error": first.error, "scale": first.scale})
+        return Verdict("pass", "", {"abs_error": first.error, "scale": first.scale,
+                                    "allowed": tol.allowed(first.scale, first.noise)})
     if not math.isfinite(first.reference):
         return _unsure(identity, "the reference is not finite here", first)
 
@@ -89,7 +90,7 @@ def judge(identity: str, measure: Measure, case: Case, tol: Tolerance, *,
         return _unsure(identity, "float64 agrees on the same values: only low precision disagrees "
                        "(see the dtype check)", first)
     return Verdict("fail", f"{identity}: analytic {first.analytic!r} vs reference {first.reference!r} "
-                   f"(abs error {first.error:.3g}, allowed {tol.atol + tol.rtol * first.scale + 4 * first.noise:.3g}); "
+                   f"(abs error {first.error:.3g}, allowed {tol.allowed(first.scale, first.noise):.3g}); "
                    "confirmed by replay, eps/8, 8*eps and two neighbouring points",
                    first.summary())
 

@@ -11,9 +11,9 @@ from typing import Mapping, Sequence
 
 import torch
 
-from fuzzdiff.case import Probe
+from fuzzdiff.case import Probe, probe_like
 
-__all__ = ["probe", "probes_like", "directions", "dot", "absdot", "dot_and_scale", "widened", "PROBE_KEYS"]
+__all__ = ["probe", "probes_like", "directions", "dot", "absdot", "dot_and_scale", "contract", "widened", "PROBE_KEYS"]
 
 PROBE_KEYS = ("cotangent", "direction", "second")
 
@@ -28,10 +28,14 @@ def probe(params: Mapping, key: str) -> Probe:
 
 def probes_like(params: Mapping, key: str, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """One probe tensor per tensor, each with its own stream of values."""
-    base = probe(params, key)
-    # like() reads only shape, dtype and device: no detach needed
-    return [(base if k == 0 else Probe(base.seed + 7919 * k, base.layout, base.zeros)).like(t)
-            for k, t in enumerate(tensors)]
+    spec = params.get(key)
+    if type(spec) is dict:  # as drawn and stored: read, not rebuilt into a Probe per example
+        seed, layout, zeros = spec["seed"], spec.get("layout", "contiguous"), spec.get("zeros", 0.0)
+    else:
+        base = probe(params, key)
+        seed, layout, zeros = base.seed, base.layout, base.zeros
+    # probe_like() reads only shape, dtype and device: no detach needed
+    return [probe_like(seed + 7919 * k, layout, zeros, t) for k, t in enumerate(tensors)]
 
 
 def directions(params: Mapping, leaves: Sequence[torch.Tensor], key: str = "direction") -> list[torch.Tensor]:
@@ -106,3 +110,23 @@ def absdot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
         # for reals |x * y| is |x| * |y| bit for bit (IEEE products are sign-symmetric)
         total += float(torch.sum(x.abs() * y.abs() if cplx else (x * y).abs()))
     return total
+
+
+def contract(v: Sequence[torch.Tensor], a: Sequence[torch.Tensor], b: Sequence[torch.Tensor],
+             c: Sequence[torch.Tensor]) -> tuple[float, float, float]:
+    """``dot(v, a)``, ``dot(v, b)`` and ``absdot(v, c)`` in one pass over ``v``:
+    the finite differences' two estimates and their round-off scale."""
+    da = db = dc = 0.0
+    for x, y, z, w in zip(v, a, b, c):
+        if x.numel():
+            if x.dtype.is_complex or y.dtype.is_complex:
+                (xa, ya, _), (xb, yb, _), (xc, yc, _) = _pairs((x, x, x), (y, z, w))
+                da += float(torch.sum(xa.conj() * ya).real)
+                db += float(torch.sum(xb.conj() * yb).real)
+                dc += float(torch.sum(xc.abs() * yc.abs()))
+            else:
+                x = _wide(x, _F64)
+                da += float(torch.sum(x * _wide(y, _F64)))
+                db += float(torch.sum(x * _wide(z, _F64)))
+                dc += float(torch.sum((x * _wide(w, _F64)).abs()))
+    return da, db, dc

@@ -21,7 +21,7 @@ from fuzzdiff.verdict import Verdict
 from strategies.cases import cases, draw_case
 from strategies.cotangents import PROBE_CODES, probe_from_code
 
-__all__ = ["run_check", "case_strategy", "UNSUPPORTED_PATTERNS", "unsupported_reason"]
+__all__ = ["run_check", "verdict_at", "case_strategy", "UNSUPPORTED_PATTERNS", "unsupported_reason"]
 
 def run_check(check: Check | str, target: Target | str, case: Case) -> Verdict:
     """The check's verdict at ``case``; never raises for the target's own errors."""
@@ -30,6 +30,12 @@ def run_check(check: Check | str, target: Target | str, case: Case) -> Verdict:
     why = check.why_not(target)
     if why is not None:
         return Verdict("unsupported", why)
+    return verdict_at(check, target, case)
+
+
+def verdict_at(check: Check, target: Target, case: Case) -> Verdict:
+    """``run_check`` for a check already known to apply: ``fuzz()`` asks
+    ``why_not`` once per run rather than once per example."""
     try:
         return check.run(target, case)
     except CaseError:

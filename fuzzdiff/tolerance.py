@@ -21,8 +21,12 @@ class Tolerance:
     atol: float
     rtol: float
 
+    def allowed(self, scale: float, noise: float = 0.0) -> float:
+        """The largest error allowed at ``scale``, with the reference's own error ``noise``."""
+        return self.atol + self.rtol * scale + 4.0 * noise
+
     def allows(self, error: float, scale: float, noise: float = 0.0) -> bool:
-        return error <= self.atol + self.rtol * scale + 4.0 * noise
+        return error <= self.allowed(scale, noise)
 
 
 DEFAULTS = {

@@ -6,13 +6,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch.utils._pytree import tree_leaves
 
-from fuzzdiff.case import Case
+from fuzzdiff.case import Case, Inputs
 from fuzzdiff.checks.check import Check
 from fuzzdiff.confirm import Measurement, judge
-from fuzzdiff.directions import absdot, directions, dot, dot_and_scale, probes_like, widened
+from fuzzdiff.directions import contract, directions, dot_and_scale, probes_like, widened
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
@@ -25,61 +27,69 @@ ROUNDOFF64 = 2.0**-52
 def _outputs(target: Target, case: Case, args) -> tuple[torch.Tensor, ...]:
     """The target's floating outputs at ``args`` (LeafFunction.call_args, inlined)."""
     out = target.fn(*args, **case.kwargs)
-    if isinstance(out, torch.Tensor):  # the common case: no pytree walk
-        return (out,) if differentiable(out) else ()
+    if type(out) is torch.Tensor:  # the common case: no pytree walk
+        dtype = out.dtype
+        return (out,) if dtype.is_floating_point or dtype.is_complex else ()
     return tuple(t for t in tree_leaves(out) if differentiable(t))
 
 
-def finite_difference(target: Target, case: Case, cotangents, u, eps: float, storages=None):
+def finite_difference(target: Target, case: Case, cotangents, u, eps: float, storages=None,
+                      at: Inputs | None = None):
     """``<v, J u>`` by central differences in float64, and an estimate of its error.
 
-    ``storages``: float64 (or already copied) storages to evaluate at; by
-    default the case's values are drawn and cast here.
+    ``storages``: the case's storages, unwritten since they were drawn (cast
+    to float64 here); by default they are drawn here. ``at``: the float64
+    inputs themselves, when the caller has them already.
     """
-    ref = case.materialize(requires_grad=False, cast=torch.float64, storages=storages)
-    leaves, rebuild = ref.leaves, ref.rebuild
+    if at is None:
+        at = case.materialize(requires_grad=False, cast=torch.float64, storages=storages)
+    leaves, rebuild = at.leaves, at.rebuild
     us = [d if d.dtype == l.dtype else d.to(l.dtype) for l, d in zip(leaves, u)]
+    # Every point is built before the target runs at any of them: a target
+    # that (wrongly) writes into its inputs cannot move the others.
+    points = [rebuild([torch.add(l, d, alpha=h) for l, d in zip(leaves, us)])
+              for h in (eps, -eps, 2 * eps, -2 * eps)]
     with torch.no_grad():
         outs = _outputs(target, case, rebuild(leaves))
-        diffs = []
-        for e in (eps, 2 * eps):
-            plus = _outputs(target, case, rebuild([torch.add(l, d, alpha=e) for l, d in zip(leaves, us)]))
-            minus = _outputs(target, case, rebuild([torch.add(l, d, alpha=-e) for l, d in zip(leaves, us)]))
-            diffs.append([(p - m) / (2 * e) for p, m in zip(plus, minus)])
-    d1, d2 = diffs
-    v = widened(cotangents)  # once, not once per dot product
-    n1, n2 = dot(v, d1), dot(v, d2)
+        plus, minus, plus2, minus2 = (_outputs(target, case, args) for args in points)
+        d1 = [(p - m) / (2 * eps) for p, m in zip(plus, minus)]
+        d2 = [(p - m) / (4 * eps) for p, m in zip(plus2, minus2)]
+    n1, n2, size = contract(widened(cotangents), d1, d2, outs)
     # Truncation: the step-doubling difference; round-off: eps_mach * |f| / eps.
-    noise = abs(n1 - n2) + ROUNDOFF64 / eps * absdot(v, outs)
-    return n1, noise
+    return n1, abs(n1 - n2) + ROUNDOFF64 / eps * size
 
 
-def reverse_dot(target: Target, case: Case, cast=None, storages=None):
+def _reverse(target: Target, case: Case, cast, storages):
     inputs = case.materialize(cast=cast, storages=storages)
     leaves = inputs.leaves
     outs = _outputs(target, case, inputs.args)
     v = probes_like(case.params, "cotangent", outs)
     grads = vjp(outs, leaves, v)
     u = directions(case.params, leaves)
-    return *dot_and_scale(grads, u), v, u
+    return *dot_and_scale(grads, u), v, u, inputs
 
 
-def _reference(case: Case, storages: dict) -> dict:
-    """The float64 reference's own storages, made before the analytic side runs:
-    a target that (wrongly) writes into its inputs must not move the
-    finite-difference reference to another point, which would report a
-    mutation as a wrong derivative. One copy per storage: the cast when there
-    is one (exactly ``materialize(cast=float64)``'s), else a clone."""
-    args = case.args
-    return {i: t.to(torch.float64) if args[i].dtype is None and t.dtype != torch.float64 else t.clone()
-            for i, t in storages.items()}
+def reverse_dot(target: Target, case: Case, cast=None, storages=None):
+    """``<J^T v, u>``, its scale ``<|J^T v|, |u|>``, and the probes ``v`` and ``u``."""
+    return _reverse(target, case, cast, storages)[:4]
 
 
 def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
     storages = case.storages()
-    reference = _reference(case, storages)
-    analytic, scale, v, u = reverse_dot(target, case, cast, storages)
-    numeric, noise = finite_difference(target, case, v, u, eps, reference)
+    versions = [t._version for t in storages.values()]
+    analytic, scale, v, u, inputs = _reverse(target, case, cast, storages)
+    at = None
+    if any(t._version != n for t, n in zip(storages.values(), versions)):
+        # The target wrote into its inputs (the mutation check's finding): the
+        # finite differences start from freshly drawn values, the same ones,
+        # so that a mutation is never reported as a wrong derivative.
+        storages = case.storages()
+    elif cast is None and inputs.leaves and all(l.dtype is torch.float64 for l in inputs.leaves):
+        # Already the float64 point, on the storages just checked: its leaves,
+        # detached, without a second materialize(). (A cast copy is not checked:
+        # the finite differences cast the untouched storages again.)
+        at = replace(inputs, leaves=[l.detach() for l in inputs.leaves])
+    numeric, noise = finite_difference(target, case, v, u, eps, storages, at)
     return Measurement(analytic, numeric, scale + abs(numeric), noise)
 
 

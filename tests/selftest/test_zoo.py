@@ -157,9 +157,16 @@ def test_bug_is_found(p: Planted):
                          ids=[p.name for p in ZOO if p.trigger == "noncontiguous"])
 def test_noncontiguous_bug_is_found_silently_wrong(p: Planted):
     """Also on permuted layouts alone, where no stride-0 or sliced read can
-    run out of the storage and crash: the numbers are silently wrong."""
+    run out of the storage and crash: the numbers are silently wrong.
+
+    Only matrices can be permuted, and Hypothesis draws ``x: ...`` as a
+    scalar or a vector more than half of the time, so whether 200 examples
+    meet enough permuted matrices varied with the derandomized seed (which
+    changes with fuzz()'s source). The spec is narrowed to matrices here;
+    finding the bug under the full spec is test_bug_is_found's job."""
+    bug = replace(p.bug, spec=p.bug.spec.replace("...", "r c"))
     with pytest.raises(FuzzFailure) as info:
-        fuzz(p.check, p.bug, settings=fuzz_settings(FIND_EXAMPLES), variants=VARIANTS,
+        fuzz(p.check, bug, settings=fuzz_settings(FIND_EXAMPLES), variants=VARIANTS,
              layout_features=("permuted",))
     assert not info.value.verdict.message.startswith("raised"), info.value
     assert shows_trigger(p, info.value.case, info.value.verdict)
