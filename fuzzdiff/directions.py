@@ -96,10 +96,15 @@ def dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
 def dot_and_scale(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> tuple[float, float]:
     """``dot(a, b)`` and ``absdot(a, b)`` in one pass."""
     total, scale = 0.0, 0.0
-    for x, y, cplx in _pairs(a, b):
-        p = x.conj() * y if cplx else x * y
-        total += float(p.sum().real) if cplx else float(p.sum())
-        scale += float(p.abs().sum())
+    for x, y in zip(a, b):
+        if x.numel():
+            if x.dtype.is_complex or y.dtype.is_complex:
+                p = _wide(x, _C128).conj() * _wide(y, _C128)
+                total += float(p.sum().real)
+            else:
+                p = _wide(x, _F64) * _wide(y, _F64)
+                total += float(p.sum())
+            scale += float(p.abs().sum())
     return total, scale
 
 
