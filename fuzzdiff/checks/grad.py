@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch.utils._pytree import tree_leaves
 
@@ -51,7 +49,7 @@ def finite_difference(target: Target, case: Case, cotangents, u, eps: float, sto
               for h in (eps, -eps, 2 * eps, -2 * eps)]
     with torch.no_grad():
         outs = _outputs(target, case, rebuild(leaves))
-        plus, minus, plus2, minus2 = (_outputs(target, case, args) for args in points)
+        plus, minus, plus2, minus2 = [_outputs(target, case, args) for args in points]
         d1 = [(p - m) / (2 * eps) for p, m in zip(plus, minus)]
         d2 = [(p - m) / (4 * eps) for p, m in zip(plus2, minus2)]
     n1, n2, size = contract(widened(cotangents), d1, d2, outs)
@@ -88,7 +86,7 @@ def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
         # Already the float64 point, on the storages just checked: its leaves,
         # detached, without a second materialize(). (A cast copy is not checked:
         # the finite differences cast the untouched storages again.)
-        at = replace(inputs, leaves=[l.detach() for l in inputs.leaves])
+        at = Inputs(inputs.args, [l.detach() for l in inputs.leaves], inputs.rebuild, inputs.sources)
     numeric, noise = finite_difference(target, case, v, u, eps, storages, at)
     return Measurement(analytic, numeric, scale + abs(numeric), noise)
 
