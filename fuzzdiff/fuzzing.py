@@ -132,6 +132,9 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     ``timeout`` (seconds per example; default $FUZZDIFF_TIMEOUT, else 60; 0
     disables) stops a hanging example: reported at once, unshrunk, as a
     FuzzFailure of kind "timeout" (fuzzdiff.timeout says what is covered).
+
+    The first call in a process freezes what is alive then out of the cyclic
+    garbage collector (``gc.freeze()``; see ``_settle_heap``).
     """
     variants = default_variants() if variants is None else variants
     if variants < 1:

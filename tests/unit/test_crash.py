@@ -203,6 +203,10 @@ def test_a_crashed_xdist_worker_is_recorded_by_the_same_session(aborting):
     (path,) = _records(corpus)
     assert f"fuzzdiff recorded the case in flight: {path}" in out, out[-3000:]
     record = read_record(path)
-    assert record.verdict.kind == "crash" and "xdist worker" in record.verdict.message
+    # The controller recovers the entry at once and names the worker; the other
+    # worker's next fuzz() may get there first (recovery is safe to race, the
+    # first record wins) and name the dead process instead.
+    assert record.verdict.kind == "crash"
+    assert "xdist worker" in record.verdict.message or f"pid {record.verdict.errors['pid']}" in record.verdict.message
     assert record.case.materialize(requires_grad=False).args[0].shape == (3,)
     assert list((corpus / INFLIGHT).glob("*.json")) == []
