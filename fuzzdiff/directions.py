@@ -30,7 +30,7 @@ def probes_like(params: Mapping, key: str, tensors: Sequence[torch.Tensor]) -> l
     """One probe tensor per tensor, each with its own stream of values."""
     spec = params.get(key)
     if type(spec) is dict:  # as drawn and stored: read, not rebuilt into a Probe per example
-        seed, layout, zeros = spec["seed"], spec.get("layout", "contiguous"), spec.get("zeros", 0.0)
+        seed, layout, zeros = spec.get("seed", 0), spec.get("layout", "contiguous"), spec.get("zeros", 0.0)
     else:
         base = probe(params, key)
         seed, layout, zeros = base.seed, base.layout, base.zeros

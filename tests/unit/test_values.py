@@ -215,3 +215,16 @@ def test_probe_values_are_not_unit_scale():
     out = Probe(seed=11).like(torch.zeros(20000, dtype=torch.float64))
     assert abs(float(out.mean()) - 0.25) < 0.05
     assert abs(float(out.std()) - 1.5) < 0.05
+
+
+@given(probes(), shapes(max_rank=3, max_side=4), st.sampled_from([torch.float64, torch.float32]))
+def test_probes_from_stored_params_are_the_probes_themselves(p, shape, dtype):
+    """The derivative checks read a probe's stored params without building a
+    Probe: the tensors must be the Probe's own, bit for bit, layout included."""
+    from fuzzdiff.directions import probes_like
+    tensors = [torch.zeros(shape, dtype=dtype), torch.zeros(shape[::-1], dtype=dtype)]
+    fast = probes_like({"cotangent": p.__dict__.copy()}, "cotangent", tensors)
+    slow = [Probe(p.seed + 7919 * k, p.layout, p.zeros).like(t) for k, t in enumerate(tensors)]
+    for a, b in zip(fast, slow):
+        assert a.dtype == b.dtype and a.stride() == b.stride()
+        assert torch.equal(a, b)
