@@ -135,6 +135,11 @@ class Values:
                 junk = junk.to(dtype)
         return logical, junk
 
+    def junk(self, size: int, dtype: torch.dtype) -> torch.Tensor:
+        """``size`` in-domain values from a stream of their own: the memory
+        around a view whose values were not drawn here (a stack of samples)."""
+        return replace(self, seed=self.seed ^ 0x2545F491, specials=(), constant=()).sample((size,), dtype)
+
     def _sample(self, shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
         kind = self.kind
         if kind == "float":

@@ -13,7 +13,7 @@ import torch
 
 from fuzzdiff.case import Probe, probe_like
 
-__all__ = ["probe", "probes_like", "directions", "dot", "absdot", "dot_and_scale", "contract", "widened", "PROBE_KEYS"]
+__all__ = ["probe", "probes_like", "directions", "dot", "absdot", "dot_and_scale", "widened", "PROBE_KEYS"]
 
 PROBE_KEYS = ("cotangent", "direction", "second")
 
@@ -30,7 +30,9 @@ def probes_like(params: Mapping, key: str, tensors: Sequence[torch.Tensor]) -> l
     """One probe tensor per tensor, each with its own stream of values."""
     spec = params.get(key)
     if type(spec) is dict:  # as drawn and stored: read, not rebuilt into a Probe per example
-        seed, layout, zeros = spec.get("seed", 0), spec.get("layout", "contiguous"), spec.get("zeros", 0.0)
+        # (Probe's class attributes are its field defaults)
+        seed, layout, zeros = (spec.get("seed", Probe.seed), spec.get("layout", Probe.layout),
+                               spec.get("zeros", Probe.zeros))
     else:
         base = probe(params, key)
         seed, layout, zeros = base.seed, base.layout, base.zeros
@@ -96,15 +98,10 @@ def dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
 def dot_and_scale(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> tuple[float, float]:
     """``dot(a, b)`` and ``absdot(a, b)`` in one pass."""
     total, scale = 0.0, 0.0
-    for x, y in zip(a, b):
-        if x.numel():
-            if x.dtype.is_complex or y.dtype.is_complex:
-                p = _wide(x, _C128).conj() * _wide(y, _C128)
-                total += float(p.sum().real)
-            else:
-                p = _wide(x, _F64) * _wide(y, _F64)
-                total += float(p.sum())
-            scale += float(p.abs().sum())
+    for x, y, cplx in _pairs(a, b):
+        p = x.conj() * y if cplx else x * y
+        total += float(p.sum().real) if cplx else float(p.sum())
+        scale += float(p.abs().sum())
     return total, scale
 
 
@@ -115,23 +112,3 @@ def absdot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
         # for reals |x * y| is |x| * |y| bit for bit (IEEE products are sign-symmetric)
         total += float(torch.sum(x.abs() * y.abs() if cplx else (x * y).abs()))
     return total
-
-
-def contract(v: Sequence[torch.Tensor], a: Sequence[torch.Tensor], b: Sequence[torch.Tensor],
-             c: Sequence[torch.Tensor]) -> tuple[float, float, float]:
-    """``dot(v, a)``, ``dot(v, b)`` and ``absdot(v, c)`` in one pass over ``v``:
-    the finite differences' two estimates and their round-off scale."""
-    da = db = dc = 0.0
-    for x, y, z, w in zip(v, a, b, c):
-        if x.numel():
-            if x.dtype.is_complex or y.dtype.is_complex:
-                (xa, ya, _), (xb, yb, _), (xc, yc, _) = _pairs((x, x, x), (y, z, w))
-                da += float(torch.sum(xa.conj() * ya).real)
-                db += float(torch.sum(xb.conj() * yb).real)
-                dc += float(torch.sum(xc.abs() * yc.abs()))
-            else:
-                x = _wide(x, _F64)
-                da += float(torch.sum(x * _wide(y, _F64)))
-                db += float(torch.sum(x * _wide(z, _F64)))
-                dc += float(torch.sum((x * _wide(w, _F64)).abs()))
-    return da, db, dc
