@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from fuzzdiff.case import Alias, Arg, Layout
+from strategies._drawing import COIN, eager, integers
 from strategies.layouts import strided
 
 __all__ = ["aliasing", "ALIAS_KINDS"]
@@ -64,7 +65,7 @@ def draw_aliasing(draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, 
     this inside its own composite rather than building a strategy per example."""
     out = list(args)
     for j in range(1, len(out)):
-        if groups[j] is None or not kinds or not draw(_COIN):
+        if groups[j] is None or not kinds or not draw(COIN):
             continue
         owners = [i for i in range(j) if groups[i] == groups[j] and out[i].alias is None]
         if not owners:
@@ -79,11 +80,11 @@ def draw_aliasing(draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, 
             continue
         lo, hi = _span(out[i])
         if kind == "overlap":
-            offset = draw(st.integers(lo, max(lo, hi - 1)))
+            offset = draw(integers(lo, max(lo, hi - 1)))
         else:
-            offset = out[i].strided.storage_size + draw(st.integers(0, 2))
+            offset = out[i].strided.storage_size + draw(integers(0, 2))
         perm = tuple(range(len(out[j].shape)))
-        if len(perm) >= 2 and draw(_COIN):
+        if len(perm) >= 2 and draw(COIN):
             perm = tuple(draw(_permutations(perm)))
         view = strided(out[j].shape, perm=perm, offset=offset)
         out[j] = replace(out[j], alias=Alias(i, "view"), layout=view, grad="view")
@@ -92,7 +93,7 @@ def draw_aliasing(draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, 
             max(owner_lay.storage_size, view.storage_size), owner_lay.strides, owner_lay.offset))
     if views:
         for j, a in enumerate(out):
-            if groups[j] is not None and a.alias is None and a.grad == "leaf" and draw(_COIN):
+            if groups[j] is not None and a.alias is None and a.grad == "leaf" and draw(COIN):
                 out[j] = replace(a, grad="view")
     if require and not any(a.alias or a.grad == "view" for a in out):
         eligible = [j for j, g in enumerate(groups) if g is not None]
@@ -103,7 +104,6 @@ def draw_aliasing(draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, 
 
 
 # Built once: Hypothesis validates every fresh strategy object, on each draw.
-_COIN = st.booleans()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -113,4 +113,4 @@ def _choice(options: tuple):
 
 @functools.lru_cache(maxsize=256)
 def _permutations(items: tuple):
-    return st.permutations(items)
+    return eager(st.permutations(items))

@@ -9,6 +9,7 @@ import functools
 from hypothesis import strategies as st
 
 from fuzzdiff.case import Probe
+from strategies._drawing import eager
 
 __all__ = ["probes"]
 
@@ -33,4 +34,4 @@ def probes():
     return PROBE_CODES.map(probe_from_code)
 
 
-PROBE_CODES = st.integers(0, 2**32 - 1)
+PROBE_CODES = eager(st.integers(0, 2**32 - 1))

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from fuzzdiff.case import Layout
+from strategies._drawing import integers
 from strategies._validation import check_int
 
 __all__ = ["strided", "layouts", "LAYOUT_FEATURES"]
@@ -111,16 +112,16 @@ def draw_layout(draw, shape: tuple[int, ...], features: tuple[str, ...], max_ste
     if "channels_last" in on:
         perm = (0, 2, 3, 1)
     elif "permuted" in on:
-        perm = _nth_permutation(rank, draw(_below(math.factorial(rank))))
+        perm = _nth_permutation(rank, draw(integers(0, math.factorial(rank) - 1)))
     steps = (1,) * rank
     if "sliced" in on:
-        steps = _digits(draw(_below(max_step ** rank)), max_step, rank)
+        steps = _digits(draw(integers(0, max_step ** rank - 1)), max_step, rank)
     offset = 0
     if "offset" in on:
-        offset = draw(_between(1, max(1, max_offset)))
+        offset = draw(integers(1, max(1, max_offset)))
     expand: tuple[int, ...] = ()
     if "expanded" in on:
-        subset = draw(_between(1, 2 ** len(expandable) - 1))
+        subset = draw(integers(1, 2 ** len(expandable) - 1))
         expand = tuple(d for k, d in enumerate(expandable) if subset >> k & 1)
     return strided(shape, perm=perm, steps=steps, offset=offset, expand=expand, tail=tail)
 
@@ -140,17 +141,7 @@ def _feature_code(rank: int, features: tuple[str, ...], expandable: bool):
     applies = {"channels_last": rank == 4, "permuted": rank >= 2, "sliced": rank >= 1,
                "offset": True, "expanded": expandable}
     live = tuple(f if applies[f] else None for f in bits)
-    return live, st.integers(0, (TAILS << len(bits)) - 1)
-
-
-@functools.lru_cache(maxsize=256)
-def _below(n: int):
-    return st.integers(0, n - 1)
-
-
-@functools.lru_cache(maxsize=256)
-def _between(lo: int, hi: int):
-    return st.integers(lo, hi)
+    return live, integers(0, (TAILS << len(bits)) - 1)
 
 
 def _nth_permutation(rank: int, index: int) -> tuple[int, ...]:

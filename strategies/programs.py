@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from fuzzdiff.programs import FUNCTIONS, OPS, Program
+from strategies._drawing import COIN
 from strategies._validation import check_int, check_range
 
 __all__ = ["programs", "KINDS"]
@@ -28,7 +29,6 @@ KINDS = ("view", "inplace", "functional")
 SCALARS = (0.5, -1.5, 2.0, -0.25)
 BOUNDS = (-1.0, -0.5, 0.0, 0.5, 1.0)
 _BY_KIND = {k: tuple(name for name, op in OPS.items() if op.kind == k) for k in KINDS}
-_COIN = st.booleans()
 
 
 def programs(shapes: Sequence[Sequence[int]], *, min_size: int = 3, max_size: int = 8,
@@ -59,7 +59,7 @@ def _programs(draw, shapes, min_size, max_size, kinds, functions) -> Program:
     values = [torch.empty(s, device="meta") for s in shapes]
     views: set[int] = set()
     body = []
-    while len(body) < max_size and (len(body) < min_size or draw(_COIN)):
+    while len(body) < max_size and (len(body) < min_size or draw(COIN)):
         kind = draw(st.sampled_from(kinds))
         s = _DRAW[kind](draw, values, views, functions)
         if s is None:  # no value this kind can apply to: a functional statement instead
@@ -97,14 +97,14 @@ def _view(draw, values, views, functions):
         return {"op": op, "x": x, "dim0": d0, "dim1": draw(st.integers(0, len(shape) - 1))}
     if op == "view":  # insert or remove a size-1 dim: a view at any strides
         ones = [d for d, n in enumerate(shape) if n == 1]
-        if ones and draw(_COIN):
+        if ones and draw(COIN):
             del shape[draw(st.sampled_from(ones))]
         else:
             shape.insert(draw(st.integers(0, len(shape))), 1)
         return {"op": op, "x": x, "shape": shape}
     # expand: a new leading dim, or a size-1 dim broadcast
     ones = [d for d, n in enumerate(shape) if n == 1]
-    if ones and draw(_COIN):
+    if ones and draw(COIN):
         shape[draw(st.sampled_from(ones))] = draw(st.integers(2, 3))
     else:
         shape.insert(0, draw(st.integers(1, 3)))
@@ -135,7 +135,7 @@ def _inplace(draw, values, views, functions):
     if op == "copy_":
         other = _pick(draw, others)
         return None if other is None else {"op": op, "x": x, "other": other}
-    other = _pick(draw, others) if others and draw(_COIN) else None
+    other = _pick(draw, others) if others and draw(COIN) else None
     return {"op": op, "x": x, "other": other, "scalar": None if other is not None
             else draw(st.sampled_from(SCALARS))}
 

@@ -10,6 +10,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.extra import numpy as hnp
 
 from fuzzdiff.spec import ArgSpec, SpecError, parse_spec
+from strategies._drawing import COIN, eager, integers
 from strategies._validation import check_int, check_range
 
 __all__ = ["shapes", "broadcastable_shapes", "spec_shapes"]
@@ -45,7 +46,7 @@ def draw_spec_shapes(draw, args: tuple[ArgSpec, ...], min_side: int, max_side: i
     calls this inside its own composite); ``fixed`` is a mapping or pairs."""
     sizes: dict[str, int] = dict(fixed)
     groups: dict[str, tuple[int, ...]] = {}
-    side = _side(min_side, max_side)
+    side = integers(min_side, max_side)
     out: dict[str, tuple[int, ...]] = {}
     for arg in args:
         shape: list[int] = []
@@ -69,24 +70,16 @@ def draw_spec_shapes(draw, args: tuple[ArgSpec, ...], min_side: int, max_side: i
                 if dim.name not in sizes:
                     sizes[dim.name] = draw(side)
                 size = sizes[dim.name]
-                if dim.broadcast and draw(_COIN):
+                if dim.broadcast and draw(COIN):
                     size = 1
                 shape.append(size)
         out[arg.name] = tuple(shape)
     return out
 
 
-_COIN = st.booleans()
-
-
-@functools.lru_cache(maxsize=256)
-def _side(min_side: int, max_side: int):
-    return st.integers(min_side, max_side)
-
-
 @functools.lru_cache(maxsize=64)
 def _keeps(n: int):
-    return st.lists(st.booleans(), min_size=n, max_size=n)
+    return eager(st.lists(st.booleans(), min_size=n, max_size=n))
 
 
 def spec_shapes(spec: str | tuple[ArgSpec, ...], *, min_side: int = 0, max_side: int = 4,
@@ -122,4 +115,4 @@ def _draw_group(draw, min_side: int, max_side: int, max_variadic: int) -> tuple[
 
 @functools.lru_cache(maxsize=256)
 def _groups(min_side: int, max_side: int, max_variadic: int):
-    return st.lists(st.integers(min_side, max_side), max_size=max_variadic)
+    return eager(st.lists(st.integers(min_side, max_side), max_size=max_variadic))

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from fuzzdiff.case import FINITE_SPECIALS, SPECIALS, Values
+from strategies._drawing import eager
 
 __all__ = ["values", "sampling_interval", "GRIDS"]
 
@@ -89,8 +90,8 @@ def value_plan(low: float, high: float, names: tuple[str, ...] = (), avoid: tupl
     """What ``draw_values`` needs, resolved once: the strategies it draws
     from and the fields it fixes. Arguments as ``values()`` after validation."""
     grids = None if distinct or kind != "float" else _GRID_CHOICE
-    special_lists = (st.lists(st.tuples(st.integers(0, 1 << 16), st.sampled_from(names)),
-                              max_size=max_specials).map(tuple) if names else None)
+    special_lists = (eager(st.lists(st.tuples(st.integers(0, 1 << 16), st.sampled_from(names)),
+                                    max_size=max_specials).map(tuple)) if names else None)
     fixed = dict(low=low, high=high, avoid=avoid, margin=margin if avoid else 0.0,
                  distinct=distinct, kind=kind)
     defaults = Values()
@@ -99,7 +100,7 @@ def value_plan(low: float, high: float, names: tuple[str, ...] = (), avoid: tupl
     return grids, special_lists, fixed
 
 
-_SEEDS = st.integers(0, 2**32 - 1)
+_SEEDS = eager(st.integers(0, 2**32 - 1))
 _GRID_CHOICE = st.sampled_from(GRIDS)
 
 

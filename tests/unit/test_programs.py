@@ -14,7 +14,8 @@ from strategies.programs import KINDS, programs
 
 SETTINGS = settings(max_examples=25, deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
-FIND = settings(max_examples=1000, database=None, suppress_health_check=list(HealthCheck))
+# derandomized: shrinking is a search; at a random seed it stops one statement short ~3% of the time
+FIND = settings(max_examples=1000, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
 SHAPES = [(3, 4), (3, 4)]
 
 
