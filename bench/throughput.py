@@ -168,12 +168,12 @@ def bare_example(fn, shapes, intervals, dtype, g) -> float:
         xs.append(x.to(dtype).requires_grad_(True))
     # reverse: <J^T v, u>, with a random non-unit cotangent v and direction u
     outs = _floating(fn(*xs))
-    vs = [torch.randn(o.shape, generator=g, dtype=torch.float64).mul_(1.5).add_(0.25).to(o.dtype)
+    vs = [torch.normal(0.25, 1.5, o.shape, generator=g, dtype=torch.float64).to(o.dtype)
           for o in outs]
     pairs = [(o, v) for o, v in zip(outs, vs) if o.requires_grad]
     grads = torch.autograd.grad([o for o, _ in pairs], xs, [v for _, v in pairs], allow_unused=True)
     grads = [torch.zeros_like(x) if gr is None else gr for gr, x in zip(grads, xs)]
-    us = [torch.randn(x.shape, generator=g, dtype=torch.float64).mul_(1.5).add_(0.25).to(x.dtype)
+    us = [torch.normal(0.25, 1.5, x.shape, generator=g, dtype=torch.float64).to(x.dtype)
           for x in xs]
     analytic = scale = 0.0
     for gr, u in zip(grads, us):

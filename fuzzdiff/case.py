@@ -311,7 +311,7 @@ def probe_like(seed: int, layout: str, zeros: float, t: torch.Tensor) -> torch.T
 
 
 def _probe_values(shape, g: torch.Generator, dtype: torch.dtype, zeros: float) -> torch.Tensor:
-    v = torch.empty(shape, dtype=torch.float64).normal_(0.25, 1.5, generator=g)
+    v = torch.normal(0.25, 1.5, shape, generator=g, dtype=torch.float64)  # empty().normal_(), one call
     if zeros:
         v = v * (torch.rand(shape, generator=g, dtype=torch.float64) >= zeros)
     if dtype.is_complex:
