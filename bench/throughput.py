@@ -50,6 +50,7 @@ from strategies.values import sampling_interval
 PREFERRED = ("exp", "log", "sqrt", "abs", "sin", "tanh", "sigmoid", "mul", "add",
              "matmul", "sum", "softmax", "cos", "atan")
 EPS = 1e-6
+F64 = torch.float64
 SEED = 0
 
 
@@ -154,7 +155,13 @@ def _dot(a, b) -> float:
 
 
 def _absdot(a, b) -> float:
-    return sum(float(torch.sum(x.abs() * y.abs())) for x, y in zip(a, b) if x.numel())
+    """<|a|, |b|>, as fuzzdiff.directions.absdot computes it for reals."""
+    return sum(float(torch.sum((x * y).abs())) for x, y in zip(a, b) if x.numel())
+
+
+def _as(t, dtype):
+    """``t`` in ``dtype``, without a call when it already is (as the check does)."""
+    return t if t.dtype is dtype else t.to(dtype)
 
 
 def bare_example(fn, shapes, intervals, dtype, g) -> float:
@@ -165,25 +172,25 @@ def bare_example(fn, shapes, intervals, dtype, g) -> float:
     xs = []
     for shape, (lo, hi) in zip(shapes, intervals):
         x = lo + (hi - lo) * torch.rand(shape, generator=g, dtype=torch.float64)
-        xs.append(x.to(dtype).requires_grad_(True))
+        xs.append(_as(x, dtype).requires_grad_(True))
     # reverse: <J^T v, u>, with a random non-unit cotangent v and direction u
     outs = _floating(fn(*xs))
-    vs = [torch.normal(0.25, 1.5, o.shape, generator=g, dtype=torch.float64).to(o.dtype)
+    vs = [_as(torch.normal(0.25, 1.5, o.shape, generator=g, dtype=torch.float64), o.dtype)
           for o in outs]
     pairs = [(o, v) for o, v in zip(outs, vs) if o.requires_grad]
     grads = torch.autograd.grad([o for o, _ in pairs], xs, [v for _, v in pairs], allow_unused=True)
     grads = [torch.zeros_like(x) if gr is None else gr for gr, x in zip(grads, xs)]
-    us = [torch.normal(0.25, 1.5, x.shape, generator=g, dtype=torch.float64).to(x.dtype)
+    us = [_as(torch.normal(0.25, 1.5, x.shape, generator=g, dtype=torch.float64), x.dtype)
           for x in xs]
     analytic = scale = 0.0
     for gr, u in zip(grads, us):
         if gr.numel():
-            p = gr.double() * u.double()
+            p = _as(gr, F64) * _as(u, F64)
             analytic += float(p.sum())
             scale += float(p.abs().sum())
     # finite differences in float64 at the same values
-    x64 = [x.detach().double() for x in xs]
-    u64 = [u.double() for u in us]
+    x64 = [_as(x.detach(), F64) for x in xs]
+    u64 = [_as(u, F64) for u in us]
     with torch.no_grad():
         outs64 = _floating(fn(*x64))
 
@@ -192,7 +199,7 @@ def bare_example(fn, shapes, intervals, dtype, g) -> float:
 
         d1 = [(p - m) / (2 * EPS) for p, m in zip(at(EPS), at(-EPS))]
         d2 = [(p - m) / (4 * EPS) for p, m in zip(at(2 * EPS), at(-2 * EPS))]
-    v64 = [v.double() for v in vs]
+    v64 = [_as(v, F64) for v in vs]
     n1, n2 = _dot(v64, d1), _dot(v64, d2)
     noise = abs(n1 - n2) + 2.0**-52 / EPS * _absdot(v64, outs64)
     return analytic - n1 + 0.0 * (scale + noise)
