@@ -168,7 +168,8 @@ def bare_example(fn, shapes, intervals, dtype, g) -> float:
     """The grad check's torch calls for one example, on freshly drawn inputs:
     the same calls fuzzdiff.checks.grad makes on a contiguous, unaliased case,
     neither more nor fewer (one pass for <J^T v, u> and its scale, each probe
-    cast once, perturbed points by one torch.add)."""
+    one torch.normal call, a dtype conversion only where the dtype differs,
+    perturbed points by one torch.add)."""
     xs = []
     for shape, (lo, hi) in zip(shapes, intervals):
         x = lo + (hi - lo) * torch.rand(shape, generator=g, dtype=torch.float64)
