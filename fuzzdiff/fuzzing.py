@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import hypothesis
-from hypothesis import given, settings as hsettings
+from hypothesis import given, settings as hsettings, strategies as st
 from hypothesis.errors import FlakyFailure
 
 from fuzzdiff.case import Case
@@ -27,9 +27,11 @@ from fuzzdiff.targets.target import Target
 from fuzzdiff.timeout import ExampleTimeout, Watchdog, default_timeout
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["fuzz", "Tally", "FuzzFailure", "VARIANTS", "default_variants"]
+__all__ = ["fuzz", "Tally", "FuzzFailure", "VARIANTS", "STRUCTURES", "default_variants",
+           "default_structures"]
 
 VARIANTS = 16  # value-and-probe variants per drawn structure; $FUZZDIFF_VARIANTS overrides
+STRUCTURES = 4  # at most this many drawn structures per Hypothesis example; $FUZZDIFF_STRUCTURES overrides
 
 
 class FuzzFailure(AssertionError):
@@ -115,14 +117,22 @@ def default_variants() -> int:
     return int(os.environ.get("FUZZDIFF_VARIANTS", VARIANTS))
 
 
+def default_structures() -> int:
+    return int(os.environ.get("FUZZDIFF_STRUCTURES", STRUCTURES))
+
+
 def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None = None,
          seed: int | None = None, corpus=None, variants: int | None = None,
-         timeout: float | None = None, **case_options) -> Tally:
+         structures: int | None = None, timeout: float | None = None, **case_options) -> Tally:
     """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
 
     Each drawn case is run at ``variants`` value-and-probe seeds
     (Case.reseeded): Hypothesis's cost is in the structure, and bugs that
-    depend on values get more tries for it. ``seed`` makes the run
+    depend on values get more tries for it. Each Hypothesis example is a
+    list of up to ``structures`` drawn cases: an example costs a fixed amount
+    beyond its draws (the engine's bookkeeping, and the caches Hypothesis and
+    torch evict from each other), which several structures share; shrinking
+    deletes the cases a failure does not need. ``seed`` makes the run
     reproducible; the failure carries the run's tally. With ``corpus`` (a
     directory) the shrunk failure is written there as a record, and each
     example is journaled first (fuzzdiff.journal): a case that kills the
@@ -139,6 +149,9 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     variants = default_variants() if variants is None else variants
     if variants < 1:
         raise ValueError(f"variants must be at least 1, got {variants}")
+    structures = default_structures() if structures is None else structures
+    if structures < 1:
+        raise ValueError(f"structures must be at least 1, got {structures}")
     timeout = default_timeout() if timeout is None else float(timeout)
     if not timeout >= 0:
         raise ValueError(f"timeout must be >= 0 seconds (0 disables), got {timeout}")
@@ -155,29 +168,33 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     watch: Watchdog | None = None
     inflight: list[Case | None] = [None]  # the variant running, for a soft timeout's report
 
-    @given(case_strategy(check, target, **case_options))
-    def property_(case: Case) -> None:
-        best: float | None = None  # the largest normalized error, for hypothesis.target
-        if journal is not None:
-            journal.begin_case(case)
+    @given(st.lists(case_strategy(check, target, **case_options), min_size=1, max_size=structures))
+    def property_(cases: list[Case]) -> None:
+        best: float | None = None  # the closest call of the example, for hypothesis.target
         try:
-            for k in range(variants):
-                variant = inflight[0] = case.reseeded(k)
+            for i, case in enumerate(cases):
+                if case in cases[:i]:
+                    continue  # Hypothesis copied a structure: its variants would repeat runs
                 if journal is not None:
-                    journal.begin(k)
-                if watch is not None:
-                    watch.start()
-                verdict = verdict_at(check, target, variant)
-                if watch is not None:
-                    watch.stop()
-                tally.add(verdict)
-                if verdict.failed:
-                    raise FuzzFailure(check.name, target.name, variant, verdict)
-                score = _score(verdict)
-                if score is not None and (best is None or score > best):
-                    best = score
+                    journal.end()  # idle while the next case is written
+                    journal.begin_case(case)
+                for k in range(variants):
+                    variant = inflight[0] = case.reseeded(k)
+                    if journal is not None:
+                        journal.begin(k)
+                    if watch is not None:
+                        watch.start()
+                    verdict = verdict_at(check, target, variant)
+                    if watch is not None:
+                        watch.stop()
+                    tally.add(verdict)
+                    if verdict.failed:
+                        raise FuzzFailure(check.name, target.name, variant, verdict)
+                    score = _score(verdict)
+                    if score is not None and (best is None or score > best):
+                        best = score
         finally:
-            # Idle once per drawn case, not per variant: between variants only
+            # Idle once per example, not per variant: between variants only
             # this loop's bookkeeping runs, nothing that could kill the process.
             if watch is not None:
                 watch.stop()
@@ -190,8 +207,9 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     # One example-database key per (check, target): every fuzz() call shares the
     # source of property_, and saved failures must replay only where they failed.
     property_.hypothesis.inner_test._hypothesis_internal_add_digest = f"{check.name}/{target.ref}".encode()
-    if settings is not None:
-        property_ = settings(property_)
+    # No deadline unless asked for: an example runs several structures at every
+    # variant, and a hang is the per-example timeout's job.
+    property_ = (hsettings(deadline=None) if settings is None else settings)(property_)
     if seed is not None:
         property_ = hypothesis.seed(seed)(property_)
     if corpus is not None:

@@ -3,8 +3,9 @@
 Profiles: ``ci`` (bounded, derandomized: the default when $CI is set),
 ``dev`` (the default otherwise) and ``nightly`` (many examples). Choose with
 ``--fuzzdiff-profile NAME`` or ``FUZZDIFF_PROFILE=NAME``. Each profile also
-sets how many value variants a drawn structure is tried at, unless
-``FUZZDIFF_VARIANTS`` is set.
+sets how many value variants a drawn structure is tried at, and how many
+structures one example draws, unless ``FUZZDIFF_VARIANTS`` or
+``FUZZDIFF_STRUCTURES`` is set.
 
 Crashed examples: at session start and finish (on the xdist controller, and
 whenever an xdist worker dies) journal entries of dead processes under the
@@ -23,8 +24,12 @@ PROFILES = {
     "dev": dict(max_examples=40),
     "nightly": dict(max_examples=1000),
 }
-# Value-and-probe variants tried per drawn structure (fuzzdiff.fuzzing.fuzz).
+# Value-and-probe variants tried per drawn structure, and drawn structures per
+# Hypothesis example (fuzzdiff.fuzzing.fuzz). A profile's max_examples bounds
+# the examples: more structures per example is more work per example, so the
+# bounded profiles draw one.
 VARIANTS = {"ci": 4, "dev": 8, "nightly": 16}
+STRUCTURES = {"ci": 1, "dev": 1, "nightly": 4}
 # No explain phase: it re-runs a shrunk failure ~20x to annotate lines, and a
 # fuzzdiff failure already carries its own verdict and case.
 _COMMON = dict(deadline=None, print_blob=True, phases=[p for p in Phase if p != Phase.explain],
@@ -59,7 +64,9 @@ def pytest_configure(config):
                                   database=example_database(url))
         name = shared
     settings.load_profile(name)
-    os.environ.setdefault("FUZZDIFF_VARIANTS", str(VARIANTS[name.removesuffix("+shared")]))
+    base = name.removesuffix("+shared")
+    os.environ.setdefault("FUZZDIFF_VARIANTS", str(VARIANTS[base]))
+    os.environ.setdefault("FUZZDIFF_STRUCTURES", str(STRUCTURES[base]))
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # n workers x torch's default threads oversubscribe the cores: small
         # kernels then run up to 100x slower. One thread per worker process.

@@ -32,12 +32,15 @@ from fuzzdiff.checks import get_check  # noqa: E402
 from fuzzdiff.fuzzing import FuzzFailure, fuzz  # noqa: E402
 from fuzzdiff.runner import run_check  # noqa: E402
 
-__all__ = ["Detection", "detect", "fuzz_settings", "describe", "main", "VARIANTS"]
+__all__ = ["Detection", "detect", "fuzz_settings", "describe", "main", "VARIANTS", "STRUCTURES"]
 
 # Value-and-probe variants per drawn structure, pinned (not taken from the pytest
 # profile or $FUZZDIFF_VARIANTS) so the self-test and this table agree; 8 is
 # what the "dev" profile uses.
 VARIANTS = 8
+# One drawn structure per Hypothesis example, pinned likewise: "examples" here
+# are drawn structures (fuzz() draws up to STRUCTURES per example by default).
+STRUCTURES = 1
 
 
 def fuzz_settings(max_examples: int, *, shrink: bool = True) -> settings:
@@ -85,7 +88,8 @@ def detect(p: Planted, max_examples: int = 200, *, shrink: bool = True,
 
     counted = replace(check, run=counting)
     try:
-        fuzz(counted, p.bug, settings=fuzz_settings(max_examples, shrink=shrink), variants=variants)
+        fuzz(counted, p.bug, settings=fuzz_settings(max_examples, shrink=shrink), variants=variants,
+             structures=STRUCTURES)
     except FuzzFailure as e:
         return Detection(p, seen.get("count"), variants, seen["t"], seen["first"], e.case,
                          e.verdict.message)

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from detection import VARIANTS, detect, fuzz_settings
+from detection import STRUCTURES, VARIANTS, detect, fuzz_settings
 from hypothesis import given, strategies as st
 from zoo import TRIGGERS, ZOO, Planted
 
@@ -143,7 +143,8 @@ def shows_trigger(p: Planted, case: Case, verdict) -> bool:
 @pytest.mark.parametrize("p", ZOO, ids=IDS)
 def test_bug_is_found(p: Planted):
     with pytest.raises(FuzzFailure) as info:
-        fuzz(p.check, p.bug, settings=fuzz_settings(FIND_EXAMPLES), variants=VARIANTS)
+        fuzz(p.check, p.bug, settings=fuzz_settings(FIND_EXAMPLES), variants=VARIANTS,
+             structures=STRUCTURES)
     e = info.value
     assert e.check == p.check and e.target == p.bug.name
     assert shows_trigger(p, e.case, e.verdict), (
@@ -167,7 +168,7 @@ def test_noncontiguous_bug_is_found_silently_wrong(p: Planted):
     bug = replace(p.bug, spec=p.bug.spec.replace("...", "r c"))
     with pytest.raises(FuzzFailure) as info:
         fuzz(p.check, bug, settings=fuzz_settings(FIND_EXAMPLES), variants=VARIANTS,
-             layout_features=("permuted",))
+             structures=STRUCTURES, layout_features=("permuted",))
     assert not info.value.verdict.message.startswith("raised"), info.value
     assert shows_trigger(p, info.value.case, info.value.verdict)
 
@@ -195,7 +196,8 @@ def test_twin_passes(p: Planted, check: Check, monkeypatch):
         examples = COMPILE_EXAMPLES
         if p.check != "compile":
             monkeypatch.setenv("FUZZDIFF_COMPILE_BACKENDS", CHEAP_BACKENDS)
-    tally = fuzz(check, p.twin, settings=fuzz_settings(examples), variants=VARIANTS)  # raises on a failure
+    tally = fuzz(check, p.twin, settings=fuzz_settings(examples), variants=VARIANTS,
+                 structures=STRUCTURES)  # raises on a failure
     assert tally.counts["fail"] == 0
     if check.name in ("vmap", "compile") and p.check != check.name:
         # an autograd.Function without a vmap rule, or storage-reading code:

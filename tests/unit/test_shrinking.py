@@ -110,3 +110,40 @@ def test_fuzz_failure_of_the_grad_check_is_shrunk():
     assert case.materialize().args[0].numel() == 3
     assert len(a.shape) == 1 or sorted(a.shape)[:-1] == [1] * (len(a.shape) - 1)
     assert_plain_except(case)
+
+
+def test_an_example_of_several_structures_shrinks_to_the_failing_one():
+    # fuzz() draws up to `structures` cases per Hypothesis example; the failure
+    # must still shrink to one plain case that shows the bug.
+    buggy = target("x: ...", _WrongForLargeInputs.apply, "unit_planted_bug", max_side=5)
+    quick = settings(max_examples=300, database=None, derandomize=True, deadline=None,
+                     suppress_health_check=list(HealthCheck), print_blob=False)
+    try:
+        fuzz("grad", buggy, settings=quick, structures=4)
+    except FuzzFailure as failure:
+        case = failure.case
+    else:
+        raise AssertionError("the planted bug was not found")
+    assert case.materialize().args[0].numel() == 3
+    assert_plain_except(case)
+
+
+def test_every_drawn_structure_is_run_at_every_variant():
+    examples, variants, structures = 20, 3, 4
+    few = settings(max_examples=examples, database=None, derandomize=True, deadline=None,
+                   suppress_health_check=list(HealthCheck), print_blob=False)
+    tally = fuzz("grad", target("x: n", torch.sin, "unit_sin", max_side=3), settings=few,
+                 variants=variants, structures=structures)
+    # some examples held several structures: more runs than one structure each could make
+    assert variants * examples < tally.examples <= variants * structures * examples
+    assert tally.examples % variants == 0
+
+
+def test_structures_and_variants_must_be_positive():
+    for bad in (dict(structures=0), dict(variants=0)):
+        try:
+            fuzz("grad", "sin", **bad)
+        except ValueError as e:
+            assert str(next(iter(bad))) in str(e)
+        else:
+            raise AssertionError(f"{bad} was accepted")
