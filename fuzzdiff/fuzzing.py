@@ -31,7 +31,7 @@ __all__ = ["fuzz", "Tally", "FuzzFailure", "VARIANTS", "STRUCTURES", "default_va
            "default_structures"]
 
 VARIANTS = 16  # value-and-probe variants per drawn structure; $FUZZDIFF_VARIANTS overrides
-STRUCTURES = 4  # at most this many drawn structures per Hypothesis example; $FUZZDIFF_STRUCTURES overrides
+STRUCTURES = 8  # at most this many drawn structures per Hypothesis example; $FUZZDIFF_STRUCTURES overrides
 
 
 class FuzzFailure(AssertionError):

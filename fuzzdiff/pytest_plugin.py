@@ -29,7 +29,7 @@ PROFILES = {
 # the examples: more structures per example is more work per example, so the
 # bounded profiles draw one.
 VARIANTS = {"ci": 4, "dev": 8, "nightly": 16}
-STRUCTURES = {"ci": 1, "dev": 1, "nightly": 4}
+STRUCTURES = {"ci": 1, "dev": 1, "nightly": 8}
 # No explain phase: it re-runs a shrunk failure ~20x to annotate lines, and a
 # fuzzdiff failure already carries its own verdict and case.
 _COMMON = dict(deadline=None, print_blob=True, phases=[p for p in Phase if p != Phase.explain],

@@ -19,7 +19,7 @@ from fuzzdiff.targets.target import Target
 from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS, unsupported_reason
 from fuzzdiff.verdict import Verdict
 from strategies.cases import cases, draw_case
-from strategies.cotangents import PROBE_CODES, probe_from_code
+from strategies.cotangents import draw_probe_dicts
 
 __all__ = ["run_check", "verdict_at", "case_strategy", "UNSUPPORTED_PATTERNS", "unsupported_reason"]
 
@@ -85,8 +85,8 @@ def _with_params(draw, base, check: Check, target: Target) -> Case:
 def _case_with_params(draw, plan, check: Check, target: Target) -> Case:
     case = draw_case(draw, plan)
     keys = getattr(check.params, "probe_keys", None)
-    if keys is not None:  # check.probe_params: one integer per probe, as probes() draws it
-        params = {k: probe_from_code(draw(PROBE_CODES)).__dict__.copy() for k in keys}
+    if keys is not None:  # check.probe_params: the same draw, without a nested strategy
+        params = draw_probe_dicts(draw, keys)
     else:
         params = draw(check.params(target, case))
     return replace(case, params=params)

@@ -11,7 +11,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
 from fuzzdiff.case import Arg, Case
-from fuzzdiff.targets.target import FromShapes, Index, Mask, NoGrad, Target
+from fuzzdiff.targets.target import FromShapes, Index, Mask, Target
 from strategies.aliasing import draw_aliasing
 from strategies.dtypes import dtypes as dtype_strategy
 from strategies.layouts import LAYOUT_FEATURES, draw_layout

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fuzzdiff.case import Probe
 from strategies._drawing import eager
 
-__all__ = ["probes"]
+__all__ = ["probes", "probe_dicts", "draw_probe_dicts"]
 
 
 LAYOUTS = ("contiguous", "expanded", "transposed")
@@ -35,3 +35,22 @@ def probes():
 
 
 PROBE_CODES = eager(st.integers(0, 2**32 - 1))
+
+
+@functools.cache
+def _joint_codes(n: int):
+    return eager(st.integers(0, 2 ** (32 * n) - 1))
+
+
+def draw_probe_dicts(draw, keys: tuple[str, ...]) -> dict[str, dict]:
+    """One probe per key, as the dict a case stores, from one integer of 32
+    bits per probe (one draw instead of one per probe); 0 gives the plainest."""
+    code = draw(_joint_codes(len(keys)))
+    return {k: probe_from_code(code >> (32 * i) & 0xFFFF_FFFF).__dict__.copy()
+            for i, k in enumerate(keys)}
+
+
+@st.composite
+def probe_dicts(draw, keys: tuple[str, ...]) -> dict[str, dict]:
+    """``draw_probe_dicts`` as a strategy: the params of a check that draws only probes."""
+    return draw_probe_dicts(draw, keys)

@@ -6,13 +6,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
-from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from fuzzdiff.case import Case
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
-from strategies.cotangents import probes
+from strategies.cotangents import probe_dicts
 
 __all__ = ["Check", "CiSample", "probe_params"]
 
@@ -20,7 +19,7 @@ __all__ = ["Check", "CiSample", "probe_params"]
 def probe_params(*keys: str) -> Callable[[Target, Case], SearchStrategy]:
     """A params strategy drawing one Probe (as a dict) per key."""
     # Built once: Hypothesis validates every fresh strategy object, per draw.
-    strategy = st.fixed_dictionaries({k: probes().map(lambda p: p.__dict__.copy()) for k in keys})
+    strategy = probe_dicts(tuple(keys))
 
     def params(target: Target, case: Case) -> SearchStrategy:
         return strategy
