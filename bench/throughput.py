@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import given, strategies as st
 
 from fuzzdiff.checks import get_check
-from fuzzdiff.fuzzing import default_variants, fuzz
+from fuzzdiff.fuzzing import default_structures, default_variants, fuzz
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.spec import parse_spec
 from fuzzdiff.targets import UnknownTarget, get_target
@@ -226,19 +226,24 @@ class BareOp:
 # -- diagnostics: where the fuzzdiff side's time goes -------------------------------
 
 def diagnostics(targets, n: int, max_side: int | None, clock=time.perf_counter) -> dict[str, float]:
-    """Rates (per second) of: drawing cases only (structures); run_check only,
-    on every value variant of those pre-drawn cases (examples); and Hypothesis
-    itself with one integer per example and an empty test (its floor)."""
+    """Rates (per second) of: drawing cases only, as fuzz() draws them (lists
+    of up to ``structures`` per example; per structure); run_check only, on
+    every value variant of those pre-drawn cases (per run); and Hypothesis
+    itself with one integer per example and an empty test (its floor, per
+    example), with the structures per example drawn on average."""
     check = get_check("grad")
     variants = default_variants()
     drawn: list = []
     t0 = clock()
+    examples = [0]
 
     def collect(target):
         @hyp_settings(n)
-        @given(case_strategy(check, target, max_side=max_side))
-        def test(case):
-            drawn.append((target, case))
+        @given(st.lists(case_strategy(check, target, max_side=max_side), min_size=1,
+                        max_size=default_structures()))
+        def test(cases):
+            examples[0] += 1
+            drawn.extend((target, case) for case in cases)
         test()
 
     for target in targets:
@@ -257,7 +262,8 @@ def diagnostics(targets, n: int, max_side: int | None, clock=time.perf_counter) 
     floor()
     t3 = clock()
     return {"draw": len(drawn) / (t1 - t0), "run_check": len(drawn) * variants / (t2 - t1),
-            "floor": count[0] / (t3 - t2), "variants": variants}
+            "floor": count[0] / (t3 - t2), "variants": variants,
+            "structures": len(drawn) / max(examples[0], 1)}
 
 
 # -- driver ----------------------------------------------------------------------------
@@ -356,17 +362,17 @@ def main(argv=None) -> int:
 
     if not args.no_diagnostics:
         d = diagnostics(targets, args.examples, args.max_side, clock)
-        k = d["variants"]
+        k, m = d["variants"], d["structures"]
         us = lambda rate: 1e6 / rate  # noqa: E731
         print()
         print(f"where the fuzzdiff side's time goes (microseconds per example; {k} value "
-              "variants share one drawn case):")
+              f"variants share one drawn case, {m:.2f} drawn cases share one Hypothesis example):")
         print(f"  {'bare torch loop':<58} {us(b_rate):>9.1f}")
         print(f"  {'fuzzdiff, all of it (as measured above)':<58} {us(f_rate):>9.1f}")
         print(f"  {'  run_check on pre-drawn variants':<58} {us(d['run_check']):>9.1f}")
         print(f"  {'  drawing a case (case_strategy), / variants':<58} {us(d['draw']) / k:>9.1f}")
-        print(f"  {'    of which the Hypothesis floor (one integer), / variants':<58} "
-              f"{us(d['floor']) / k:>9.1f}")
+        print(f"  {'    of which the Hypothesis floor (one integer), / runs':<58} "
+              f"{us(d['floor']) / (k * m):>9.1f}")
         rest = us(f_rate) - us(d["run_check"]) - us(d["draw"]) / k
         print(f"  {'  the rest (variant loop, garbage collection, noise)':<58} {rest:>9.1f}")
         print(f"  {'best ratio if drawing were free (run_check/bare)':<58} "
