@@ -9,7 +9,7 @@ import functools
 from hypothesis import strategies as st
 
 from fuzzdiff.case import Probe
-from strategies._drawing import eager
+from strategies._drawing import integers
 
 __all__ = ["probes", "probe_dicts", "draw_probe_dicts"]
 
@@ -34,18 +34,13 @@ def probes():
     return PROBE_CODES.map(probe_from_code)
 
 
-PROBE_CODES = eager(st.integers(0, 2**32 - 1))
-
-
-@functools.cache
-def _joint_codes(n: int):
-    return eager(st.integers(0, 2 ** (32 * n) - 1))
+PROBE_CODES = integers(0, 2**32 - 1)
 
 
 def draw_probe_dicts(draw, keys: tuple[str, ...]) -> dict[str, dict]:
     """One probe per key, as the dict a case stores, from one integer of 32
     bits per probe (one draw instead of one per probe); 0 gives the plainest."""
-    code = draw(_joint_codes(len(keys)))
+    code = draw(integers(0, 2 ** (32 * len(keys)) - 1))
     return {k: probe_from_code(code >> (32 * i) & 0xFFFF_FFFF).__dict__.copy()
             for i, k in enumerate(keys)}
 

@@ -26,8 +26,7 @@ def _outputs(target: Target, case: Case, args) -> tuple[torch.Tensor, ...]:
     """The target's floating outputs at ``args`` (LeafFunction.call_args, inlined)."""
     out = target.fn(*args, **case.kwargs)
     if type(out) is torch.Tensor:  # the common case: no pytree walk
-        dtype = out.dtype
-        return (out,) if dtype.is_floating_point or dtype.is_complex else ()
+        return (out,) if differentiable(out) else ()
     return tuple(t for t in tree_leaves(out) if differentiable(t))
 
 
