@@ -107,7 +107,8 @@ class Campaign:
 def case_options(target: Target, check: Check, dtypes: Sequence[torch.dtype] | None = None,
                  device: str | None = None) -> dict | None:
     """The case options for one pair under ``--dtypes``/``--device``; None when
-    no requested dtype is one both the target and the check take."""
+    no requested dtype is one both the target and the check take, or the
+    target does not run on the requested device."""
     opts: dict[str, Any] = {}
     if dtypes is not None:
         allowed = [d for d in dtypes if d in target.dtypes and (check.dtypes is None or d in check.dtypes)]
@@ -115,6 +116,8 @@ def case_options(target: Target, check: Check, dtypes: Sequence[torch.dtype] | N
             return None
         opts["dtypes"] = tuple(allowed)
     if device is not None:
+        if device not in target.devices:
+            return None
         opts["devices"] = (device,)
     return opts
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from fuzzdiff.case import Case, CaseError
 from fuzzdiff.checks import Check, get_check
+from fuzzdiff.precision import cuda_present, ieee_float32
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS, unsupported_reason
@@ -35,7 +36,15 @@ def run_check(check: Check | str, target: Target | str, case: Case) -> Verdict:
 
 def verdict_at(check: Check, target: Target, case: Case) -> Verdict:
     """``run_check`` for a check already known to apply: ``fuzz()`` asks
-    ``why_not`` once per run rather than once per example."""
+    ``why_not`` once per run rather than once per example. With a GPU present
+    it runs in IEEE float32 (fuzzdiff.precision: no TF32)."""
+    if not cuda_present():
+        return _verdict(check, target, case)
+    with ieee_float32():
+        return _verdict(check, target, case)
+
+
+def _verdict(check: Check, target: Target, case: Case) -> Verdict:
     try:
         return check.run(target, case)
     except CaseError:

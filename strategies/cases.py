@@ -66,7 +66,8 @@ def cases(target: Target, *, dtypes: Sequence[torch.dtype] | None = None,
     layout and (for functional targets) aliasing. Shrinks toward small,
     contiguous, unaliased float64 cases. With ``require_alias`` every case has
     at least one argument that is a view or shares memory with another.
-    ``devices`` (default: cpu, and cuda when available) is drawn when several."""
+    ``devices`` (default: cpu, and cuda when available and the target takes
+    it) is drawn when several."""
     if not isinstance(target, Target):
         raise InvalidArgument(f"target must be a fuzzdiff Target, got {type(target).__name__}")
     allowed = tuple(dtypes) if dtypes is not None else target.dtypes
@@ -78,8 +79,12 @@ def cases(target: Target, *, dtypes: Sequence[torch.dtype] | None = None,
         # stride 0 repeats values: an error for a target that writes its inputs,
         # and ties (kinks) for one whose derivative needs distinct values
         features = tuple(f for f in features if f != "expanded")
-    plan = case_plan(target, allowed, features, side, alias, require_alias, specials) + (
-        tuple(devices) if devices else ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",),)
+    if devices is None:
+        devices = tuple(d for d in target.devices if d == "cpu" or torch.cuda.is_available())
+    elif not devices or not {torch.device(d).type for d in devices} <= set(target.devices):
+        raise InvalidArgument(f"target {target.name!r} takes devices {target.devices}, not "
+                              f"{tuple(devices)}" + (f" ({target.cpu_only})" if target.cpu_only else ""))
+    plan = case_plan(target, allowed, features, side, alias, require_alias, specials) + (tuple(devices),)
     strategy = _draw_case(plan)
     strategy.plan = plan  # fuzzdiff.runner draws case and params in one composite
     return strategy

@@ -35,9 +35,11 @@ def on_torch(target: Target, case: Case, cast=None) -> Evaluation:
 
 
 def on_other(target: Target, case: Case, cast=None) -> Evaluation:
-    args = [a.numpy() for a in case.materialize(requires_grad=False, cast=cast).args]
+    """numpy computes on the host; its results go back to the case's device
+    so that the two sides compare there."""
+    args = [a.cpu().numpy() for a in case.materialize(requires_grad=False, cast=cast).args]
     out = target.fn.cross_backend(OTHER)(*args, **case.kwargs)
-    return Evaluation(_floating(tree_leaves(out)), [], None)
+    return Evaluation(tuple(t.to(case.device) for t in _floating(tree_leaves(out))), [], None)
 
 
 def run(target: Target, case: Case) -> Verdict:

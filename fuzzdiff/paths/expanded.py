@@ -125,7 +125,7 @@ class Batch:
             t = t.contiguous()
             return t.reshape(-1), tuple(t.shape), t.stride(), 0
         lay.check(t.shape, f"params.layouts[{i}]")
-        storage = self.case.args[i].values.junk(lay.storage_size, t.dtype)
+        storage = self.case.args[i].values.junk(lay.storage_size, t.dtype).to(t.device)
         storage.as_strided(t.shape, lay.strides, lay.offset).copy_(t)
         return storage, tuple(t.shape), lay.strides, lay.offset
 
@@ -171,7 +171,7 @@ def _expanded(batch: Batch):
     for n, p in params:
         g = getattr(p, "grad_sample", None)
         p.grad_sample = None
-        per_sample.append(torch.zeros((plan.batch, *p.shape), dtype=p.dtype) if g is None else g.detach())
+        per_sample.append(torch.zeros((plan.batch, *p.shape), dtype=p.dtype, device=p.device) if g is None else g.detach())
     inputs = [torch.zeros_like(leaves[i]) if leaves[i].grad is None else leaves[i].grad
               for i in batch.diff] if plan.input_grad else []
     return module, outs, cots, [o.detach() for o in outs] + per_sample + inputs

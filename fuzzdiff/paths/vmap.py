@@ -147,7 +147,7 @@ class Batch:
             return t.contiguous()
         lay.check(t.shape, f"params.batched_layouts[{i}]")
         junk = self.case.args[i].values.junk(lay.storage_size, self.case.arg_dtype(i))
-        view = junk.to(t.dtype).as_strided(t.shape, lay.strides, lay.offset)
+        view = junk.to(t.device, t.dtype).as_strided(t.shape, lay.strides, lay.offset)
         return view.copy_(t)
 
     def split(self, args: Sequence[torch.Tensor]):

@@ -65,7 +65,8 @@ def describe_layout(shape: Sequence[int], lay: Layout) -> str:
 
 def _view(expr: str, shape, lay: Layout, base_size: int) -> str:
     """``expr`` (a 1-D tensor of ``base_size`` elements) viewed as the argument."""
-    if lay.is_contiguous(shape) and lay.offset == 0 and base_size == math.prod(shape):
+    # exactly reshape()'s strides: is_contiguous() allows any stride on a size-1 dim
+    if lay == Layout.contiguous(shape) and base_size == math.prod(shape):
         return f"{expr}.reshape({tuple(shape)!r})"
     return f"{expr}.as_strided({tuple(shape)!r}, {tuple(lay.strides)!r}, {lay.offset})"
 

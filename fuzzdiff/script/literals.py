@@ -132,7 +132,8 @@ def tensor_literal(t: torch.Tensor, indent: str = "    ") -> str:
     """A tensor with ``t``'s values, shape, strides and storage offset exactly."""
     t = t.detach().cpu()
     shape = tuple(t.shape)
-    if t.is_contiguous() and t.storage_offset() == 0 and \
+    # is_contiguous() ignores the strides of size-1 dims; reshape() would not keep them
+    if t.stride() == torch.empty(shape, device="meta").stride() and t.storage_offset() == 0 and \
             t.untyped_storage().nbytes() == t.numel() * t.element_size():
         return f"{storage_literal(t.reshape(-1), indent)}.reshape({shape!r})"
     storage = torch.tensor([], dtype=t.dtype).set_(t.untyped_storage())

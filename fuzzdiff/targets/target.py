@@ -78,6 +78,8 @@ class Target:
     specials:  opt in to special values (±0, ±inf, nan, tiny, huge, subnormal).
     origin:    ``module:qualname`` that resolves to this Target, for one that is
                not in the catalog: cases (and corpus records) name it, so they replay.
+    cpu_only:  why the target's cases stay on the CPU, e.g. a CUDA kernel fault
+               that breaks the process's CUDA context, which no check can report.
     """
 
     name: str
@@ -101,6 +103,7 @@ class Target:
     max_rank: int = 4
     random: bool = False
     origin: str | None = None
+    cpu_only: str | None = None
 
     def __post_init__(self):
         names = {a.name for a in self.args}
@@ -116,6 +119,11 @@ class Target:
     @property
     def args(self) -> tuple[ArgSpec, ...]:
         return parse_spec(self.spec)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The devices its cases may be on (where torch has them)."""
+        return ("cpu",) if self.cpu_only else ("cpu", "cuda")
 
     @property
     def ref(self) -> str:

@@ -69,6 +69,20 @@ def test_a_perturbed_device_side_fails_with_the_float64_comparison():
     assert ("cpu", torch.float64) in run.calls  # judged against a float64 CPU run
 
 
+def test_a_mismatch_that_vanishes_at_a_neighbouring_point_is_inconclusive():
+    """As at a relu kink, where cuDNN and the CPU took different one-sided
+    derivatives (nn.RNN, relu, a pre-activation of exactly 0, on an H100)."""
+    def run(target, case, dev, cast=None):
+        names, tensors = device.evaluate_on(target, case, "cpu", cast)
+        at_the_kink = all(a.values.nudge == 0 for a in case.args)
+        if dev != "cpu" and cast is None and at_the_kink:
+            tensors = [t + 1e-2 * (1 + t.abs()) for t in tensors]
+        return names, tensors
+
+    v = device.compare_devices(SUM, _case(), "fake", run=run)
+    assert v.kind == "inconclusive" and "vanishes at a neighbouring point" in v.message, v
+
+
 def test_float64_cases_fail_on_a_small_shift_too():
     v = device.compare_devices(SUM, _case(dtype="float64"), "fake", run=_fake(perturb_other=1e-6))
     assert v.kind == "fail", v
@@ -111,6 +125,24 @@ def test_cases_stay_on_cpu_without_cuda(monkeypatch):
         find(cases(SIN), lambda c: c.device != "cpu", settings=opts)
 
 
+def test_a_cpu_only_target_never_draws_a_cuda_case(monkeypatch):
+    from hypothesis.errors import InvalidArgument
+
+    from fuzzdiff.campaign import case_options
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    pinned = Target("unit_cpu_only", torch.sin, "x: n", cpu_only="its CUDA kernel faults")
+    opts = settings(max_examples=200, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    assert pinned.devices == ("cpu",) and SIN.devices == ("cpu", "cuda")
+    assert find(cases(SIN), lambda c: c.device == "cuda", settings=opts).device == "cuda"
+    with pytest.raises(Exception, match="No examples found|Could not find"):
+        find(cases(pinned), lambda c: c.device != "cpu", settings=opts)
+    with pytest.raises(InvalidArgument, match="unit_cpu_only.*its CUDA kernel faults"):
+        cases(pinned, devices=("cuda:0",))
+    assert "its CUDA kernel faults" in device.CHECK.why_not(pinned)
+    assert case_options(pinned, CHECKS["grad"], device="cuda") is None
+    assert case_options(pinned, CHECKS["grad"], device="cpu") == {"devices": ("cpu",)}
+
+
 @pytest.mark.skipif(not CUDA, reason="no CUDA device")
 def test_cuda_and_cpu_agree_on_sin():
     assert device.compare_devices(SIN, _case(SIN), "cuda").kind == "pass"
@@ -123,3 +155,24 @@ def test_other_checks_run_on_cuda_cases():
     tally = fuzz("grad", SIN, settings=settings(max_examples=10, database=None, deadline=None),
                  devices=("cuda",))
     assert tally.counts["pass"] > 0
+
+
+def test_checks_run_without_tf32_when_a_gpu_is_present(monkeypatch):
+    from fuzzdiff import runner
+    from fuzzdiff.checks.check import Check
+    from fuzzdiff.verdict import Verdict
+    seen = []
+
+    def run(target, case):
+        seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+        return Verdict("pass")
+
+    probe = Check("unit_tf32", run)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    monkeypatch.setattr(runner, "cuda_present", lambda: True)
+    assert runner.verdict_at(probe, SUM, _case()).kind == "pass"
+    monkeypatch.setattr(runner, "cuda_present", lambda: False)
+    runner.verdict_at(probe, SUM, _case())
+    assert seen == [(False, False), (True, True)]
+    assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32  # restored

@@ -68,12 +68,13 @@ RUNNER = textwrap.dedent("""
 
 
 def first_cases(check: str, target: Target, n: int = 1) -> list[Case]:
-    """The first ``n`` cases Hypothesis draws (derandomized: the same every run)."""
+    """The first ``n`` CPU cases Hypothesis draws (derandomized: the same every
+    run). Scripts are CPU-only; on a machine with a GPU cases also draw cuda."""
     out: list[Case] = []
 
     @settings(max_examples=n, derandomize=True, database=None, phases=[Phase.generate],
               deadline=None, suppress_health_check=list(HealthCheck))
-    @given(case_strategy(CHECKS[check], target))
+    @given(case_strategy(CHECKS[check], target, devices=("cpu",)))
     def draw(case):
         out.append(case)
 
@@ -201,7 +202,9 @@ def test_large_storages_are_hex_and_exact():
 def test_strided_probe_literals_keep_their_layout():
     t = torch.randn(3, 1, dtype=torch.float64).expand(3, 4)
     u = torch.randn(4, 3, dtype=torch.float32).mT
-    for x in (t, u, torch.randn(2, 2)[1:]):
+    # is_contiguous() holds for a stride-0 size-1 dim; a literal must keep that stride
+    v = torch.arange(4.0).as_strided((2, 2, 1), (2, 1, 0))
+    for x in (t, u, torch.randn(2, 2)[1:], v):
         y = eval(tensor_literal(x), {"torch": torch})  # noqa: S307
         assert y.stride() == x.stride() and y.storage_offset() == x.storage_offset()
         assert same_bits(y, x)

@@ -69,7 +69,16 @@ CONV2D_SEGFAULT = (
     "dilation 2 (torch 2.13.0): x = torch.randn(2, 2, 3, 1).contiguous(memory_format="
     "torch.channels_last); w = torch.randn(1, 2, 1, 1); b = torch.randn(1); F.conv2d(x, w, b, "
     "2, 1, 2) -> Segmentation fault (float64, dilation 1, stride 1, no bias, or batch 1 run).")
-BACKWARD_CHECKS = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype")
+# Not a `known` entry either: the fault breaks the process's CUDA context, so every later
+# CUDA call in that pytest worker fails too. max_pool2d is fuzzed on the CPU only.
+MAX_POOL2D_CUDA_MISALIGNED = (
+    "F.max_pool2d(x, 1, 2) on CUDA in float64 faults with 'CUDA error: misaligned address' "
+    "(sticky: the process's CUDA context is lost) for a one-channel input whose strides are "
+    "not dense, e.g. x = torch.randn(37, dtype=torch.float64, device='cuda').as_strided("
+    "(3, 1, 2, 2), (12, 1, 6, 1), 5) (torch 2.11.0+cu130, H100; the same values contiguous "
+    "or channels_last run). Found by the layout and device checks on a lent GPU; "
+    "corpus/layout/max_pool2d.")
+BACKWARD_CHECKS = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "device")
 
 register(
     Target("conv1d", conv1d, "x: n c l, w: o c k, b: o", FAMILY, min_side=1, max_side=3,
@@ -94,5 +103,6 @@ register(
            kwargs={"kernel_size": kernel("x", 1), "stride": STRIDE}),
     # overlapping windows (stride 1) take the max of shared values: distinct
     Target("max_pool2d", max_pool2d, "x: n c h v", FAMILY, min_side=1, max_side=3, distinct=True,
-           kwargs={"kernel_size": kernel("x", 2), "stride": STRIDE}),
+           kwargs={"kernel_size": kernel("x", 2), "stride": STRIDE},
+           cpu_only=MAX_POOL2D_CUDA_MISALIGNED),
 )

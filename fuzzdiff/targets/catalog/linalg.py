@@ -127,6 +127,7 @@ register(
     Target("matrix_exp", matrix_exp, "a: _ n n", FAMILY, domain=UNIT, max_side=3),
     Target("matrix_exp_batched", matrix_exp, SQUARE, FAMILY, domain=UNIT, max_side=3,
            known={check: MATRIX_EXP_BATCH for check in
-                  ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap")}),
+                  ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap",
+                   "device")}),
     Target("cross", cross, "x: *#b 3, y: *#b 3", FAMILY, max_side=3),
 )

@@ -109,7 +109,7 @@ register(
     Target("batch_norm", batch_norm_eval, "x: n c *s, w: c, b: c", FAMILY, min_side=1, max_side=3,
            kwargs={"eps": EPS},
            known={**{check: BATCH_NORM_STRIDE0_WEIGHT
-                     for check in ("grad", "forward", "gradgrad", "layout", "alias", "dtype")},
+                     for check in ("grad", "forward", "gradgrad", "layout", "alias", "dtype", "device")},
                   "vmap": BATCH_NORM_STRIDED_WEIGHT}),
     # |x|^p at p=1 has a kink at 0; the norm is clamped below by eps=1e-12 (never reached
     # here). A slice of one value normalizes to its sign, a constant whose float32

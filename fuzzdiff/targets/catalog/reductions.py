@@ -92,7 +92,7 @@ register(
     Target("median_dim", median_dim, "x: _ ...", FAMILY, distinct=True, min_side=1,
            kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim},
            known={check: MEDIAN_STRIDE0 for check in ("forward", "layout", "alias", "dtype", "grad",
-                                                       "gradgrad")}),
+                                                       "gradgrad", "device")}),
     Target("cumsum", torch.cumsum, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
     Target("cumprod", torch.cumprod, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
     # forward AD raises on a scan over a size-0 dim: here the scanned dim is

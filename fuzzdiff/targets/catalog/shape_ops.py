@@ -161,7 +161,8 @@ register(
     Target("clamp_tensor_broadcast", torch.clamp, "x: *#b, lo: *#b, hi: *#b", FAMILY,
            sample={"lo": (-2.0, -0.1), "hi": (0.1, 2.0)},
            known={check: CLAMP_BROADCAST for check in
-                  ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype")}),
+                  ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype",
+                   "device")}),
     Target("flip", flip, "x: _ ...", FAMILY, kwargs={"dims": _kw.dims()}),
     Target("roll", roll, "x: ...", FAMILY,
            kwargs={"shifts": st.integers(-3, 3), "dims": FromShapes(

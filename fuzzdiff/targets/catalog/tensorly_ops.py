@@ -153,7 +153,7 @@ register(
     _t("tl_khatri_rao", khatri_rao, "a: i r, b: j r, c: k r"),
     _t("tl_kronecker", kronecker, "a: i j, b: k l",
        known={c: KRON for c in ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype",
-                                "vmap", "backend", "per_sample")}),
+                                "vmap", "backend", "per_sample", "device")}),
     _t("tl_inner", inner, "x: i j, y: i j"),
     _t("tl_inner_mode", inner_mode, "x: i j, y: j k"),
     _t("tl_outer", outer, "x: i, y: j, z: k"),
