@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 
 import torch
 
@@ -23,12 +24,21 @@ def cuda_present() -> bool:
     return torch.cuda.is_available()
 
 
+@functools.cache
+def _cudnn_flag_names() -> tuple[str, ...]:
+    return tuple(inspect.signature(torch.backends.cudnn.flags).parameters)
+
+
 @contextlib.contextmanager
 def ieee_float32():
+    # cudnn.flags() rather than assignment: torch.testing's common_utils (the
+    # OpInfo adapter imports it) forbids assigning cuDNN flags outside it.
     cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
-    saved = cudnn.allow_tf32, matmul.allow_tf32
-    cudnn.allow_tf32 = matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        cudnn.allow_tf32, matmul.allow_tf32 = saved
+    current = {n: getattr(cudnn, n) for n in _cudnn_flag_names() if getattr(cudnn, n, None) is not None}
+    saved = matmul.allow_tf32
+    with cudnn.flags(**{**current, "allow_tf32": False}):
+        matmul.allow_tf32 = False
+        try:
+            yield
+        finally:
+            matmul.allow_tf32 = saved

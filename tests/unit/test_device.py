@@ -158,6 +158,10 @@ def test_other_checks_run_on_cuda_cases():
 
 
 def test_checks_run_without_tf32_when_a_gpu_is_present(monkeypatch):
+    """Also where torch.testing's common_utils (imported by the OpInfo adapter)
+    has forbidden assigning cuDNN flags."""
+    import torch.testing._internal.common_utils  # noqa: F401 - disables global flag assignment
+
     from fuzzdiff import runner
     from fuzzdiff.checks.check import Check
     from fuzzdiff.verdict import Verdict
@@ -168,11 +172,11 @@ def test_checks_run_without_tf32_when_a_gpu_is_present(monkeypatch):
         return Verdict("pass")
 
     probe = Check("unit_tf32", run)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    cudnn_before = torch.backends.cudnn.allow_tf32
     monkeypatch.setattr(runner, "cuda_present", lambda: True)
     assert runner.verdict_at(probe, SUM, _case()).kind == "pass"
     monkeypatch.setattr(runner, "cuda_present", lambda: False)
     runner.verdict_at(probe, SUM, _case())
-    assert seen == [(False, False), (True, True)]
-    assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32  # restored
+    assert seen == [(False, False), (cudnn_before, True)]
+    assert torch.backends.cudnn.allow_tf32 == cudnn_before and torch.backends.cuda.matmul.allow_tf32
