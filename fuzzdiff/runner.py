@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
+from fuzzdiff import cuda_context
 from fuzzdiff.case import Case, CaseError
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.precision import cuda_present, ieee_float32
@@ -50,6 +51,10 @@ def _verdict(check: Check, target: Target, case: Case) -> Verdict:
     except CaseError:
         raise  # a malformed case is the caller's error, not the target's
     except Exception as first:  # noqa: BLE001 - the target's errors are findings
+        if cuda_present():
+            lost = cuda_context.verdict_after(first)
+            if lost is not None:
+                return lost
         reason = unsupported_reason(first)
         if reason is not None:
             return Verdict("unsupported", reason)

@@ -180,3 +180,28 @@ def test_checks_run_without_tf32_when_a_gpu_is_present(monkeypatch):
     runner.verdict_at(probe, SUM, _case())
     assert seen == [(False, False), (cudnn_before, True)]
     assert torch.backends.cudnn.allow_tf32 == cudnn_before and torch.backends.cuda.matmul.allow_tf32
+
+
+def test_a_lost_cuda_context_is_one_crash_then_inconclusive(monkeypatch):
+    """A kernel fault that loses the context is the finding; the cases after it
+    in the same process only meet the lost context (1199 false failures on a
+    lent H100 before this)."""
+    from fuzzdiff import cuda_context, runner
+    from fuzzdiff.checks.check import Check
+
+    def fault(target, case):
+        raise torch.AcceleratorError("CUDA error: misaligned address")
+
+    def own_bug(target, case):
+        raise ValueError("the target's own error")
+
+    monkeypatch.setattr(runner, "cuda_present", lambda: True)
+    monkeypatch.setattr(cuda_context, "_lost", None)
+    monkeypatch.setattr(cuda_context, "usable", lambda: True)
+    assert runner.verdict_at(Check("unit_fault", fault), SUM, _case()).kind == "fail"  # context fine
+    monkeypatch.setattr(cuda_context, "usable", lambda: False)
+    first = runner.verdict_at(Check("unit_fault", fault), SUM, _case())
+    assert first.kind == "crash" and "context is lost" in first.message, first
+    later = runner.verdict_at(Check("unit_fault", fault), SUM, _case())
+    assert later.kind == "inconclusive" and "misaligned address" in later.message, later
+    assert runner.verdict_at(Check("unit_bug", own_bug), SUM, _case()).kind == "fail"
