@@ -461,8 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", type=float, metavar="SECONDS",
                      help="stop starting new pairs after this many seconds")
     run.add_argument("--max-examples", type=int, default=20, metavar="N",
-                     help="Hypothesis examples per (target, check) pair, each of up to "
-                          "$FUZZDIFF_STRUCTURES (default 8) drawn cases (default: 20)")
+                     help="Hypothesis examples per (target, check) pair, each of half of "
+                          "$FUZZDIFF_STRUCTURES (default 8) to all of it drawn cases (default: 20)")
     run.add_argument("--seed", type=int, help="make the campaign reproducible")
     run.add_argument("--corpus", metavar="DIR", default=None,
                      help="write each shrunk failure as a record under DIR (default: $FUZZDIFF_CORPUS "

@@ -113,8 +113,8 @@ def test_fuzz_failure_of_the_grad_check_is_shrunk():
 
 
 def test_an_example_of_several_structures_shrinks_to_the_failing_one():
-    # fuzz() draws up to `structures` cases per Hypothesis example; the failure
-    # must still shrink to one plain case that shows the bug.
+    # fuzz() draws structures // 2 to `structures` cases per Hypothesis example;
+    # the failure must still shrink to one plain case that shows the bug.
     buggy = target("x: ...", _WrongForLargeInputs.apply, "unit_planted_bug", max_side=5)
     quick = settings(max_examples=300, database=None, derandomize=True, deadline=None,
                      suppress_health_check=list(HealthCheck), print_blob=False)
@@ -134,9 +134,32 @@ def test_every_drawn_structure_is_run_at_every_variant():
                    suppress_health_check=list(HealthCheck), print_blob=False)
     tally = fuzz("grad", target("x: n", torch.sin, "unit_sin", max_side=3), settings=few,
                  variants=variants, structures=structures)
-    # some examples held several structures: more runs than one structure each could make
-    assert variants * examples < tally.examples <= variants * structures * examples
+    # every example held structures // 2 to structures of them
+    assert variants * structures // 2 * examples <= tally.examples <= variants * structures * examples
     assert tally.examples % variants == 0
+
+
+def test_a_structure_copied_within_an_example_runs_the_next_variants(monkeypatch):
+    import fuzzdiff.fuzzing as fuzzing
+    from hypothesis import strategies as st
+
+    from fuzzdiff.checks.check import Check
+    from fuzzdiff.verdict import Verdict
+    sin = target("x: n", torch.sin, "unit_sin", max_side=3)
+    case = Case("unit_sin", (Arg((2,)),), "float64")
+    monkeypatch.setattr(fuzzing, "case_strategy", lambda check, target, **options: st.just(case))
+    seeds = []
+
+    def run(target, variant):
+        seeds.append(variant.args[0].values.seed)
+        return Verdict("pass")
+
+    one = settings(max_examples=1, database=None, derandomize=True, deadline=None,
+                   suppress_health_check=list(HealthCheck), print_blob=False)
+    tally = fuzz(Check("unit_seeds", run), sin, settings=one, variants=3, structures=4)
+    # the same structure two to four times: every run a new variant, none repeated
+    assert tally.examples == len(seeds) >= 6 and len(set(seeds)) == len(seeds)
+    assert seeds[:3] == [case.reseeded(k).args[0].values.seed for k in range(3)]
 
 
 def test_structures_and_variants_must_be_positive():

@@ -103,6 +103,13 @@ def repeat_interleave(x, repeats, dim):
     return torch.repeat_interleave(x, repeats, dim)
 
 
+FLATTEN_STRIDE0_GRAD = (
+    "compiled with dynamic=True (aot_eager or inductor), the gradient of a stride-0 leaf through "
+    "torch.flatten is the mean of the cotangent in every entry: x = torch.tensor([.75]).double()"
+    ".as_strided((2, 1), (0, 1)).requires_grad_(); torch.autograd.grad(torch.compile(torch.flatten, "
+    "backend='aot_eager', dynamic=True)(x), x, v) with v = torch.randn(2) gives [v.mean()] * 2 "
+    "(strides (0, 1)), eager gives v (torch 2.13.0 CPU; like the program target's stride-0 slice). "
+    "Found by the compile check's CI sample of 2026-11-23; corpus/compile/flatten")
 ROLL_SCALAR_VMAP = (
     "vmap of torch.roll(x, shifts) without dims on 0-dim examples rolls across the batch "
     "(silently wrong values), where each example's roll is the identity (torch 2.13.0 CPU). "
@@ -130,7 +137,7 @@ CLAMP_BROADCAST = (
 
 register(
     Target("reshape", reshape, "x: ...", FAMILY, kwargs={"shape": _kw.reshape_sizes()}),
-    Target("flatten", torch.flatten, "x: ...", FAMILY),
+    Target("flatten", torch.flatten, "x: ...", FAMILY, known={"compile": FLATTEN_STRIDE0_GRAD}),
     Target("permute", permute, "x: _ ...", FAMILY, kwargs={"dims": _kw.permutation()}),
     Target("transpose", transpose, "x: _ ...", FAMILY,
            kwargs={"dim0": _kw.dim(), "dim1": _kw.dim()}),
