@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import given, strategies as st
 
 from fuzzdiff.checks import get_check
-from fuzzdiff.fuzzing import default_structures, default_variants, fuzz
+from fuzzdiff.fuzzing import default_structures, default_variants, example_structures, fuzz
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.spec import parse_spec
 from fuzzdiff.targets import UnknownTarget, get_target
@@ -226,8 +226,8 @@ class BareOp:
 # -- diagnostics: where the fuzzdiff side's time goes -------------------------------
 
 def diagnostics(targets, n: int, max_side: int | None, clock=time.perf_counter) -> dict[str, float]:
-    """Rates (per second) of: drawing cases only, as fuzz() draws them (lists
-    of up to ``structures`` per example; per structure); run_check only, on
+    """Rates (per second) of: drawing cases only, as fuzz() draws them
+    (fuzzing.example_structures; per structure); run_check only, on
     every value variant of those pre-drawn cases (per run); and Hypothesis
     itself with one integer per example and an empty test (its floor, per
     example), with the structures per example drawn on average."""
@@ -239,8 +239,8 @@ def diagnostics(targets, n: int, max_side: int | None, clock=time.perf_counter) 
 
     def collect(target):
         @hyp_settings(n)
-        @given(st.lists(case_strategy(check, target, max_side=max_side), min_size=1,
-                        max_size=default_structures()))
+        @given(example_structures(case_strategy(check, target, max_side=max_side),
+                                  default_structures()))
         def test(cases):
             examples[0] += 1
             drawn.extend((target, case) for case in cases)

@@ -28,7 +28,7 @@ from fuzzdiff.timeout import ExampleTimeout, Watchdog, default_timeout
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["fuzz", "Tally", "FuzzFailure", "VARIANTS", "STRUCTURES", "default_variants",
-           "default_structures"]
+           "default_structures", "example_structures"]
 
 VARIANTS = 16  # value-and-probe variants per drawn structure; $FUZZDIFF_VARIANTS overrides
 STRUCTURES = 8  # drawn structures per Hypothesis example: STRUCTURES // 2 to STRUCTURES; $FUZZDIFF_STRUCTURES overrides
@@ -121,6 +121,14 @@ def default_structures() -> int:
     return int(os.environ.get("FUZZDIFF_STRUCTURES", STRUCTURES))
 
 
+def example_structures(cases: st.SearchStrategy[Case], structures: int) -> st.SearchStrategy[list[Case]]:
+    """One Hypothesis example's drawn cases: ``structures // 2`` (at least 1)
+    to ``structures``. The minimum matters: Hypothesis's lists average at most
+    min_size + 5 elements, and from 1 they averaged 3.1 in the throughput
+    bench's mix, from 4 5.4."""
+    return st.lists(cases, min_size=max(1, structures // 2), max_size=structures)
+
+
 def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None = None,
          seed: int | None = None, corpus=None, variants: int | None = None,
          structures: int | None = None, timeout: float | None = None, **case_options) -> Tally:
@@ -171,10 +179,7 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     watch: Watchdog | None = None
     inflight: list[Case | None] = [None]  # the variant running, for a soft timeout's report
 
-    # At least half of ``structures``: Hypothesis's lists average min_size + 5
-    # elements at most, and from 1 they averaged 3.1 in the bench's mix, 5.4 from 4.
-    @given(st.lists(case_strategy(check, target, **case_options),
-                    min_size=max(1, structures // 2), max_size=structures))
+    @given(example_structures(case_strategy(check, target, **case_options), structures))
     def property_(cases: list[Case]) -> None:
         best: float | None = None  # the closest call of the example, for hypothesis.target
         try:
