@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from fuzzdiff.case import Layout
+
 __all__ = ["ScriptError", "value_literal", "tensor_literal", "storage_literal", "dtype_name",
            "INLINE_LIMIT", "WIDTH"]
 
@@ -133,7 +135,7 @@ def tensor_literal(t: torch.Tensor, indent: str = "    ") -> str:
     t = t.detach().cpu()
     shape = tuple(t.shape)
     # is_contiguous() ignores the strides of size-1 dims; reshape() would not keep them
-    if t.stride() == torch.empty(shape, device="meta").stride() and t.storage_offset() == 0 and \
+    if t.stride() == Layout.contiguous(shape).strides and t.storage_offset() == 0 and \
             t.untyped_storage().nbytes() == t.numel() * t.element_size():
         return f"{storage_literal(t.reshape(-1), indent)}.reshape({shape!r})"
     storage = torch.tensor([], dtype=t.dtype).set_(t.untyped_storage())

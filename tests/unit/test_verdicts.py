@@ -126,9 +126,8 @@ def test_second_order_bug_found_without_forward_mode():
         raise AssertionError("a detached factor in backward went unnoticed by gradgrad")
 
 
-class _SquareByCancellation(torch.autograd.Function):
-    """Correct in float64 to ~1e-10, but its backward rounds at the scale of
-    1e12: finite differences of that backward are noise, not a derivative."""
+class _Square(torch.autograd.Function):
+    """x * x; subclasses write the backward."""
 
     @staticmethod
     def forward(x):
@@ -137,6 +136,11 @@ class _SquareByCancellation(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(inputs[0])
+
+
+class _SquareByCancellation(_Square):
+    """Correct in float64 to ~1e-10, but its backward rounds at the scale of
+    1e12: finite differences of that backward are noise, not a derivative."""
 
     @staticmethod
     def backward(ctx, g):
@@ -158,15 +162,7 @@ def test_a_noisy_finite_difference_reference_is_not_a_failure():
     assert run_check("gradgrad", wrong, case).kind == "fail"
 
 
-class _WrongSecondOrder(torch.autograd.Function):
-    @staticmethod
-    def forward(x):
-        return x * x
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
+class _WrongSecondOrder(_Square):
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
