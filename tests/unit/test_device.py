@@ -172,14 +172,21 @@ def test_checks_run_without_tf32_when_a_gpu_is_present(monkeypatch):
         return Verdict("pass")
 
     probe = Check("unit_tf32", run)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    cudnn_before = torch.backends.cudnn.allow_tf32
-    monkeypatch.setattr(runner, "cuda_present", lambda: True)
-    assert runner.verdict_at(probe, SUM, _case()).kind == "pass"
-    monkeypatch.setattr(runner, "cuda_present", lambda: False)
-    runner.verdict_at(probe, SUM, _case())
-    assert seen == [(False, False), (cudnn_before, True)]
-    assert torch.backends.cudnn.allow_tf32 == cudnn_before and torch.backends.cuda.matmul.allow_tf32
+    # Assigned and restored by hand: the cuBLAS flag is a module property, which
+    # monkeypatch (pytest >= 9.2) takes for a missing attribute and deletes on undo.
+    matmul = torch.backends.cuda.matmul
+    matmul_before, cudnn_before = matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    matmul.allow_tf32 = True
+    try:
+        monkeypatch.setattr(runner, "cuda_present", lambda: True)
+        assert runner.verdict_at(probe, SUM, _case()).kind == "pass"
+        monkeypatch.setattr(runner, "cuda_present", lambda: False)
+        runner.verdict_at(probe, SUM, _case())
+        assert seen == [(False, False), (cudnn_before, True)]
+        assert torch.backends.cudnn.allow_tf32 == cudnn_before and matmul.allow_tf32
+    finally:
+        matmul.allow_tf32 = matmul_before
+    assert matmul.allow_tf32 == matmul_before
 
 
 def test_a_lost_cuda_context_is_one_crash_then_inconclusive(monkeypatch):
