@@ -1,26 +1,34 @@
 """A campaign: fuzz many (target, check) pairs within a time budget, on all cores.
 
-What ``fuzzdiff run`` drives. Each pair runs in a worker process, forked
-from a forkserver that imported torch and fuzzdiff once (forking the parent
-itself, which may hold torch threads, is what does not mix; spawning would
-import torch once per worker), so a case that kills its process costs one pair,
-not the campaign: the pair is reported as a crash, a fresh worker takes the
-next pair, and ``fuzzdiff.journal.recover`` turns the dead worker's in-flight
-example into a ``crash`` record at the end. Workers stream each PairResult
-back as it ends (live progress); every verdict is tallied per check, and each
-failure keeps its shrunk case and corpus record.
+What ``fuzzdiff run`` drives. The work comes in *batches*, a few Hypothesis
+examples of one pair (``BatchSize``), handed out round by round by
+``fuzzdiff.schedule.Scheduler``: every pair gets one batch before any pair
+gets a second, then batches go where the scores say bugs are likely. A pair
+that fails, crashes or hits its known discrepancy ends there.
 
-Time: no pair starts after the budget. A running pair stops at its own
-deadline (``pair_seconds``, and the budget's end) with what it has tallied,
-unless it has found a failure: that is still shrunk; a worker still busy ``grace`` seconds
-after the budget is killed and its pair reported as cut.
+Each batch runs in a worker process, forked from a forkserver that imported
+torch and fuzzdiff once (forking the parent itself, which may hold torch
+threads, is what does not mix; spawning would import torch once per worker),
+so a case that kills its process costs one batch, not the campaign: its pair
+is reported as a crash, a fresh worker takes the next batch, and
+``fuzzdiff.journal.recover`` turns the dead worker's in-flight example into a
+``crash`` record at the end. A pair's later batches go to the worker that ran
+its last one where possible, so compiled callables (fuzzdiff.paths.compiled
+caches them per process) and warm caches are reused.
+
+Time: no batch starts after the budget. A running batch stops at its own
+deadline (``batch_seconds``, and the budget's end) with what it has tallied,
+unless it has found a failure: that is still shrunk; a worker still busy
+``grace`` seconds after the budget is killed and its batch reported as cut.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import random
 import signal
+import sys
 import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field, replace
@@ -34,10 +42,44 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings as hsettings
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check
 from fuzzdiff.fuzzing import FuzzFailure, Tally
+from fuzzdiff.schedule import BatchReport, Scheduler, batch_seed
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Campaign", "PairResult", "Found", "run_campaign", "case_options", "interleave"]
+__all__ = ["Campaign", "PairResult", "Found", "BatchSize", "run_campaign", "case_options",
+           "interleave", "round_one_order", "BATCH_SECONDS"]
+
+BATCH_SECONDS = 10.0  # a batch's own deadline: one slow pair cannot hold a worker for long
+
+
+@dataclass(frozen=True)
+class BatchSize:
+    """One batch: ``examples`` Hypothesis examples of ``structures`` drawn cases,
+    each run at ``variants`` value-and-probe seeds (fuzzdiff.fuzzing.fuzz).
+
+    ``for_pair`` narrows it to ``examples // NARROW`` (at least 2) where more
+    examples buy little: a target whose spec fixes every size (an OpInfo
+    sample) has few distinct structures, and a check that compiles pays
+    seconds per example for what an eager check gets in milliseconds.
+    """
+
+    examples: int = 48
+    structures: int = 1
+    variants: int = 2
+
+    def __post_init__(self):
+        for name in ("examples", "structures", "variants"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"a batch's {name} must be at least 1, got {getattr(self, name)}")
+
+    def for_pair(self, target: Target, check: Check) -> "BatchSize":
+        fixed = all(d.kind == "fixed" for a in target.args for d in a.dims)
+        if fixed or check.compiles:
+            return replace(self, examples=max(2, min(self.examples, self.examples // NARROW)))
+        return self
+
+
+NARROW = 8
 
 
 @dataclass
@@ -54,6 +96,9 @@ class Found:
 
 @dataclass
 class PairResult:
+    """One pair's results: of one batch, as a worker reports it, or of all of a
+    pair's batches, as the campaign adds them up (``absorb``)."""
+
     target: str
     check: str
     tally: Tally
@@ -65,6 +110,10 @@ class PairResult:
     seconds: float = 0.0
     crash_records: list[str] = field(default_factory=list)
     ref: str = ""                # what cases call the target (its corpus folder)
+    family: str = ""
+    batches: int = 0
+    scores: list[float] = field(default_factory=list)  # the scheduler's score after each batch
+    found_at: float | None = None  # seconds into the campaign when its failure came back
 
     @property
     def failed(self) -> bool:
@@ -73,31 +122,81 @@ class PairResult:
         return (self.failure is not None and not self.known) or self.error is not None
 
     @property
+    def ended(self) -> bool:
+        """Found what it will find: no further batch."""
+        return self.failure is not None or self.error is not None
+
+    @property
     def new_records(self) -> int:
         created = self.failure is not None and self.failure.record_created
         return int(created) + len(self.crash_records)
 
+    def absorb(self, batch: "PairResult") -> None:
+        self.tally.merge(batch.tally)
+        self.batches += 1
+        self.seconds += batch.seconds
+        self.cut = self.cut or batch.cut
+        self.crashed = self.crashed or batch.crashed
+        self.known = self.known or batch.known
+        if self.failure is None:
+            self.failure = batch.failure
+        if self.error is None:
+            self.error = batch.error
+        self.target = batch.target or self.target
+
+    def report(self) -> BatchReport:
+        """What this batch tells the scheduler."""
+        c = self.tally.counts
+        return BatchReport(examples=self.tally.examples, closest=min(self.tally.closest, 1.0),
+                           inconclusive=c["inconclusive"], unsupported=c["unsupported"],
+                           features=frozenset(self.tally.features), cut=self.cut, ended=self.ended)
+
 
 @dataclass
 class Campaign:
+    """``results``: one PairResult per pair that started, in the order they
+    first started; ``applicable``: every pair the campaign was given, by family."""
+
     results: list[PairResult] = field(default_factory=list)
-    skipped_for_budget: int = 0
-    recovered: list[Path] = field(default_factory=list)  # crash records written at the end
+    applicable: Counter = field(default_factory=Counter)   # family -> pairs given
+    applicable_checks: Counter = field(default_factory=Counter)  # check -> pairs given
+    recovered: list[Path] = field(default_factory=list)    # crash records written at the end
     seconds: float = 0.0
     jobs: int = 1
+    rounds: int = 0
+    batches: int = 0
+    seed: int = 0
+
+    @property
+    def skipped_for_budget(self) -> int:
+        """Pairs that never started."""
+        return sum(self.applicable.values()) - len(self.results)
+
+    def covered(self, family: str | None = None) -> tuple[int, int]:
+        """(pairs started, pairs given), of one family or all."""
+        if family is None:
+            return len(self.results), sum(self.applicable.values())
+        return sum(r.family == family for r in self.results), self.applicable[family]
 
     def per_check(self) -> dict[str, Counter]:
         """Per check: pairs, verdicts (examples are their sum), crashes and new records."""
         table: dict[str, Counter] = defaultdict(Counter)
+        for check, n in self.applicable_checks.items():
+            table[check]["applicable"] = n
         for r in self.results:
             row = table[r.check]
             row.update(r.tally.counts)
             row["examples"] += r.tally.examples
             row["targets"] += 1
+            row["batches"] += r.batches
             row["crashed"] += r.error is not None
             row["known"] += r.known
             row["new records"] += r.new_records
         return dict(table)
+
+    @property
+    def examples(self) -> int:
+        return sum(r.tally.examples for r in self.results)
 
     @property
     def failures(self) -> list[PairResult]:
@@ -137,14 +236,24 @@ def interleave(pairs: Iterable[tuple[Target, Check]]) -> list[tuple[Target, Chec
     return out
 
 
+def round_one_order(pairs: Iterable[tuple[Target, Check]], families: Sequence[str] = ()) -> list[tuple[Target, Check]]:
+    """The order of the first round: coverage per second first. Families in
+    ``families`` order (others first, in their given order), checks
+    interleaved within each, and in each family the checks that compile (a
+    first compile costs seconds) after the rest."""
+    rank = {f: k + 1 for k, f in enumerate(families)}
+    return sorted(interleave(pairs), key=lambda p: (rank.get(p[0].family, 0), p[1].compiles))
+
+
+
 # -- the worker side ----------------------------------------------------------------------
 
 class _Stop(BaseException):
-    """Ends a pair's Hypothesis run at its deadline (not an Exception: nothing catches it)."""
+    """Ends a batch's Hypothesis run at its deadline (not an Exception: nothing catches it)."""
 
 
 class _Deadline:
-    """Stops a pair at its deadline, keeping its tally: the check's verdicts are
+    """Stops a batch at its deadline, keeping its tally: the check's verdicts are
     mirrored here (fuzz() keeps its own tally to itself), exactly so while the
     deadline is armed. Disarmed by the first failure or error, so that
     shrinking it is not cut short (only the campaign's hard stop ends that)."""
@@ -177,8 +286,8 @@ class _Deadline:
         return replace(check, run=run)
 
 
-def _run_pair(target_ref: str, check_name: str, deadline: float | None, opts: dict,
-              cases: dict) -> PairResult:
+def _run_batch(target_ref: str, check_name: str, deadline: float | None, opts: dict,
+               cases: dict, seed: int | None, size: BatchSize) -> PairResult:
     from fuzzdiff.checks import get_check
     from fuzzdiff.fuzzing import fuzz
     from fuzzdiff.targets import get_target
@@ -189,13 +298,13 @@ def _run_pair(target_ref: str, check_name: str, deadline: float | None, opts: di
     try:
         target, check = get_target(target_ref), get_check(check_name)
         result.target = target.name
-        settings = hsettings(max_examples=opts["max_examples"], deadline=None, database=None,
+        settings = hsettings(max_examples=size.examples, deadline=None, database=opts["database"],
                              print_blob=False, verbosity=Verbosity.quiet,
                              suppress_health_check=list(HealthCheck),
                              phases=[p for p in Phase if p != Phase.explain])
-        result.tally = fuzz(clock.wrap(check), target, settings=settings, seed=opts["seed"],
-                            corpus=opts["corpus"], variants=opts["variants"], timeout=opts["timeout"],
-                            **cases)
+        result.tally = fuzz(clock.wrap(check), target, settings=settings, seed=seed,
+                            corpus=opts["corpus"], variants=size.variants, structures=size.structures,
+                            timeout=opts["timeout"], **cases)
     except _Stop:
         result.tally, result.cut = clock.tally, True
     except FuzzFailure as failure:
@@ -210,8 +319,7 @@ def _run_pair(target_ref: str, check_name: str, deadline: float | None, opts: di
 
 
 def _worker(conn, opts: dict) -> None:
-    """Run the pairs the parent sends, one at a time, until it sends None."""
-    import sys
+    """Run the batches the parent sends, one at a time, until it sends None."""
     import warnings
     # The forkserver started with the parent's sys.path and environment of that
     # moment: bring both up to date (user targets are imported from there).
@@ -220,6 +328,9 @@ def _worker(conn, opts: dict) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     warnings.simplefilter("ignore")  # torch's UserWarnings would tear the live display
     torch.set_num_threads(1)  # one core per worker: the campaign runs one worker per core
+    if opts["database_url"] is not None:
+        from fuzzdiff.database import example_database
+        opts["database"] = example_database(opts["database_url"] or None)
     while True:
         try:
             job = conn.recv()
@@ -227,8 +338,8 @@ def _worker(conn, opts: dict) -> None:
             return
         if job is None:
             return
-        index, target_ref, check_name, deadline, cases = job
-        conn.send((index, _run_pair(target_ref, check_name, deadline, opts, cases)))
+        key, target_ref, check_name, deadline, cases, seed, size = job
+        conn.send((key, _run_batch(target_ref, check_name, deadline, opts, cases, seed, size)))
 
 
 # -- the parent side ----------------------------------------------------------------------
@@ -237,7 +348,22 @@ def _worker(conn, opts: dict) -> None:
 class _Slot:
     proc: Any
     conn: Any
-    job: tuple | None = None  # (index, target, check, started)
+    job: tuple | None = None  # (pair index, batch, started)
+
+
+@dataclass(frozen=True)
+class _Pair:
+    ref: str
+    name: str
+    family: str
+    check: str
+    cases: dict
+    known: bool
+    size: BatchSize
+
+    @property
+    def key(self) -> str:
+        return f"{self.check}/{self.ref}"
 
 
 def _signal_name(code: int | None) -> str:
@@ -259,45 +385,56 @@ def _forget_inflight(corpus, pid: int) -> None:
         entry.unlink(missing_ok=True)
 
 
-def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int,
-                 budget: float | None = None, seed: int | None = None, corpus=None,
-                 jobs: int | None = None, dtypes: Sequence[torch.dtype] | None = None,
-                 device: str | None = None, pair_seconds: float | None = None,
-                 grace: float | None = None, variants: int | None = None,
-                 timeout: float | None = None,
-                 on_result: Callable[[PairResult], None] | None = None,
+def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = BatchSize(),
+                 budget: float | None = None, rounds: int | None = None, seed: int | None = None,
+                 corpus=None, jobs: int | None = None, dtypes: Sequence[torch.dtype] | None = None,
+                 device: str | None = None, batch_seconds: float | None = BATCH_SECONDS,
+                 grace: float | None = None, timeout: float | None = None,
+                 database_url: str | None = None,
+                 on_batch: Callable[["Campaign", PairResult, PairResult], None] | None = None,
                  on_start: Callable[[int, str | None, str | None], None] | None = None) -> Campaign:
-    """Fuzz each pair with ``max_examples`` in ``jobs`` worker processes (default:
-    every core); stop starting pairs after ``budget`` seconds.
+    """Fuzz the pairs in batches of ``size`` in ``jobs`` worker processes
+    (default: every core), round by round (fuzzdiff.schedule), in the order
+    given for the first round; stop starting batches after ``budget``
+    seconds or ``rounds`` rounds (default: one round without a budget).
 
-    ``pair_seconds`` bounds one pair's new examples (default: a tenth of the
-    budget, at least 10 s; none without a budget); ``grace`` is how long after
-    the budget a busy worker may finish shrinking (default: a fifth of the
-    budget, at least 30 s). ``on_start(slot, target, check)`` (None, None: the
-    worker has nothing left to do) and ``on_result(result)`` report progress.
+    ``batch_seconds`` bounds one batch's new examples (None: no bound);
+    ``grace`` is how long after the budget a busy worker may finish shrinking
+    (default: a fifth of the budget, at least 30 s). ``database_url``: None
+    for no Hypothesis example database, "" for the local directory, or a
+    Redis URL shared beside it. ``on_start(slot, target, check)`` (None,
+    None: the worker has nothing left to do) and ``on_batch(campaign, pair,
+    batch)`` report progress.
     """
     from fuzzdiff.journal import recover
 
     jobs = max(1, jobs or os.cpu_count() or 1)
-    if budget is not None and pair_seconds is None:
-        pair_seconds = max(10.0, budget / 10)
     if budget is not None and grace is None:
         grace = max(30.0, budget / 5)
-    todo = deque()
+    if budget is None and rounds is None:
+        rounds = 1
+    campaign = Campaign(jobs=jobs, seed=random.SystemRandom().randrange(2**32) if seed is None else seed)
+    todo: list[_Pair] = []
     for target, check in pairs:
         cases = case_options(target, check, dtypes, device)
         if cases is not None:
-            todo.append((target.ref, target.name, check.name, cases, check.name in target.known))
-    campaign = Campaign(jobs=jobs)
-    import sys
-    opts = dict(max_examples=max_examples, seed=seed, corpus=None if corpus is None else str(corpus),
-                variants=variants, timeout=timeout, sys_path=list(sys.path),
+            todo.append(_Pair(target.ref, target.name, target.family, check.name, cases,
+                              check.name in target.known, size.for_pair(target, check)))
+            campaign.applicable[target.family] += 1
+            campaign.applicable_checks[check.name] += 1
+    scheduler = Scheduler(len(todo), seed=campaign.seed, rounds=rounds)
+    results: dict[int, PairResult] = {}
+    opts = dict(corpus=None if corpus is None else str(corpus), timeout=timeout,
+                database=None, database_url=database_url, sys_path=list(sys.path),
                 environ={k: v for k, v in os.environ.items() if k.startswith(("FUZZDIFF_", "HYPOTHESIS"))})
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["fuzzdiff.campaign", "fuzzdiff.targets.catalog"])
+    preload = ["fuzzdiff.campaign", "fuzzdiff.targets.catalog"]
+    if any(p.ref.startswith("opinfo/") for p in todo):
+        preload.append("torch.testing._internal.common_methods_invocations")  # op_db: seconds, once
+    ctx.set_forkserver_preload(preload)
     slots: list[_Slot | None] = [None] * min(jobs, len(todo))
     start = end = None
-    index = 0
+    stopping = False
 
     def spawn() -> _Slot:
         parent, child = ctx.Pipe()
@@ -306,13 +443,26 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int,
         child.close()
         return _Slot(proc, parent)
 
-    def finish(k: int, result: PairResult) -> None:
+    def finish(k: int, batch: PairResult) -> None:
+        index, number, _ = slots[k].job
         slots[k].job = None
-        campaign.results.append(result)
-        if on_result:
-            on_result(result)
-        if on_start and not todo:
-            on_start(k, None, None)
+        pair = todo[index]
+        batch.ref, batch.family = pair.ref, pair.family
+        batch.known = batch.failure is not None and pair.known
+        total = results.get(index)
+        if total is None:
+            total = results[index] = PairResult(pair.name, pair.check, Tally(), ref=pair.ref,
+                                                family=pair.family)
+            campaign.results.append(total)
+        total.absorb(batch)
+        if total.found_at is None and batch.ended:
+            total.found_at = time.monotonic() - start
+        campaign.batches += 1
+        scheduler.done(index, number, batch.report(), home=k)
+        total.scores = scheduler.pairs[index].scores + [round(scheduler.pairs[index].score, 4)]
+        campaign.rounds = scheduler.round
+        if on_batch:
+            on_batch(campaign, total, batch)
 
     try:
         for k in range(len(slots)):
@@ -323,22 +473,28 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int,
         end = None if budget is None else start + budget
         while True:
             now = time.monotonic()
-            if end is not None and now >= end and todo:
-                campaign.skipped_for_budget += len(todo)
-                todo.clear()
+            stopping = stopping or (end is not None and now >= end)
             for k, slot in enumerate(slots):
-                if slot.job is None and todo:
-                    if not slot.proc.is_alive():
-                        slot = slots[k] = spawn()
-                    target_ref, name, check_name, cases, known = todo.popleft()
-                    limits = [s for s in (pair_seconds, None if end is None else end - now) if s is not None]
-                    slot.conn.send((index, target_ref, check_name, min(limits) if limits else None, cases))
-                    slot.job = (index, target_ref, name, check_name, now, known)
-                    index += 1
+                if slot.job is not None or stopping:
+                    continue
+                job = scheduler.take(home=k)
+                if job is None:
                     if on_start:
-                        on_start(k, name, check_name)
+                        on_start(k, None, None)
+                    continue
+                if not slot.proc.is_alive():
+                    slot = slots[k] = spawn()
+                index, number = job
+                pair = todo[index]
+                limits = [s for s in (batch_seconds, None if end is None else end - now) if s is not None]
+                slot.conn.send(((index, number), pair.ref, pair.check, min(limits) if limits else None,
+                                pair.cases, batch_seed(campaign.seed, pair.key, number), pair.size))
+                slot.job = (index, number, now)
+                campaign.rounds = scheduler.round
+                if on_start:
+                    on_start(k, pair.name, pair.check)
             busy = [(k, s) for k, s in enumerate(slots) if s.job is not None]
-            if not busy:
+            if not busy:  # stopping, or no batch left: take() plans the next round once all are done
                 break
             ready = wait([s.conn for _, s in busy] + [s.proc.sentinel for _, s in busy], timeout=1.0)
             for k, slot in busy:
@@ -348,24 +504,23 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int,
                     except (EOFError, OSError):
                         pass  # died: reported below once the process is gone
                     else:
-                        result.known = result.failure is not None and slot.job[5]
                         finish(k, result)
                         continue
                 if slot.proc.sentinel in ready or not slot.proc.is_alive():
                     slot.proc.join(timeout=5)
-                    _, target_ref, name, check_name, started, _ = slot.job
-                    finish(k, PairResult(name, check_name, Tally(), crashed=True, ref=target_ref,
+                    index, _, started = slot.job
+                    finish(k, PairResult(todo[index].name, todo[index].check, Tally(), crashed=True,
                                          error=f"the worker died ({_signal_name(slot.proc.exitcode)}) "
                                                "running this pair",
                                          seconds=time.monotonic() - started))
             if end is not None and time.monotonic() > end + grace:
                 for k, slot in enumerate(slots):
                     if slot.job is not None:
-                        _, target_ref, name, check_name, started, _ = slot.job
+                        index, _, started = slot.job
                         slot.proc.kill()
                         slot.proc.join(timeout=5)
                         _forget_inflight(corpus, slot.proc.pid)
-                        finish(k, PairResult(name, check_name, Tally(), cut=True, ref=target_ref,
+                        finish(k, PairResult(todo[index].name, todo[index].check, Tally(), cut=True,
                                              seconds=time.monotonic() - started))
     finally:
         for slot in slots:
@@ -378,7 +533,7 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, max_examples: int,
                     except OSError:
                         pass
                     slot.proc.join(timeout=5)
-                if slot.proc.is_alive():  # interrupted mid-pair, or did not stop
+                if slot.proc.is_alive():  # interrupted mid-batch, or did not stop
                     slot.proc.kill()
                     slot.proc.join(timeout=5)
                     _forget_inflight(corpus, slot.proc.pid)
@@ -398,6 +553,8 @@ def _attach(campaign: Campaign, corpus, start: float) -> None:
     only what the final recover() returned."""
     import json
 
+    from fuzzdiff.corpus import _safe
+
     crashed = {(r.check, _safe(r.ref or r.target)): r for r in campaign.results if r.crashed}
     if not crashed:
         return
@@ -410,8 +567,3 @@ def _attach(campaign: Campaign, corpus, start: float) -> None:
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # not a record this campaign wrote
             r.crash_records.append(str(path))
-
-
-def _safe(name: str) -> str:
-    from fuzzdiff.corpus import _safe as safe
-    return safe(name)

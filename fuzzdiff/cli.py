@@ -23,7 +23,13 @@ def _split(values: list[str] | None) -> list[str] | None:
     return [p for v in values for p in v.split(",") if p]
 
 
-def _select_pairs(args):
+OPINFO = "opinfo"
+
+
+def _select_pairs(args, notes: list[str] | None = None):
+    """The (target, check) pairs of ``--targets`` and ``--checks``. Without
+    ``--targets``: the catalog and, when torch's OpInfo database imports, its
+    targets (``notes`` gets why not)."""
     from fuzzdiff.checks import CHECKS
     from fuzzdiff.targets import all_targets
 
@@ -31,14 +37,21 @@ def _select_pairs(args):
     unknown = [c for c in checks if c not in CHECKS]
     if unknown:
         raise UsageError(f"unknown check(s) {', '.join(unknown)}; expected {', '.join(CHECKS)}")
-    patterns = _split(args.targets) or ["*"]
+    given = _split(args.targets)
+    patterns = given or ["*"]
     targets = [t for t in all_targets() if any(fnmatch.fnmatchcase(t.name, p) or
                                                fnmatch.fnmatchcase(f"{t.family}/{t.name}", p)
                                                for p in patterns)]
-    opinfo = [p for p in patterns if p.startswith("opinfo")]
+    opinfo = [p for p in patterns if p.startswith(OPINFO)] if given else [f"{OPINFO}/*"]
     if opinfo:  # built on demand: torch's op_db takes a while to import
-        from fuzzdiff.targets.opinfo import select
-        targets += select(opinfo)
+        from fuzzdiff.targets.opinfo import OpInfoError, select
+        try:
+            targets += select(opinfo)
+        except OpInfoError as e:
+            if given:
+                raise UsageError(str(e)) from None
+            if notes is not None:
+                notes.append(f"OpInfo targets left out: {e}")
     if not targets:
         raise UsageError(f"no target matches {', '.join(patterns)}; see 'fuzzdiff list'")
     return [(t, CHECKS[c]) for c in checks for t in targets if CHECKS[c].why_not(t) is None]
@@ -81,7 +94,7 @@ def _run_device(name: str | None) -> str | None:
     return name
 
 
-RUN_COLUMNS = (("examples", "examples"), ("passed", "pass"), ("failed", "fail"),
+RUN_COLUMNS = (("batches", "batches"), ("examples", "examples"), ("passed", "pass"), ("failed", "fail"),
                ("unsupported", "unsupported"), ("inconclusive", "inconclusive"),
                ("crashed", "crashed"), ("known", "known"), ("new records", "new records"))
 
@@ -91,18 +104,78 @@ def _run_table(campaign):
 
     from rich.table import Table
 
-    table = Table(title=f"fuzzdiff run: {len(campaign.results)} pairs in {campaign.seconds:.0f}s "
-                        f"on {campaign.jobs} worker(s)")
+    covered, given = campaign.covered()
+    table = Table(title=f"fuzzdiff run: {covered} of {given} pairs covered, {campaign.batches} batches "
+                        f"in {campaign.rounds} round(s), {campaign.seconds:.0f}s on {campaign.jobs} worker(s)")
     table.add_column("check")
-    table.add_column("targets", justify="right")
+    table.add_column("coverage", justify="right")
     for title, _ in RUN_COLUMNS:
         table.add_column(title, justify="right")
     total = Counter()
     for check, row in campaign.per_check().items():
         total.update(row)
-        table.add_row(check, str(row["targets"]), *(str(row[k]) for _, k in RUN_COLUMNS))
-    table.add_row("all", str(total["targets"]), *(str(total[k]) for _, k in RUN_COLUMNS), style="bold")
+        table.add_row(check, f"{row['targets']}/{row['applicable']}", *(str(row[k]) for _, k in RUN_COLUMNS))
+    table.add_row("all", f"{total['targets']}/{total['applicable']}", *(str(total[k]) for _, k in RUN_COLUMNS),
+                  style="bold")
     return table
+
+
+def _coverage_line(campaign) -> str:
+    """Pairs started of pairs given: the catalog's, then OpInfo's."""
+    done, given = campaign.covered()
+    opinfo = campaign.covered(OPINFO)
+    line = f"catalog {done - opinfo[0]}/{given - opinfo[1]}"
+    return line + (f", opinfo {opinfo[0]}/{opinfo[1]}" if opinfo[1] else "")
+
+
+class _Live:
+    """The live display of ``fuzzdiff run``: the round, coverage per check,
+    examples/s and failures so far, and what each worker runs."""
+
+    def __init__(self, console, jobs: int):
+        self.console = console
+        self.campaign = None
+        self.started = None
+        self.workers: list[str] = [""] * jobs
+        self.failures = 0
+
+    def on_start(self, slot, target, check):
+        import time
+        if self.started is None:
+            self.started = time.monotonic()
+        self.workers[slot] = "" if target is None else f"{check} {target}"
+
+    def on_batch(self, campaign, pair, batch):
+        self.campaign = campaign
+        if batch.failed or (batch.known and batch.failure is not None):
+            self.failures += batch.failed
+            what = ("known discrepancy: " if batch.known else "") + (batch.error or batch.failure.verdict.message)
+            self.console.print(f"{'[yellow]KNOWN[/yellow]' if batch.known else '[red]FAIL[/red]'} "
+                               f"{batch.check} {pair.target}: {what.splitlines()[0][:200]}")
+
+    def __rich__(self):
+        import time
+
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        c = self.campaign
+        if c is None:
+            return Text("starting the workers...")
+        seconds = max(time.monotonic() - (self.started or time.monotonic()), 1e-9)
+        head = Text(f"round {c.rounds} | covered {_coverage_line(c)} | {c.examples / seconds:.0f} examples/s "
+                    f"| {c.batches} batches | {self.failures} failing pair(s) | {seconds:.0f}s")
+        table = Table(box=None, pad_edge=False, show_header=True, header_style="dim")
+        table.add_column("check")
+        table.add_column("covered", justify="right")
+        table.add_column("examples", justify="right")
+        table.add_column("failed", justify="right")
+        for check, row in c.per_check().items():
+            table.add_row(check, f"{row['targets']}/{row['applicable']}", str(row["examples"]),
+                          str(row["fail"] + row["crashed"]))
+        lines = [Text(f"  worker {k}: {w}", style="dim") for k, w in enumerate(self.workers) if w]
+        return Group(head, table, *lines)
 
 
 def cmd_run(args) -> int:
@@ -110,29 +183,43 @@ def cmd_run(args) -> int:
     from pathlib import Path
 
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.live import Live
 
-    from fuzzdiff.campaign import run_campaign
+    from fuzzdiff.campaign import BatchSize, case_options, round_one_order, run_campaign
+    from fuzzdiff.schedule import Shard
 
     if args.max_examples < 1:
         raise UsageError("--max-examples must be at least 1")
+    if args.variants < 1:
+        raise UsageError("--variants must be at least 1")
     if args.budget is not None and args.budget <= 0:
         raise UsageError("--budget must be positive")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if args.rounds is not None and args.rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    if args.batch_seconds is not None and args.batch_seconds <= 0:
+        raise UsageError("--batch-seconds must be positive")
+    try:
+        shard = None if args.shard is None else Shard.parse(args.shard)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     dtypes, device = _run_dtypes(args), _run_device(args.device)
     jobs = args.jobs or os.cpu_count() or 1
-    from fuzzdiff.campaign import interleave
-    pairs = interleave(_select_pairs(args))  # a short budget still reaches every check
+    console = Console(stderr=True)
+    notes: list[str] = []
+    if not args.targets:
+        console.print("fuzzdiff run: building the targets (torch's OpInfo database takes seconds)...")
+    pairs = round_one_order(_select_pairs(args, notes), families=(OPINFO,))
     if dtypes is not None:
-        from fuzzdiff.campaign import case_options
         pairs = [(t, c) for t, c in pairs if case_options(t, c, dtypes) is not None]
         if not pairs:
             raise UsageError(f"no selected (target, check) pair takes {', '.join(_split(args.dtypes))}")
+    if shard is not None:
+        pairs = shard.select(pairs, key=lambda p: f"{p[1].name}/{p[0].ref}")
     if args.corpus is None:
         from fuzzdiff.corpus import default_root
         args.corpus = default_root()
-    console = Console(stderr=True)
     from fuzzdiff.journal import recover
     for path in recover(args.corpus):  # cases that killed an earlier run
         console.print(f"[red]recovered[/red] a case that killed an earlier run: {path}")
@@ -141,44 +228,40 @@ def cmd_run(args) -> int:
     if idle and pairs:
         console.print("not run: " + "; ".join(f"{c} ({CHECKS[c].why_not(pairs[0][0]) or 'applies to no target selected'})"
                                               for c in idle))
-    console.print(f"fuzzdiff run: {len(pairs)} (target, check) pairs, {args.max_examples} examples each, "
-                  f"{jobs} worker(s)" + (f", budget {args.budget:g}s" if args.budget else "")
+    for note in notes:
+        console.print(note)
+    from collections import Counter
+    families = Counter(OPINFO if t.family == OPINFO else "catalog" for t, _ in pairs)
+    size = BatchSize(args.max_examples, 1, args.variants)
+    seed = args.seed
+    if seed is None:
+        import random
+        seed = random.SystemRandom().randrange(2**32)
+    console.print(f"fuzzdiff run: {len(pairs)} (target, check) pairs ("
+                  + ", ".join(f"{k} {v}" for k, v in families.items()) + "), "
+                  f"batches of {size.examples} examples (fewer for fixed shapes and compile) x {size.variants} variants, {jobs} worker(s), seed {seed}"
+                  + (f", budget {args.budget:g}s" if args.budget else "")
+                  + (f", {args.rounds} round(s)" if args.rounds else "")
+                  + (f", shard {shard.index}/{shard.count}" if shard else "")
                   + (f", dtypes {' '.join(_split(args.dtypes))}" if dtypes else "")
                   + (f", device {device}" if device else ""))
-    # one row for the campaign (pairs done of all), one per busy worker (its pair, for how long)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
-                  TimeElapsedColumn(), console=console, transient=not console.is_terminal) as bar:
-        task = bar.add_task("pairs", total=len(pairs), count=f"0/{len(pairs)}")
-        workers = [bar.add_task("", total=None, visible=False, count="")
-                   for k in range(min(jobs, len(pairs)))]
-        found = {"fail": 0, "done": 0}
+    live = _Live(console, min(jobs, max(len(pairs), 1)))
+    with Live(live, console=console, transient=True, refresh_per_second=2,
+              redirect_stdout=False, redirect_stderr=False) as display:
+        live.console = display.console
+        campaign = run_campaign(pairs, size=size, budget=args.budget, rounds=args.rounds, seed=seed,
+                                corpus=args.corpus, jobs=jobs, dtypes=dtypes, device=device,
+                                batch_seconds=args.batch_seconds, database_url=args.db,
+                                on_batch=live.on_batch, on_start=live.on_start)
 
-        def on_start(slot, target, check):
-            if target is None:
-                bar.update(workers[slot], visible=False)
-            else:
-                bar.reset(workers[slot], description=f"  worker {slot}: {check} {target}", visible=True)
-
-        def on_result(r):
-            found["fail"] += r.failed
-            found["done"] += 1
-            bar.update(task, advance=1, description=f"pairs ({found['fail']} failing)",
-                       count=f"{found['done']}/{len(pairs)}")
-            if r.failed or r.known:
-                what = ("known discrepancy: " if r.known else "") + (r.error or r.failure.verdict.message)
-                bar.console.print(f"{'[yellow]KNOWN[/yellow]' if r.known else '[red]FAIL[/red]'} "
-                                  f"{r.check} {r.target}: {what.splitlines()[0][:200]}")
-
-        campaign = run_campaign(pairs, max_examples=args.max_examples, budget=args.budget,
-                                seed=args.seed, corpus=args.corpus, jobs=jobs, dtypes=dtypes,
-                                device=device, on_result=on_result, on_start=on_start)
-
-    Console(width=max(Console().width, 120)).print(_run_table(campaign))
+    Console(width=max(Console().width, 140)).print(_run_table(campaign))
+    console.print(f"coverage: {_coverage_line(campaign)}; {campaign.examples} examples, "
+                  f"{campaign.examples / max(campaign.seconds, 1e-9):.0f} examples/s")
     if campaign.skipped_for_budget:
         console.print(f"budget reached: {campaign.skipped_for_budget} pairs not started")
     cut = sum(r.cut for r in campaign.results)
     if cut:
-        console.print(f"{cut} pairs stopped by their time limit before all their examples ran")
+        console.print(f"{cut} pairs had a batch stopped by its time limit before all its examples ran")
     for path in campaign.recovered:
         console.print(f"[red]crash record[/red] of a worker that died: {path}")
     for r in campaign.results:
@@ -196,10 +279,12 @@ def cmd_run(args) -> int:
             print(f"  new crash record: {path}")
     if args.report:
         from fuzzdiff.report import pair_rows, write_report
-        meta = {"budget": args.budget, "max_examples": args.max_examples, "seed": args.seed,
+        meta = {"budget": args.budget, "max_examples": args.max_examples, "variants": args.variants,
+                "seed": seed, "rounds": campaign.rounds, "batches": campaign.batches,
                 "jobs": jobs, "dtypes": _split(args.dtypes), "device": device,
-                "seconds": round(campaign.seconds, 1), "skipped_for_budget": campaign.skipped_for_budget}
-        out = write_report(Path(args.report), pair_rows(campaign), meta=meta, title="fuzzdiff run")
+                "shard": args.shard, "seconds": round(campaign.seconds, 1),
+                "skipped_for_budget": campaign.skipped_for_budget}
+        out = write_report(Path(args.report), pair_rows(campaign, pairs), meta=meta, title="fuzzdiff run")
         console.print(f"report: {out['html']}, {out['png']}, {out['results']}")
     return 1 if campaign.failures else 0
 
@@ -309,7 +394,12 @@ def cmd_repro(args) -> int:
     from fuzzdiff.corpus import find_record
     from fuzzdiff.repro import describe, load, replay
 
-    record, target = load(find_record(_corpus_root(args), args.record))
+    path = find_record(_corpus_root(args), args.record)
+    if args.script and not args.in_process:
+        from fuzzdiff.corpus import read_record
+        if read_record(path).verdict.kind == "crash":  # read, not loaded: no target imported here
+            return _script_in_child(path, args)
+    record, target = load(path)
     if args.script:
         from fuzzdiff.script import ScriptError, standalone_script
         try:
@@ -329,6 +419,27 @@ def cmd_repro(args) -> int:
     print("reproduced" if same else f"did not reproduce: recorded {record.verdict.kind}, "
           f"replayed {verdict.kind}")
     return 1 if verdict.failed else 0
+
+
+def _script_in_child(path, args) -> int:
+    """A crash record's script, written by a child process: writing it imports
+    the target and builds its code, and whatever killed the worker must not
+    kill this command."""
+    import subprocess
+
+    command = [sys.executable, "-m", "fuzzdiff.cli", "repro", str(path), "--script", "--in-process"]
+    if args.corpus is not None:
+        command += ["--corpus", str(args.corpus)]
+    child = subprocess.run(command, capture_output=True, text=True)
+    if child.returncode == 0:
+        print(child.stdout, end="")
+        return 0
+    if child.returncode == 2:  # a usage or record error, already worded
+        print(child.stderr, end="", file=sys.stderr)
+        return 2
+    raise UsageError(f"{path}: writing the script of this crash record killed the process that wrote it "
+                     f"(exit status {child.returncode}); replay it with 'fuzzdiff repro {path}', which runs "
+                     f"the case in a child process\n{child.stderr[-2000:]}")
 
 
 def _records(args):
@@ -454,16 +565,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fuzzdiff", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="fuzz catalog targets x checks within a budget")
+    run = sub.add_parser("run", help="fuzz the catalog and OpInfo targets x checks within a budget",
+                         description="Fuzz (target, check) pairs in batches, round by round: every pair "
+                                     "gets one batch before any gets a second, then batches go to the "
+                                     "pairs whose runs show near-misses, inconclusive verdicts, new input "
+                                     "features or time-outs (the score is in the README).")
     run.add_argument("--checks", nargs="+", metavar="CHECK", help="checks to run (default: all)")
     run.add_argument("--targets", nargs="+", metavar="PATTERN",
-                     help="glob patterns over target names or family/name (default: all)")
+                     help="glob patterns over target names or family/name; opinfo/* for OpInfo "
+                          "(default: the catalog and, when its database imports, OpInfo)")
     run.add_argument("--budget", type=float, metavar="SECONDS",
-                     help="stop starting new pairs after this many seconds")
-    run.add_argument("--max-examples", type=int, default=20, metavar="N",
-                     help="Hypothesis examples per (target, check) pair, each of half of "
-                          "$FUZZDIFF_STRUCTURES (default 8) to all of it drawn cases (default: 20)")
-    run.add_argument("--seed", type=int, help="make the campaign reproducible")
+                     help="stop starting new batches after this many seconds")
+    run.add_argument("--rounds", type=int, metavar="N",
+                     help="stop after N rounds (default: 1 without --budget, else until the budget)")
+    run.add_argument("--max-examples", type=int, default=48, metavar="N",
+                     help="Hypothesis examples per batch, one drawn case each; an eighth of it for "
+                          "fixed-shape targets (OpInfo samples) and for compile (default: 48)")
+    run.add_argument("--variants", type=int, default=2, metavar="N",
+                     help="value-and-probe variants each drawn case runs at (default: 2)")
+    run.add_argument("--batch-seconds", type=float, default=10.0, metavar="SECONDS",
+                     help="a batch's own time limit, so a slow pair cannot hold a worker (default: 10)")
+    run.add_argument("--seed", type=int, help="make the allocation and every batch reproducible "
+                                              "(default: a random seed, printed)")
+    run.add_argument("--shard", metavar="I/N",
+                     help="run only the pairs of shard I of N (a hash of check and target: N machines "
+                          "with shards 1..N cover every pair exactly once)")
+    run.add_argument("--db", metavar="REDIS_URL", default="",
+                     help="share Hypothesis's example database through Redis beside ./.hypothesis "
+                          "(saved failures replay first on every machine)")
     run.add_argument("--corpus", metavar="DIR", default=None,
                      help="write each shrunk failure as a record under DIR (default: $FUZZDIFF_CORPUS "
                           "or ./corpus)")
@@ -507,7 +636,9 @@ def build_parser() -> argparse.ArgumentParser:
     repro = sub.add_parser("repro", parents=[where], help="replay a corpus record without Hypothesis")
     repro.add_argument("record", metavar="RECORD", help="a record's path, or its id (or id prefix)")
     repro.add_argument("--script", action="store_true",
-                       help="print a standalone torch-only script that reproduces it")
+                       help="print a standalone torch-only script that reproduces it (for a crash "
+                            "record, written by a child process)")
+    repro.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     repro.set_defaults(func=cmd_repro)
 
     corpus = sub.add_parser("corpus", help="list, show, count and promote corpus records")

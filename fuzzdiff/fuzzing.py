@@ -20,6 +20,7 @@ from hypothesis.errors import FlakyFailure
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check, get_check
+from fuzzdiff.features import case_features
 from fuzzdiff.journal import Journal, recover
 from fuzzdiff.runner import case_strategy, verdict_at
 from fuzzdiff.targets import get_target
@@ -49,14 +50,29 @@ class FuzzFailure(AssertionError):
 
 @dataclass
 class Tally:
-    """Verdict counts of one fuzzing run, and the first reason seen per kind."""
+    """Verdict counts of one fuzzing run, and the first reason seen per kind.
+
+    Also what a campaign's scheduler steers by (fuzzdiff.schedule): the
+    closest call (the largest normalized error that steered Hypothesis) and
+    the input features the drawn structures reached (fuzzdiff.features).
+    """
 
     counts: Counter = field(default_factory=Counter)
     reasons: dict[str, str] = field(default_factory=dict)
+    closest: float = 0.0
+    features: set[str] = field(default_factory=set)
 
     def add(self, verdict: Verdict) -> None:
         self.counts[verdict.kind] += 1
         self.reasons.setdefault(verdict.kind, verdict.message)
+
+    def merge(self, other: "Tally") -> None:
+        """Add another run's tally (a campaign's batches of one pair)."""
+        self.counts.update(other.counts)
+        for kind, reason in other.reasons.items():
+            self.reasons.setdefault(kind, reason)
+        self.closest = max(self.closest, other.closest)
+        self.features |= other.features
 
     @property
     def examples(self) -> int:
@@ -190,6 +206,8 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
                 if journal is not None:
                     journal.end()  # idle while the next case is written
                     journal.begin_case(case)
+                if not first:
+                    tally.features |= case_features(case)
                 for k in range(first, first + variants):
                     variant = inflight[0] = case.reseeded(k)
                     if journal is not None:
@@ -213,6 +231,7 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
             if journal is not None:
                 journal.end()
             if best is not None:
+                tally.closest = max(tally.closest, best)
                 # Once per example: a second hypothesis.target() with the same label raises.
                 hypothesis.target(best, label="normalized error")
 

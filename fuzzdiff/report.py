@@ -17,23 +17,32 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-__all__ = ["pair_rows", "write_report", "read_results", "merge_results", "FORMAT"]
+__all__ = ["pair_rows", "write_report", "read_results", "merge_results", "covered", "FORMAT"]
 
 FORMAT = 1
 VERDICTS = ("pass", "fail", "unsupported", "inconclusive", "timeout", "crash")
 
 
-def pair_rows(campaign) -> list[dict]:
-    """One plain row per (target, check) pair of a fuzzdiff.campaign.Campaign."""
+def pair_rows(campaign, pairs: Iterable = ()) -> list[dict]:
+    """One plain row per (target, check) pair of a fuzzdiff.campaign.Campaign;
+    with ``pairs`` (the campaign's (Target, Check) pairs) also a row for each
+    pair that never started, so the heatmap shows what was not covered."""
     rows = []
     for r in campaign.results:
         counts = {k: int(v) for k, v in r.tally.counts.items() if v}
         message = r.error or (r.failure.verdict.message if r.failure is not None else "")
         rows.append({"target": r.target, "check": r.check, "examples": r.tally.examples,
                      "counts": counts, "failed": r.failed, "crashed": r.crashed, "cut": r.cut,
-                     "known": r.known,
+                     "known": r.known, "batches": r.batches, "scores": list(r.scores),
                      "new_records": r.new_records, "seconds": round(r.seconds, 3),
-                     "message": message.splitlines()[0][:300] if message else ""})
+                     "found_at": None if r.found_at is None else round(r.found_at, 1),
+                     "ref": r.ref, "message": message.splitlines()[0][:300] if message else ""})
+    started = {(r.target, r.check) for r in campaign.results}
+    for target, check in pairs:
+        if (target.name, check.name) not in started:
+            rows.append({"target": target.name, "ref": target.ref, "check": check.name, "examples": 0, "counts": {},
+                         "failed": False, "crashed": False, "cut": False, "known": False,
+                         "batches": 0, "scores": [], "new_records": 0, "seconds": 0.0, "message": ""})
     return rows
 
 
@@ -48,8 +57,9 @@ def merge_results(*results: Mapping) -> dict:
                 continue
             m = pairs[key]
             m["counts"] = dict(Counter(m["counts"]) + Counter(row["counts"]))
-            for k in ("examples", "new_records", "seconds"):
-                m[k] += row[k]
+            for k in ("examples", "new_records", "seconds", "batches"):
+                m[k] = m.get(k, 0) + row.get(k, 0)
+            m["scores"] = m.get("scores", []) + row.get("scores", [])
             for k in ("failed", "crashed", "cut", "known"):
                 m[k] = m.get(k, False) or row.get(k, False)
             m["message"] = m["message"] or row["message"]
@@ -114,9 +124,16 @@ def failures(cell: Mapping) -> int:
     return n or int(cell["failed"])
 
 
+def covered(cell: Mapping) -> bool:
+    """The pair ran at least one batch (rows written before batches count their examples)."""
+    return cell.get("batches", 1) > 0 or cell["examples"] > 0
+
+
 def _tooltip(cell: Mapping) -> str:
     c = cell["counts"]
-    parts = [f"{cell['target']} x {cell['check']}: {cell['examples']} examples",
+    scores = cell.get("scores") or []
+    parts = [f"{cell['target']} x {cell['check']}: {cell['examples']} examples in "
+             f"{cell.get('batches', '?')} batches" + (f", score {scores[-1]:g}" if scores else ""),
              ", ".join(f"{k} {c.get(k, 0)}" for k in VERDICTS if c.get(k, 0) or k in VERDICTS[:4])]
     if cell["crashed"]:
         parts.append("the worker died")
@@ -146,7 +163,10 @@ def _html(grid: _Grid, title: str, meta: Mapping) -> str:
         for c in grid.checks:
             cell = grid.get(t, c)
             if cell is None:
-                cells.append(f'<td class=none title="{e(t)} x {e(c)}: not run">&middot;</td>')
+                cells.append(f'<td class=none title="{e(t)} x {e(c)}: not applicable">&middot;</td>')
+                continue
+            if not covered(cell):
+                cells.append(f'<td class=uncovered title="{e(t)} x {e(c)}: not reached">&ndash;</td>')
                 continue
             level = grid.level(cell["examples"])
             fg = "#fff" if level > 0.6 else "#000"
@@ -158,6 +178,7 @@ def _html(grid: _Grid, title: str, meta: Mapping) -> str:
                          f'title="{e(_tooltip(cell))}">{text}</td>')
         rows.append(f"<tr><th class=t>{e(t)}</th>{''.join(cells)}</tr>")
     info = ", ".join(f"{e(str(k))}: {e(str(v))}" for k, v in meta.items())
+    ncovered = sum(1 for cell in grid.cells.values() if covered(cell))
     nfail = sum(1 for cell in grid.cells.values() if failures(cell))
     nknown = sum(1 for cell in grid.cells.values() if not failures(cell) and cell.get("known"))
     return f"""<!DOCTYPE html>
@@ -167,6 +188,7 @@ body {{ font: 13px system-ui, sans-serif; margin: 1.5em; }}
 table {{ border-collapse: separate; border-spacing: 2px; }}
 td {{ min-width: 3.2em; height: 1.5em; text-align: center; font-size: 11px; border: 2px solid transparent; }}
 td.none {{ background: #eee; color: #999; }}
+td.uncovered {{ background: #fde9c8; color: #a06000; }}
 td.fail {{ border: 2px solid #d00; }}
 td.fail b {{ color: #d00; background: #fff; padding: 0 2px; margin-left: 3px; border-radius: 3px; }}
 td.cut {{ border: 2px dashed #999; }}
@@ -179,13 +201,14 @@ th.c div {{ writing-mode: vertical-rl; transform: rotate(180deg); }}
 </style></head><body>
 <h1>{e(title)}</h1>
 <p>{info}</p>
-<p>{len(grid.targets)} targets x {len(grid.checks)} checks, {len(grid.cells)} pairs run,
+<p>{len(grid.targets)} targets x {len(grid.checks)} checks: {ncovered} of {len(grid.cells)} applicable pairs covered,
 {nfail} with failures, {nknown} with a known discrepancy. Colour: examples run (log scale, darkest {grid.top}).
 Hover a cell for its verdict counts.</p>
 <p class=legend><span style="background:{_colour(0.1)}">few examples</span><span
  style="background:{_colour(1.0)};color:#fff">many</span><span style="border:2px solid #d00">&#x2716; failures</span><span
  style="border:2px dashed #e08000">k known discrepancy</span><span
- style="border:2px dashed #999">cut by its time limit</span><span style="background:#eee">not run</span></p>
+ style="border:2px dashed #999">cut by its time limit</span><span style="background:#fde9c8">not reached</span><span
+ style="background:#eee">not applicable</span></p>
 <table><tr><th></th>{head}</tr>
 {chr(10).join(rows)}
 </table></body></html>
@@ -204,7 +227,7 @@ def _png(grid: _Grid, title: str, path: Path) -> None:
     for i, t in enumerate(grid.targets):
         for j, c in enumerate(grid.checks):
             cell = grid.get(t, c)
-            if cell is not None:
+            if cell is not None and covered(cell):
                 levels[i, j] = math.log10(1 + cell["examples"])
     fig, ax = plt.subplots(figsize=(3.5 + 0.6 * nc, 2.0 + 0.2 * nt), layout="constrained")
     cmap = matplotlib.colormaps["Blues"].with_extremes(bad="#e6e6e6")
@@ -214,6 +237,9 @@ def _png(grid: _Grid, title: str, path: Path) -> None:
         for j, c in enumerate(grid.checks):
             cell = grid.get(t, c)
             if cell is None:
+                continue
+            if not covered(cell):
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color="#fde9c8"))
                 continue
             bad = failures(cell)
             if not bad and cell.get("known"):
@@ -234,6 +260,6 @@ def _png(grid: _Grid, title: str, path: Path) -> None:
     bar = fig.colorbar(image, ax=ax, shrink=min(1.0, 20 / nt), pad=0.02, aspect=30)
     bar.set_label("log10(1 + examples)", fontsize=8)
     fig.suptitle(f"{title}: examples per (target, check); red box: failures (count); "
-                 "orange dashes: known discrepancy", fontsize=9)
+                 "orange dashes: known discrepancy; peach: not reached; grey: not applicable", fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)

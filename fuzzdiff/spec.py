@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["Dim", "ArgSpec", "SpecError", "parse_spec"]
 
@@ -29,6 +29,9 @@ class Dim:
     kind is "name" (a shared size), "fixed" (an integer), "anon" (``_``),
     or, when ``variadic``, a group of zero or more dims ("name" or "anon" for ``...``).
     ``broadcast`` (``#``) lets this argument use 1 where the others use the shared size.
+    ``low`` and ``high`` bound a named size (``n>=1``, ``n<=3``, ``n>=2<=5``; each
+    dim of a named group), for functions undefined at some sizes: the bounds of
+    a name hold wherever the name appears.
     """
 
     kind: str
@@ -36,13 +39,16 @@ class Dim:
     size: int | None = None
     variadic: bool = False
     broadcast: bool = False
+    low: int | None = None
+    high: int | None = None
 
     def __str__(self) -> str:
         if self.kind == "fixed":
             return str(self.size)
         if self.kind == "anon":
             return "..." if self.variadic else "_"
-        return ("*" if self.variadic else "") + ("#" if self.broadcast else "") + self.name
+        bounds = ("" if self.low is None else f">={self.low}") + ("" if self.high is None else f"<={self.high}")
+        return ("*" if self.variadic else "") + ("#" if self.broadcast else "") + self.name + bounds
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,7 @@ class ArgSpec:
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_BOUNDS = re.compile(r"((>=|<=)\d+){1,2}\Z")
 
 
 def _parse_dim(spec: str, token: str, pos: int) -> Dim:
@@ -65,6 +72,21 @@ def _parse_dim(spec: str, token: str, pos: int) -> Dim:
     if token.isdigit():
         return Dim("fixed", size=int(token))
     rest, variadic, broadcast = token, False, False
+    low = high = None
+    bounds = _BOUNDS.search(rest)
+    if bounds is not None:
+        rest = rest[:bounds.start()]
+        for op, value in re.findall(r"(>=|<=)(\d+)", bounds.group()):
+            if op == ">=":
+                low = int(value)
+            else:
+                high = int(value)
+        if low is not None and high is not None and low > high:
+            raise SpecError(spec, pos, f"bad bounds in {token!r}: the lower bound {low} is above "
+                            f"the upper bound {high}")
+    elif any(c in rest for c in "<>="):
+        raise SpecError(spec, pos, f"bad bounds in {token!r}: expected name>=LOW, name<=HIGH or "
+                        "name>=LOW<=HIGH with integers")
     if rest.startswith("*"):
         variadic, rest = True, rest[1:]
     if rest.startswith("#"):
@@ -74,7 +96,9 @@ def _parse_dim(spec: str, token: str, pos: int) -> Dim:
     if not _IDENT.match(rest):
         raise SpecError(spec, pos, f"bad dimension {token!r}: expected a name, an integer, "
                         "'_', '...', '*name', '#name' or '*#name'")
-    return Dim("name", name=rest, variadic=variadic, broadcast=broadcast)
+    if (low is not None or high is not None) and not _IDENT.match(rest.lstrip("*#")):
+        raise SpecError(spec, pos, f"bad dimension {token!r}: bounds go after a name, e.g. n>=1")
+    return Dim("name", name=rest, variadic=variadic, broadcast=broadcast, low=low, high=high)
 
 
 def parse_spec(spec: str) -> tuple[ArgSpec, ...]:
@@ -119,4 +143,26 @@ def _parse_spec(spec: str) -> tuple[ArgSpec, ...]:
                                     f"argument {name!r} has more than one variadic group")
             dims.append(dim)
         args.append(ArgSpec(name, tuple(dims)))
-    return tuple(args)
+    return _shared_bounds(spec, tuple(args))
+
+
+def _shared_bounds(spec: str, args: tuple[ArgSpec, ...]) -> tuple[ArgSpec, ...]:
+    """Give every occurrence of a name the bounds written at any of them."""
+    low: dict[str, int] = {}
+    high: dict[str, int] = {}
+    for arg in args:
+        for d in arg.dims:
+            if d.kind == "name":
+                if d.low is not None:
+                    low[d.name] = max(low.get(d.name, d.low), d.low)
+                if d.high is not None:
+                    high[d.name] = min(high.get(d.name, d.high), d.high)
+    if not low and not high:
+        return args
+    for name in low.keys() & high.keys():
+        if low[name] > high[name]:
+            raise SpecError(spec, spec.find(name), f"the bounds of {name!r} leave no size: "
+                            f">={low[name]} and <={high[name]}")
+    return tuple(ArgSpec(a.name, tuple(
+        replace(d, low=low.get(d.name), high=high.get(d.name)) if d.kind == "name" else d
+        for d in a.dims)) for a in args)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.extra import numpy as hnp
 
-from fuzzdiff.spec import ArgSpec, SpecError, parse_spec
+from fuzzdiff.spec import ArgSpec, Dim, SpecError, parse_spec
 from strategies._drawing import COIN, eager, integers
 from strategies._validation import check_int, check_range
 
@@ -58,7 +58,7 @@ def draw_spec_shapes(draw, args: tuple[ArgSpec, ...], min_side: int, max_side: i
                     group = _draw_group(draw, min_side, max_side, max_variadic)
                 else:
                     if dim.name not in groups:
-                        groups[dim.name] = _draw_group(draw, min_side, max_side, max_variadic)
+                        groups[dim.name] = _draw_group(draw, *_bounded(dim, min_side, max_side), max_variadic)
                     group = groups[dim.name]
                     if dim.broadcast:
                         keep = draw(_keeps(len(group)))
@@ -68,7 +68,8 @@ def draw_spec_shapes(draw, args: tuple[ArgSpec, ...], min_side: int, max_side: i
                 shape.append(draw(side))
             else:
                 if dim.name not in sizes:
-                    sizes[dim.name] = draw(side)
+                    bounded = _bounded(dim, min_side, max_side)
+                    sizes[dim.name] = draw(side if bounded == (min_side, max_side) else integers(*bounded))
                 size = sizes[dim.name]
                 if dim.broadcast and draw(COIN):
                     size = 1
@@ -106,6 +107,14 @@ def _spec_shapes_strategy(spec, min_side, max_side, max_variadic, fixed):
     # Cached: cases() asks for it on every draw, and Hypothesis validates each
     # fresh strategy object again.
     return _spec_shapes(spec, min_side, max_side, max_variadic, dict(fixed))
+
+
+def _bounded(dim: Dim, min_side: int, max_side: int) -> tuple[int, int]:
+    """The sizes a named dim may take: its spec bounds (``n>=1``) within the
+    target's sides, and a lower bound above the largest side still drawn."""
+    low = min_side if dim.low is None else max(min_side, dim.low)
+    high = max_side if dim.high is None else min(max_side, dim.high)
+    return low, max(low, high)
 
 
 def _draw_group(draw, min_side: int, max_side: int, max_variadic: int) -> tuple[int, ...]:

@@ -54,6 +54,8 @@ class Check:
     dtypes:   the case dtypes the check is about (None: any the target supports).
     aliasing: "any", "required" (the check is about aliased inputs) or "never".
     ci:       a CiSample, for a check the CI profile runs on a sample of targets.
+    compiles: the check compiles code, so its examples cost seconds (a first
+              compile), not milliseconds: campaigns run it last and in fewer examples.
     """
 
     name: str
@@ -64,6 +66,7 @@ class Check:
     aliasing: str = "any"
     needs_grad: bool = True
     ci: CiSample | None = None
+    compiles: bool = False
     doc: str = field(default="", compare=False)
 
     def why_not(self, target: Target) -> str | None:

@@ -136,7 +136,10 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
         blocks.append(other_inputs.functions)
         data.append(other_inputs.storages)
     if fragment.probes:
-        probes = _probes_text(target, case, storages, fragment.probes)
+        # a crash record's case killed its process: the script's own call reproduces
+        # that, and writing the script must not run it
+        crashed = verdict is not None and verdict.kind == "crash"
+        probes = _probes_text(target, case, storages, fragment.probes, run_forward=not crashed)
         blocks.append(_banner("Random probes, as drawn") + probes)
         data.append(probes)
     tol = tolerance(target, check, case.torch_dtype)
@@ -256,8 +259,9 @@ def _call(code: TargetCode, names: list[str], kwargs: Mapping) -> str:
             f"    return {code.call}({', '.join(args)})")
 
 
-def _probes_text(target: Target, case: Case, storages, keys) -> str:
-    """Each probe global as literal tensors, computed exactly as the check draws them."""
+def _probes_text(target: Target, case: Case, storages, keys, run_forward: bool = True) -> str:
+    """Each probe global as literal tensors, computed exactly as the check draws them.
+    The cotangents need the outputs' shapes: without ``run_forward`` they are None."""
     from fuzzdiff.directions import directions, probes_like
     from fuzzdiff.paths.function import leaf_function
 
@@ -275,6 +279,9 @@ def _probes_text(target: Target, case: Case, storages, keys) -> str:
             continue
         if key == "V64" and case.torch_dtype == torch.float64:
             values[key] = "V  # the case is float64 already"
+            continue
+        if not run_forward:
+            values[key] = "None  # the case killed the process that ran it: the call below does again"
             continue
         g = f if cast is None else leaf_function(target, case, cast=cast, storages=fresh())
         try:

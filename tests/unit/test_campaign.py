@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fuzzdiff import cli
-from fuzzdiff.campaign import run_campaign
+from fuzzdiff.campaign import BatchSize, run_campaign
 from fuzzdiff.checks import get_check
 
 ZOO = textwrap.dedent('''
@@ -39,6 +39,10 @@ ZOO = textwrap.dedent('''
         time.sleep(30)
         return x.sin()
 
+    def sluggish(x):
+        time.sleep(0.2)
+        return x.sin()
+
     def aborting(x):
         if x.numel() >= 2:
             os.abort()
@@ -54,6 +58,7 @@ ZOO = textwrap.dedent('''
     KNOWN = _t("known_square", BadSquare.apply, "KNOWN", known={"grad": "planted, and known"})
     ABORT = _t("aborting", aborting, "ABORT")
     SLOW = _t("slow", slow, "SLOW")
+    SLUGGISH = _t("sluggish", sluggish, "SLUGGISH")
 ''')
 
 
@@ -76,7 +81,7 @@ def test_a_campaign_reports_counts_failures_and_a_crash_and_goes_on(zoo, tmp_pat
     grad, layout = get_check("grad"), get_check("layout")
     pairs = [(zoo.ABORT, grad), (zoo.BAD, grad), (zoo.KNOWN, grad), (zoo.SIN, grad), (zoo.EXP, grad),
              (zoo.TANH, grad), (zoo.SIN, layout), (zoo.EXP, layout)]
-    monkeypatch.setattr(cli, "_select_pairs", lambda args: pairs)
+    monkeypatch.setattr(cli, "_select_pairs", lambda args, notes=None: pairs)
     monkeypatch.setenv("FUZZDIFF_VARIANTS", "2")
     corpus, report = tmp_path / "corpus", tmp_path / "report"
     rc = cli.main(["run", "--jobs", "2", "--max-examples", "6", "--seed", "3", "--corpus", str(corpus),
@@ -102,40 +107,59 @@ def test_a_campaign_reports_counts_failures_and_a_crash_and_goes_on(zoo, tmp_pat
         ("fd_campaign_zoo:ABORT", "crash"), ("fd_campaign_zoo:BAD", "fail"), ("fd_campaign_zoo:KNOWN", "fail")]
     assert not list((corpus / ".inflight").glob("*.json"))
 
-    # the table: check, targets, examples, passed, failed, unsupported, inconclusive, crashed,
-    # known, new records
+    # the table: check, coverage (covered/applicable), batches, examples, passed, failed,
+    # unsupported, inconclusive, crashed, known, new records; one round without a budget
     grads = [p for (t, c), p in pairs_run.items() if c == "grad"]
+    assert all(p["batches"] == 1 for p in pairs_run.values())
     count = lambda k: sum(p["counts"].get(k, 0) for p in grads)  # noqa: E731
-    assert _row(out, "grad") == [6, sum(p["examples"] for p in grads), count("pass"), count("fail"),
+    assert _row(out, "grad") == [6, 6, 6, sum(p["examples"] for p in grads), count("pass"), count("fail"),
                                  0, 0, 1, 1, 3]
     layouts = [p for (t, c), p in pairs_run.items() if c == "layout"]
-    assert _row(out, "layout") == [2, sum(p["examples"] for p in layouts),
+    assert _row(out, "layout") == [2, 2, 2, sum(p["examples"] for p in layouts),
                                    sum(p["examples"] for p in layouts), 0, 0, 0, 0, 0, 0]
     assert "new crash record" in out and "new record" in out and "known discrepancy, grad known_square" in out
     assert (report / "heatmap.png").exists() and "planted_square" in (report / "heatmap.html").read_text()
 
 
-def test_the_budget_stops_new_pairs_and_cuts_the_running_one(zoo):
+def test_the_budget_stops_new_batches_and_cuts_the_running_one(zoo):
     grad = get_check("grad")
     results = []
-    campaign = run_campaign([(zoo.SIN, grad), (zoo.EXP, grad), (zoo.TANH, grad)], max_examples=100_000,
-                            budget=1.0, jobs=1, on_result=results.append)
+    campaign = run_campaign([(zoo.SIN, grad), (zoo.EXP, grad), (zoo.TANH, grad)],
+                            size=BatchSize(examples=100_000), budget=1.0, jobs=1,
+                            on_batch=lambda campaign, pair, batch: results.append(batch))
     assert campaign.skipped_for_budget == 2
-    assert results == campaign.results and len(results) == 1
-    first = results[0]
-    assert first.cut and not first.failed and first.target == "cheap_sin"
+    assert len(results) == 1 and len(campaign.results) == 1
+    first = campaign.results[0]
+    assert first.cut and not first.failed and first.target == "cheap_sin" and first.batches == 1
     assert 0 < first.tally.examples == first.tally.counts["pass"]
     assert first.seconds < 30  # stopped at its deadline, not after 100000 examples
 
 
-def test_a_worker_busy_past_the_grace_period_is_stopped_and_leaves_no_crash_record(zoo, tmp_path):
-    corpus = tmp_path / "corpus"
-    campaign = run_campaign([(zoo.SLOW, get_check("grad"))], max_examples=5, budget=0.5, grace=1.0,
-                            jobs=1, corpus=corpus)
-    (r,) = campaign.results
-    assert r.cut and not r.failed and r.seconds < 20 and r.tally.examples == 0
-    assert not list(corpus.glob("*/*/*.json")) and not list((corpus / ".inflight").glob("*.json"))
-    assert not campaign.failures
+def test_a_slow_pair_cannot_starve_the_others(zoo):
+    """Its batch stops at the batch deadline; every other pair still gets its batches."""
+    grad = get_check("grad")
+    pairs = [(zoo.SLUGGISH, grad), (zoo.SIN, grad), (zoo.EXP, grad), (zoo.TANH, grad)]
+    campaign = run_campaign(pairs, size=BatchSize(examples=50, variants=1), rounds=2, seed=1, jobs=1,
+                            batch_seconds=1.0, database_url=None)
+    by_name = {r.target: r for r in campaign.results}
+    assert set(by_name) == {"sluggish", "cheap_sin", "cheap_exp", "cheap_tanh"}
+    slow = by_name["sluggish"]
+    # each of its batches stopped about a second in (50 examples would take a minute)
+    assert slow.cut and slow.seconds / slow.batches < 1.0 + 3.0 and campaign.seconds < 30
+    assert sum(r.batches for r in campaign.results) == 2 * len(pairs)  # round 2: as many batches as pairs
+    for name in ("cheap_sin", "cheap_exp", "cheap_tanh"):
+        assert by_name[name].tally.examples > 0 and not by_name[name].cut
+
+
+def test_every_pair_starts_once_before_any_starts_twice(zoo):
+    grad, layout = get_check("grad"), get_check("layout")
+    pairs = [(t, c) for c in (grad, layout) for t in (zoo.SIN, zoo.EXP, zoo.TANH)]
+    started = []
+    campaign = run_campaign(pairs, size=BatchSize(examples=2, variants=1), rounds=3, seed=5, jobs=2,
+                            database_url=None, on_start=lambda k, t, c: t and started.append((t, c)))
+    assert campaign.rounds == 3 and len(started) == 3 * len(pairs) == campaign.batches
+    assert len(set(started[:len(pairs)])) == len(pairs)
+    assert {(t.name, c.name) for t, c in pairs} == set(started[:len(pairs)])
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -144,6 +168,8 @@ def test_a_worker_busy_past_the_grace_period_is_stopped_and_leaves_no_crash_reco
     (["--dtypes", "int64"], "non-floating"),
     (["--jobs", "0"], "--jobs must be at least 1"),
     (["--dtypes", "float16", "--targets", "sin", "--checks", "dtype"], "takes float16"),
+    (["--shard", "3/2", "--targets", "sin"], "expected I/N"),
+    (["--rounds", "0"], "--rounds must be at least 1"),
 ])
 def test_usage_errors_exit_2(argv, message, capsys, monkeypatch):
     import torch
@@ -164,3 +190,16 @@ def test_dtypes_and_device_become_case_options_and_checks_are_interleaved(zoo):
     pairs = [(t, c) for c in (grad, dtype) for t in (zoo.SIN, zoo.EXP, zoo.TANH)]
     assert [(t.name, c.name) for t, c in interleave(pairs)][:3] == [
         ("cheap_sin", "grad"), ("cheap_sin", "dtype"), ("cheap_exp", "grad")]
+
+
+def test_batches_narrow_for_fixed_shapes_and_costly_checks(zoo):
+    from fuzzdiff.targets.target import Target
+    size = BatchSize(examples=24)
+    fixed = Target("unit_fixed", zoo.SIN.fn, "x: 2 3")
+    assert size.for_pair(zoo.SIN, get_check("grad")) == size  # free sizes, a cheap check
+    assert size.for_pair(zoo.SIN, get_check("vmap")) == size
+    assert size.for_pair(fixed, get_check("grad")).examples == 3  # every size fixed (an OpInfo sample)
+    assert size.for_pair(zoo.SIN, get_check("compile")).examples == 3  # a check that compiles
+    assert BatchSize(examples=3).for_pair(fixed, get_check("grad")).examples == 2
+    with pytest.raises(ValueError, match="examples must be at least 1"):
+        BatchSize(examples=0)

@@ -122,6 +122,32 @@ def test_replaying_a_crash_record_runs_it_in_a_child_process(aborting, monkeypat
     assert verdict.kind == "crash" and "SIGABRT" in verdict.message
 
 
+def test_the_script_of_a_crash_record_is_written_by_a_child_process(aborting):
+    """``repro --script`` prints the script; and where writing it kills the
+    process (here: the target's module aborts on import), the command itself
+    survives and says so (exit 2)."""
+    corpus = aborting / "corpus"
+    _python(aborting, f'''
+        from hypothesis import settings
+        from fuzzdiff.fuzzing import fuzz
+        from aborting import TARGET
+        fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=8, timeout=0,
+             settings=settings(max_examples=200, derandomize=True, database=None, deadline=None))
+    ''')
+    path, = recover(corpus)
+    cli = [sys.executable, "-m", "fuzzdiff.cli", "repro", str(path), "--script"]
+    ok = subprocess.run(cli, cwd=aborting, env=_env(aborting), capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "import torch" in ok.stdout and "os.abort()" in ok.stdout
+
+    (aborting / "aborting.py").write_text("import os\nif os.environ.get('ABORT_ON_IMPORT'):\n"
+                                          "    os.abort()\n" + ABORTING)
+    dead = subprocess.run(cli, cwd=aborting, env=_env(aborting, ABORT_ON_IMPORT="1"),
+                          capture_output=True, text=True, timeout=120)
+    assert dead.returncode == 2, (dead.returncode, dead.stderr[-2000:])
+    assert "killed the process that wrote it" in dead.stderr and "fuzzdiff repro" in dead.stderr
+
+
 def test_the_next_fuzz_run_recovers_and_a_live_or_idle_entry_makes_no_record(tmp_path):
     corpus = tmp_path / "corpus"
     case = _drawn_cases(1)[0]

@@ -226,10 +226,6 @@ def _normalized(shapes):
     return st.sampled_from(options) if options else st.nothing()
 
 
-def _spatial_at_least(n: int, value):
-    return _kw.when(lambda s: math.prod(s["x"][1:]) >= n, value)
-
-
 CONV = {"out_per_group": st.integers(1, 2), "groups": _kw.divisor("x", 0), "geometry": GEOMETRY,
         "bias": FLAG, "seed": SEED}
 RECURRENT = {"hidden_size": st.integers(1, 2), "num_layers": st.integers(1, 2), "bias": FLAG,
@@ -326,13 +322,15 @@ register(
                   kwargs={"num_groups": _kw.groups("x", 0, min_values=3), "affine": FLAG,
                           "eps": EPS, "seed": SEED},
                   known={"per_sample": GROUP_NORM_NONCONTIGUOUS}),
-    module_target("nn_instance_norm1d", instance_norm, "x: c l", distinct=True,
-                  kwargs={"affine": _spatial_at_least(3, FLAG), "eps": EPS, "seed": SEED}),
-    module_target("nn_instance_norm2d", instance_norm, "x: c h w", distinct=True,
-                  kwargs={"affine": _spatial_at_least(3, FLAG), "eps": EPS, "seed": SEED},
+    # three spatial values at least (one or two: see _normalized), as size bounds rather
+    # than a filter: a filter rejected most examples of several structures each
+    module_target("nn_instance_norm1d", instance_norm, "x: c l>=3", distinct=True,
+                  kwargs={"affine": FLAG, "eps": EPS, "seed": SEED}),
+    module_target("nn_instance_norm2d", instance_norm, "x: c h>=2 w>=2", distinct=True,
+                  kwargs={"affine": FLAG, "eps": EPS, "seed": SEED},
                   known={"per_sample": INSTANCE_NORM_NONCONTIGUOUS_INPUT}),
-    module_target("nn_instance_norm3d", instance_norm, "x: c d h w", distinct=True, max_side=2,
-                  kwargs={"affine": _spatial_at_least(3, FLAG), "eps": EPS, "seed": SEED},
+    module_target("nn_instance_norm3d", instance_norm, "x: c d>=1 h>=2 w>=2", distinct=True, max_side=2,
+                  kwargs={"affine": FLAG, "eps": EPS, "seed": SEED},
                   known={"per_sample": INSTANCE_NORM_NONCONTIGUOUS_INPUT}),
     module_target("nn_rnn", recurrent, "x: t i", skip=SKIP,
                   kwargs={"cell": "RNN", "nonlinearity": st.sampled_from(["tanh", "relu"]),

@@ -1,0 +1,100 @@
+"""The default campaign from an empty corpus: coverage, examples/s, and what it rediscovers.
+
+Runs ``fuzzdiff run --budget SECONDS`` (the README's main job, every default
+option) with a fresh corpus and report directory, then prints:
+
+- coverage: pairs swept of pairs applicable, catalog and OpInfo separately;
+- examples per second over the campaign;
+- for every ``open`` record of the committed corpus (CPU, the checks named by
+  ``--checks``; by default the eager ones, vmap and per_sample), whether the
+  campaign failed the same (target, check) pair, and when.
+
+    python bench/campaign.py                  # 600 s, seed 1
+    python bench/campaign.py --budget 1800 --seed 2
+    python bench/campaign.py --results DIR    # re-read a campaign's report, run nothing
+
+A record is rediscovered when the campaign reports a failure (new, known or a
+crash) for the same target and check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EAGER = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "per_sample")
+
+
+def open_records(corpus: Path, checks) -> list[dict]:
+    out = []
+    for path in sorted(corpus.glob("*/*/*.json")):
+        record = json.loads(path.read_text())
+        if record["status"] == "open" and record.get("device", "cpu") == "cpu" and record["check"] in checks:
+            out.append(record)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=600.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--checks", nargs="+", default=list(EAGER),
+                        help="the checks whose open records count (default: %(default)s)")
+    parser.add_argument("--results", metavar="DIR", help="a finished campaign's work directory (corpus/, report/)")
+    parser.add_argument("--run-args", nargs=argparse.REMAINDER, default=[],
+                        help="more arguments for fuzzdiff run")
+    args = parser.parse_args(argv)
+
+    work = Path(args.results) if args.results else Path(tempfile.mkdtemp(prefix="fuzzdiff-campaign-"))
+    wall = None
+    if not args.results:
+        command = [sys.executable, "-m", "fuzzdiff.cli", "run", "--budget", str(args.budget), "--seed",
+                   str(args.seed), "--corpus", str(work / "corpus"), "--report", str(work / "report"),
+                   *args.run_args]
+        print("$", " ".join(command[1:]), flush=True)
+        t0 = time.monotonic()
+        # the run's live display goes to the terminal; its table and findings to a log
+        with open(work / "run.log", "w") as log:
+            subprocess.run(command, stdout=log, cwd=work)
+        wall = time.monotonic() - t0
+    results = json.loads((work / "report" / "results.json").read_text())
+    meta, pairs = results["meta"], results["pairs"]
+
+    def covered(rows):
+        return sum(1 for p in rows if p.get("batches", 0) > 0), len(rows)
+
+    opinfo = [p for p in pairs if p.get("ref", p["target"]).startswith("opinfo/")]
+    catalog = [p for p in pairs if not p.get("ref", p["target"]).startswith("opinfo/")]
+    examples = sum(p["examples"] for p in pairs)
+    print(f"work directory: {work}")
+    print(f"budget {meta['budget']}s, seed {meta['seed']}, {meta['jobs']} workers, {meta['rounds']} round(s), "
+          f"{meta['batches']} batches, campaign {meta['seconds']}s" + (f", wall {wall:.0f}s" if wall else ""))
+    for name, rows in (("catalog", catalog), ("opinfo", opinfo)):
+        done, total = covered(rows)
+        print(f"coverage {name}: {done}/{total} pairs ({100 * done / max(total, 1):.1f}%)")
+    print(f"examples: {examples}, {examples / max(meta['seconds'], 1e-9):.0f} examples/s")
+
+    found = {}
+    for p in pairs:
+        if p["failed"] or p.get("known"):
+            found[(p.get("ref") or p["target"], p["check"])] = p.get("found_at")
+    records = open_records(ROOT / "corpus", set(args.checks))
+    keys = sorted({(r["target"], r["check"]) for r in records})
+    hit = [k for k in keys if k in found]
+    print(f"\nopen CPU records of {', '.join(args.checks)}: {len(records)} records, {len(keys)} (target, check) pairs")
+    for key in keys:
+        at = found.get(key, "missing")
+        mark = "found" if key in found else "MISSED"
+        print(f"  {mark:6s} {key[1]:10s} {key[0]:32s} " + (f"first failure at {at:.0f}s" if isinstance(at, float) else ""))
+    print(f"rediscovered: {len(hit)}/{len(keys)} pairs ({100 * len(hit) / max(len(keys), 1):.0f}%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
