@@ -125,8 +125,8 @@ def failures(cell: Mapping) -> int:
 
 
 def covered(cell: Mapping) -> bool:
-    """The pair ran at least one batch (rows written before batches count their examples)."""
-    return cell.get("batches", 1) > 0 or cell["examples"] > 0
+    """The pair ran at least one batch (a worker that died running it ran one)."""
+    return cell.get("batches", 0) > 0 or cell["examples"] > 0 or cell["crashed"] or cell["failed"]
 
 
 def _tooltip(cell: Mapping) -> str:

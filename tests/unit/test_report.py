@@ -69,7 +69,7 @@ def test_failure_cells_are_marked_with_their_count_and_tooltips_hold_the_counts(
     assert 'class="fail"' in crash and "&#x2716;1" in crash and "the worker died" in crash
     good = cells[("sin", "layout")]
     assert 'class="fail"' not in good and ">21<" in good and "pass 20, fail 0, unsupported 1" in good
-    assert "not run" in cells[("aborting", "layout")]
+    assert "not applicable" in cells[("aborting", "layout")]
     known = cells[("cos", "dtype")]
     assert 'class="known"' in known and "<i>k</i>" in known and "&#x2716;" not in known
     assert "known discrepancy" in known and "fail 2" in known
@@ -88,3 +88,19 @@ def test_results_are_read_back_and_merged(tmp_path):
     assert pair["counts"] == {"pass": 60, "unsupported": 4} and pair["examples"] == 64
     out = write_report(tmp_path / "b", both["pairs"])
     assert "&#x2716;14" in _cells(out["html"].read_text())[("planted&lt;bad&gt;", "grad")]
+
+
+def test_pairs_never_reached_are_rows_and_cells_of_their_own(tmp_path):
+    from fuzzdiff.checks import get_check
+    from fuzzdiff.targets import get_target
+    campaign = _campaign()
+    campaign.results[0].batches, campaign.results[0].scores = 2, [1.5, 0.75]
+    never = (get_target("tanh"), get_check("grad"))
+    rows = pair_rows(campaign, [never])
+    row = next(r for r in rows if r["target"] == "tanh")
+    assert row["batches"] == 0 and row["examples"] == 0 and row["ref"] == "tanh"
+    html = write_report(tmp_path, rows)["html"].read_text()
+    cells = _cells(html)
+    assert 'class=uncovered' in cells[("tanh", "grad")] and "not reached" in cells[("tanh", "grad")]
+    assert "2 batches, score 0.75" in cells[("sin", "grad")]
+    assert "10 of 11 applicable pairs covered" in html
