@@ -509,9 +509,11 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
                 if slot.proc.sentinel in ready or not slot.proc.is_alive():
                     slot.proc.join(timeout=5)
                     index, _, started = slot.job
+                    died = _signal_name(slot.proc.exitcode)
+                    if corpus is not None:  # its case in flight, recorded now with how it died
+                        recover(corpus, cause=f"a fuzzdiff run worker died ({died})")
                     finish(k, PairResult(todo[index].name, todo[index].check, Tally(), crashed=True,
-                                         error=f"the worker died ({_signal_name(slot.proc.exitcode)}) "
-                                               "running this pair",
+                                         error=f"the worker died ({died}) running this pair",
                                          seconds=time.monotonic() - started))
             if end is not None and time.monotonic() > end + grace:
                 for k, slot in enumerate(slots):

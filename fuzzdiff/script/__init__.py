@@ -68,6 +68,7 @@ class Context:
     target: Target
     names: list[str]
     inputs: InputsCode
+    crashed: bool = False  # the case killed its process: a fragment must not run it
 
     @property
     def dtype(self) -> str:
@@ -115,7 +116,8 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
     if code.kwargs is not None:  # the code was written for the first names (a program)
         code = _code(target, case.kwargs, names)
     inputs = inputs_code(case, storages, names)
-    ctx = Context(check, case, target, names, inputs)
+    crashed = verdict is not None and verdict.kind == "crash"
+    ctx = Context(check, case, target, names, inputs, crashed)
     fragment: Fragment = FRAGMENTS[check](ctx)
 
     blocks = [_header(target, check, case, verdict, fragment, found_with, code)]
@@ -138,7 +140,6 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
     if fragment.probes:
         # a crash record's case killed its process: the script's own call reproduces
         # that, and writing the script must not run it
-        crashed = verdict is not None and verdict.kind == "crash"
         probes = _probes_text(target, case, storages, fragment.probes, run_forward=not crashed)
         blocks.append(_banner("Random probes, as drawn") + probes)
         data.append(probes)

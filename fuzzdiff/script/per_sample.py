@@ -147,11 +147,13 @@ def _data(ctx) -> tuple[str, str, str]:
     with torch.no_grad():
         outs = path._floating(module(*args))
     cotangents = path.probes_like(case.params, "cotangent", outs)
-    try:
-        result = path.run(target, case)
-        names, skipped = result.names, result.vmap_skipped
-    except Exception:  # noqa: BLE001 - the script raises the same at ExpandedWeights
-        names, skipped = path._names(module, outs, batch), ""
+    names, skipped = path._names(module, outs, batch), ""
+    if not ctx.crashed:  # a crash record's case killed its process: the script runs it, not this
+        try:
+            result = path.run(target, case)
+            names, skipped = result.names, result.vmap_skipped
+        except Exception:  # noqa: BLE001 - the script raises the same at ExpandedWeights
+            pass
     plan = batch.plan
     block = "\n".join([
         f"PS_KWARGS = {value_literal(dict(case.kwargs))}  # the module's hyperparameters",

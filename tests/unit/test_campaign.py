@@ -103,6 +103,8 @@ def test_a_campaign_reports_counts_failures_and_a_crash_and_goes_on(zoo, tmp_pat
         assert not p["failed"] and p["examples"] > 0 and p["counts"] == {"pass": p["examples"]}, p
 
     records = [json.loads(p.read_text()) for p in corpus.glob("grad/*/*.json")]
+    crash_record, = [r for r in records if r["verdict"]["kind"] == "crash"]
+    assert "SIGABRT" in crash_record["verdict"]["message"]  # how the worker died is the evidence
     assert sorted((r["target"], r["verdict"]["kind"]) for r in records) == [
         ("fd_campaign_zoo:ABORT", "crash"), ("fd_campaign_zoo:BAD", "fail"), ("fd_campaign_zoo:KNOWN", "fail")]
     assert not list((corpus / ".inflight").glob("*.json"))
