@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import given, strategies as st
 
 from fuzzdiff.checks import get_check
-from fuzzdiff.fuzzing import default_structures, default_variants, example_structures, fuzz
+from fuzzdiff.fuzzing import default_structures, default_variants, example_structures, fuzz, settle_heap
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.spec import parse_spec
 from fuzzdiff.targets import UnknownTarget, get_target
@@ -328,6 +328,7 @@ def main(argv=None) -> int:
         p.error("--examples and --ops must be positive, --seconds non-negative")
 
     torch.set_num_threads(args.threads)
+    settle_heap()  # as fuzzdiff's own processes do (the command line, campaign workers)
     names = args.targets or PREFERRED
     targets, skipped = choose_ops(names, len(names) if args.targets else args.ops)
     for name, why in skipped:

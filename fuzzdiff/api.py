@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.errors import Unsatisfiable
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz
 from fuzzdiff.targets.target import Target
 from fuzzdiff.targets.user import definition, per_sample_target, user_target
+from fuzzdiff.verdict import Verdict
 
 __all__ = ["check", "assert_ok", "Report", "Failure"]
 
@@ -29,6 +32,7 @@ class Failure:
     message: str
     record_path: Path | None
     case: Case
+    shrink_cut: bool = False  # shrinking stopped at its time bound: the case may not be minimal
 
     @property
     def repro(self) -> str:
@@ -74,21 +78,29 @@ class Report:
             if tally.only_unsupported:
                 console.print(f"{name} unsupported: {tally.reasons['unsupported']}")
         for f in self.failures:
-            console.print(f"FAILED {f.check}: {f.message}\n  {f.repro}", soft_wrap=True)
+            cut = "\n  (shrinking was cut short at its time bound: the case may not be minimal)" if f.shrink_cut else ""
+            console.print(f"FAILED {f.check}: {f.message}\n  {f.repro}{cut}", soft_wrap=True)
         return out.getvalue()
 
     def __str__(self) -> str:
         return self.summary()
 
 
+MAX_EXAMPLES = 200    # drawn cases per check
+VARIANTS = 2          # value-and-probe variants per drawn case
+SHRINK_SECONDS = 10.0  # per failure; the report says when shrinking was cut short
+
+
 def _settings(max_examples: int, seed: int | None) -> settings:
+    """Built from Hypothesis's own defaults, not from whatever profile the
+    caller's session loaded; quiet: the report says what happened."""
     if not isinstance(max_examples, int) or max_examples < 1:
         raise ValueError(f"max_examples must be a positive integer, got {max_examples!r}")
-    return settings(max_examples=max_examples, deadline=None, derandomize=False,
-                    database=None if seed is not None else settings.default.database,
-                    phases=[p for p in Phase if p != Phase.explain],
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.filter_too_much])
+    default = settings.get_profile("default")
+    return settings(default, max_examples=max_examples, deadline=None, derandomize=False,
+                    database=None if seed is not None else default.database,
+                    phases=[p for p in Phase if p != Phase.explain], print_blob=False,
+                    verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
 
 
 def _checks(checks: Iterable[str] | str | None) -> list[str]:
@@ -105,36 +117,136 @@ def _checks(checks: Iterable[str] | str | None) -> list[str]:
 def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] | None = None,
           dtypes: Iterable[torch.dtype] = (torch.float64, torch.float32),
           domain: Mapping[str, tuple[float | None, float | None]] | None = None,
-          kwargs: Mapping[str, Any] | None = None, max_examples: int = 200, seed: int | None = None,
-          corpus: str | Path | None = None) -> Report:
+          kwargs: Mapping[str, Any] | None = None, max_examples: int = MAX_EXAMPLES,
+          seed: int | None = None, corpus: str | Path | None = None, *, variants: int = VARIANTS,
+          shrink_seconds: float | None = SHRINK_SECONDS, sizes: tuple[int, int] | None = None,
+          invalid: Iterable[type[BaseException]] = (), progress: bool | None = None) -> Report:
     """Fuzz ``fn`` with every check that applies (or ``checks``); never raises for a failure.
 
     ``spec`` defaults to the function's jaxtyping annotations. A check that
     cannot apply (no forward-mode formula, no vmap rule) is "unsupported", not
-    a failure.
+    a failure. ``max_examples`` counts drawn cases per check, each run at
+    ``variants`` value-and-probe variants; a check stops at its first
+    confirmed failure, shrunk for at most ``shrink_seconds``. With ``corpus``
+    each failure is written there as a record, and each example is journaled
+    first, so a case that kills the process becomes a ``crash`` record.
+    A function that raises in its plain call at some input is reported once,
+    as an ``input-domain`` failure with that input, and the checks go on
+    without such inputs; ``invalid`` (exception types) declares them outside
+    its domain from the start.
+    ``sizes`` is ``(smallest, largest)`` for every drawn dim (default 0 to 4;
+    ``n>=1`` in the spec bounds one name). ``progress`` (default: when stderr
+    is a terminal) shows the check running. A spec that does not parse or fit
+    the function's signature is a ValueError before any fuzzing.
     """
-    target = user_target(fn, spec, dtypes=dtypes, domain=domain, kwargs=kwargs)
+    target = user_target(fn, spec, dtypes=dtypes, domain=domain, kwargs=kwargs, sizes=sizes)
     names = _checks(checks)
     hsettings = _settings(max_examples, seed)
     report = Report(target)
-    for name in names:
-        start = time.perf_counter()
+    recipe = definition(target)
+    outside = tuple(invalid)  # exceptions of the plain call that mean "not in the function's domain"
+
+    def run(name: str) -> Tally:
+        fuzzed = target
+        if name == "per_sample" and isinstance(fn, torch.nn.Module):
+            # per-sample gradients need the module itself, on one sample's shapes
+            fuzzed = per_sample_target(target, fn)
+        if outside:
+            fuzzed = replace(fuzzed, fn=_rejecting(fuzzed.fn, outside))
         try:
-            fuzzed = target
-            if name == "per_sample" and isinstance(fn, torch.nn.Module):
-                # per-sample gradients need the module itself, on one sample's shapes
-                fuzzed = per_sample_target(target, fn)
-            report.tallies[name] = fuzz(name, fuzzed, settings=hsettings, seed=seed)
-        except FuzzFailure as failure:
-            report.tallies[name] = failure.tally or Tally()
-            path = None
-            if corpus is not None:
-                from fuzzdiff.corpus import write_record
-                path, _ = write_record(corpus, name, failure.case, failure.verdict,
-                                       definition=definition(target))
-            report.failures.append(Failure(name, failure.verdict.message, path, failure.case))
-        report.seconds[name] = time.perf_counter() - start
+            return fuzz(name, fuzzed, settings=hsettings, seed=seed, corpus=corpus, variants=variants,
+                        structures=1, shrink_seconds=shrink_seconds, definition=recipe)
+        except Unsatisfiable:
+            tally = Tally()
+            tally.add(Verdict("unsupported", "every input drawn lies outside the function's domain "
+                                             f"(it raised {', '.join(e.__name__ for e in outside)})"))
+            return tally
+
+    with _progress(progress, len(names)) as step:
+        for name in names:
+            step(name)
+            start = time.perf_counter()
+            try:
+                report.tallies[name] = run(name)
+            except FuzzFailure as failure:
+                raised = _plain_call_error(target, failure.case)
+                if raised is None:
+                    report.tallies[name] = failure.tally or Tally()
+                    report.failures.append(Failure(name, failure.verdict.message, failure.record_path,
+                                                   failure.case, failure.shrink_cut))
+                else:
+                    # the function itself raises here: one input-domain finding, not one per
+                    # check; the checks then go on without inputs where it raises so
+                    report.failures.append(Failure(
+                        DOMAIN, f"the function raises {type(raised).__name__} at this input, in its "
+                        f"plain call: {raised} (invalid=({type(raised).__name__},) declares such inputs "
+                        "outside its domain)", failure.record_path, failure.case, failure.shrink_cut))
+                    outside += (type(raised),)
+                    try:
+                        report.tallies[name] = run(name)
+                    except FuzzFailure as again:
+                        report.tallies[name] = again.tally or Tally()
+                        report.failures.append(Failure(name, again.verdict.message, again.record_path,
+                                                       again.case, again.shrink_cut))
+            report.seconds[name] = time.perf_counter() - start
     return report
+
+
+DOMAIN = "input-domain"  # Failure.check of an input where the function itself raises
+
+
+def _plain_call_error(target: Target, case: Case) -> Exception | None:
+    """What the target's plain call raises at ``case``, without autograd (None: nothing)."""
+    try:
+        args = case.materialize(requires_grad=False).args
+        with torch.no_grad():
+            target(*args, **case.kwargs)
+    except Exception as e:  # noqa: BLE001 - any exception of the user's function
+        return e
+    return None
+
+
+def _rejecting(fn: Callable, outside: tuple[type[BaseException], ...]) -> Callable:
+    """``fn``, with its exceptions of the types in ``outside`` turned into a
+    rejected example (Hypothesis draws another), not a failure."""
+    import functools
+
+    from hypothesis import reject
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except outside:
+            reject()
+
+    return call
+
+
+@contextlib.contextmanager
+def _progress(show: bool | None, total: int):
+    """``step(check)`` for each check: a live line on a terminal, nothing elsewhere."""
+    import sys
+    if show is None:
+        show = sys.stderr.isatty()
+    if not show:
+        yield lambda name: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    with Progress(TextColumn("fuzzdiff.check {task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total} checks"), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=total)
+        started = [False]
+
+        def step(name: str) -> None:
+            if started[0]:
+                bar.advance(task)
+            started[0] = True
+            bar.update(task, description=name)
+
+        yield step
 
 
 def assert_ok(fn: Callable | Target, spec: str | None = None, **options) -> Report:

@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings as hsettings
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check
-from fuzzdiff.fuzzing import FuzzFailure, Tally
+from fuzzdiff.fuzzing import FuzzFailure, Tally, settle_heap
 from fuzzdiff.schedule import BatchReport, Scheduler, batch_seed
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
@@ -328,6 +328,7 @@ def _worker(conn, opts: dict) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     warnings.simplefilter("ignore")  # torch's UserWarnings would tear the live display
     torch.set_num_threads(1)  # one core per worker: the campaign runs one worker per core
+    settle_heap()  # a process of fuzzdiff's own
     if opts["database_url"] is not None:
         from fuzzdiff.database import example_database
         opts["database"] = example_database(opts["database_url"] or None)

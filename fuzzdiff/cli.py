@@ -357,6 +357,8 @@ def _domain(items: list[str] | None) -> dict:
 
 def cmd_check(args) -> int:
     from fuzzdiff.api import check
+    from fuzzdiff.fuzzing import settle_heap
+    settle_heap()  # the command's own process
     from fuzzdiff.case import DTYPES
     from fuzzdiff.checks import UnknownCheck, get_check
     from fuzzdiff.spec import SpecError
@@ -371,16 +373,29 @@ def cmd_check(args) -> int:
     if unknown:
         raise UsageError(f"--dtypes: unknown or non-floating dtype(s) {', '.join(unknown)}")
     checks = _split(args.checks)
+    sizes = None
+    if args.sizes is not None:
+        low, sep, high = args.sizes.partition(":")
+        try:
+            sizes = (int(low), int(high))
+            if not sep:
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"--sizes {args.sizes!r}: expected MIN:MAX, e.g. 1:4") from None
     try:
-        target = user_target(fn, args.spec, dtypes=[DTYPES[d] for d in dtypes], domain=_domain(args.domain))
+        target = user_target(fn, args.spec, dtypes=[DTYPES[d] for d in dtypes], domain=_domain(args.domain),
+                             sizes=sizes)
         for name in checks or ():
             get_check(name)
     except (SpecError, UnknownCheck, TypeError, ValueError) as e:
         raise UsageError(f"{args.target}: {e}") from None
     if args.max_examples < 1:
         raise UsageError("--max-examples must be at least 1")
+    if args.variants < 1:
+        raise UsageError("--variants must be at least 1")
     report = check(target, checks=checks, max_examples=args.max_examples, seed=args.seed,
-                   corpus=_corpus_root(args))
+                   corpus=_corpus_root(args), variants=args.variants,
+                   shrink_seconds=args.shrink_seconds)
     print(report.summary(), end="")
     return 0 if report.ok else 1
 
@@ -629,7 +644,14 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--checks", nargs="+", metavar="CHECK", help="checks to run (default: all that apply)")
     chk.add_argument("--dtypes", nargs="+", metavar="DTYPE", help="default: float64 float32")
     chk.add_argument("--max-examples", type=int, default=200, metavar="N",
-                     help="examples per check (default: 200)")
+                     help="drawn cases per check (default: 200); a check stops at its first "
+                          "confirmed failure")
+    chk.add_argument("--variants", type=int, default=2, metavar="N",
+                     help="value-and-probe variants each drawn case runs at (default: 2)")
+    chk.add_argument("--sizes", metavar="MIN:MAX",
+                     help="the range of every drawn dim (default 0:4); a spec's n>=1 bounds one name")
+    chk.add_argument("--shrink-seconds", type=float, default=10.0, metavar="S",
+                     help="stop shrinking a failure after S seconds; the report says so (default: 10)")
     chk.add_argument("--seed", type=int, help="make the run reproducible")
     chk.set_defaults(func=cmd_check)
 

@@ -11,6 +11,7 @@ import gc
 import json
 import math
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -29,7 +30,7 @@ from fuzzdiff.timeout import ExampleTimeout, Watchdog, default_timeout
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["fuzz", "Tally", "FuzzFailure", "VARIANTS", "STRUCTURES", "default_variants",
-           "default_structures", "example_structures"]
+           "default_structures", "example_structures", "settle_heap"]
 
 VARIANTS = 16  # value-and-probe variants per drawn structure; $FUZZDIFF_VARIANTS overrides
 STRUCTURES = 8  # drawn structures per Hypothesis example: STRUCTURES // 2 to STRUCTURES; $FUZZDIFF_STRUCTURES overrides
@@ -43,6 +44,7 @@ class FuzzFailure(AssertionError):
         self.tally: Tally | None = None
         self.record_path = None
         self.record_created = False
+        self.shrink_cut = False  # shrinking stopped at its time bound (fuzz's shrink_seconds)
         super().__init__(
             f"{check} failed for {target}: {verdict.message}\n"
             f"case: {json.dumps(case.to_json(), sort_keys=True)}")
@@ -113,7 +115,7 @@ def _score(verdict: Verdict) -> float | None:
 _HEAP_SETTLED = False
 
 
-def _settle_heap() -> None:
+def settle_heap() -> None:
     """Take what is alive before the first run out of the cyclic collector's way.
 
     torch, Hypothesis and the catalog leave a quarter of a million objects
@@ -121,12 +123,46 @@ def _settle_heap() -> None:
     (about 0.1 s each, several per minute of fuzzing: a twentieth of the run)
     and can never free them. Frozen once per process, they stay managed by
     reference counting; only a cycle among them would no longer be collected.
+    A process-wide change: only for processes fuzzdiff owns (the command line,
+    campaign workers, benchmarks), never inside a user's ``fuzzdiff.check``.
     """
     global _HEAP_SETTLED
     if not _HEAP_SETTLED:
         _HEAP_SETTLED = True
         gc.collect()
         gc.freeze()
+
+
+class _ShrinkBound:
+    """Ends shrinking ``seconds`` after the first failure: from then on an
+    example not seen failing passes without running, so every shrink step
+    Hypothesis still tries is rejected at once, and the smallest failure so
+    far (which still fails, for Hypothesis's final replay) is the result."""
+
+    def __init__(self, seconds: float | None):
+        if seconds is not None and not seconds >= 0:
+            raise ValueError(f"shrink_seconds must be >= 0, got {seconds}")
+        self.seconds = seconds
+        self.until: float | None = None
+        self.failing: set[str] = set()
+        self.cut = False
+
+    @staticmethod
+    def _key(cases) -> str:
+        return json.dumps([c.to_json() for c in cases], sort_keys=True)
+
+    def failed(self, cases) -> None:
+        if self.seconds is None:
+            return
+        if self.until is None:
+            self.until = time.monotonic() + self.seconds
+        self.failing.add(self._key(cases))
+
+    def skips(self, cases) -> bool:
+        if self.until is None or time.monotonic() < self.until or self._key(cases) in self.failing:
+            return False
+        self.cut = True
+        return True
 
 
 def default_variants() -> int:
@@ -147,7 +183,8 @@ def example_structures(cases: st.SearchStrategy[Case], structures: int) -> st.Se
 
 def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None = None,
          seed: int | None = None, corpus=None, variants: int | None = None,
-         structures: int | None = None, timeout: float | None = None, **case_options) -> Tally:
+         structures: int | None = None, timeout: float | None = None,
+         shrink_seconds: float | None = None, definition=None, **case_options) -> Tally:
     """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
 
     Each drawn case is run at ``variants`` value-and-probe seeds
@@ -170,8 +207,11 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     disables) stops a hanging example: reported at once, unshrunk, as a
     FuzzFailure of kind "timeout" (fuzzdiff.timeout says what is covered).
 
-    The first call in a process freezes what is alive then out of the cyclic
-    garbage collector (``gc.freeze()``; see ``_settle_heap``).
+    ``shrink_seconds`` bounds shrinking: that long after the first failure,
+    examples not yet seen failing pass unrun, so Hypothesis ends with the
+    smallest failure found so far; the failure's ``shrink_cut`` says so.
+    ``definition`` goes into the corpus record (a user target's recipe,
+    fuzzdiff.targets.user.definition).
     """
     variants = default_variants() if variants is None else variants
     if variants < 1:
@@ -185,7 +225,6 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     check = get_check(check) if isinstance(check, str) else check
     target = get_target(target) if isinstance(target, str) else target
     tally = Tally()
-    _settle_heap()
     why = check.why_not(target)
     if why is not None:
         tally.add(Verdict("unsupported", why))
@@ -194,9 +233,12 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     journal: Journal | None = None
     watch: Watchdog | None = None
     inflight: list[Case | None] = [None]  # the variant running, for a soft timeout's report
+    shrink = _ShrinkBound(shrink_seconds)
 
     @given(example_structures(case_strategy(check, target, **case_options), structures))
     def property_(cases: list[Case]) -> None:
+        if shrink.skips(cases):
+            return
         best: float | None = None  # the closest call of the example, for hypothesis.target
         try:
             for i, case in enumerate(cases):
@@ -219,6 +261,7 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
                         watch.stop()
                     tally.add(verdict)
                     if verdict.failed:
+                        shrink.failed(cases)
                         raise FuzzFailure(check.name, target.name, variant, verdict)
                     score = _score(verdict)
                     if score is not None and (best is None or score > best):
@@ -267,10 +310,11 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
             raise inner from group
     except FuzzFailure as failure:
         failure.tally = tally
+        failure.shrink_cut = shrink.cut
         if corpus is not None:
             from fuzzdiff.corpus import write_record
             failure.record_path, failure.record_created = write_record(
-                corpus, failure.check, failure.case, failure.verdict)
+                corpus, failure.check, failure.case, failure.verdict, definition=definition)
         raise
     finally:
         if watch is not None:

@@ -1,11 +1,15 @@
-"""The pytest plugin: Hypothesis profiles and the option that picks one.
+"""The pytest plugin: options that pick a fuzzing profile, and crash recovery.
 
-Profiles: ``ci`` (bounded, derandomized: the default when $CI is set),
-``dev`` (the default otherwise) and ``nightly`` (many examples). Choose with
-``--fuzzdiff-profile NAME`` or ``FUZZDIFF_PROFILE=NAME``. Each profile also
-sets how many value variants a drawn structure is tried at, and how many
-structures one example draws, unless ``FUZZDIFF_VARIANTS`` or
-``FUZZDIFF_STRUCTURES`` is set.
+Opt in with ``pytest_plugins = ["fuzzdiff.pytest_plugin"]`` in a conftest.py
+(fuzzdiff's own tests do): installing fuzzdiff registers nothing, so other
+projects' test sessions never see it.
+
+A guest in the session: it loads no Hypothesis profile and writes no
+environment variable. The profile it picks (``--fuzzdiff-profile NAME`` or
+``$FUZZDIFF_PROFILE``; ``ci`` when ``$CI`` is set, else ``dev``) is a plain
+settings object plus how many value variants and structures an example runs,
+handed to fuzz loops explicitly: ``fuzz_options(config)`` or the
+``fuzz_options`` fixture, as ``fuzz(check, target, **fuzz_options)``.
 
 Crashed examples: at session start and finish (on the xdist controller, and
 whenever an xdist worker dies) journal entries of dead processes under the
@@ -18,6 +22,8 @@ import os
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+
+__all__ = ["PROFILES", "VARIANTS", "STRUCTURES", "profile_settings", "fuzz_options", "default_profile"]
 
 PROFILES = {
     "ci": dict(max_examples=12, derandomize=True, database=None),
@@ -36,18 +42,33 @@ _COMMON = dict(deadline=None, print_blob=True, phases=[p for p in Phase if p != 
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                       HealthCheck.filter_too_much])
 
-for _name, _opts in PROFILES.items():
-    settings.register_profile(_name, **_COMMON, **_opts)
-
 
 def default_profile() -> str:
     return os.environ.get("FUZZDIFF_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 
 
+def profile_settings(name: str, redis_url: str | None = None) -> settings:
+    """The Hypothesis settings of profile ``name``, with Redis beside the local
+    example database when ``redis_url`` is given. Built from Hypothesis's own
+    defaults, never from whatever profile a session has loaded."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown fuzzdiff profile {name!r}; expected one of {', '.join(PROFILES)}")
+    options = {**_COMMON, **PROFILES[name]}
+    if redis_url:
+        from fuzzdiff.database import example_database
+        options["database"] = example_database(redis_url)
+    return settings(settings.get_profile("default"), **options)
+
+
+def fuzz_options(config) -> dict:
+    """``fuzz()``'s keyword arguments for this session's profile."""
+    return config._fuzzdiff_options
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("fuzzdiff")
     group.addoption("--fuzzdiff-profile", choices=sorted(PROFILES), default=None,
-                    help="Hypothesis profile for fuzz tests (default: $FUZZDIFF_PROFILE, "
+                    help="fuzzing profile for fuzzdiff's fuzz loops (default: $FUZZDIFF_PROFILE, "
                          "else 'ci' when $CI is set, else 'dev')")
     group.addoption("--fuzzdiff-db", metavar="REDIS_URL", default=None,
                     help="share Hypothesis's example database through Redis, beside the local "
@@ -57,26 +78,20 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     name = config.getoption("--fuzzdiff-profile") or default_profile()
     url = config.getoption("--fuzzdiff-db") or os.environ.get("FUZZDIFF_REDIS_URL")
-    if url:
-        from fuzzdiff.database import example_database
-        shared = f"{name}+shared"
-        settings.register_profile(shared, parent=settings.get_profile(name),
-                                  database=example_database(url))
-        name = shared
-    settings.load_profile(name)
-    base = name.removesuffix("+shared")
-    os.environ.setdefault("FUZZDIFF_VARIANTS", str(VARIANTS[base]))
-    os.environ.setdefault("FUZZDIFF_STRUCTURES", str(STRUCTURES[base]))
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        # n workers x torch's default threads oversubscribe the cores: small
-        # kernels then run up to 100x slower. One thread per worker process.
-        import torch
-        torch.set_num_threads(1)
-    config._fuzzdiff_profile = name
+    config._fuzzdiff_profile = name + ("+shared" if url else "")
+    config._fuzzdiff_options = {"settings": profile_settings(name, url),
+                                "variants": int(os.environ.get("FUZZDIFF_VARIANTS", VARIANTS[name])),
+                                "structures": int(os.environ.get("FUZZDIFF_STRUCTURES", STRUCTURES[name]))}
+
+
+@pytest.fixture(name="fuzz_options")
+def _fuzz_options(request) -> dict:
+    """``fuzz(check, target, **fuzz_options)`` runs at this session's profile."""
+    return dict(fuzz_options(request.config))
 
 
 def pytest_report_header(config):
-    return f"fuzzdiff: hypothesis profile {getattr(config, '_fuzzdiff_profile', '?')!r}"
+    return f"fuzzdiff: profile {getattr(config, '_fuzzdiff_profile', '?')!r}"
 
 
 # -- crashes: journal entries of dead processes become records (fuzzdiff.journal) ------

@@ -11,6 +11,7 @@ import traceback
 from dataclasses import replace
 
 from hypothesis import strategies as st
+from hypothesis.errors import UnsatisfiedAssumption
 
 from fuzzdiff import cuda_context
 from fuzzdiff.case import Case, CaseError
@@ -48,8 +49,8 @@ def verdict_at(check: Check, target: Target, case: Case) -> Verdict:
 def _verdict(check: Check, target: Target, case: Case) -> Verdict:
     try:
         return check.run(target, case)
-    except CaseError:
-        raise  # a malformed case is the caller's error, not the target's
+    except (CaseError, UnsatisfiedAssumption):
+        raise  # a malformed case is the caller's error; a rejected one, outside the target's domain
     except Exception as first:  # noqa: BLE001 - the target's errors are findings
         if cuda_present():
             lost = cuda_context.verdict_after(first)

@@ -1,4 +1,10 @@
-"""The suite records failures in this checkout's corpus unless told otherwise."""
+"""fuzzdiff's own test session: its plugin, its Hypothesis profile, its corpus.
+
+The suite records failures in this checkout's corpus unless told otherwise.
+What fuzzdiff does to a session is done here and in pyproject.toml's addopts
+(``-p fuzzdiff.pytest_plugin``), for this project only: the installed package
+registers no pytest plugin and changes no settings.
+"""
 
 import importlib
 import os
@@ -6,9 +12,28 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+from fuzzdiff import pytest_plugin
 
 # xdist workers import this too, so every process agrees on one corpus.
 os.environ.setdefault("FUZZDIFF_CORPUS", str(Path(__file__).resolve().parents[1] / "corpus"))
+
+
+@pytest.hookimpl(trylast=True)  # after the plugin's (pyproject's addopts: -p fuzzdiff.pytest_plugin)
+def pytest_configure(config):
+    """This suite's plain @given tests and fuzz() calls run at the chosen
+    fuzzdiff profile (the fuzz loops also get it explicitly: fuzz_options)."""
+    options = pytest_plugin.fuzz_options(config)
+    settings.register_profile("fuzzdiff-tests", options["settings"])
+    settings.load_profile("fuzzdiff-tests")
+    os.environ.setdefault("FUZZDIFF_VARIANTS", str(options["variants"]))
+    os.environ.setdefault("FUZZDIFF_STRUCTURES", str(options["structures"]))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # n workers x torch's default threads oversubscribe the cores: small
+        # kernels then run up to 100x slower. One thread per worker process.
+        import torch
+        torch.set_num_threads(1)
 
 
 @pytest.fixture

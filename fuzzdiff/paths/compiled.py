@@ -18,32 +18,26 @@ outputs, the inputs and their storages after the call, output metadata and
 the gradients of ``<v, outputs> + <w, inputs after>`` with respect to the
 leaves, for random cotangents ``v`` and ``w``.
 
-Inductor's on-disk caches go to a directory shared by every process of the
-user ($TORCHINDUCTOR_CACHE_DIR, default ``<tmp>/fuzzdiff-inductor-<user>``),
-so xdist workers and later runs reuse each other's kernels.
+Inductor's on-disk caches are torch's own (``<tmp>/torchinductor_<user>``,
+or $TORCHINDUCTOR_CACHE_DIR), shared by every process of the user, so xdist
+workers and later runs reuse each other's kernels.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
-import tempfile
 import types
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
-    tempfile.gettempdir(), f"fuzzdiff-inductor-{getpass.getuser()}"))
+import torch
+from torch.utils._pytree import tree_leaves
 
-import torch  # noqa: E402
-from torch.utils._pytree import tree_leaves  # noqa: E402
-
-from fuzzdiff.case import Alias, Case, Layout  # noqa: E402
-from fuzzdiff.directions import probes_like  # noqa: E402
-from fuzzdiff.paths.function import differentiable, leaf_function  # noqa: E402
-from fuzzdiff.paths.reverse import vjp  # noqa: E402
-from fuzzdiff.targets.target import Target  # noqa: E402
+from fuzzdiff.case import Alias, Case, Layout
+from fuzzdiff.directions import probes_like
+from fuzzdiff.paths.function import differentiable, leaf_function
+from fuzzdiff.paths.reverse import vjp
+from fuzzdiff.targets.target import Target
 
 __all__ = ["BACKENDS", "Run", "run", "compiled", "compiles", "aliased_case", "configure",
            "structure", "aliases_param"]

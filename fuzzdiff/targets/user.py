@@ -142,8 +142,14 @@ def per_sample_target(target: Target, module) -> Target:
                   domain={k: v for k, v in target.domain.items() if not k.startswith("p_")})
 
 
-def user_target(fn, spec: str | None = None, *, dtypes=None, domain=None, kwargs=None) -> Target:
-    """A Target for the user's own callable, named so that records of it replay."""
+def user_target(fn, spec: str | None = None, *, dtypes=None, domain=None, kwargs=None,
+                sizes: tuple[int, int] | None = None) -> Target:
+    """A Target for the user's own callable, named so that records of it replay.
+
+    ``sizes`` is ``(smallest, largest)`` for every drawn dim (default 0 to 4;
+    a spec's own bounds such as ``n>=1`` narrow it per name). A spec that
+    cannot fit the function's signature is a ValueError, before any fuzzing.
+    """
     import torch
 
     if isinstance(fn, Target):
@@ -155,10 +161,45 @@ def user_target(fn, spec: str | None = None, *, dtypes=None, domain=None, kwargs
     ref = reference(fn)
     call = fn
     if isinstance(fn, torch.nn.Module):
+        _check_arity(fn.forward, spec, kwargs or {})
         call, spec = module_function(fn, spec)
-    options = {} if dtypes is None else {"dtypes": tuple(dtypes)}
+    else:
+        _check_arity(fn, spec, kwargs or {})
+    options: dict = {} if dtypes is None else {"dtypes": tuple(dtypes)}
+    if sizes is not None:
+        low, high = sizes
+        if not (isinstance(low, int) and isinstance(high, int) and 0 <= low <= high):
+            raise ValueError(f"sizes must be (smallest, largest) with 0 <= smallest <= largest, got {sizes!r}")
+        options.update(min_side=low, max_side=high)
     return Target(ref or getattr(fn, "__qualname__", type(fn).__name__), call, spec, family="user",
                   domain=dict(domain or {}), kwargs=dict(kwargs or {}), **options)
+
+
+def _check_arity(fn, spec: str, kwargs) -> None:
+    """The spec names one tensor per positional argument: their number must fit
+    the function's signature, where Python can read one (``apply`` and C
+    functions take ``*args``: nothing to check)."""
+    import inspect
+
+    from fuzzdiff.spec import parse_spec
+
+    target = getattr(fn, "_init_fn", fn)  # torch.library.custom_op keeps the Python function here
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.name not in kwargs]
+    required = [p for p in positional if p.default is p.empty]
+    n = len(parse_spec(spec))
+    if not len(required) <= n <= len(positional):
+        want = (f"{len(required)}" if len(required) == len(positional)
+                else f"{len(required)} to {len(positional)}")
+        raise ValueError(f"the spec {spec!r} names {n} tensor argument(s), but "
+                         f"{getattr(target, '__qualname__', target)}{inspect.signature(target)} takes {want} "
+                         "positional argument(s)" + (f" besides kwargs {sorted(kwargs)}" if kwargs else ""))
 
 
 def definition(target: Target) -> dict | None:

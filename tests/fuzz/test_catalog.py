@@ -24,12 +24,12 @@ PAIRS = [(c, t) for c in CHECKS.values() for t in TARGETS]
 
 @pytest.mark.fuzz
 @pytest.mark.parametrize("check,target", PAIRS, ids=[f"{c.name}-{t.family}/{t.name}" for c, t in PAIRS])
-def test_fuzz(check, target, request):
+def test_fuzz(check, target, request, fuzz_options):
     options = {}
     if check.ci is not None and check.why_not(target) is None \
             and request.config._fuzzdiff_profile.split("+")[0] == "ci":
         if not in_ci_sample(check, target, TARGETS, ci_seed()):
             pytest.skip(f"not in this CI run's sample for {check.name} (seed {ci_seed()})")
         if check.ci.max_examples is not None:
-            options["settings"] = settings(max_examples=check.ci.max_examples)
-    fuzz_pair(check, target, **options)
+            options["settings"] = settings(fuzz_options["settings"], max_examples=check.ci.max_examples)
+    fuzz_pair(check, target, fuzz_options, **options)

@@ -47,7 +47,7 @@ def pytest_generate_tests(metafunc):
     if "target" not in metafunc.fixturenames:
         return
     seed = rotation()
-    profile = getattr(metafunc.config, "_fuzzdiff_profile", "dev")
+    profile = getattr(metafunc.config, "_fuzzdiff_profile", "dev").split("+")[0]
     checks = [CHECKS[name] for name in opinfo.CHECKS if name in CHECKS]
     targets = opinfo.opinfo_targets(chosen_ops(profile, seed))
     compiled = targets if profile == "nightly" else random.Random(seed).sample(
@@ -58,5 +58,5 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.mark.fuzz
-def test_opinfo(check, target):
-    fuzz_pair(check, target)
+def test_opinfo(check, target, fuzz_options):
+    fuzz_pair(check, target, fuzz_options)

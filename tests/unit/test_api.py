@@ -210,3 +210,90 @@ def test_a_module_gets_the_per_sample_check():
     assert report.ok and report.row("per_sample")["passed"] > 0, report.summary()
     with pytest.raises(ValueError, match="same named batch dim"):
         fuzzdiff.check(module, "x: 2 3", checks=["per_sample"], max_examples=1)
+
+
+class _TwiceBackward(torch.autograd.Function):
+    """x**2 with a backward off by a factor of 2: found at the first structure."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 4 * g * x
+
+
+def test_shrinking_stops_at_its_time_bound_and_the_report_says_so():
+    bounded = fuzzdiff.check(_TwiceBackward.apply, "x: n m", checks=("grad",), seed=3, shrink_seconds=0)
+    (failure,) = bounded.failures
+    assert failure.shrink_cut and "cut short" in bounded.summary()
+    full = fuzzdiff.check(_TwiceBackward.apply, "x: n m", checks=("grad",), seed=3, shrink_seconds=None)
+    assert not full.failures[0].shrink_cut and "cut short" not in full.summary()
+    # shrunk in full: no bigger than what the bounded run reported
+    assert sum(map(len, (a.shape for a in full.failures[0].case.args))) <= \
+        sum(map(len, (a.shape for a in failure.case.args)))
+
+
+def test_a_spec_that_does_not_fit_the_signature_is_a_usage_error(importable, capsys):
+    def two(x, y):
+        return x * y
+
+    with pytest.raises(ValueError, match=r"names 1 tensor argument\(s\), but .*two\(x, y\) takes 2"):
+        fuzzdiff.check(two, "x: n")
+    with pytest.raises(ValueError, match="names 3 tensor"):
+        fuzzdiff.check(two, "x: n, y: n, z: n")
+    fuzzdiff.check(lambda x, scale=2.0: x * scale, "x: n", checks=("grad",), max_examples=2)  # a default may stay
+    importable("user_two", "def two(x, y):\n    return x * y\n")
+    assert main(["check", "user_two:two", "--spec", "x: n", "--checks", "grad"]) == 2
+    assert "takes 2 positional" in capsys.readouterr().err
+
+
+def test_a_function_undefined_at_size_zero_passes_with_bounded_sizes():
+    def mean_of_rows(x):
+        if x.shape[0] == 0:
+            raise ValueError("no rows")
+        return x.mean(0)
+
+    unbounded = fuzzdiff.check(mean_of_rows, "x: n m", checks=("grad",), seed=1, max_examples=30)
+    assert not unbounded.ok  # size 0 is drawn by default
+    for options in ({"spec": "x: n>=1 m"}, {"spec": "x: n m", "sizes": (1, 4)}):
+        report = fuzzdiff.check(mean_of_rows, checks=("grad", "forward", "layout"), seed=1, max_examples=30,
+                                **options)
+        assert report.ok, report.summary()
+    with pytest.raises(ValueError, match="sizes must be"):
+        fuzzdiff.check(mean_of_rows, "x: n m", sizes=(3, 1))
+
+
+def test_a_crash_in_the_users_function_leaves_a_crash_record(tmp_path):
+    """fuzzdiff.check(corpus=...) journals each example: the process dies, the record stays."""
+    (tmp_path / "user_abort.py").write_text(
+        "import os\n\ndef fn(x):\n    if x.numel() >= 2:\n        os.abort()\n    return x.sin()\n")
+    code = ("import fuzzdiff, user_abort\n"
+            "fuzzdiff.check(user_abort.fn, 'x: n', checks=('grad',), seed=1, corpus='corpus')\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert run.returncode != 0
+    from fuzzdiff.journal import recover
+    (path,) = recover(tmp_path / "corpus")
+    record = read_record(path)
+    assert record.verdict.kind == "crash" and record.check == "grad"
+    assert record.case.materialize(requires_grad=False).args[0].numel() >= 2
+
+
+def test_a_function_that_raises_at_some_input_is_one_input_domain_finding(tmp_path):
+    def picky(x):
+        if x.numel() and float(x.detach().double().abs().max()) > 1.5:
+            raise ValueError("too large")
+        return x.sin()
+
+    report = fuzzdiff.check(picky, "x: n", checks=("grad", "forward", "layout", "vmap"), seed=2,
+                            corpus=tmp_path)
+    (failure,) = report.failures
+    assert failure.check == "input-domain" and "raises ValueError" in failure.message
+    assert len(list(tmp_path.glob("*/*/*.json"))) == 1  # one record, not one per check
+    assert all(report.tallies[c].counts["pass"] > 0 for c in ("grad", "forward", "layout", "vmap"))
+    declared = fuzzdiff.check(picky, "x: n", checks=("grad", "forward"), seed=2, invalid=(ValueError,))
+    assert declared.ok, declared.summary()

@@ -1,0 +1,93 @@
+"""Time to answer of ``fuzzdiff.check`` at its defaults, as a user's unit test calls it.
+
+Two figures:
+
+- a cheap elementwise function (``torch.sin`` behind a plain Python function):
+  the wall time of ``fuzzdiff.check(fn, "x: *b n")`` over every check that
+  applies, and over every check but ``compile``;
+- the self-test zoo (tests/selftest/zoo.py): for each planted bug,
+  ``fuzzdiff.check(bug, spec, checks=(its check,))`` until it reports the
+  bug, shrunk; the median and the largest time, and whether each was found.
+  With ``--twins`` also each correct twin, which must pass.
+
+    python bench/check.py                 # both
+    python bench/check.py --no-zoo        # the cheap function only
+
+Each run is in this process, after one untimed warm-up call (torch's and
+Hypothesis's first-call costs are paid once per test session, too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import fuzzdiff
+from fuzzdiff.checks import CHECKS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cheap(x):
+    return torch.sin(x) * 2.0
+
+
+def timed(fn, *args, **kwargs):
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-zoo", action="store_true", help="only the cheap function")
+    parser.add_argument("--twins", action="store_true", help="also check every correct twin")
+    parser.add_argument("--seed", type=int, default=None, help="a fixed seed (default: random runs)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+
+    fuzzdiff.check(cheap, "x: *b n", checks=("grad",), max_examples=5, progress=False)  # warm-up
+    report, total = timed(fuzzdiff.check, cheap, "x: *b n", seed=args.seed, progress=False)
+    eager = sum(s for name, s in report.seconds.items() if name != "compile")
+    print(f"cheap elementwise function, defaults: {total:.1f} s over {len(report.tallies)} checks, "
+          f"{eager:.1f} s without compile; ok={report.ok}")
+    for name, seconds in report.seconds.items():
+        print(f"  {name:11s} {seconds:6.2f} s  {report.row(name)['examples']} runs")
+    if args.no_zoo:
+        return 0
+
+    sys.path.insert(0, str(ROOT / "tests" / "selftest"))
+    from zoo import ZOO  # noqa: E402 - the self-test zoo lives with the tests
+
+    times, missed, twins_failed = [], [], []
+    for planted in ZOO:
+        if CHECKS[planted.check].why_not(planted.bug) is not None:
+            continue
+        report, seconds = timed(fuzzdiff.check, planted.bug, checks=(planted.check,), seed=args.seed,
+                                progress=False)
+        found = not report.ok
+        times.append(seconds)
+        if not found:
+            missed.append(planted.bug.name)
+        print(f"  {'found' if found else 'MISSED':6s} {seconds:6.1f} s  {planted.check:10s} {planted.bug.name}")
+        if args.twins:
+            twin, _ = timed(fuzzdiff.check, planted.twin, checks=(planted.check,), seed=args.seed,
+                            progress=False)
+            if not twin.ok:
+                twins_failed.append(planted.twin.name)
+    print(f"zoo: {len(times) - len(missed)}/{len(times)} bugs found; time to report, shrunk: "
+          f"median {statistics.median(times):.1f} s, largest {max(times):.1f} s")
+    if missed:
+        print("missed: " + ", ".join(missed))
+    if args.twins:
+        print(f"twins failing: {len(twins_failed)}" + (f" ({', '.join(twins_failed)})" if twins_failed else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
