@@ -6,6 +6,8 @@ import contextlib
 import io
 import json
 import time
+import warnings
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -18,7 +20,7 @@ from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz
 from fuzzdiff.targets.target import Target
-from fuzzdiff.targets.user import definition, per_sample_target, user_target
+from fuzzdiff.targets.user import definition, importable, per_sample_target, user_target
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["check", "assert_ok", "Report", "Failure"]
@@ -48,6 +50,7 @@ class Report:
     tallies: dict[str, Tally] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    warnings: Counter = field(default_factory=Counter)  # warnings raised inside the runs, by text
 
     @property
     def ok(self) -> bool:
@@ -77,6 +80,8 @@ class Report:
         for name, tally in self.tallies.items():
             if tally.only_unsupported:
                 console.print(f"{name} unsupported: {tally.reasons['unsupported']}")
+        for text, n in self.warnings.most_common():
+            console.print(f"warning, {n} time(s) during the run: {text}", soft_wrap=True)
         for f in self.failures:
             cut = "\n  (shrinking was cut short at its time bound: the case may not be minimal)" if f.shrink_cut else ""
             console.print(f"FAILED {f.check}: {f.message}\n  {f.repro}{cut}", soft_wrap=True)
@@ -120,7 +125,8 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
           kwargs: Mapping[str, Any] | None = None, max_examples: int = MAX_EXAMPLES,
           seed: int | None = None, corpus: str | Path | None = None, *, variants: int = VARIANTS,
           shrink_seconds: float | None = SHRINK_SECONDS, sizes: tuple[int, int] | None = None,
-          invalid: Iterable[type[BaseException]] = (), progress: bool | None = None) -> Report:
+          invalid: Iterable[type[BaseException]] = (), layouts: Iterable[str] | None = None,
+          alias: bool = True, progress: bool | None = None) -> Report:
     """Fuzz ``fn`` with every check that applies (or ``checks``); never raises for a failure.
 
     ``spec`` defaults to the function's jaxtyping annotations. A check that
@@ -134,6 +140,10 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
     as an ``input-domain`` failure with that input, and the checks go on
     without such inputs; ``invalid`` (exception types) declares them outside
     its domain from the start.
+    ``layouts`` narrows the memory layouts drawn (default: all of
+    strategies.layouts.LAYOUT_FEATURES: permuted, sliced, offset, expanded
+    (stride 0), channels_last; ``()``: contiguous only) and ``alias=False``
+    turns off aliasing between arguments, for one run.
     ``sizes`` is ``(smallest, largest)`` for every drawn dim (default 0 to 4;
     ``n>=1`` in the spec bounds one name). ``progress`` (default: when stderr
     is a terminal) shows the check running. A spec that does not parse or fit
@@ -143,8 +153,9 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
     names = _checks(checks)
     hsettings = _settings(max_examples, seed)
     report = Report(target)
-    recipe = definition(target)
+    recipe = _recipe(target, fn)
     outside = tuple(invalid)  # exceptions of the plain call that mean "not in the function's domain"
+    drawn = _case_options(layouts, alias)
 
     def run(name: str) -> Tally:
         fuzzed = target
@@ -153,16 +164,23 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
             fuzzed = per_sample_target(target, fn)
         if outside:
             fuzzed = replace(fuzzed, fn=_rejecting(fuzzed.fn, outside))
+        if not alias and CHECKS[name].aliasing == "required":
+            tally = Tally()
+            tally.add(Verdict("unsupported", "aliasing is switched off for this run (alias=False)"))
+            return tally
         try:
             return fuzz(name, fuzzed, settings=hsettings, seed=seed, corpus=corpus, variants=variants,
-                        structures=1, shrink_seconds=shrink_seconds, definition=recipe)
+                        structures=1, shrink_seconds=shrink_seconds, definition=recipe, **drawn)
         except Unsatisfiable:
             tally = Tally()
             tally.add(Verdict("unsupported", "every input drawn lies outside the function's domain "
                                              f"(it raised {', '.join(e.__name__ for e in outside)})"))
             return tally
 
-    with _progress(progress, len(names)) as step:
+    with _progress(progress, len(names)) as step, warnings.catch_warnings(record=True) as caught:
+        # torch's warnings inside the runs (a vmap fallback warns on every call):
+        # collected and summarized once in the report, not printed per run
+        warnings.simplefilter("always")
         for name in names:
             step(name)
             start = time.perf_counter()
@@ -189,10 +207,45 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
                         report.failures.append(Failure(name, again.verdict.message, again.record_path,
                                                        again.case, again.shrink_cut))
             report.seconds[name] = time.perf_counter() - start
+    report.warnings = Counter(f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]}"
+                              for w in caught)
     return report
 
 
 DOMAIN = "input-domain"  # Failure.check of an input where the function itself raises
+
+
+def _recipe(target: Target, fn) -> dict | None:
+    """The record's recipe of a user target: its ``module:qualname``, or where
+    that does not import back in a fresh process (a lambda, a local function,
+    ``__main__``), its self-contained source. Warns once when neither works."""
+    if target.family != "user" or importable(target):
+        return definition(target)
+    from fuzzdiff.script.literals import ScriptError
+    from fuzzdiff.script.source import target_code
+    try:
+        code = target_code(fn, target.name, target.kwargs)
+    except ScriptError as e:
+        warnings.warn(f"fuzzdiff: records of {target.name!r} will not replay in another process: it is "
+                      f"not importable as module:qualname and its source cannot be stored ({e}); "
+                      "define it at module level of an importable module", stacklevel=3)
+        return None
+    return definition(target, {"imports": list(code.imports), "setup": list(code.setup),
+                               "definitions": list(code.definitions), "call": code.call})
+
+
+def _case_options(layouts: Iterable[str] | None, alias: bool) -> dict:
+    from strategies.layouts import LAYOUT_FEATURES
+    options: dict[str, Any] = {}
+    if layouts is not None:
+        chosen = tuple(layouts)
+        unknown = sorted(set(chosen) - set(LAYOUT_FEATURES))
+        if unknown:
+            raise ValueError(f"unknown layout feature(s) {unknown}; expected some of {list(LAYOUT_FEATURES)}")
+        options["layout_features"] = chosen
+    if not alias:
+        options["alias"] = False
+    return options
 
 
 def _plain_call_error(target: Target, case: Case) -> Exception | None:

@@ -414,7 +414,7 @@ def cmd_repro(args) -> int:
         from fuzzdiff.corpus import read_record
         if read_record(path).verdict.kind == "crash":  # read, not loaded: no target imported here
             return _script_in_child(path, args)
-    record, target = load(path)
+    record, target = load(path, trust_source=args.trust_source)
     if args.script:
         from fuzzdiff.script import ScriptError, standalone_script
         try:
@@ -428,7 +428,7 @@ def cmd_repro(args) -> int:
     for line in describe(record.case):
         print(f"          {line}")
     print(f"recorded: {record.verdict}")
-    verdict = replay(record)
+    verdict = replay(record, trust_source=args.trust_source)
     print(f"replayed: {verdict}")
     same = verdict.kind == record.verdict.kind
     print("reproduced" if same else f"did not reproduce: recorded {record.verdict.kind}, "
@@ -443,6 +443,8 @@ def _script_in_child(path, args) -> int:
     import subprocess
 
     command = [sys.executable, "-m", "fuzzdiff.cli", "repro", str(path), "--script", "--in-process"]
+    if args.trust_source:
+        command.append("--trust-source")
     if args.corpus is not None:
         command += ["--corpus", str(args.corpus)]
     child = subprocess.run(command, capture_output=True, text=True)
@@ -661,6 +663,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="print a standalone torch-only script that reproduces it (for a crash "
                             "record, written by a child process)")
     repro.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    repro.add_argument("--trust-source", action="store_true",
+                       help="run the function source a record carries (a lambda, a local or a "
+                            "__main__ function); read it first with 'fuzzdiff corpus show'")
     repro.set_defaults(func=cmd_repro)
 
     corpus = sub.add_parser("corpus", help="list, show, count and promote corpus records")

@@ -98,8 +98,11 @@ def judge(identity: str, measure: Measure, case: Case, tol: Tolerance, *,
         # dtype check's question, judged there against float64.
         return _unsure(identity, "float64 agrees on the same values: only low precision disagrees "
                        "(see the dtype check)", first)
+    allowed = tol.allowed(first.scale, first.noise)
+    bound = (f"allowed {allowed:.3g}" if math.isfinite(allowed) else
+             "no tolerance applies: the reference's scale is not finite")
     return Verdict("fail", f"{identity}: analytic {first.analytic!r} vs reference {first.reference!r} "
-                   f"(abs error {first.error:.3g}, allowed {tol.allowed(first.scale, first.noise):.3g}); "
+                   f"(abs error {first.error:.3g}, {bound}); "
                    "confirmed by replay, eps/8, 8*eps, a steady reference under eps*(1 +- "
                    f"{JITTER[0]:g}) and two neighbouring points",
                    first.summary())

@@ -19,8 +19,9 @@ from fuzzdiff.verdict import Verdict
 __all__ = ["load", "replay", "describe", "regression_test"]
 
 
-def load(record: Record | Path | str) -> tuple[Record, Target]:
-    """The record and its target; a name that does not resolve is the record's error."""
+def load(record: Record | Path | str, *, trust_source: bool = False) -> tuple[Record, Target]:
+    """The record and its target; a name that does not resolve is the record's error.
+    A record that carries its function's source runs it only with ``trust_source``."""
     if not isinstance(record, Record):
         record = read_record(record)
     if record.check not in CHECKS:
@@ -28,7 +29,7 @@ def load(record: Record | Path | str) -> tuple[Record, Target]:
                           f"expected one of {', '.join(CHECKS)}")
     try:
         if record.definition is not None:
-            target = from_definition(record.definition)
+            target = from_definition(record.definition, trust_source=trust_source)
         else:
             target = get_target(record.target)
     except (UnknownTarget, ValueError) as e:
@@ -37,15 +38,15 @@ def load(record: Record | Path | str) -> tuple[Record, Target]:
     return record, target
 
 
-def replay(record: Record | Path | str) -> Verdict:
+def replay(record: Record | Path | str, *, trust_source: bool = False) -> Verdict:
     """The check's verdict at the record's exact inputs, today.
 
     A ``crash`` record replays in a child process (in this one it would kill
     the replayer); a ``timeout`` record replays under the per-example timeout.
     """
-    record, target = load(record)
+    record, target = load(record, trust_source=trust_source)
     if record.verdict.kind == "crash" and record.path is not None:
-        return _replay_isolated(record)
+        return _replay_isolated(record, trust_source)
     if record.verdict.kind == "timeout":
         from fuzzdiff.timeout import ExampleTimeout, limited
         seconds = float(record.verdict.errors.get("timeout") or 0) or None
@@ -61,17 +62,18 @@ _CHILD = """
 import sys
 from fuzzdiff.repro import load
 from fuzzdiff.runner import run_check
-record, target = load(sys.argv[1])
+record, target = load(sys.argv[1], trust_source=sys.argv[2] == "trust")
 print(run_check(record.check, target, record.case).kind)
 """
 
 
-def _replay_isolated(record: Record) -> Verdict:
+def _replay_isolated(record: Record, trust_source: bool = False) -> Verdict:
     import signal
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(record.path)], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(record.path), "trust" if trust_source else "-"],
+                          capture_output=True,
                           text=True, cwd=os.getcwd())
     if done.returncode < 0:
         name = signal.Signals(-done.returncode).name

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
-from fuzzdiff.case import Arg, Case
+from fuzzdiff.case import Arg, Case, Layout, Values
 from fuzzdiff.targets.target import FromShapes, Index, Mask, Target
 from strategies.aliasing import draw_aliasing
 from strategies.dtypes import dtypes as dtype_strategy
@@ -115,6 +115,14 @@ def _draw_case(draw, plan: tuple) -> Case:
     return draw_case(draw, plan)
 
 
+def laid_out(shape: tuple[int, ...], values: Values, layout: Layout | None, **fields) -> Arg:
+    """An argument in ``layout``: along a stride-0 dim its values repeat, as
+    the memory they are read from does."""
+    if layout is not None and 0 in layout.strides:
+        values = replace(values, constant=tuple(d for d, s in enumerate(layout.strides) if s == 0))
+    return Arg(shape, values, layout, **fields)
+
+
 def draw_case(draw, plan: tuple) -> Case:
     """The draws of ``cases(...)`` made with a caller's ``draw``, for a
     ``case_plan``: fuzzdiff.runner draws a case and the check's params in one
@@ -132,10 +140,7 @@ def draw_case(draw, plan: tuple) -> Case:
             vals = _arg_values(target, name, shapes, specials)
         plan_values, arg_dtype = vals
         lay = draw_layout(draw, shape, features) if features else None
-        v = draw_values(draw, plan_values)
-        if lay is not None and 0 in lay.strides:
-            v = replace(v, constant=tuple(d for d, s in enumerate(lay.strides) if s == 0))
-        args.append(Arg(shape, v, lay, None, grad, arg_dtype))
+        args.append(laid_out(shape, draw_values(draw, plan_values), lay, grad=grad, dtype=arg_dtype))
         groups.append(group)
     if alias:
         args = list(draw_aliasing(draw, tuple(args), tuple(groups), require=require_alias))

@@ -9,7 +9,7 @@ import sys
 from fuzzdiff.targets.target import Target
 
 __all__ = ["resolve_user_target", "import_object", "reference", "spec_from_annotations", "user_target",
-           "definition", "from_definition"]
+           "definition", "from_definition", "importable", "SOURCE_FIELDS"]
 
 
 def import_object(ref: str):
@@ -202,23 +202,56 @@ def _check_arity(fn, spec: str, kwargs) -> None:
                          "positional argument(s)" + (f" besides kwargs {sorted(kwargs)}" if kwargs else ""))
 
 
-def definition(target: Target) -> dict | None:
-    """What a corpus record stores to rebuild a user target; None if it cannot."""
-    if target.family != "user" or ":" not in target.name:
+SOURCE_FIELDS = ("imports", "setup", "definitions", "call")
+
+
+def importable(target: Target) -> bool:
+    """Whether ``target.name`` imports back to its function in a fresh process
+    (``module:qualname``, and not ``__main__``, which is another script there)."""
+    return target.family == "user" and ":" in target.name and not target.name.startswith("__main__:")
+
+
+def definition(target: Target, source: dict | None = None) -> dict | None:
+    """What a corpus record stores to rebuild a user target; None if it cannot.
+
+    A function that does not import back (a lambda, a local function, one
+    defined in ``__main__``) is stored by its ``source``: the self-contained
+    code fuzzdiff.script.source writes for scripts (its fields SOURCE_FIELDS).
+    """
+    if target.family != "user" or not (importable(target) or source is not None):
         return None
-    return {"fn": target.name, "spec": target.spec,
-            "domain": {k: list(v) for k, v in target.domain.items()},
-            "dtypes": [str(d).removeprefix("torch.") for d in target.dtypes],
-            "functional": target.functional}
+    out = {"fn": target.name, "spec": target.spec,
+           "domain": {k: list(v) for k, v in target.domain.items()},
+           "dtypes": [str(d).removeprefix("torch.") for d in target.dtypes],
+           "functional": target.functional}
+    if not importable(target):
+        out["source"] = {k: source[k] for k in SOURCE_FIELDS}
+    return out
 
 
-def from_definition(data) -> Target:
-    """The inverse of ``definition``, validated; ValueError names the bad field."""
+def _from_source(source, trust_source: bool):
+    """The function a record's stored source defines: its code runs, so only
+    when the caller says it has read it (``trust_source``)."""
+    if not isinstance(source, dict) or not all(
+            isinstance(source.get(k), str if k == "call" else list) for k in SOURCE_FIELDS):
+        raise ValueError("field 'definition.source' needs lists 'imports', 'setup', 'definitions' and "
+                         "a string 'call'")
+    if not trust_source:
+        raise ValueError("the record carries its function's source code (a lambda, a local or a __main__ "
+                         "function): read it (fuzzdiff corpus show ID), then replay with --trust-source")
+    namespace: dict = {"__name__": "fuzzdiff_record_source"}
+    exec("\n".join([*source["imports"], *source["setup"], *source["definitions"]]), namespace)  # noqa: S102
+    return eval(source["call"], namespace)  # noqa: S307 - the caller trusts this source
+
+
+def from_definition(data, *, trust_source: bool = False) -> Target:
+    """The inverse of ``definition``, validated; ValueError names the bad field.
+    Code stored in the record runs only with ``trust_source``."""
     from fuzzdiff.case import DTYPES
 
     if not isinstance(data, dict) or not isinstance(data.get("fn"), str) or not isinstance(data.get("spec"), str):
         raise ValueError("field 'definition' needs string fields 'fn' and 'spec'")
-    fn = import_object(data["fn"])
+    fn = _from_source(data["source"], trust_source) if "source" in data else import_object(data["fn"])
     domain = data.get("domain", {})
     if not isinstance(domain, dict) or not all(isinstance(v, list) and len(v) == 2 for v in domain.values()):
         raise ValueError("field 'definition.domain' must map argument names to [low, high]")

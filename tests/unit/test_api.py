@@ -297,3 +297,71 @@ def test_a_function_that_raises_at_some_input_is_one_input_domain_finding(tmp_pa
     assert all(report.tallies[c].counts["pass"] > 0 for c in ("grad", "forward", "layout", "vmap"))
     declared = fuzzdiff.check(picky, "x: n", checks=("grad", "forward"), seed=2, invalid=(ValueError,))
     assert declared.ok, declared.summary()
+
+
+def test_layout_features_and_aliasing_can_be_switched_off_for_one_run():
+    seen = []
+
+    def spy(x, y):
+        seen.append((x.is_contiguous(), y.is_contiguous(), x.untyped_storage().data_ptr() ==
+                     y.untyped_storage().data_ptr() and x.numel() > 0))
+        return x * y
+
+    report = fuzzdiff.check(spy, "x: n m, y: n m", checks=("grad", "alias"), seed=4, max_examples=40,
+                            layouts=(), alias=False)
+    assert report.ok and report.tallies["alias"].only_unsupported
+    assert seen and all(cx and cy and not shared for cx, cy, shared in seen)
+    seen.clear()
+    fuzzdiff.check(spy, "x: n m, y: n m", checks=("grad",), seed=4, max_examples=40)
+    assert not all(cx and cy for cx, cy, _ in seen)  # by default, strided layouts are drawn
+    with pytest.raises(ValueError, match="unknown layout feature"):
+        fuzzdiff.check(spy, "x: n m, y: n m", layouts=("diagonal",))
+
+
+def test_warnings_inside_the_runs_are_summarized_once_not_printed(capsys):
+    import warnings
+
+    def noisy(x):
+        warnings.warn("a performance drop, every call", UserWarning)
+        return x.sin()
+
+    report = fuzzdiff.check(noisy, "x: n", checks=("grad", "forward"), seed=1, max_examples=10)
+    assert report.ok
+    captured = capsys.readouterr()
+    assert "performance drop" not in captured.err + captured.out
+    n = report.warnings["UserWarning: a performance drop, every call"]
+    assert n > 20
+    assert f"warning, {n} time(s) during the run: UserWarning: a performance drop" in report.summary()
+
+
+def test_a_lambda_in_a_script_leaves_a_record_that_replays_in_a_fresh_process(tmp_path):
+    """Neither a lambda nor __main__ imports back: the record stores the source
+    (of the lambda and of the autograd.Function it calls), which runs only on
+    --trust-source."""
+    (tmp_path / "script.py").write_text(
+        "import torch, fuzzdiff\n\n"
+        "class Twice(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x):\n"
+        "        ctx.save_for_backward(x)\n"
+        "        return x * x\n\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        (x,) = ctx.saved_tensors\n"
+        "        return 3 * g * x\n\n"
+        "report = fuzzdiff.check(lambda x: Twice.apply(x) + 1, 'x: n', checks=('grad',), seed=1,\n"
+        "                        corpus='corpus')\n"
+        "assert not report.ok\n")
+    env = {**__import__("os").environ}
+    run = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (path,) = tmp_path.glob("corpus/grad/*/*.json")
+    record = read_record(path)
+    assert "class Twice" in "\n".join(record.definition["source"]["definitions"])
+    repro = [sys.executable, "-m", "fuzzdiff.cli", "repro", str(path)]
+    refused = subprocess.run(repro, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert refused.returncode == 2 and "--trust-source" in refused.stderr
+    trusted = subprocess.run(repro + ["--trust-source"], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=300, env=env)
+    assert trusted.returncode == 1 and "reproduced" in trusted.stdout, trusted.stdout + trusted.stderr
