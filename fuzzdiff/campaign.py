@@ -449,7 +449,8 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
         slots[k].job = None
         pair = todo[index]
         batch.ref, batch.family = pair.ref, pair.family
-        batch.known = batch.failure is not None and pair.known
+        # only a confirmed discrepancy is the known one: a crash or a hang is news
+        batch.known = batch.failure is not None and batch.failure.verdict.kind == "fail" and pair.known
         total = results.get(index)
         if total is None:
             total = results[index] = PairResult(pair.name, pair.check, Tally(), ref=pair.ref,

@@ -178,6 +178,10 @@ class _Live:
         return Group(head, table, *lines)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def cmd_run(args) -> int:
     import os
     from pathlib import Path
@@ -245,6 +249,10 @@ def cmd_run(args) -> int:
                   + (f", shard {shard.index}/{shard.count}" if shard else "")
                   + (f", dtypes {' '.join(_split(args.dtypes))}" if dtypes else "")
                   + (f", device {device}" if device else ""))
+    # A SIGTERM (a CI job cancelled, a cluster scheduler) ends the run as Ctrl-C does: the
+    # workers are stopped and their in-flight cases forgotten, not recorded as crashes.
+    import signal
+    signal.signal(signal.SIGTERM, _interrupt)
     live = _Live(console, min(jobs, max(len(pairs), 1)))
     with Live(live, console=console, transient=True, refresh_per_second=2,
               redirect_stdout=False, redirect_stderr=False) as display:

@@ -14,7 +14,7 @@ from fuzzdiff.runner import run_check
 from fuzzdiff.targets import UnknownTarget, get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.targets.user import from_definition
-from fuzzdiff.verdict import Verdict
+from fuzzdiff.verdict import KINDS, Verdict
 
 __all__ = ["load", "replay", "describe", "regression_test"]
 
@@ -81,9 +81,11 @@ def _replay_isolated(record: Record, trust_source: bool = False) -> Verdict:
     if done.returncode != 0:
         return Verdict("crash", f"the replay exited with status {done.returncode}: "
                        f"{done.stderr.strip().splitlines()[-1:] or ''}", {"status": done.returncode})
-    kind = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "pass"
-    return Verdict(kind if kind in ("pass", "fail", "unsupported", "inconclusive") else "pass",
-                   f"the replay in a child process did not crash (verdict {kind})")
+    kind = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    if kind not in KINDS:  # the child printed no verdict: nothing is known, and nothing passed
+        return Verdict("inconclusive", f"the replay in a child process exited cleanly without a verdict "
+                       f"(its output ended {kind[-200:]!r})")
+    return Verdict(kind, f"the replay in a child process did not crash (verdict {kind})")
 
 
 def describe(case: Case) -> list[str]:

@@ -59,6 +59,7 @@ ZOO = textwrap.dedent('''
     ABORT = _t("aborting", aborting, "ABORT")
     SLOW = _t("slow", slow, "SLOW")
     SLUGGISH = _t("sluggish", sluggish, "SLUGGISH")
+    KNOWN_BUT_HANGS = _t("known_but_hangs", slow, "KNOWN_BUT_HANGS", known={"grad": "planted, and known"})
 ''')
 
 
@@ -205,3 +206,38 @@ def test_batches_narrow_for_fixed_shapes_and_costly_checks(zoo):
     assert BatchSize(examples=3).for_pair(fixed, get_check("grad")).examples == 2
     with pytest.raises(ValueError, match="examples must be at least 1"):
         BatchSize(examples=0)
+
+
+def test_a_hang_in_a_pair_with_a_known_discrepancy_is_news_not_the_known_one(zoo):
+    campaign = run_campaign([(zoo.KNOWN_BUT_HANGS, get_check("grad"))], size=BatchSize(examples=2),
+                            jobs=1, timeout=1.0, database_url=None)
+    (r,) = campaign.results
+    assert r.failure is not None and r.failure.verdict.kind == "timeout"
+    assert not r.known and r.failed and campaign.failures == [r]
+
+
+def test_sigterm_ends_a_run_without_crash_records(zoo, tmp_path):
+    """A cancelled CI job: the workers stop, and their cases in flight are not crashes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    corpus = tmp_path / "corpus"
+    code = ("import sys, fd_campaign_zoo\n"
+            "from fuzzdiff import cli\n"
+            "from fuzzdiff.checks import get_check\n"
+            "cli._select_pairs = lambda args, notes=None: [(fd_campaign_zoo.SLUGGISH, get_check('grad'))] * 1\n"
+            f"sys.exit(cli.main(['run', '--jobs', '1', '--max-examples', '1000', '--db', '', '--corpus', {str(corpus)!r}]))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list((corpus / ".inflight").glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # until the worker is in the middle of an example
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    from fuzzdiff.journal import recover
+    assert not list((corpus / ".inflight").glob("*.json"))  # the worker's entry was forgotten
+    assert recover(corpus) == [] and not list(corpus.glob("*/*/*.json"))

@@ -236,3 +236,14 @@ def test_a_crashed_xdist_worker_is_recorded_by_the_same_session(aborting):
     assert "xdist worker" in record.verdict.message or f"pid {record.verdict.errors['pid']}" in record.verdict.message
     assert record.case.materialize(requires_grad=False).args[0].shape == (3,)
     assert list((corpus / INFLIGHT).glob("*.json")) == []
+
+
+@pytest.mark.parametrize("printed, kind", [("timeout\n", "timeout"), ("fail\n", "fail"),
+                                           ("", "inconclusive"), ("garbage\n", "inconclusive")])
+def test_a_crash_replay_keeps_the_childs_verdict_and_never_invents_a_pass(printed, kind, monkeypatch):
+    from fuzzdiff import repro
+    from fuzzdiff.corpus import Record
+    from fuzzdiff.verdict import Verdict
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, printed, ""))
+    record = Record("x", "grad", _drawn_cases(1)[0], Verdict("crash", "died"), "open", path=Path("x.json"))
+    assert repro._replay_isolated(record).kind == kind
