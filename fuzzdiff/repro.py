@@ -88,6 +88,22 @@ def _replay_isolated(record: Record, trust_source: bool = False) -> Verdict:
     return Verdict(kind, f"the replay in a child process did not crash (verdict {kind})")
 
 
+def mismatch(recorded: Verdict, replayed: Verdict) -> str | None:
+    """Why ``replayed`` is not the failure ``recorded`` (None: it is): the same
+    kind, the same exception type for a raise, the same identity for a
+    numerical failure (the text before the first colon)."""
+    if replayed.kind != recorded.kind:
+        return f"recorded {recorded.kind}, replayed {replayed.kind}: {replayed.message.splitlines()[0][:300]}"
+    exception = recorded.errors.get("exception")
+    if exception is not None and replayed.errors.get("exception") != exception:
+        return f"recorded a raised {exception}, replayed {replayed.message.splitlines()[0][:300]}"
+    if exception is None and recorded.kind == "fail":
+        identity = recorded.message.split(":", 1)[0]
+        if replayed.message.split(":", 1)[0] != identity:
+            return f"recorded {identity!r}, replayed {replayed.message.splitlines()[0][:300]}"
+    return None
+
+
 def describe(case: Case) -> list[str]:
     """One line per argument: dtype, shape, and where it lives."""
     lines = []

@@ -1,0 +1,49 @@
+"""tests/regressions/test_records.py cannot pass on a broken replay: an open
+record passes only when the replay is the recorded failure."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import fuzzdiff
+
+REPO = Path(fuzzdiff.__file__).resolve().parents[1]
+
+
+def _copy(corpus: Path, relative: str, change) -> Path:
+    source = next((REPO / "corpus" / relative).glob("*.json"))
+    data = json.loads(source.read_text())
+    change(data)
+    dest = corpus / relative / source.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(data))
+    return dest
+
+
+def test_corrupted_open_records_fail_and_name_themselves(tmp_path):
+    corpus = tmp_path / "corpus"
+
+    def rename(data):
+        data["target"] = "mse_los"
+
+    def bad_plan(data):
+        data["params"]["levels"][0]["in_dims"] = [7, 7]
+
+    def other_exception(data):
+        data["verdict"]["errors"]["exception"] = "ValueError"
+
+    broken = [_copy(corpus, "vmap/mse_loss", rename), _copy(corpus, "vmap/huber_loss", bad_plan),
+              _copy(corpus, "grad/clamp_tensor_broadcast", other_exception)]
+    shutil.copytree(REPO / "corpus" / "forward" / "custom_sin", corpus / "forward" / "custom_sin")  # intact
+    env = {**os.environ, "FUZZDIFF_CORPUS": str(corpus)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                          str(REPO / "tests" / "regressions" / "test_records.py")],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    out = run.stdout + run.stderr
+    assert "3 failed, 1 passed" in out, out[-4000:]
+    assert "xfail" not in out
+    for path in broken:
+        assert path.stem in out
