@@ -14,14 +14,17 @@ Two figures:
     python bench/check.py --no-zoo        # the cheap function only
 
 Each run is in this process, after one untimed warm-up call (torch's and
-Hypothesis's first-call costs are paid once per test session, too).
+Hypothesis's first-call costs are paid once per test session, too), in a
+fresh working directory, so no example database replays earlier failures.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -50,6 +53,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="a fixed seed (default: random runs)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    # A fresh directory: no example database from an earlier run replays its failures first.
+    os.chdir(tempfile.mkdtemp(prefix="fuzzdiff-bench-check-"))
 
     fuzzdiff.check(cheap, "x: *b n", checks=("grad",), max_examples=5, progress=False)  # warm-up
     report, total = timed(fuzzdiff.check, cheap, "x: *b n", seed=args.seed, progress=False)

@@ -653,8 +653,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="value interval per argument, either end optional: x=0: y=-1:1")
     chk.add_argument("--checks", nargs="+", metavar="CHECK", help="checks to run (default: all that apply)")
     chk.add_argument("--dtypes", nargs="+", metavar="DTYPE", help="default: float64 float32")
-    chk.add_argument("--max-examples", type=int, default=200, metavar="N",
-                     help="drawn cases per check (default: 200); a check stops at its first "
+    chk.add_argument("--max-examples", type=int, default=100, metavar="N",
+                     help="drawn cases per check (default: 100); a check stops at its first "
                           "confirmed failure")
     chk.add_argument("--variants", type=int, default=2, metavar="N",
                      help="value-and-probe variants each drawn case runs at (default: 2)")
