@@ -25,7 +25,10 @@ from fuzzdiff.verdict import Verdict
 
 __all__ = ["check", "assert_ok", "Report", "Failure"]
 
-COLUMNS = ("examples", "passed", "failed", "unsupported", "inconclusive")
+# summary() columns: (header, row key). "runs" are check runs (verdicts): each drawn
+# case runs at several value variants; "cases" are the drawn cases (structures).
+COLUMNS = (("cases", "cases"), ("runs", "examples"), ("passed", "passed"), ("failed", "failed"),
+           ("unsupported", "unsupported"), ("inconclusive", "inconclusive"))
 
 
 @dataclass(frozen=True)
@@ -59,21 +62,24 @@ class Report:
     def row(self, check: str) -> dict[str, int]:
         counts = self.tallies[check].counts
         failed = sum(counts[k] for k in counts if k not in ("pass", "unsupported", "inconclusive"))
-        return {"examples": self.tallies[check].examples, "passed": counts["pass"], "failed": failed,
+        return {"cases": self.tallies[check].cases, "examples": self.tallies[check].examples,
+                "passed": counts["pass"], "failed": failed,
                 "unsupported": counts["unsupported"], "inconclusive": counts["inconclusive"]}
 
     def summary(self) -> str:
-        """Per check: examples run, passed, failed, unsupported; then each failure and its repro."""
+        """Per check: drawn cases, runs (cases x variants), passed, failed, unsupported,
+        inconclusive, seconds; then warnings, and each failure with its repro."""
         from rich.console import Console
         from rich.table import Table
 
         table = Table(title=f"fuzzdiff.check {self.target.name} ({self.target.spec})")
         table.add_column("check")
-        for col in (*COLUMNS, "seconds"):
-            table.add_column(col, justify="right")
+        for header, _ in COLUMNS:
+            table.add_column(header, justify="right")
+        table.add_column("seconds", justify="right")
         for name in self.tallies:
             row = self.row(name)
-            table.add_row(name, *(str(row[c]) for c in COLUMNS), f"{self.seconds.get(name, 0.0):.1f}")
+            table.add_row(name, *(str(row[key]) for _, key in COLUMNS), f"{self.seconds.get(name, 0.0):.1f}")
         out = io.StringIO()
         console = Console(file=out, width=110, no_color=True, highlight=False)
         console.print(table)

@@ -63,6 +63,7 @@ class Tally:
     reasons: dict[str, str] = field(default_factory=dict)
     closest: float = 0.0
     features: set[str] = field(default_factory=set)
+    cases: int = 0  # drawn cases (structures); examples counts their runs (verdicts)
 
     def add(self, verdict: Verdict) -> None:
         self.counts[verdict.kind] += 1
@@ -75,6 +76,7 @@ class Tally:
             self.reasons.setdefault(kind, reason)
         self.closest = max(self.closest, other.closest)
         self.features |= other.features
+        self.cases += other.cases
 
     @property
     def examples(self) -> int:
@@ -249,6 +251,7 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
                     journal.end()  # idle while the next case is written
                     journal.begin_case(case)
                 if not first:
+                    tally.cases += 1
                     tally.features |= case_features(case)
                 for k in range(first, first + variants):
                     variant = inflight[0] = case.reseeded(k)

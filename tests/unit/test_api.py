@@ -365,3 +365,11 @@ def test_a_lambda_in_a_script_leaves_a_record_that_replays_in_a_fresh_process(tm
     trusted = subprocess.run(repro + ["--trust-source"], cwd=tmp_path, capture_output=True, text=True,
                              timeout=300, env=env)
     assert trusted.returncode == 1 and "reproduced" in trusted.stdout, trusted.stdout + trusted.stderr
+
+
+def test_the_summary_counts_drawn_cases_and_their_runs():
+    report = fuzzdiff.check(torch.sin, "x: n", checks=("grad",), seed=1, max_examples=10, variants=3)
+    row = report.row("grad")
+    assert 0 < row["cases"] <= 10 and row["examples"] == 3 * row["cases"] == row["passed"]
+    header = next(line for line in report.summary().splitlines() if "cases" in line)
+    assert "runs" in header and "seconds" in header

@@ -220,7 +220,7 @@ def test_a_crashed_xdist_worker_is_recorded_by_the_same_session(aborting):
             fuzz("grad", "sin", corpus=os.environ["FUZZDIFF_CORPUS"], variants=1,
                  settings=settings(FEW, max_examples=3))
     '''))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider",
+    run = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider", "-p", "fuzzdiff.pytest_plugin",
                           "test_abort_suite.py"], cwd=aborting, capture_output=True, text=True,
                          env=_env(aborting, FUZZDIFF_CORPUS=str(corpus)), timeout=180)
     out = run.stdout + run.stderr
