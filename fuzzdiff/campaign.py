@@ -304,7 +304,7 @@ def _run_batch(target_ref: str, check_name: str, deadline: float | None, opts: d
                              phases=[p for p in Phase if p != Phase.explain])
         result.tally = fuzz(clock.wrap(check), target, settings=settings, seed=seed,
                             corpus=opts["corpus"], variants=size.variants, structures=size.structures,
-                            timeout=opts["timeout"], **cases)
+                            timeout=opts["timeout"], recover_crashes=False, **cases)
     except _Stop:
         result.tally, result.cut = clock.tally, True
     except FuzzFailure as failure:

@@ -186,7 +186,8 @@ def example_structures(cases: st.SearchStrategy[Case], structures: int) -> st.Se
 def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None = None,
          seed: int | None = None, corpus=None, variants: int | None = None,
          structures: int | None = None, timeout: float | None = None,
-         shrink_seconds: float | None = None, definition=None, **case_options) -> Tally:
+         shrink_seconds: float | None = None, definition=None, recover_crashes: bool = True,
+         **case_options) -> Tally:
     """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
 
     Each drawn case is run at ``variants`` value-and-probe seeds
@@ -213,7 +214,9 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     examples not yet seen failing pass unrun, so Hypothesis ends with the
     smallest failure found so far; the failure's ``shrink_cut`` says so.
     ``definition`` goes into the corpus record (a user target's recipe,
-    fuzzdiff.targets.user.definition).
+    fuzzdiff.targets.user.definition). ``recover_crashes=False`` leaves dead
+    processes' journal entries to the caller (a campaign's parent records them
+    with how its worker died).
     """
     variants = default_variants() if variants is None else variants
     if variants < 1:
@@ -289,7 +292,7 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     property_ = (hsettings(deadline=None) if settings is None else settings)(property_)
     if seed is not None:
         property_ = hypothesis.seed(seed)(property_)
-    if corpus is not None:
+    if corpus is not None and recover_crashes:
         recover(corpus)
     try:
         if corpus is not None:
