@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import json
 import time
 import warnings
@@ -217,7 +218,7 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
                                                        again.case, again.shrink_cut))
             report.seconds[name] = time.perf_counter() - start
     report.warnings = Counter(f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]}"
-                              for w in caught)
+                              for w in caught if not _torch_internal(w))
     return report
 
 
@@ -255,6 +256,12 @@ def _case_options(layouts: Iterable[str] | None, alias: bool) -> dict:
     if not alias:
         options["alias"] = False
     return options
+
+
+def _torch_internal(w: warnings.WarningMessage) -> bool:
+    """A deprecation inside torch itself (``torch.jit.script`` on import paths
+    the checks take): nothing the user's code did or can change."""
+    return issubclass(w.category, DeprecationWarning) and f"{os.sep}torch{os.sep}" in (w.filename or "")
 
 
 def _plain_call_error(target: Target, case: Case) -> Exception | None:

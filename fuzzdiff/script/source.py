@@ -326,6 +326,10 @@ SPECIAL = [_program_code, _tensorly_code]
 
 def target_code(fn, what: str, kwargs=None, arg_names=()) -> TargetCode:
     """Self-contained code for calling ``fn``; ``what`` names it in errors."""
+    stored = getattr(fn, "fuzzdiff_source", None)  # a record's own source (targets.user._from_source)
+    if stored is not None:
+        return TargetCode(call=stored["call"], imports=list(stored["imports"]),
+                          definitions=list(stored["definitions"]), setup=list(stored["setup"]))
     for special in SPECIAL:
         code = special(fn, dict(kwargs or {}), arg_names)
         if code is not None:

@@ -241,7 +241,13 @@ def _from_source(source, trust_source: bool):
                          "function): read it (fuzzdiff corpus show ID), then replay with --trust-source")
     namespace: dict = {"__name__": "fuzzdiff_record_source"}
     exec("\n".join([*source["imports"], *source["setup"], *source["definitions"]]), namespace)  # noqa: S102
-    return eval(source["call"], namespace)  # noqa: S307 - the caller trusts this source
+    fn = eval(source["call"], namespace)  # noqa: S307 - the caller trusts this source
+
+    def call(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    call.fuzzdiff_source = source  # the script generator writes this source, not the wrapper
+    return call
 
 
 def from_definition(data, *, trust_source: bool = False) -> Target:

@@ -365,6 +365,13 @@ def test_a_lambda_in_a_script_leaves_a_record_that_replays_in_a_fresh_process(tm
     trusted = subprocess.run(repro + ["--trust-source"], cwd=tmp_path, capture_output=True, text=True,
                              timeout=300, env=env)
     assert trusted.returncode == 1 and "reproduced" in trusted.stdout, trusted.stdout + trusted.stderr
+    script = subprocess.run(repro + ["--trust-source", "--script"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300, env=env)
+    assert script.returncode == 0 and "class Twice" in script.stdout, script.stderr[-2000:]
+    (tmp_path / "repro.py").write_text(script.stdout)
+    ran = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env={k: v for k, v in env.items() if k != "PYTHONPATH"})
+    assert "MISMATCH" in ran.stdout, ran.stdout + ran.stderr
 
 
 def test_the_summary_counts_drawn_cases_and_their_runs():
