@@ -57,10 +57,11 @@ class BatchSize:
     """One batch: ``examples`` Hypothesis examples of ``structures`` drawn cases,
     each run at ``variants`` value-and-probe seeds (fuzzdiff.fuzzing.fuzz).
 
-    ``for_pair`` narrows it to ``examples // NARROW`` (at least 2) where more
-    examples buy little: a target whose spec fixes every size (an OpInfo
-    sample) has few distinct structures, and a check that compiles pays
-    seconds per example for what an eager check gets in milliseconds.
+    ``for_pair`` narrows it to ``examples // NARROW`` (at least 2, at most
+    ``examples``) where more examples buy little: a target whose spec fixes
+    every size (an OpInfo sample) has few distinct structures, and a check
+    that compiles pays seconds per example for what an eager check gets in
+    milliseconds.
     """
 
     examples: int = 48
@@ -75,7 +76,7 @@ class BatchSize:
     def for_pair(self, target: Target, check: Check) -> "BatchSize":
         fixed = all(d.kind == "fixed" for a in target.args for d in a.dims)
         if fixed or check.compiles:
-            return replace(self, examples=max(2, min(self.examples, self.examples // NARROW)))
+            return replace(self, examples=min(self.examples, max(2, self.examples // NARROW)))
         return self
 
 

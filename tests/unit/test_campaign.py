@@ -204,6 +204,7 @@ def test_batches_narrow_for_fixed_shapes_and_costly_checks(zoo):
     assert size.for_pair(fixed, get_check("grad")).examples == 3  # every size fixed (an OpInfo sample)
     assert size.for_pair(zoo.SIN, get_check("compile")).examples == 3  # a check that compiles
     assert BatchSize(examples=3).for_pair(fixed, get_check("grad")).examples == 2
+    assert BatchSize(examples=1).for_pair(fixed, get_check("grad")).examples == 1  # never widened
     with pytest.raises(ValueError, match="examples must be at least 1"):
         BatchSize(examples=0)
 
