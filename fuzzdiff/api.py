@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import json
+import os
 import time
 import warnings
 from collections import Counter
@@ -59,6 +59,11 @@ class Report:
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    def add_failure(self, check: str, failure: FuzzFailure) -> None:
+        self.tallies[check] = failure.tally or Tally()
+        self.failures.append(Failure(check, failure.verdict.message, failure.record_path, failure.case,
+                                     failure.shrink_cut))
 
     def row(self, check: str) -> dict[str, int]:
         counts = self.tallies[check].counts
@@ -168,16 +173,16 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
     drawn = _case_options(layouts, alias)
 
     def run(name: str) -> Tally:
+        if not alias and CHECKS[name].aliasing == "required":
+            tally = Tally()
+            tally.add(Verdict("unsupported", "aliasing is switched off for this run (alias=False)"))
+            return tally
         fuzzed = target
         if name == "per_sample" and isinstance(fn, torch.nn.Module):
             # per-sample gradients need the module itself, on one sample's shapes
             fuzzed = per_sample_target(target, fn)
         if outside:
             fuzzed = replace(fuzzed, fn=_rejecting(fuzzed.fn, outside))
-        if not alias and CHECKS[name].aliasing == "required":
-            tally = Tally()
-            tally.add(Verdict("unsupported", "aliasing is switched off for this run (alias=False)"))
-            return tally
         try:
             return fuzz(name, fuzzed, settings=hsettings, seed=seed, corpus=corpus, variants=variants,
                         structures=1, shrink_seconds=shrink_seconds, definition=recipe, **drawn)
@@ -199,9 +204,7 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
             except FuzzFailure as failure:
                 raised = _plain_call_error(target, failure.case)
                 if raised is None:
-                    report.tallies[name] = failure.tally or Tally()
-                    report.failures.append(Failure(name, failure.verdict.message, failure.record_path,
-                                                   failure.case, failure.shrink_cut))
+                    report.add_failure(name, failure)
                 else:
                     # the function itself raises here: one input-domain finding, not one per
                     # check; the checks then go on without inputs where it raises so
@@ -213,9 +216,7 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
                     try:
                         report.tallies[name] = run(name)
                     except FuzzFailure as again:
-                        report.tallies[name] = again.tally or Tally()
-                        report.failures.append(Failure(name, again.verdict.message, again.record_path,
-                                                       again.case, again.shrink_cut))
+                        report.add_failure(name, again)
             report.seconds[name] = time.perf_counter() - start
     report.warnings = Counter(f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]}"
                               for w in caught if not _torch_internal(w))
@@ -245,13 +246,16 @@ def _recipe(target: Target, fn) -> dict | None:
 
 
 def _case_options(layouts: Iterable[str] | None, alias: bool) -> dict:
-    from strategies.layouts import LAYOUT_FEATURES
+    from hypothesis.errors import InvalidArgument
+
+    from strategies.layouts import check_layout_features
     options: dict[str, Any] = {}
     if layouts is not None:
         chosen = tuple(layouts)
-        unknown = sorted(set(chosen) - set(LAYOUT_FEATURES))
-        if unknown:
-            raise ValueError(f"unknown layout feature(s) {unknown}; expected some of {list(LAYOUT_FEATURES)}")
+        try:
+            check_layout_features(chosen)
+        except InvalidArgument as e:
+            raise ValueError(str(e)) from None
         options["layout_features"] = chosen
     if not alias:
         options["alias"] = False

@@ -146,7 +146,6 @@ class Scheduler:
         self.seed = seed
         self.rounds = rounds
         self.round = 1
-        self.started: set[int] = set()                     # pairs with at least one batch started
         self._home: dict[int, int] = {}                    # pair -> the worker of its last batch
         self._queues: dict[int | None, deque] = {None: deque((i, 0) for i in range(count))}
         self._running = 0
@@ -169,7 +168,6 @@ class Scheduler:
         if not queue:
             return None
         index, batch = queue.popleft()
-        self.started.add(index)
         self._running += 1
         return index, batch
 
@@ -228,9 +226,3 @@ class Scheduler:
         for wave in range(waves):
             plan.extend(p.index for p in order if counts[p.index] > wave)
         return plan
-
-    # -- progress -----------------------------------------------------------------------------
-
-    def coverage(self) -> float:
-        return len(self.started) / len(self.pairs) if self.pairs else 1.0
-

@@ -18,7 +18,7 @@ from fuzzdiff.case import Layout
 from strategies._drawing import integers
 from strategies._validation import check_int
 
-__all__ = ["strided", "layouts", "LAYOUT_FEATURES"]
+__all__ = ["strided", "layouts", "check_layout_features", "LAYOUT_FEATURES"]
 
 LAYOUT_FEATURES = ("permuted", "sliced", "offset", "expanded", "channels_last")
 
@@ -55,6 +55,13 @@ def strided(shape: Sequence[int], *, perm: Sequence[int] | None = None,
     return Layout(offset + span + tail, tuple(strides), offset)
 
 
+def check_layout_features(features: Sequence[str]) -> None:
+    """InvalidArgument naming what is not one of LAYOUT_FEATURES."""
+    unknown = set(features) - set(LAYOUT_FEATURES)
+    if unknown:
+        raise InvalidArgument(f"unknown layout features {sorted(unknown)}; expected {LAYOUT_FEATURES}")
+
+
 def layouts(shape: Sequence[int], *, features: Sequence[str] = LAYOUT_FEATURES,
             max_step: int = 3, max_offset: int = 5, expandable: Sequence[int] | None = None):
     """Layouts for ``shape`` combining any of ``features``; shrinks to contiguous.
@@ -64,9 +71,7 @@ def layouts(shape: Sequence[int], *, features: Sequence[str] = LAYOUT_FEATURES,
     limits which dims may get stride 0 (those along which the values repeat).
     """
     shape = tuple(shape)
-    unknown = set(features) - set(LAYOUT_FEATURES)
-    if unknown:
-        raise InvalidArgument(f"unknown layout features {sorted(unknown)}; expected {LAYOUT_FEATURES}")
+    check_layout_features(features)
     check_int(max_step, "max_step", min_value=1)
     check_int(max_offset, "max_offset", min_value=0)
     dims = tuple(range(len(shape))) if expandable is None else tuple(

@@ -30,7 +30,7 @@ from strategies.cases import laid_out
 from strategies._drawing import eager
 from strategies._validation import check_int
 from strategies.aliasing import ALIAS_KINDS, aliasing
-from strategies.layouts import LAYOUT_FEATURES, layouts
+from strategies.layouts import LAYOUT_FEATURES, check_layout_features, layouts
 from strategies.shapes import shapes as shape_strategy
 from strategies.values import sampling_interval, values
 
@@ -42,9 +42,7 @@ _DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 def _check(dtype, layout_features, domain, max_side) -> tuple[float, float]:
     if dtype not in _DTYPES:
         raise InvalidArgument(f"dtype={dtype!r} must be one of {_DTYPES}")
-    bad = set(layout_features) - set(LAYOUT_FEATURES)
-    if bad:
-        raise InvalidArgument(f"unknown layout features {sorted(bad)}; expected a subset of {LAYOUT_FEATURES}")
+    check_layout_features(layout_features)
     check_int(max_side, "max_side", min_value=0)
     if not (isinstance(domain, tuple) and len(domain) == 2):
         raise InvalidArgument(f"domain={domain!r} must be a pair (low, high); None leaves an end open")
