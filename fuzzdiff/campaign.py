@@ -462,7 +462,6 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
             total.found_at = time.monotonic() - start
         campaign.batches += 1
         scheduler.done(index, number, batch.report(), home=k)
-        total.scores = scheduler.pairs[index].scores + [round(scheduler.pairs[index].score, 4)]
         campaign.rounds = scheduler.round
         if on_batch:
             on_batch(campaign, total, batch)
@@ -543,6 +542,9 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
                     slot.proc.join(timeout=5)
                     _forget_inflight(corpus, slot.proc.pid)
             slot.conn.close()
+    scheduler.settle()  # the batches of the last, maybe unfinished, round count too
+    for index, total in results.items():
+        total.scores = list(scheduler.pairs[index].scores)
     start = time.monotonic() if start is None else start
     if corpus is not None:
         campaign.recovered = recover(corpus, cause="a fuzzdiff run worker died")

@@ -183,13 +183,18 @@ class Scheduler:
                     queue.clear()
                     queue.extend(kept)
 
+    def settle(self) -> None:
+        """Apply the reports received so far, in (pair, batch) order: at each
+        round's end, and once more when a campaign stops mid-round."""
+        for index, _, report in sorted(self._reports, key=lambda r: (r[0], r[1])):
+            self.pairs[index].update(report)
+        self._reports.clear()
+
     def _advance(self) -> bool:
         """Apply this round's reports and plan the next; False when there is none."""
         if self._pending() or self._running:
             return True
-        for index, _, report in sorted(self._reports, key=lambda r: (r[0], r[1])):
-            self.pairs[index].update(report)
-        self._reports.clear()
+        self.settle()
         if self.rounds is not None and self.round >= self.rounds:
             return False
         plan = self.plan(self.round + 1)

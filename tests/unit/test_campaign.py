@@ -161,6 +161,8 @@ def test_every_pair_starts_once_before_any_starts_twice(zoo):
     campaign = run_campaign(pairs, size=BatchSize(examples=2, variants=1), rounds=3, seed=5, jobs=2,
                             database_url=None, on_start=lambda k, t, c: t and started.append((t, c)))
     assert campaign.rounds == 3 and len(started) == 3 * len(pairs) == campaign.batches
+    # the score after each of a pair's batches, the last round's included
+    assert all(len(r.scores) == r.batches for r in campaign.results)
     assert len(set(started[:len(pairs)])) == len(pairs)
     assert {(t.name, c.name) for t, c in pairs} == set(started[:len(pairs)])
 

@@ -127,3 +127,13 @@ def test_a_pairs_later_batches_go_to_the_worker_that_ran_its_last_one():
         job = s.take(home=worker)
         served.append((worker, homes[job[0]]))
     assert s.round == 2 and all(worker == home for worker, home in served)
+
+
+def test_settle_applies_a_round_cut_short():
+    s = Scheduler(3, seed=0)
+    for _ in range(3):
+        index, batch = s.take()
+        s.done(index, batch, BatchReport(examples=4, closest=0.5))
+    assert [p.batches for p in s.pairs] == [0, 0, 0]  # applied at the round's end, not before
+    s.settle()
+    assert [p.batches for p in s.pairs] == [1, 1, 1] and all(len(p.scores) == 1 for p in s.pairs)
