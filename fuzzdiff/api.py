@@ -22,14 +22,14 @@ from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz
 from fuzzdiff.targets.target import Target
 from fuzzdiff.targets.user import definition, importable, per_sample_target, user_target
-from fuzzdiff.verdict import Verdict
+from fuzzdiff.verdict import FAILED, Verdict
 
 __all__ = ["check", "assert_ok", "Report", "Failure"]
 
 # summary() columns: (header, row key). "runs" are check runs (verdicts): each drawn
 # case runs at several value variants; "cases" are the drawn cases (structures).
 COLUMNS = (("cases", "cases"), ("runs", "examples"), ("passed", "passed"), ("failed", "failed"),
-           ("unsupported", "unsupported"), ("inconclusive", "inconclusive"))
+           ("known", "known"), ("unsupported", "unsupported"), ("inconclusive", "inconclusive"))
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,9 @@ class Report:
 
     def row(self, check: str) -> dict[str, int]:
         counts = self.tallies[check].counts
-        failed = sum(counts[k] for k in counts if k not in ("pass", "unsupported", "inconclusive"))
+        failed = sum(counts[k] for k in FAILED)
         return {"cases": self.tallies[check].cases, "examples": self.tallies[check].examples,
-                "passed": counts["pass"], "failed": failed,
+                "passed": counts["pass"], "failed": failed, "known": counts["known"],
                 "unsupported": counts["unsupported"], "inconclusive": counts["inconclusive"]}
 
     def summary(self) -> str:

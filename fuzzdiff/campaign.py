@@ -4,7 +4,8 @@ What ``fuzzdiff run`` drives. The work comes in *batches*, a few Hypothesis
 examples of one pair (``BatchSize``), handed out round by round by
 ``fuzzdiff.schedule.Scheduler``: every pair gets one batch before any pair
 gets a second, then batches go where the scores say bugs are likely. A pair
-that fails, crashes or hits its known discrepancy ends there.
+that fails or crashes ends there; one whose examples hit a known discrepancy
+(fuzzdiff.known) goes on, looking for anything else.
 
 Each batch runs in a worker process, forked from a forkserver that imported
 torch and fuzzdiff once (forking the parent itself, which may hold torch
@@ -107,7 +108,6 @@ class PairResult:
     error: str | None = None     # a framework error, or the worker died (crashed=True)
     crashed: bool = False
     cut: bool = False            # stopped by a deadline before its examples were all run
-    known: bool = False          # the failure is the target's known discrepancy for this check
     seconds: float = 0.0
     crash_records: list[str] = field(default_factory=list)
     ref: str = ""                # what cases call the target (its corpus folder)
@@ -117,10 +117,16 @@ class PairResult:
     found_at: float | None = None  # seconds into the campaign when its failure came back
 
     @property
+    def known(self) -> bool:
+        """Some example matched one of the target's known discrepancies
+        (fuzzdiff.known): counted, never a failure, and the pair goes on."""
+        return bool(self.tally.known)
+
+    @property
     def failed(self) -> bool:
-        """A new finding: a known discrepancy (Target.known, an xfail in the
-        pytest suite) is not, but a crash always is."""
-        return (self.failure is not None and not self.known) or self.error is not None
+        """A new finding: any failure (a failure matching a known signature
+        is never raised as one), and any crash."""
+        return self.failure is not None or self.error is not None
 
     @property
     def ended(self) -> bool:
@@ -138,7 +144,6 @@ class PairResult:
         self.seconds += batch.seconds
         self.cut = self.cut or batch.cut
         self.crashed = self.crashed or batch.crashed
-        self.known = self.known or batch.known
         if self.failure is None:
             self.failure = batch.failure
         if self.error is None:
@@ -191,7 +196,7 @@ class Campaign:
             row["targets"] += 1
             row["batches"] += r.batches
             row["crashed"] += r.error is not None
-            row["known"] += r.known
+            row["known pairs"] += r.known
             row["new records"] += r.new_records
         return dict(table)
 
@@ -360,7 +365,6 @@ class _Pair:
     family: str
     check: str
     cases: dict
-    known: bool
     size: BatchSize
 
     @property
@@ -377,14 +381,20 @@ def _signal_name(code: int | None) -> str:
     return f"exit status {code}"
 
 
+def _stopped(code: int | None) -> bool:
+    """Whether a worker died of a stop request (SIGTERM, SIGHUP: a signal to the
+    run's process group, or to the worker alone), which interrupts, not crashes."""
+    from fuzzdiff.journal import STOPS
+    return code is not None and -code in STOPS
+
+
 def _forget_inflight(corpus, pid: int) -> None:
-    """A worker killed by the campaign's own deadline did not crash: drop its
-    journal entries so that recovery does not record its case as a crash."""
-    if corpus is None:
-        return
-    from fuzzdiff.journal import INFLIGHT
-    for entry in (Path(corpus) / INFLIGHT).glob(f"*-{pid}-*"):
-        entry.unlink(missing_ok=True)
+    """A worker the campaign killed (its deadline, the run interrupted), or one
+    told to stop, did not crash: drop its journal entries so that recovery
+    does not record its case as a crash."""
+    if corpus is not None:
+        from fuzzdiff.journal import forget
+        forget(corpus, pid=pid)
 
 
 def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = BatchSize(),
@@ -421,7 +431,7 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
         cases = case_options(target, check, dtypes, device)
         if cases is not None:
             todo.append(_Pair(target.ref, target.name, target.family, check.name, cases,
-                              check.name in target.known, size.for_pair(target, check)))
+                              size.for_pair(target, check)))
             campaign.applicable[target.family] += 1
             campaign.applicable_checks[check.name] += 1
     scheduler = Scheduler(len(todo), seed=campaign.seed, rounds=rounds)
@@ -450,8 +460,6 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
         slots[k].job = None
         pair = todo[index]
         batch.ref, batch.family = pair.ref, pair.family
-        # only a confirmed discrepancy is the known one: a crash or a hang is news
-        batch.known = batch.failure is not None and batch.failure.verdict.kind == "fail" and pair.known
         total = results.get(index)
         if total is None:
             total = results[index] = PairResult(pair.name, pair.check, Tally(), ref=pair.ref,
@@ -511,6 +519,11 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
                 if slot.proc.sentinel in ready or not slot.proc.is_alive():
                     slot.proc.join(timeout=5)
                     index, _, started = slot.job
+                    if _stopped(slot.proc.exitcode):  # its batch ends there, as if cut by its deadline
+                        _forget_inflight(corpus, slot.proc.pid)
+                        finish(k, PairResult(todo[index].name, todo[index].check, Tally(), cut=True,
+                                             seconds=time.monotonic() - started))
+                        continue
                     died = _signal_name(slot.proc.exitcode)
                     if corpus is not None:  # its case in flight, recorded now with how it died
                         recover(corpus, cause=f"a fuzzdiff run worker died ({died})")

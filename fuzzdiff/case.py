@@ -5,18 +5,23 @@ shapes, strides, storage offsets, aliasing, values, dtype — and nothing else, 
 it can be written to JSON, shrunk by Hypothesis and replayed bit for bit later
 without Hypothesis. Values are a seed plus a few special positions rather than
 the elements themselves: cheap to draw, cheap to store, deterministic to rebuild.
+Every random number (values, memory around views, probes, nudges) comes from
+``fuzzdiff.draws``, never from torch's generator, so a case is a pure function
+of its JSON under any torch version.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import threading
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
 import torch
+
+from fuzzdiff import draws
 
 __all__ = [
     "Values", "Layout", "Alias", "Arg", "Probe", "Case", "Inputs",
@@ -59,18 +64,21 @@ def special_value(name: str, dtype: torch.dtype) -> float:
     return sign * magnitude
 
 
-_LOCAL = threading.local()
-_SLOTS = 3  # 0: values, 1: nudges (while 0 is in use), 2: probes
+# NumPy's dtype for a torch dtype NumPy can cast to itself (bfloat16 it cannot).
+_NUMPY = {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16,
+          torch.complex128: np.complex128, torch.complex64: np.complex64,
+          torch.int64: np.int64, torch.bool: np.bool_}
 
 
-def _generator(seed: int, slot: int = 0) -> torch.Generator:
-    """A generator seeded with ``seed``. One per thread and slot is reused:
-    reseeding costs half of creating one, and a small example draws several
-    streams. Two streams in use at once need different slots."""
-    gens = getattr(_LOCAL, "generators", None)
-    if gens is None:
-        gens = _LOCAL.generators = [torch.Generator() for _ in range(_SLOTS)]
-    return gens[slot].manual_seed(int(seed) & 0xFFFF_FFFF_FFFF)
+def _tensor(x: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` as a CPU tensor of ``dtype``, its memory layout kept; float
+    conversions round to nearest even, as IEEE casts do."""
+    if not x.size:  # NumPy's strides of an empty array are not torch's
+        return torch.empty(x.shape, dtype=dtype)
+    to = _NUMPY.get(dtype)
+    if to is None:
+        return torch.from_numpy(x).to(dtype)
+    return torch.from_numpy(x if x.dtype == to else x.astype(to))
 
 
 def _evolve(obj, **changes):
@@ -110,95 +118,100 @@ class Values:
     constant: tuple[int, ...] = ()
 
     def sample(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-        """A fresh contiguous CPU tensor of ``shape``; the same bits on every call.
-
-        Drawn in ``shape`` directly: torch fills a fresh tensor in memory
-        order, so these are the bits of a flat draw reshaped, one call fewer."""
-        return self._sample(tuple(shape), dtype, _generator(self.seed))
+        """A fresh contiguous CPU tensor of ``shape``; the same bits on every
+        call, under every torch."""
+        return _tensor(self._sample(tuple(shape), dtype), dtype)
 
     def sample_and_junk(self, shape: Sequence[int], dtype: torch.dtype,
                         size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``sample(shape, dtype)``, then ``size`` more values in the sampling
-        interval from the same stream: the memory around a strided view, where a
-        kernel that reads outside its view picks up plausible numbers. One
-        seeding, and plain uniform draws: junk needs no grid, specials or repeats."""
-        g = _generator(self.seed)
-        logical = self._sample(tuple(shape), dtype, g)
+        interval: the memory around a strided view, where a kernel that reads
+        outside its view picks up plausible numbers. Plain uniform draws, from
+        the words after the values' own: junk needs no grid, specials or repeats."""
+        shape = tuple(shape)
+        logical = self._sample(shape, dtype)
+        z = draws.words(self.seed, size, draws.VALUES, 4 * math.prod(shape))
         if self.kind == "int":
-            junk = torch.randint(int(self.low), int(self.high) + 1, (size,), generator=g).to(dtype)
+            junk = draws.integers(z, int(self.low), int(self.high))
         elif self.kind == "bool":
-            junk = torch.rand(size, generator=g, dtype=torch.float64) < 0.5
+            junk = draws.bits(z)
         else:  # a complex junk value is real: in the interval all the same
-            real = dtype.to_real() if dtype.is_complex else dtype
-            junk = torch.empty(size, dtype=real).uniform_(self.low, self.high, generator=g)
-            if real != dtype:
-                junk = junk.to(dtype)
-        return logical, junk
+            junk = draws.uniform(z, self.low, self.high)
+        return _tensor(logical, dtype), _tensor(junk, dtype)
 
     def junk(self, size: int, dtype: torch.dtype) -> torch.Tensor:
         """``size`` in-domain values from a stream of their own: the memory
         around a view whose values were not drawn here (a stack of samples)."""
         return replace(self, seed=self.seed ^ 0x2545F491, specials=(), constant=()).sample((size,), dtype)
 
-    def _sample(self, shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    def _sample(self, shape: tuple[int, ...], dtype: torch.dtype) -> np.ndarray:
+        """The values as an array of ``shape`` (float64 or complex128 for a
+        float kind, rounded to ``dtype`` by the caller). The values stream
+        holds, per element count n, the real parts in words [0, 2n), the
+        imaginary parts in [2n, 4n) and junk from 4n on."""
+        n = math.prod(shape)
         kind = self.kind
         if kind == "float":
-            out = self._reals(shape, g)
+            out = self._reals(n, 0)
             if dtype.is_complex:
-                out = torch.complex(out, self._reals(shape, g))
-            if out.dtype != dtype:
-                out = out.to(dtype)
-            if self.specials:
-                n = out.numel()
-                flat = out.view(-1)
-                for pos, name in self.specials:
-                    if n:
-                        flat[pos % n] = special_value(name, dtype)
+                real, out = out, np.empty(n, np.complex128)
+                out.real, out.imag = real, self._reals(n, 2 * n)
+            if self.specials and n:
+                for pos, name in self.specials:  # exact in float64, and after rounding to dtype
+                    out[pos % n] = special_value(name, dtype)
         elif kind == "int":
-            out = torch.randint(int(self.low), int(self.high) + 1, shape, generator=g).to(dtype)
+            out = draws.integers(draws.words(self.seed, n), int(self.low), int(self.high))
         else:  # bool
-            out = torch.rand(shape, generator=g, dtype=torch.float64) < 0.5
+            out = draws.bits(draws.words(self.seed, n))
+        out = out.reshape(shape)
         if self.constant:
             for d in self.constant:
                 if d < len(shape) and shape[d] > 1:
-                    out = out.narrow(d, 0, 1).expand(out.shape)
-            out = out.contiguous()
+                    out = np.broadcast_to(out[(slice(None),) * d + (slice(0, 1),)], shape)
+            out = np.ascontiguousarray(out)
         return out
 
-    def _reals(self, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    def _reals(self, n: int, start: int) -> np.ndarray:
+        """``n`` float64 values from words ``start`` on (2n at most) of the
+        values stream, nudged from the same words of the nudges stream."""
         lo, hi = self.low, self.high
-        n = math.prod(shape)
         if self.distinct and n > 1:
-            # A shuffled, jittered ladder: every gap is at least 0.6 of a rung.
-            rungs = torch.randperm(n, generator=g).to(torch.float64)
-            jitter = (torch.rand(n, generator=g, dtype=torch.float64) - 0.5) * 0.4
-            x = (lo + (hi - lo) * (rungs + 0.5 + jitter) / n).reshape(shape)
+            # A shuffled, jittered ladder: rung r at r + [0.3, 0.7) of n rungs,
+            # so every gap is at least 0.6 of a rung.
+            z = draws.words(self.seed, 2 * n, draws.VALUES, start)
+            x = draws.permutation(z[:n]) + draws.uniform(z[n:], 0.3, 0.7)
+            x *= (hi - lo) / n
+            x += lo
         else:
+            z = draws.words(self.seed, n, draws.VALUES, start)
             first, last = (math.ceil(lo / self.grid), math.floor(hi / self.grid)) if self.grid else (1, 0)
             if first <= last:  # grid points in [lo, hi], uniformly
-                x = torch.randint(first, last + 1, shape, generator=g, dtype=torch.float64) * self.grid
+                x = np.multiply(draws.integers(z, first, last), self.grid, dtype=np.float64)
             else:  # no grid, or no grid point inside the interval
-                x = torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
+                x = draws.uniform(z, lo, hi)
         if self.nudge:
-            # At most nudge * span away, even from a one-point interval; a
-            # sampling interval keeps more than that away from its domain's edges.
-            step = torch.randn(shape, generator=_generator(self.nudge_seed, 1), dtype=torch.float64)
-            x = x + self.nudge * max(hi - lo, 1.0) * step.clamp(-1.0, 1.0)
+            x += self._step(n, self.nudge, self.nudge_seed, start)
+        return self._pushed(x)
+
+    def _step(self, n: int, amount: float, seed: int, start: int = 0) -> np.ndarray:
+        """A nudge of ``n`` values: at most ``amount`` of the span away, even
+        for a one-point interval; a sampling interval keeps more than that
+        away from its domain's edges."""
+        step = draws.normal(draws.words(seed, 2 * n, draws.NUDGES, start))
+        np.clip(step, -1.0, 1.0, out=step)
+        step *= amount * max(self.high - self.low, 1.0)
+        return step
+
+    def _pushed(self, x: np.ndarray) -> np.ndarray:
+        """``x`` with values closer than ``margin`` to a kink in ``avoid`` moved
+        to the nearer side, or to the other one when that side leaves [low, high]."""
+        lo, hi, margin = self.low, self.high, self.margin
         for k in self.avoid:
-            near = (x - k).abs() < self.margin
-            up, down = min(k + self.margin, hi), max(k - self.margin, lo)
-            # push to the nearer side, or to the other one when that side leaves [lo, hi]
-            side = torch.where(x >= k, _scalar64(up if k + self.margin <= hi else down),
-                               _scalar64(down if k - self.margin >= lo else up))
-            x = torch.where(near, side, x)
+            near = np.abs(x - k) < margin
+            up, down = min(k + margin, hi), max(k - margin, lo)
+            side = np.where(x >= k, up if k + margin <= hi else down, down if k - margin >= lo else up)
+            x = np.where(near, side, x)
         return x
-
-
-@functools.lru_cache(maxsize=64)
-def _scalar64(value: float) -> torch.Tensor:
-    """A 0-d float64 constant, made once: ``torch.where`` with two Python
-    floats would compute in the default dtype, not in float64."""
-    return torch.tensor(value, dtype=torch.float64)
 
 
 @dataclass(frozen=True)
@@ -295,28 +308,38 @@ class Probe:
 def probe_like(seed: int, layout: str, zeros: float, t: torch.Tensor) -> torch.Tensor:
     """``Probe(seed, layout, zeros).like(t)``, without building the Probe: the
     derivative checks make two or three probes per example from plain params."""
-    g = _generator(seed, 2)
     shape = tuple(t.shape)
     dims = [d for d, n in enumerate(shape) if n > 1] if layout == "expanded" else ()
     if len(dims) >= 2:  # expanded, and still varies along another dim
         d = dims[seed % len(dims)]
         small = list(shape)
         small[d] = 1
-        out = _probe_values(small, g, t.dtype, zeros).expand(shape)
+        out = _tensor(_probe_values(tuple(small), seed, t.dtype, zeros), t.dtype).expand(shape)
     else:
-        out = _probe_values(shape, g, t.dtype, zeros)
-        if layout == "transposed" and len(shape) >= 2:
+        x = _probe_values(shape, seed, t.dtype, zeros)
+        transposed = layout == "transposed" and len(shape) >= 2
+        if transposed and x.size:  # in NumPy: the cast keeps the layout
+            x = np.ascontiguousarray(x.swapaxes(-1, -2)).swapaxes(-1, -2)
+        out = _tensor(x, t.dtype)
+        if transposed and not x.size:
             out = out.mT.contiguous().mT
     return out if t.is_cpu else out.to(t.device)
 
 
-def _probe_values(shape, g: torch.Generator, dtype: torch.dtype, zeros: float) -> torch.Tensor:
-    v = torch.normal(0.25, 1.5, shape, generator=g, dtype=torch.float64)  # empty().normal_(), one call
+def _probe_values(shape: tuple[int, ...], seed: int, dtype: torch.dtype, zeros: float) -> np.ndarray:
+    """Normal-like values, mean 0.25 and deviation 1.5 (random and non-unit),
+    a fraction ``zeros`` of them zeroed, imaginary parts standard normal-like:
+    from words [0, 2n), [2n, 3n) and [3n, 5n) of the probes stream."""
+    n = math.prod(shape)
+    cplx = dtype.is_complex
+    z = draws.words(seed, (5 if cplx else 3 if zeros else 2) * n, draws.PROBES)
+    v = draws.normal(z[:2 * n], 0.25, 1.5)
     if zeros:
-        v = v * (torch.rand(shape, generator=g, dtype=torch.float64) >= zeros)
-    if dtype.is_complex:
-        v = torch.complex(v, torch.randn(shape, generator=g, dtype=torch.float64))
-    return v if v.dtype == dtype else v.to(dtype)
+        v *= draws.uniform(z[2 * n:3 * n]) >= zeros
+    if cplx:
+        real, v = v, np.empty(n, np.complex128)
+        v.real, v.imag = real, draws.normal(z[3 * n:5 * n])
+    return v.reshape(shape)
 
 
 @dataclass
@@ -345,8 +368,8 @@ class Case:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
     # Argument index -> its filled storage, pinned exactly (a corpus record's
-    # stored values): replay then does not depend on torch's random generator.
-    # Anything that moves the values or layouts drops it.
+    # stored values). Anything that redraws the values or moves the layouts
+    # drops it; nudged() moves the pinned values themselves.
     data: Mapping[int, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -364,11 +387,41 @@ class Case:
         return replace(self, dtype=str(dtype).removeprefix("torch."), data={})
 
     def nudged(self, amount: float, seed: int) -> "Case":
-        """A neighbouring point: every floating value moved by ~``amount`` of its range."""
-        return replace(self, data={}, args=tuple(
-            replace(a, values=replace(a.values, nudge=amount, nudge_seed=seed + i))
-            if a.values.kind == "float" and a.grad != "none" else a
-            for i, a in enumerate(self.args)))
+        """A neighbouring point: every floating value of a differentiable
+        argument moved by at most ``amount`` of its range.
+
+        Pinned values (a record's) are moved themselves and stay pinned, so
+        the neighbour is near the values the record holds, not near a redraw."""
+        moves = [a.values.kind == "float" and a.grad != "none" for a in self.args]
+        args = tuple(replace(a, values=replace(a.values, nudge=amount, nudge_seed=seed + i)) if move else a
+                     for i, (a, move) in enumerate(zip(self.args, moves)))
+        data = {i: self._moved(i, t, amount, seed + i) if moves[i] else t for i, t in self.data.items()}
+        return replace(self, args=args, data=data)
+
+    def _moved(self, i: int, storage: torch.Tensor, amount: float, seed: int) -> torch.Tensor:
+        """Pinned storage ``i`` nudged: each float element (each part of a
+        complex one) moved as ``Values`` nudges a draw, kinks avoided again;
+        special positions keep their values and ``values.constant`` dims stay
+        constant (stride-0 dims are: their elements are one storage element)."""
+        if not (storage.dtype.is_floating_point or storage.dtype.is_complex):
+            return storage
+        a, values = self.args[i], self.args[i].values
+        parts = torch.view_as_real(storage) if storage.dtype.is_complex else storage
+        x = parts.detach().cpu().to(torch.float64).reshape(-1).numpy().copy()
+        x += values._step(x.size, amount, seed)
+        moved = _tensor(values._pushed(x), parts.dtype).reshape(parts.shape)
+        if storage.dtype.is_complex:
+            moved = torch.view_as_complex(moved)
+        lay, n = a.strided, math.prod(a.shape)
+        if values.specials and n:
+            where = torch.arange(lay.storage_size).as_strided(a.shape, lay.strides, lay.offset).reshape(-1)
+            for pos, _ in values.specials:
+                moved[where[pos % n]] = storage[where[pos % n]]
+        view = lay.writable_view(moved, a.shape)
+        for d in values.constant:
+            if d < view.dim() and view.shape[d] > 1:
+                view.copy_(view.narrow(d, 0, 1).expand(view.shape).clone())
+        return moved if storage.device == moved.device else moved.to(storage.device)
 
     def reseeded(self, k: int) -> "Case":
         """The same structure with fresh values and probes: variant ``k`` (0 is itself).

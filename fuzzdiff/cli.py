@@ -6,6 +6,7 @@ Exit status: 0 no failure, 1 failures found, 2 usage or input error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import json
 import sys
@@ -147,11 +148,10 @@ class _Live:
 
     def on_batch(self, campaign, pair, batch):
         self.campaign = campaign
-        if batch.failed or (batch.known and batch.failure is not None):
-            self.failures += batch.failed
-            what = ("known discrepancy: " if batch.known else "") + (batch.error or batch.failure.verdict.message)
-            self.console.print(f"{'[yellow]KNOWN[/yellow]' if batch.known else '[red]FAIL[/red]'} "
-                               f"{batch.check} {pair.target}: {what.splitlines()[0][:200]}")
+        if batch.failed:
+            self.failures += 1
+            what = batch.error or batch.failure.verdict.message
+            self.console.print(f"[red]FAIL[/red] {batch.check} {pair.target}: {what.splitlines()[0][:200]}")
 
     def __rich__(self):
         import time
@@ -180,6 +180,28 @@ class _Live:
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _stops_interrupt():
+    """SIGTERM (a CI job cancelled, a cluster scheduler) and SIGHUP (the terminal
+    gone) end the command as Ctrl-C does, where they would kill it on the spot:
+    the examples in flight unwind and are forgotten (fuzzdiff.journal), not
+    left behind to be recorded later as crashes. A signal already handled or
+    ignored (nohup) is left as it is."""
+    import signal
+    import threading
+
+    installed = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                installed[sig] = signal.signal(sig, _interrupt)
+    try:
+        yield
+    finally:
+        for sig, before in installed.items():
+            signal.signal(sig, before)
 
 
 def cmd_run(args) -> int:
@@ -249,13 +271,10 @@ def cmd_run(args) -> int:
                   + (f", shard {shard.index}/{shard.count}" if shard else "")
                   + (f", dtypes {' '.join(_split(args.dtypes))}" if dtypes else "")
                   + (f", device {device}" if device else ""))
-    # A SIGTERM (a CI job cancelled, a cluster scheduler) ends the run as Ctrl-C does: the
-    # workers are stopped and their in-flight cases forgotten, not recorded as crashes.
-    import signal
-    signal.signal(signal.SIGTERM, _interrupt)
+    # Interrupted, the campaign kills its busy workers and forgets their cases in flight.
     live = _Live(console, min(jobs, max(len(pairs), 1)))
-    with Live(live, console=console, transient=True, refresh_per_second=2,
-              redirect_stdout=False, redirect_stderr=False) as display:
+    with _stops_interrupt(), Live(live, console=console, transient=True, refresh_per_second=2,
+                                  redirect_stdout=False, redirect_stderr=False) as display:
         live.console = display.console
         campaign = run_campaign(pairs, size=size, budget=args.budget, rounds=args.rounds, seed=seed,
                                 corpus=args.corpus, jobs=jobs, dtypes=dtypes, device=device,
@@ -273,9 +292,8 @@ def cmd_run(args) -> int:
     for path in campaign.recovered:
         console.print(f"[red]crash record[/red] of a worker that died: {path}")
     for r in campaign.results:
-        if r.known:
-            print(f"\nknown discrepancy, {r.check} {r.target}: {r.failure.verdict.message.splitlines()[0][:300]}"
-                  + (f"\n  record: {r.failure.record_path}" if r.failure.record_path else ""))
+        for known, n in r.tally.known.items():
+            print(f"\nknown discrepancy, {r.check} {r.target}, {n} example(s): {known[:300]}")
     for r in campaign.failures:
         print(f"\n{r.check} {r.target}: {r.error or r.failure.verdict.message}")
         if r.failure is not None:
@@ -313,7 +331,7 @@ def cmd_list(args) -> int:
         for c in CHECKS:
             table.add_column(c, justify="center")
         for t in targets:
-            marks = ["k" if c in t.known else "-" if CHECKS[c].why_not(t) else "+" for c in CHECKS]
+            marks = ["k" if c in t.known_checks() else "-" if CHECKS[c].why_not(t) else "+" for c in CHECKS]
             table.add_row(t.family, t.name, *marks)
         console.print(table)
     per_family = Table(title="targets per family, and how many of them each check applies to")
@@ -401,9 +419,10 @@ def cmd_check(args) -> int:
         raise UsageError("--max-examples must be at least 1")
     if args.variants < 1:
         raise UsageError("--variants must be at least 1")
-    report = check(target, checks=checks, max_examples=args.max_examples, seed=args.seed,
-                   corpus=_corpus_root(args), variants=args.variants,
-                   shrink_seconds=args.shrink_seconds)
+    with _stops_interrupt():
+        report = check(target, checks=checks, max_examples=args.max_examples, seed=args.seed,
+                       corpus=_corpus_root(args), variants=args.variants,
+                       shrink_seconds=args.shrink_seconds)
     print(report.summary(), end="")
     return 0 if report.ok else 1
 
@@ -413,16 +432,30 @@ def _corpus_root(args):
     return default_root() if args.corpus is None else args.corpus
 
 
+def _allowed_imports(args) -> list[str]:
+    """--allow-import: module names, each also allowing its submodules."""
+    from fuzzdiff.targets.user import is_module_name
+
+    names = args.allow_import or []
+    bad = [n for n in names if not is_module_name(n)]
+    if bad:
+        raise UsageError(f"--allow-import {bad[0]!r}: expected a module name such as mypkg or mypkg.ops")
+    return names
+
+
 def cmd_repro(args) -> int:
     from fuzzdiff.corpus import find_record
-    from fuzzdiff.repro import describe, load, replay
+    from fuzzdiff.repro import describe, imports, load, read, replay
 
+    allowed = _allowed_imports(args)
     path = find_record(_corpus_root(args), args.record)
-    if args.script and not args.in_process:
-        from fuzzdiff.corpus import read_record
-        if read_record(path).verdict.kind == "crash":  # read, not loaded: no target imported here
-            return _script_in_child(path, args)
-    record, target = load(path, trust_source=args.trust_source)
+    record = read(path)  # JSON only: nothing imported yet
+    if args.script and not args.in_process and record.verdict.kind == "crash":
+        return _script_in_child(path, args)
+    planned = imports(record, allowed)  # refused (exit 2) before anything is imported
+    if planned is not None:
+        print(f"fuzzdiff: {planned}", file=sys.stderr)
+    record, target = load(record, trust_source=args.trust_source, allow_import=allowed)
     if args.script:
         from fuzzdiff.script import ScriptError, standalone_script
         try:
@@ -436,7 +469,9 @@ def cmd_repro(args) -> int:
     for line in describe(record.case):
         print(f"          {line}")
     print(f"recorded: {record.verdict}")
-    verdict = replay(record, trust_source=args.trust_source)
+    if record.redrawn:
+        print(f"note:     {record.redrawn}")
+    verdict = replay(record, trust_source=args.trust_source, allow_import=allowed)
     print(f"replayed: {verdict}")
     same = verdict.kind == record.verdict.kind
     print("reproduced" if same else f"did not reproduce: recorded {record.verdict.kind}, "
@@ -453,10 +488,13 @@ def _script_in_child(path, args) -> int:
     command = [sys.executable, "-m", "fuzzdiff.cli", "repro", str(path), "--script", "--in-process"]
     if args.trust_source:
         command.append("--trust-source")
+    for name in args.allow_import or []:
+        command += ["--allow-import", name]
     if args.corpus is not None:
         command += ["--corpus", str(args.corpus)]
     child = subprocess.run(command, capture_output=True, text=True)
     if child.returncode == 0:
+        print(child.stderr, end="", file=sys.stderr)  # what it imported
         print(child.stdout, end="")
         return 0
     if child.returncode == 2:  # a usage or record error, already worded
@@ -556,9 +594,9 @@ def cmd_corpus_promote(args) -> int:
     from pathlib import Path
 
     from fuzzdiff.corpus import find_record
-    from fuzzdiff.repro import load, regression_test
+    from fuzzdiff.repro import read, regression_test
 
-    record, _ = load(find_record(_corpus_root(args), args.id))
+    record = read(find_record(_corpus_root(args), args.id))  # writing the test imports nothing
     folder = Path(args.to)
     folder.mkdir(parents=True, exist_ok=True)
     name, source = regression_test(record, folder, xfail=args.xfail)
@@ -674,6 +712,10 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("--trust-source", action="store_true",
                        help="run the function source a record carries (a lambda, a local or a "
                             "__main__ function); read it first with 'fuzzdiff corpus show'")
+    repro.add_argument("--allow-import", action="append", metavar="MODULE",
+                       help="import MODULE (and its submodules) to rebuild a record's user target "
+                            "although it is not the project's code; repeatable (default: only modules "
+                            "whose files are under the working directory, outside installed packages)")
     repro.set_defaults(func=cmd_repro)
 
     corpus = sub.add_parser("corpus", help="list, show, count and promote corpus records")

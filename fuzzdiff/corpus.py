@@ -10,9 +10,14 @@ record parses JSON (and safetensors) and nothing else.
 
 A record stores each argument's filled storage exactly, beside the seed
 recipe it came from: as ``float.hex`` strings when small, in a safetensors
-file beside the JSON when large. Replay uses the stored values, so a record
-found with one torch version replays bit for bit under another whose random
-generator differs.
+file beside the JSON when large. Every other random tensor the check draws
+(probes, batch examples, nudges, junk memory) comes from a counter-based
+stream keyed by seeds in the record (``fuzzdiff.draws``, named in the
+record's ``draws`` field), not from torch's generator: a record found with
+one torch version replays bit for bit under another.
+
+Format 1 records predate ``draws``: their probes came from torch's
+generator, and replay redraws them under the current scheme (``Record.redrawn``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,12 +36,14 @@ import torch
 
 from fuzzdiff.case import DTYPES, Case, CaseError
 from fuzzdiff.caseio import case_from_json
+from fuzzdiff.draws import SCHEME
 from fuzzdiff.verdict import KINDS, Verdict
 
 __all__ = ["FORMAT", "STATUSES", "Record", "CorpusError", "signature", "write_record",
-           "read_record", "iter_records", "default_root", "find_record", "merge", "Merge"]
+           "read_record", "rewrite_record", "iter_records", "default_root", "find_record", "merge", "Merge"]
 
-FORMAT = 1
+FORMAT = 2
+TORCH_DRAWS = "torch-generator"  # the draws of a format-1 record
 STATUSES = ("open", "fixed", "expected")
 INLINE_LIMIT = 4096  # elements per storage stored inline as float.hex; more go to safetensors
 
@@ -49,7 +57,10 @@ def default_root() -> Path:
 
 
 def signature(check: str, case: Case, verdict: Verdict) -> dict:
-    """What makes two failures the same: the properties of the shrunk inputs."""
+    """What makes two failures the same: the properties of the shrunk inputs,
+    and for an exception its type and message with the numbers taken out (two
+    errors of one pair, say a size mismatch and an invalid shape, are two
+    records; the same error at other sizes is one)."""
     features = set()
     for a in case.args:
         lay = a.strided
@@ -66,8 +77,16 @@ def signature(check: str, case: Case, verdict: Verdict) -> dict:
         if 0 in a.shape:
             features.add("empty")
         features.update(f"special:{name.lstrip('-')}" for _, name in a.values.specials)
-    return {"target": case.target, "check": check, "kind": verdict.kind, "dtype": case.dtype,
-            "device": case.device, "features": sorted(features)}
+    sig = {"target": case.target, "check": check, "kind": verdict.kind, "dtype": case.dtype,
+           "device": case.device, "features": sorted(features)}
+    exception = verdict.errors.get("exception") if isinstance(verdict.errors, Mapping) else None
+    if isinstance(exception, str):
+        first = verdict.message.splitlines()[0] if verdict.message else ""
+        sig["error"] = f"{exception}: {_NUMBERS.sub('#', first)[:200]}"
+    return sig
+
+
+_NUMBERS = re.compile(r"\d+")
 
 
 def _record_id(sig: Mapping) -> str:
@@ -144,10 +163,20 @@ class Record:
     found_with: Mapping[str, str] | None = None
     path: Path | None = None
     definition: Mapping[str, Any] | None = None  # a user target's fn, spec and domain
+    draws: str = SCHEME  # what drew the random tensors that are not stored (fuzzdiff.draws)
 
     @property
     def target(self) -> str:
         return self.case.target
+
+    @property
+    def redrawn(self) -> str | None:
+        """A one-line note when a replay's probes are not the record's own
+        (a format-1 record); None when they are."""
+        if self.draws == SCHEME:
+            return None
+        return (f"a format-1 record: its inputs are the stored bits, its probes and batch examples "
+                f"are redrawn under {SCHEME} (it was found with torch's generator)")
 
     def to_json(self, storages: Mapping[int, torch.Tensor], data_file: str | None = None) -> dict:
         """The record; storages over INLINE_LIMIT elements are in ``data_file``."""
@@ -163,7 +192,7 @@ class Record:
         extra = {} if self.definition is None else {"definition": dict(self.definition)}
         return _clean({
             **extra,
-            "format": FORMAT, "id": self.id, "target": case["target"], "check": self.check,
+            "format": FORMAT, "draws": SCHEME, "id": self.id, "target": case["target"], "check": self.check,
             "dtype": case["dtype"], "device": case["device"], "inputs": inputs,
             "kwargs": case["kwargs"], "params": case["params"],
             "verdict": {"kind": self.verdict.kind, "message": self.verdict.message,
@@ -287,8 +316,12 @@ def read_record(path: Path | str) -> Record:
     if not isinstance(data, dict):
         raise CorpusError(f"{path}: a record is a JSON object, got {type(data).__name__}")
     fmt = _field(data, "format", path, int)
-    if fmt != FORMAT:
-        raise CorpusError(f"{path}: field 'format' is {fmt}; this fuzzdiff reads format {FORMAT}")
+    if fmt not in (1, FORMAT):
+        raise CorpusError(f"{path}: field 'format' is {fmt}; this fuzzdiff reads formats 1 to {FORMAT}")
+    draws = TORCH_DRAWS if fmt == 1 else _field(data, "draws", path, str)
+    if fmt != 1 and draws != SCHEME:
+        raise CorpusError(f"{path}: field 'draws' is {draws!r}; this fuzzdiff draws with {SCHEME!r} "
+                          f"and cannot replay the record's probes")
     check = _field(data, "check", path, str)
     status = _field(data, "status", path, str)
     if status not in STATUSES:
@@ -320,7 +353,35 @@ def read_record(path: Path | str) -> Record:
         raise CorpusError(f"{path}: field 'definition' must be an object")
     return Record(_field(data, "id", path, str), check, replace(case, data=pinned),
                   Verdict(kind, str(verdict.get("message", "")), dict(verdict.get("errors") or {})),
-                  status, data.get("found_with"), path, definition)
+                  status, data.get("found_with"), path, definition, draws)
+
+
+def rewrite_record(record: Record, verdict: Verdict) -> Path:
+    """Write ``record`` again in place, in this format and draw scheme, with
+    ``verdict``: its id, path, stored values and status kept. For moving a
+    corpus to a new format; a record whose failure changed kind is a new
+    failure, and ``write_record``'s to make."""
+    if record.path is None:
+        raise ValueError("the record has no path")
+    if verdict.kind != record.verdict.kind:
+        raise ValueError(f"{record.path}: recorded {record.verdict.kind}, the new verdict is {verdict.kind}")
+    path = Path(record.path)
+    storages = replace(record.case, device="cpu").storages()  # the stored values, wherever the case runs
+    old = json.loads(path.read_text())
+    new = replace(record, verdict=verdict).to_json(storages)
+    for i, arg in enumerate(old["inputs"]):  # values in a data file: the same values, the same file
+        if isinstance(arg.get("storage"), dict) and "file" in arg["storage"]:
+            new["inputs"][i]["storage"] = arg["storage"]
+    for key in ("signature", "found_with"):  # what the record was found as, and with
+        if key in old:
+            new[key] = old[key]
+    text = json.dumps(new, indent=1, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, path.stat().st_mode)
+    os.replace(tmp, path)  # atomic: a reader sees the old record or the new one
+    return path
 
 
 def find_record(root: Path | str, ref: str) -> Path:

@@ -9,35 +9,42 @@ rounds (fuzzdiff.schedule).
 
 from __future__ import annotations
 
-from fuzzdiff.case import Case
+from fuzzdiff.case import Arg, Case
 
-__all__ = ["case_features"]
+__all__ = ["case_features", "arg_features"]
 
 
 def case_features(case: Case) -> frozenset[str]:
     found = {f"dtype:{case.dtype}", f"device:{case.device.split(':')[0]}"}
     for arg in case.args:
-        shape = arg.shape
-        if not shape:
-            found.add("rank0")
-        if 0 in shape:
-            found.add("empty")
-        if 1 in shape:
-            found.add("size1")
-        if arg.alias is not None:
-            found.add(f"alias:{arg.alias.kind}")
-        if arg.grad == "view":
-            found.add("nonleaf-view")
-        layout = arg.layout
-        if layout is None or layout.is_contiguous(shape):
-            continue
-        strides = [s for n, s in zip(shape, layout.strides) if n > 1]
-        if any(s == 0 for s in strides):
-            found.add("stride0")
-        if layout.offset:
-            found.add("offset")
-        if any(a < b for a, b in zip(strides, strides[1:])):
-            found.add("permuted")
-        else:
-            found.add("gapped")
+        found |= arg_features(arg)
+    return frozenset(found)
+
+
+def arg_features(arg: Arg) -> frozenset[str]:
+    """The features of one argument (a known discrepancy may hinge on which)."""
+    found = set()
+    shape = arg.shape
+    if not shape:
+        found.add("rank0")
+    if 0 in shape:
+        found.add("empty")
+    if 1 in shape:
+        found.add("size1")
+    if arg.alias is not None:
+        found.add(f"alias:{arg.alias.kind}")
+    if arg.grad == "view":
+        found.add("nonleaf-view")
+    layout = arg.layout
+    if layout is None or layout.is_contiguous(shape):
+        return frozenset(found)
+    strides = [s for n, s in zip(shape, layout.strides) if n > 1]
+    if any(s == 0 for s in strides):
+        found.add("stride0")
+    if layout.offset:
+        found.add("offset")
+    if any(a < b for a, b in zip(strides, strides[1:])):
+        found.add("permuted")
+    else:
+        found.add("gapped")
     return frozenset(found)

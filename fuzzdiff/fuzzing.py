@@ -23,6 +23,7 @@ from fuzzdiff.case import Case
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.features import case_features
 from fuzzdiff.journal import Journal, recover
+from fuzzdiff.known import Known, crashing, matching
 from fuzzdiff.runner import case_strategy, verdict_at
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
@@ -64,10 +65,18 @@ class Tally:
     closest: float = 0.0
     features: set[str] = field(default_factory=set)
     cases: int = 0  # drawn cases (structures); examples counts their runs (verdicts)
+    # Confirmed failures that matched a known discrepancy's signature, by its
+    # description: counted, never raised, so the search goes on for new ones.
+    known: Counter = field(default_factory=Counter)
 
     def add(self, verdict: Verdict) -> None:
         self.counts[verdict.kind] += 1
         self.reasons.setdefault(verdict.kind, verdict.message)
+
+    def add_known(self, known: Known, verdict: Verdict) -> None:
+        self.counts["known"] += 1
+        self.reasons.setdefault("known", verdict.message)
+        self.known[known.describe()] += 1
 
     def merge(self, other: "Tally") -> None:
         """Add another run's tally (a campaign's batches of one pair)."""
@@ -77,6 +86,7 @@ class Tally:
         self.closest = max(self.closest, other.closest)
         self.features |= other.features
         self.cases += other.cases
+        self.known.update(other.known)
 
     @property
     def examples(self) -> int:
@@ -258,6 +268,10 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
                     tally.features |= case_features(case)
                 for k in range(first, first + variants):
                     variant = inflight[0] = case.reseeded(k)
+                    doomed = crashing(target.known, check.name, variant) if target.known else None
+                    if doomed is not None:  # a known torch crash: not run, counted as known
+                        tally.add_known(doomed, Verdict("crash", doomed.reason))
+                        continue
                     if journal is not None:
                         journal.begin(k)
                     if watch is not None:
@@ -265,6 +279,10 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
                     verdict = verdict_at(check, target, variant)
                     if watch is not None:
                         watch.stop()
+                    known = matching(target.known, check.name, variant, verdict) if target.known else None
+                    if known is not None:
+                        tally.add_known(known, verdict)
+                        continue
                     tally.add(verdict)
                     if verdict.failed:
                         shrink.failed(cases)

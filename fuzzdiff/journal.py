@@ -22,6 +22,17 @@ File layout, ``<corpus>/.inflight/<host>-<pid>-<token>.json``::
 Beside it, ``<same stem>.hang`` receives faulthandler's traceback when the
 hard timeout stops the process (fuzzdiff.timeout); its presence makes the
 record a ``timeout`` rather than a ``crash``.
+
+A process stopped on purpose was interrupted, not crashed, and leaves no
+entry: Ctrl-C unwinds through ``fuzz()``, which closes its journal; SIGTERM
+and SIGHUP, which would kill the process on the spot, are caught while a
+journal is open (where nobody else handles them) to remove the process's
+entries, and the process then dies of the signal as it would have. What the
+process cannot do for itself (SIGKILL sent by the one who stops it, a stop
+that lands inside a long C call), its stopper does with ``forget()``: the
+campaign for the workers it kills, the pytest plugin for the xdist workers of
+an interrupted session. Every other death (a segfault, an abort, the
+out-of-memory killer's SIGKILL, ``os._exit``) leaves the entry for ``recover``.
 """
 
 from __future__ import annotations
@@ -31,13 +42,15 @@ import json
 import mmap
 import os
 import secrets
+import signal
 import socket
+import threading
 import time
 import warnings
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["INFLIGHT", "Journal", "recover", "case_json"]
+__all__ = ["INFLIGHT", "Journal", "recover", "forget", "case_json", "STOPS"]
 
 INFLIGHT = ".inflight"
 FORMAT = 1
@@ -46,6 +59,7 @@ IDLE = b"%11d\n" % -1
 STALE_AFTER = 3600.0  # seconds without a write before another host's entry counts as dead
 
 _HOST = socket.gethostname()
+_STEM_HOST = "".join(c if c.isalnum() or c in ".-" else "_" for c in _HOST)
 
 
 # -- a Case as JSON, fast ---------------------------------------------------------------
@@ -108,18 +122,21 @@ class Journal:
         if not (folder / ".gitignore").exists():
             folder.mkdir(parents=True, exist_ok=True)
             (folder / ".gitignore").write_text("*\n")  # transient: never committed with the corpus
-        pid = os.getpid()
-        stem = f"{''.join(c if c.isalnum() or c in '.-' else '_' for c in _HOST)}-{pid}-{secrets.token_hex(4)}"
+        pid = self.pid = os.getpid()
+        stem = f"{_STEM_HOST}-{pid}-{secrets.token_hex(4)}"
         self.path = folder / f"{stem}.json"
         self.hang_path = folder / f"{stem}.hang"
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         os.pwrite(self._fd, IDLE, 0)
         self._header = mmap.mmap(self._fd, HEADER)  # MAP_SHARED: stores reach the file's pages
+        parent = os.getppid()
         head = json.dumps({"format": FORMAT, "host": _HOST, "pid": pid, "start": _start_time(pid),
+                           "parent": parent, "parent_start": _start_time(parent),
                            "check": check, "target": target, "timeout": timeout})
         self._prefix = head[:-1].encode() + b', "case": '
         self._marks = [b"%11d\n" % k for k in range(64)]
         self._size = HEADER
+        _opened(self)
 
     def begin_case(self, case) -> None:
         """Write the drawn case (idle until ``begin``: a torn body is never read)."""
@@ -141,6 +158,48 @@ class Journal:
             os.close(self._fd)
             self._fd = None
             self.path.unlink(missing_ok=True)
+            _closed(self)
+
+
+# -- stop requests -----------------------------------------------------------------------
+
+STOPS = (signal.SIGTERM, signal.SIGHUP)  # "stop", by default fatal without a word
+_OPEN: dict[int, Journal] = {}
+_HANDLED: set[int] = set()  # the signals _on_stop was installed for (over SIG_DFL)
+
+
+def _on_stop(signum, frame) -> None:
+    """Examples in flight when the process is told to stop were interrupted:
+    remove this process's entries, then die of the signal as without fuzzdiff.
+    (A forked child inherits the handler and the registry, not the entries.)"""
+    for journal in list(_OPEN.values()):
+        if journal.pid == os.getpid():
+            journal.path.unlink(missing_ok=True)
+            journal.hang_path.unlink(missing_ok=True)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _opened(journal: Journal) -> None:
+    _OPEN[id(journal)] = journal
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers; Ctrl-C still unwinds
+    for sig in STOPS:
+        if sig not in _HANDLED and signal.getsignal(sig) == signal.SIG_DFL:
+            # Someone else's handler (fuzzdiff run's, a test runner's) is left alone:
+            # it unwinds through fuzz(), which closes the journal.
+            signal.signal(sig, _on_stop)
+            _HANDLED.add(sig)
+
+
+def _closed(journal: Journal) -> None:
+    _OPEN.pop(id(journal), None)
+    if _OPEN or threading.current_thread() is not threading.main_thread():
+        return
+    for sig in _HANDLED:
+        if signal.getsignal(sig) is _on_stop:
+            signal.signal(sig, signal.SIG_DFL)
+    _HANDLED.clear()
 
 
 # -- recovery ----------------------------------------------------------------------------
@@ -243,6 +302,33 @@ def recover(root: Path | str, *, cause: str | None = None,
         if not stray.with_suffix(".json").exists() and time.time() - _mtime(stray) > 60:
             stray.unlink(missing_ok=True)
     return records
+
+
+def forget(root: Path | str, *, pid: int | None = None, children_of: int | None = None) -> list[Path]:
+    """Remove the entries of processes stopped on purpose: those of ``pid``
+    (this host's), or of the dead processes whose parent is ``children_of``
+    (a live process of this host, e.g. the pytest controller whose xdist
+    workers were killed when its session was interrupted). Their cases were
+    interrupted, not crashed. Returns the entries removed."""
+    folder = Path(root) / INFLIGHT
+    if pid is not None:
+        entries = [e for e in folder.glob(f"{_STEM_HOST}-{pid}-*.json")
+                   if e.stem.rsplit("-", 2)[:2] == [_STEM_HOST, str(pid)]]
+    elif children_of is not None:
+        born = _start_time(children_of)
+        entries = []
+        for entry in folder.glob(f"{_STEM_HOST}-*.json"):
+            read = _read(entry)
+            info = read and read[1]
+            if (info and info.get("host") == _HOST and info.get("parent") == children_of
+                    and info.get("parent_start") == born and not _owner_alive(entry, info, STALE_AFTER)):
+                entries.append(entry)
+    else:
+        raise TypeError("forget() needs pid= or children_of=")
+    for entry in entries:
+        entry.unlink(missing_ok=True)
+        entry.with_suffix(".hang").unlink(missing_ok=True)
+    return entries
 
 
 def _mtime(path: Path) -> float:

@@ -13,7 +13,8 @@ handed to fuzz loops explicitly: ``fuzz_options(config)`` or the
 
 Crashed examples: at session start and finish (on the xdist controller, and
 whenever an xdist worker dies) journal entries of dead processes under the
-corpus become ``crash`` / ``timeout`` records (fuzzdiff.journal.recover).
+corpus become ``crash`` / ``timeout`` records (fuzzdiff.journal.recover); an
+interrupted session's workers were stopped, and leave none.
 """
 
 from __future__ import annotations
@@ -113,8 +114,15 @@ def pytest_sessionstart(session):
         _recover("found at the start of a later pytest session")
 
 
+@pytest.hookimpl(trylast=True)  # after xdist has stopped its workers
 def pytest_sessionfinish(session, exitstatus):
+    """An interrupted session's workers were stopped, not crashed: a worker that
+    did not unwind in time was killed by xdist, and its case in flight is
+    forgotten (fuzzdiff.journal.forget), not recorded."""
     if not hasattr(session.config, "workerinput"):
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            from fuzzdiff.journal import forget
+            forget(_corpus_root(), children_of=os.getpid())
         _recover("found at the end of the pytest session")
 
 

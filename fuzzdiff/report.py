@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 __all__ = ["pair_rows", "write_report", "read_results", "merge_results", "covered", "FORMAT"]
 
 FORMAT = 1
-VERDICTS = ("pass", "fail", "unsupported", "inconclusive", "timeout", "crash")
+VERDICTS = ("pass", "fail", "unsupported", "inconclusive", "known", "timeout", "crash")
 
 
 def pair_rows(campaign, pairs: Iterable = ()) -> list[dict]:
@@ -33,7 +33,7 @@ def pair_rows(campaign, pairs: Iterable = ()) -> list[dict]:
         message = r.error or (r.failure.verdict.message if r.failure is not None else "")
         rows.append({"target": r.target, "check": r.check, "examples": r.tally.examples,
                      "counts": counts, "failed": r.failed, "crashed": r.crashed, "cut": r.cut,
-                     "known": r.known, "batches": r.batches, "scores": list(r.scores),
+                     "known": r.known, "known_hits": dict(r.tally.known), "batches": r.batches, "scores": list(r.scores),
                      "new_records": r.new_records, "seconds": round(r.seconds, 3),
                      "found_at": None if r.found_at is None else round(r.found_at, 1),
                      "ref": r.ref, "message": message.splitlines()[0][:300] if message else ""})
@@ -138,7 +138,7 @@ def _tooltip(cell: Mapping) -> str:
     if cell["crashed"]:
         parts.append("the worker died")
     if cell.get("known"):
-        parts.append("known discrepancy (Target.known)")
+        parts.append("examples matched a known discrepancy (fuzzdiff.known)")
     if cell["cut"]:
         parts.append("stopped by its time limit")
     if cell["new_records"]:

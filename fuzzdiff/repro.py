@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import textwrap
 from pathlib import Path
+from typing import Iterable
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS
@@ -13,20 +15,65 @@ from fuzzdiff.corpus import CorpusError, Record, read_record
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets import UnknownTarget, get_target
 from fuzzdiff.targets.target import Target
-from fuzzdiff.targets.user import from_definition
+from fuzzdiff.targets.user import ImportRefused, PlannedImport, from_definition, plan_import
 from fuzzdiff.verdict import KINDS, Verdict
 
-__all__ = ["load", "replay", "describe", "regression_test"]
+__all__ = ["read", "load", "imports", "replay", "describe", "regression_test"]
 
 
-def load(record: Record | Path | str, *, trust_source: bool = False) -> tuple[Record, Target]:
-    """The record and its target; a name that does not resolve is the record's error.
-    A record that carries its function's source runs it only with ``trust_source``."""
+def read(record: Record | Path | str) -> Record:
+    """The record, parsed and validated, its check one fuzzdiff knows. Plain
+    JSON (and safetensors): nothing is imported, no code runs."""
     if not isinstance(record, Record):
         record = read_record(record)
     if record.check not in CHECKS:
         raise CorpusError(f"{record.path}: field 'check' is {record.check!r}; "
                           f"expected one of {', '.join(CHECKS)}")
+    return record
+
+
+def _imported(record: Record) -> str | None:
+    """The ``module:qualname`` that rebuilding the record's target imports;
+    None for a catalog or OpInfo target (looked up by name in fuzzdiff's own
+    registry) and for stored source (``trust_source``'s business)."""
+    if record.definition is not None:
+        fn = record.definition.get("fn")
+        return fn if "source" not in record.definition and isinstance(fn, str) else None
+    name = record.target
+    return name if ":" in name and not name.startswith("opinfo/") else None
+
+
+def imports(record: Record | Path | str, allow_import: Iterable[str] = ()) -> PlannedImport | None:
+    """What loading the record would import, and from where, found without
+    importing it (fuzzdiff.targets.user.plan_import); None if nothing.
+    CorpusError when the module is not the project's and ``allow_import``
+    does not name it."""
+    record = read(record)
+    ref = _imported(record)
+    if ref is None:
+        return None
+    field = "definition.fn" if record.definition is not None else "target"
+    try:
+        return plan_import(ref, allow_import)
+    except ImportRefused as e:
+        raise CorpusError(f"{record.path}: {e}") from None
+    except ValueError as e:
+        raise CorpusError(f"{record.path}: field {field!r}: {e}") from None
+
+
+def load(record: Record | Path | str, *, trust_source: bool = False,
+         allow_import: Iterable[str] = ()) -> tuple[Record, Target]:
+    """The record and its target; a name that does not resolve is the record's error.
+
+    A user target's module is imported only when it is the project's own code
+    (under the working directory, outside installed packages) or named in
+    ``allow_import`` (a name also allows its submodules); otherwise, and before
+    anything is imported, CorpusError says which module and how to allow it.
+    A record that carries its function's source runs it only with ``trust_source``.
+    """
+    record = read(record)
+    allow_import = _names(allow_import)
+    imports(record, allow_import)
     try:
         if record.definition is not None:
             target = from_definition(record.definition, trust_source=trust_source)
@@ -38,15 +85,23 @@ def load(record: Record | Path | str, *, trust_source: bool = False) -> tuple[Re
     return record, target
 
 
-def replay(record: Record | Path | str, *, trust_source: bool = False) -> Verdict:
+def _names(allow_import: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(allow_import, str):  # one name, not its letters
+        allow_import = (allow_import,)
+    return tuple(allow_import)
+
+
+def replay(record: Record | Path | str, *, trust_source: bool = False,
+           allow_import: Iterable[str] = ()) -> Verdict:
     """The check's verdict at the record's exact inputs, today.
 
     A ``crash`` record replays in a child process (in this one it would kill
     the replayer); a ``timeout`` record replays under the per-example timeout.
+    What the record may import, and ``trust_source``: as for ``load``.
     """
-    record, target = load(record, trust_source=trust_source)
+    record, target = load(record, trust_source=trust_source, allow_import=allow_import)
     if record.verdict.kind == "crash" and record.path is not None:
-        return _replay_isolated(record, trust_source)
+        return _replay_isolated(record, trust_source, _names(allow_import))
     if record.verdict.kind == "timeout":
         from fuzzdiff.timeout import ExampleTimeout, limited
         seconds = float(record.verdict.errors.get("timeout") or 0) or None
@@ -59,22 +114,22 @@ def replay(record: Record | Path | str, *, trust_source: bool = False) -> Verdic
 
 
 _CHILD = """
-import sys
+import json, sys
 from fuzzdiff.repro import load
 from fuzzdiff.runner import run_check
-record, target = load(sys.argv[1], trust_source=sys.argv[2] == "trust")
+record, target = load(sys.argv[1], trust_source=sys.argv[2] == "trust", allow_import=json.loads(sys.argv[3]))
 print(run_check(record.check, target, record.case).kind)
 """
 
 
-def _replay_isolated(record: Record, trust_source: bool = False) -> Verdict:
+def _replay_isolated(record: Record, trust_source: bool = False, allow_import: tuple[str, ...] = ()) -> Verdict:
     import signal
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(record.path), "trust" if trust_source else "-"],
-                          capture_output=True,
-                          text=True, cwd=os.getcwd())
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(record.path), "trust" if trust_source else "-",
+                           json.dumps(list(allow_import))],
+                          capture_output=True, text=True, cwd=os.getcwd())
     if done.returncode < 0:
         name = signal.Signals(-done.returncode).name
         return Verdict("crash", f"the replay died by {name}", {"signal": name})
@@ -100,11 +155,20 @@ def mismatch(recorded: Verdict, replayed: Verdict) -> str | None:
     exception = recorded.errors.get("exception")
     if exception is not None and replayed.errors.get("exception") != exception:
         return f"recorded a raised {exception}, replayed {replayed.message.splitlines()[0][:300]}"
+    if exception is not None and _error_text(replayed) != _error_text(recorded):
+        # the same type with another message is another error (fuzzdiff.corpus.signature)
+        return (f"recorded {recorded.message.splitlines()[0][:300]!r}, replayed "
+                f"{replayed.message.splitlines()[0][:300]!r}")
     if exception is None and recorded.kind == "fail":
         identity = recorded.message.split(":", 1)[0]
         if replayed.message.split(":", 1)[0] != identity:
             return f"recorded {identity!r}, replayed {replayed.message.splitlines()[0][:300]}"
     return None
+
+
+def _error_text(verdict: Verdict) -> str:
+    first = verdict.message.splitlines()[0] if verdict.message else ""
+    return re.sub(r"\d+", "#", first)
 
 
 def describe(case: Case) -> list[str]:

@@ -1,8 +1,8 @@
 """Values: a seed, an interval and a few special positions per tensor.
 
-Drawing one Hypothesis value per element is ~10x slower than torch's own RNG
+Drawing one Hypothesis value per element is ~10x slower than a random stream
 and shrinks poorly; instead a tensor's values are ``Values(seed, ...)`` sampled
-by torch. Shrinking still goes somewhere simple: toward seed 0, a coarse grid
+from fuzzdiff.draws' counter-based stream. Shrinking still goes somewhere simple: toward seed 0, a coarse grid
 (values like 0.25 or -1.5) and no specials.
 """
 

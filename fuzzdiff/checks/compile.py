@@ -38,6 +38,7 @@ import math
 import os
 
 import torch
+from hypothesis import reject
 from hypothesis import strategies as st
 
 from fuzzdiff.case import Case
@@ -108,18 +109,22 @@ def run(target: Target, case: Case) -> Verdict:
     backend = case.params["backend"]
     tol = tolerance(target, "compile", case.torch_dtype)
     grads = True
+    # An exception of eager itself is a finding at a valid input (the runner
+    # confirms it), as under every other check: never "nothing to compare";
+    # only torch's refusal of an invalid input (Target.invalid) rejects it.
     try:
         eager = path.run(target, case, None)
-        if eager.grad_error:
-            # Eager refuses the backward (a saved tensor was written in place), and
-            # AOTAutograd, tracing that backward, would too: compare without grad.
-            grads, note = False, f" (run under no_grad: eager's backward raises: {eager.grad_error})"
-            eager = path.run(target, case, None, grads=False)
-        else:
-            note = ""
-    except Exception as e:  # noqa: BLE001 - eager's own errors are other checks' business
-        return Verdict("unsupported", f"eager raises at this example ({type(e).__name__}: "
-                       f"{str(e).splitlines()[0][:200]}); nothing to compare")
+    except Exception as e:  # noqa: BLE001
+        if target.rejects(e):
+            reject()
+        raise
+    if eager.grad_error:
+        # Eager refuses the backward (a saved tensor was written in place), and
+        # AOTAutograd, tracing that backward, would too: compare without grad.
+        grads, note = False, f" (run under no_grad: eager's backward raises: {eager.grad_error})"
+        eager = path.run(target, case, None, grads=False)
+    else:
+        note = ""
     try:
         got = path.run(target, case, backend, grads=grads)
     except Exception as e:  # noqa: BLE001

@@ -55,9 +55,9 @@ def storages(args):
 
 def run(fn):
     """(names, tensors compared by value, output metadata, argument metadata after the call)."""
-    leaves = make_leaves()
-    args = make_args([copy(l) for l in leaves] if WRITES_INPUTS else leaves)
-    with torch.set_grad_enabled(GRAD):
+    with torch.set_grad_enabled(GRAD):  # the copies too: a view made under no_grad must not see a write made with grad
+        leaves = make_leaves()
+        args = make_args([copy(l) for l in leaves] if WRITES_INPUTS else leaves)
         outs = outputs(fn(*args))
         meta = [metadata(o, args) for o in outs]
         arg_meta = [(tuple(a.shape), a.stride(), a.storage_offset(), a.requires_grad) for a in args]

@@ -7,6 +7,8 @@ tensor comparison), so that a script shows the numbers fuzzdiff saw.
 
 from __future__ import annotations
 
+from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS
+
 __all__ = ["HELPERS", "helper_source"]
 
 HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -188,16 +190,18 @@ def compare(names, got, expected, scale_floor=0.0):
     return first is None, first or "all agree"
 ''')
 
-_helper("skip_missing_formula", '''
+_helper("skip_missing_formula", f'''
+UNSUPPORTED = re.compile({"|".join(p.pattern for p in UNSUPPORTED_PATTERNS)!r}, re.I)
+
+
 def skip_missing_formula(identity, error):
     """Go on without an identity when torch lacks a formula it needs (e.g. no forward-mode
-    derivative of some backward); any other error is a finding and is raised."""
-    text = f"{type(error).__name__}: {error}"
-    if not (isinstance(error, NotImplementedError) or re.search(
-            r"not implemented|does not (support|implement)|must implement the jvp|"
-            r"once_differentiable", text, re.I)):
+    derivative of some backward), as torch's own messages say. Any other error, a
+    NotImplementedError of the function itself included, is a finding and is raised."""
+    text = f"{{type(error).__name__}}: {{error}}"
+    if not UNSUPPORTED.search(text):
         raise error
-    print(f"{identity}: not supported by torch here ({text.splitlines()[0]})")
+    print(f"{{identity}}: not supported by torch here ({{text.splitlines()[0]}})")
 ''')
 
 _helper("finish", '''

@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from fuzzdiff import draws
 from fuzzdiff.targets.target import Target, Tol
 
 __all__ = ["PREFIX", "FAMILY", "CHECKS", "SAMPLES_PER_OP", "NEAR", "EXCLUDED", "op_db", "op_key",
@@ -326,10 +327,50 @@ def _valid_at(call: Call, points: list[torch.Tensor]) -> bool:
         return False
 
 
+@dataclass(frozen=True, eq=False)
+class _Differentiable:
+    """An ``output_fn`` that keeps only the output leaves autograd differentiates.
+
+    Some ops return floating outputs that depend on the input but that torch
+    declares non-differentiable (``output_differentiability`` in
+    derivatives.yaml: native_batch_norm's save_mean / save_invstd,
+    native_layer_norm's mean / rstd): they never require grad, and
+    ``torch.autograd.gradcheck``, which OpInfo's own tests run, skips them. The
+    checks take every floating output as part of the function, so finite
+    differences would see a derivative that reverse mode, by contract, never
+    has. ``keep[i]``: whether output leaf ``i`` stays.
+    """
+
+    fn: Callable
+    keep: tuple[bool, ...]
+
+    def __call__(self, out):
+        leaves = tree_flatten(self.fn(out))[0]
+        kept = tuple(o for o, k in zip(leaves, self.keep) if k)
+        return kept[0] if len(kept) == 1 else kept
+
+
+def _differentiable_outputs(call: Call, fuzzed: list[torch.Tensor]) -> tuple[bool, ...] | None:
+    """Which output leaves to keep (see ``_Differentiable``): every one but the
+    floating leaves that do not require grad while another does. None: all."""
+    xs = [p.detach().requires_grad_() for p in fuzzed]
+    outs = tree_flatten(call(*xs))[0]
+    floating = [isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex()) for o in outs]
+    if not any(f and o.requires_grad for f, o in zip(floating, outs)):
+        return None  # no output requires grad (e.g. zeros_like): nothing to tell apart
+    keep = tuple(not f or o.requires_grad for f, o in zip(floating, outs))
+    return None if all(keep) else keep
+
+
 def _random_points(intervals, fuzzed, seed: int) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.rand(t.shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
-            for (lo, hi), t in zip(intervals, fuzzed)]
+    """Uniform points of the intervals, one stream of fuzzdiff.draws for all
+    arguments: the same target under every torch that gives the same samples."""
+    points, start = [], 0
+    for (lo, hi), t in zip(intervals, fuzzed):
+        z = draws.words(seed, t.numel(), draws.POINTS, start)
+        points.append(torch.from_numpy(draws.uniform(z, lo, hi)).reshape(t.shape))
+        start += t.numel()
+    return points
 
 
 def _deterministic(call: Call, fuzzed) -> bool:
@@ -419,15 +460,20 @@ def _target(op, index: int, sample) -> Target | None:
     leaves = tuple(None if k in positions else t.detach() if isinstance(t, torch.Tensor) else t
                    for k, t in enumerate(leaves))
     constants = any(isinstance(t, torch.Tensor) for t in leaves)
-    call = Call(op, spec, leaves, positions, (None,) * len(positions), sample.output_process_fn_grad)
+    output_fn = sample.output_process_fn_grad
+    call = Call(op, spec, leaves, positions, (None,) * len(positions), output_fn)
     if not _valid_at(call, fuzzed) or not _deterministic(call, fuzzed):
         return None
+    keep = _differentiable_outputs(call, fuzzed)
+    if keep is not None:
+        output_fn = _Differentiable(output_fn, keep)
+        call = Call(op, spec, leaves, positions, (None,) * len(positions), output_fn)
     near = _match(key, NEAR)
     intervals = _range_intervals(op, fuzzed)
     if near is None and not all(_valid_at(call, _random_points(intervals, fuzzed, s)) for s in (1, 2)):
         near = "invalid (error or non-finite) at random points of the sample's ranges"
     if near is not None:
-        call = Call(op, spec, leaves, positions, tuple(fuzzed), sample.output_process_fn_grad)
+        call = Call(op, spec, leaves, positions, tuple(fuzzed), output_fn)
         intervals = [(-d, d) for d in (NEAR_SCALE * max(1.0, t.abs().max().item() if t.numel() else 1.0)
                                        for t in fuzzed)]
     with torch.no_grad():

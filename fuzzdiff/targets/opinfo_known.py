@@ -1,112 +1,178 @@
-"""Known PyTorch discrepancies of OpInfo targets: (target, check, reason, evidence).
+"""Known PyTorch discrepancies of OpInfo targets: (target glob, signature).
 
-An entry keeps CI green where torch itself is wrong: the fuzz test of that
-(target, check) becomes an xfail when, and only when, it fails. Every entry
-was verified by hand to be torch's discrepancy, not the adapter's, and its
-evidence is a standalone torch snippet or the exact error.
+An entry keeps CI green where torch itself is wrong, and only there: a
+failure of a matching target is known when it matches the entry's signature
+(fuzzdiff.known), and anything else stays a new failure. Every entry was
+verified by hand to be torch's discrepancy, not the adapter's, and its
+evidence is a standalone torch snippet with the exact error.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
 
-__all__ = ["Known", "KNOWN", "known_for"]
+from fuzzdiff.known import NOT_NONE, Known
 
+__all__ = ["KNOWN", "known_for", "STRIDE0_GRAD_DYNAMIC"]
 
-@dataclass(frozen=True)
-class Known:
-    target: str     # glob over target refs, e.g. "opinfo/nn.functional.conv2d@*"
-    check: str
-    reason: str
-    evidence: str
+_VIEW_SIZE = r"view size is not compatible with input tensor's size and stride"
 
-    def __post_init__(self):
-        if not (self.reason.strip() and self.evidence.strip()):
-            raise ValueError(f"known entry {self.target} x {self.check} needs a reason and evidence")
-
-
-_CHANNELS_LAST = (
+_CHANNELS_LAST = Known(
+    "vmap",
     "vmap of a memory_format=torch.channels_last conversion of a rank-4 per-example tensor "
     "raises: the batched tensor is rank 5 (torch 2.13.0 CPU)",
     "torch.func.vmap(lambda x: x.to(memory_format=torch.channels_last))(torch.randn(2, 5, 5, 5, 5)) "
     "-> RuntimeError: required rank 4 tensor to use channels_last format; the loop "
     "[x.to(memory_format=torch.channels_last) for x in xs] works. The same for "
-    "x.double(memory_format=...), .float, .half, .bfloat16, .cfloat, .cdouble, .chalf")
+    "x.double(memory_format=...), .float, .half, .bfloat16, .cfloat, .cdouble, .chalf",
+    raises="RuntimeError", message=r"required rank 4 tensor to use channels_last format")
 
-KNOWN: tuple[Known, ...] = (
-    Known("opinfo/roll@*", "vmap",
-          "vmap of the vjp of torch.roll on a 0-dim per-example input rolls the batch: each "
-          "example gets another example's gradient (torch 2.13.0 CPU)",
-          "from torch.func import vmap, vjp; xs, vs = torch.randn(3), torch.randn(3); "
-          "per = lambda x, v: vjp(lambda t: torch.roll(t, 1), x)[1](v)[0]; "
-          "vmap(per)(xs, vs) == vs.roll(-1), not vs (the loop [per(x, v) for x, v in zip(xs, vs)] "
-          "gives vs; torch.roll of a 0-dim tensor is the identity)"),
-    Known("opinfo/select_scatter@*", "vmap",
-          "vjp of vmap(torch.select_scatter) with a 0-dim per-example src sums the whole "
-          "cotangent row into src's gradient instead of the selected element (torch 2.13.0 CPU)",
-          "from torch.func import vmap, vjp; f = lambda x, s: torch.select_scatter(x, s, 0, 2); "
-          "x, s, ct = torch.randn(1, 5), torch.randn(1), torch.randn(1, 5); "
-          "vjp(vmap(f), x, s)[1](ct)[1] == ct.sum(1), expected ct[:, 2] "
-          "(vjp(f, x[0], s[0])[1](ct[0])[1] == ct[0, 2])"),
-    Known("opinfo/view_copy@*", "forward",
-          "forward-mode AD of torch.view_copy raises for an input whose layout a view cannot "
-          "reshape, where the primal (a copy) and reverse mode work (torch 2.13.0 CPU)",
-          "import torch.autograd.forward_ad as fwAD; x = torch.randn(5, 5, 5, dtype=torch.float64)"
-          ".permute(0, 2, 1); torch.view_copy(x, (25, 5)) works; with fwAD.dual_level(): "
-          "torch.view_copy(fwAD.make_dual(x, torch.randn_like(x)), (25, 5)) -> RuntimeError: view "
-          "size is not compatible with input tensor's size and stride (at least one dimension "
-          "spans across two contiguous subspaces). Use .reshape(...) instead."),
-    Known("opinfo/logcumsumexp@*", "forward",
-          "forward-mode AD of torch.logcumsumexp drops the tangents of the elements before a "
-          "large one (1e4, in OpInfo's own sample): the JVP is wrong, reverse mode and finite "
-          "differences agree (torch 2.13.0 CPU)",
-          "from torch.func import jvp; x = torch.randn(5, dtype=torch.float64); x[2] = 1e4; "
-          "u = torch.randn(5, dtype=torch.float64); jvp(lambda t: torch.logcumsumexp(t, 0), (x,), "
-          "(u,))[1] -> tensor([0., 0., u2, u2, u2]); the first entry must be u[0] "
-          "(logcumsumexp(x)[0] == x[0])"),
-    Known("opinfo/nn.functional.mse_loss@*", "vmap",
-          "nested vmap of F.mse_loss with the target unbatched at the inner level raises a size "
-          "mismatch; the loop over both batches works (torch 2.13.0 CPU)",
-          "F = torch.nn.functional; a, b = torch.randn(1, 2, 5, 5, 5), torch.randn(1, 5, 5, 5); "
-          "torch.func.vmap(torch.func.vmap(F.mse_loss, in_dims=(0, None)))(a, b) -> RuntimeError: "
-          "The size of tensor a (250) must match the size of tensor b (125) at non-singleton "
-          "dimension 1"),
-    *(Known("opinfo/kron@*", check, "torch.kron raises when exactly one of two 2-d operands is "
-            "transposed (torch 2.13.0 CPU), in the forward itself",
-            "torch.kron(torch.randn(2, 2), torch.randn(2, 2).t()) -> RuntimeError: view size is not "
-            "compatible with input tensor's size and stride (at least one dimension spans across "
-            "two contiguous subspaces). Use .reshape(...) instead.; with .contiguous() it works")
-      for check in ("grad", "forward", "layout", "alias", "vmap", "compile")),
-    *(Known(f"opinfo/{name}@*", "vmap",
-            "vmap of torch.grid_sampler_2d (F.grid_sample) with the batch at dim 0 of the input "
-            "and dim 1 of the grid puts the output's batch dim in the wrong place (torch 2.13.0 CPU)",
-            "from torch.func import vmap; f = lambda a, g: torch.grid_sampler_2d(a, g, 0, 0, False); "
-            "vmap(f, in_dims=(0, 1))(torch.randn(1, 2, 3, 5, 5), torch.rand(2, 1, 13, 10, 2) * 2 - 1)"
-            ".shape == [2, 1, 3, 13, 10]; the loop over the batch gives [1, 2, 3, 13, 10]")
-      for name in ("grid_sampler_2d", "nn.functional.grid_sample")),
-    *(Known("opinfo/nn.functional.max_pool3d@*", check,
-            "F.max_pool3d raises for an unbatched (C, D, H, W) input in a permuted layout that is "
-            "neither contiguous nor channels_last, in the forward itself (torch 2.13.0 CPU)",
-            "F.max_pool3d(torch.empty_strided((2, 6, 6, 5), (180, 1, 30, 6), dtype=torch.float64)"
-            ".normal_(), 2, 1, 1) -> RuntimeError: Unsupported memory format. Supports only "
-            "ChannelsLast3d, Contiguous; with .contiguous() it works")
-      for check in ("grad", "forward", "layout", "alias", "vmap", "compile")),
-    Known("opinfo/triangular_solve@*", "vmap",
-          "forward-mode AD of vmap(torch.triangular_solve) with an unbatched empty (0 x 0) matrix "
-          "raises, where the loop works (torch 2.13.0 CPU)",
-          "from torch.func import vmap, jvp; f = lambda b, A: torch.triangular_solve(b, A).solution; "
-          "b, A = torch.randn(1, 2, 2, 0, 0, dtype=torch.float64), torch.randn(2, 2, 0, 0, "
-          "dtype=torch.float64); jvp(vmap(f, in_dims=(0, None)), (b, A), (torch.randn_like(b), "
-          "torch.randn_like(A))) -> RuntimeError: Trying to set a forward gradient that has a "
-          "different size than that of the original Tensor, this is not supported. Tensor is of "
-          "size [1, 2, 2, 0, 0] while the given forward gradient is of size [2, 2, 0, 0]."),
-    *(Known(f"opinfo/{name}@*", "vmap", *_CHANNELS_LAST)
+_KRON = Known(
+    ("grad", "forward", "layout", "alias", "vmap", "compile"),
+    "torch.kron raises when exactly one of two 2-d operands is transposed (torch 2.13.0 CPU), "
+    "in the forward itself",
+    "torch.kron(torch.randn(2, 2), torch.randn(2, 2).t()) -> RuntimeError: view size is not "
+    "compatible with input tensor's size and stride (at least one dimension spans across "
+    "two contiguous subspaces). Use .reshape(...) instead.; with .contiguous() it works",
+    raises="RuntimeError", message=_VIEW_SIZE)
+
+_GRID_SAMPLE = Known(
+    "vmap",
+    "vmap of torch.grid_sampler_2d (F.grid_sample) with the batch at dim 0 of the input and "
+    "dim 1 of the grid puts the output's batch dim in the wrong place (torch 2.13.0 CPU)",
+    "from torch.func import vmap; f = lambda a, g: torch.grid_sampler_2d(a, g, 0, 0, False); "
+    "vmap(f, in_dims=(0, 1))(torch.randn(1, 2, 3, 5, 5), torch.rand(2, 1, 13, 10, 2) * 2 - 1)"
+    ".shape == [2, 1, 3, 13, 10]; the loop over the batch gives [1, 2, 3, 13, 10]",
+    params={"levels.0.in_dims.0": NOT_NONE, "levels.0.in_dims.1": NOT_NONE})
+
+_MAX_POOL3D = Known(
+    ("grad", "forward", "layout", "alias", "vmap", "compile"),
+    "F.max_pool3d raises for an unbatched (C, D, H, W) input in a permuted layout that is "
+    "neither contiguous nor channels_last, in the forward itself (torch 2.13.0 CPU)",
+    "F.max_pool3d(torch.empty_strided((2, 6, 6, 5), (180, 1, 30, 6), dtype=torch.float64)"
+    ".normal_(), 2, 1, 1) -> RuntimeError: Unsupported memory format. Supports only "
+    "ChannelsLast3d, Contiguous; with .contiguous() it works",
+    raises="RuntimeError", message=r"Unsupported memory format\. Supports only ChannelsLast3d, Contiguous")
+
+STRIDE0_GRAD_DYNAMIC = Known(
+    "compile",
+    "compiled with dynamic=True (aot_eager or inductor), the gradient of a stride-0 leaf comes "
+    "back as the mean of the cotangent in every entry (torch 2.13.0 CPU; eager, aot_function and "
+    "dynamic=False give the cotangent; the catalog's flatten and reshape hit it too)",
+    "x = torch.tensor([.75, .75]).double().as_strided((2,), (0,)).requires_grad_(); v = "
+    "torch.tensor([1.5, -0.5]).double(); torch.autograd.grad(torch.compile(lambda t: "
+    "t.reshape(-1), backend='aot_eager', dynamic=True)(x), x, v) -> [0.5, 0.5], eager [1.5, -0.5]",
+    features=("stride0",), params={"backend": ("aot_eager", "inductor")},
+    message=r"^(aot_eager|inductor) vs eager: grad \d+ at",
+    records=("e0ef41dd22bf95e4", "2ece44ba7e04481c"))
+
+KNOWN: tuple[tuple[str, Known], ...] = (
+    ("opinfo/roll@*", Known(
+        "vmap",
+        "vmap of the vjp of torch.roll on a 0-dim per-example input rolls the batch: each "
+        "example gets another example's gradient (torch 2.13.0 CPU)",
+        "from torch.func import vmap, vjp; xs, vs = torch.randn(3), torch.randn(3); "
+        "per = lambda x, v: vjp(lambda t: torch.roll(t, 1), x)[1](v)[0]; "
+        "vmap(per)(xs, vs) == vs.roll(-1), not vs (the loop [per(x, v) for x, v in zip(xs, vs)] "
+        "gives vs; torch.roll of a 0-dim tensor is the identity)",
+        features=("0:rank0",))),
+    ("opinfo/select_scatter@*", Known(
+        "vmap",
+        "vjp of vmap(torch.select_scatter) with a 0-dim per-example src sums the whole "
+        "cotangent row into src's gradient instead of the selected element (torch 2.13.0 CPU)",
+        "from torch.func import vmap, vjp; f = lambda x, s: torch.select_scatter(x, s, 0, 2); "
+        "x, s, ct = torch.randn(1, 5), torch.randn(1), torch.randn(1, 5); "
+        "vjp(vmap(f), x, s)[1](ct)[1] == ct.sum(1), expected ct[:, 2] "
+        "(vjp(f, x[0], s[0])[1](ct[0])[1] == ct[0, 2])",
+        features=("1:rank0",))),
+    ("opinfo/view_copy@*", Known(
+        "forward",
+        "forward-mode AD of torch.view_copy raises for an input whose layout a view cannot "
+        "reshape, where the primal (a copy) and reverse mode work (torch 2.13.0 CPU)",
+        "import torch.autograd.forward_ad as fwAD; x = torch.randn(5, 5, 5, dtype=torch.float64)"
+        ".permute(0, 2, 1); torch.view_copy(x, (25, 5)) works; with fwAD.dual_level(): "
+        "torch.view_copy(fwAD.make_dual(x, torch.randn_like(x)), (25, 5)) -> RuntimeError: view "
+        "size is not compatible with input tensor's size and stride (at least one dimension "
+        "spans across two contiguous subspaces). Use .reshape(...) instead.",
+        raises="RuntimeError", message=_VIEW_SIZE)),
+    ("opinfo/logcumsumexp@*", Known(
+        "forward",
+        "forward-mode AD of torch.logcumsumexp drops the tangents of the elements before a "
+        "large one (1e4, in OpInfo's own sample): the JVP is wrong, reverse mode and finite "
+        "differences agree (torch 2.13.0 CPU)",
+        "from torch.func import jvp; x = torch.randn(5, dtype=torch.float64); x[2] = 1e4; "
+        "u = torch.randn(5, dtype=torch.float64); jvp(lambda t: torch.logcumsumexp(t, 0), (x,), "
+        "(u,))[1] -> tensor([0., 0., u2, u2, u2]); the first entry must be u[0] "
+        "(logcumsumexp(x)[0] == x[0])",
+        message=r"^<v, J u> \(forward\) vs ")),
+    ("opinfo/nn.functional.mse_loss@*", Known(
+        "vmap",
+        "nested vmap of F.mse_loss with the target unbatched at the inner level raises a size "
+        "mismatch; the loop over both batches works (torch 2.13.0 CPU)",
+        "F = torch.nn.functional; a, b = torch.randn(1, 2, 5, 5, 5), torch.randn(1, 5, 5, 5); "
+        "torch.func.vmap(torch.func.vmap(F.mse_loss, in_dims=(0, None)))(a, b) -> RuntimeError: "
+        "The size of tensor a (250) must match the size of tensor b (125) at non-singleton "
+        "dimension 1",
+        raises="RuntimeError", message=r"The size of tensor a \(\d+\) must match the size of tensor b",
+        params={"composition": "vmap_vmap"})),
+    ("opinfo/kron@*", _KRON),
+    *((f"opinfo/{name}@*", _GRID_SAMPLE) for name in ("grid_sampler_2d", "nn.functional.grid_sample")),
+    ("opinfo/nn.functional.max_pool3d@*", _MAX_POOL3D),
+    ("opinfo/triangular_solve@*", Known(
+        "vmap",
+        "forward-mode AD of vmap(torch.triangular_solve) with an unbatched empty (0 x 0) matrix "
+        "raises, where the loop works (torch 2.13.0 CPU)",
+        "from torch.func import vmap, jvp; f = lambda b, A: torch.triangular_solve(b, A).solution; "
+        "b, A = torch.randn(1, 2, 2, 0, 0, dtype=torch.float64), torch.randn(2, 2, 0, 0, "
+        "dtype=torch.float64); jvp(vmap(f, in_dims=(0, None)), (b, A), (torch.randn_like(b), "
+        "torch.randn_like(A))) -> RuntimeError: Trying to set a forward gradient that has a "
+        "different size than that of the original Tensor, this is not supported. Tensor is of "
+        "size [1, 2, 2, 0, 0] while the given forward gradient is of size [2, 2, 0, 0].",
+        raises="RuntimeError",
+        message=r"Trying to set a forward gradient that has a different size than that of the original Tensor",
+        records=("051ff64ce577cd4c",))),
+    ("opinfo/nextafter@*", Known(
+        ("grad", "forward"),
+        "the derivative of torch.nextafter(a, b) is 0 where a == b (the formula "
+        "where(self != other, grad, 0), pytorch/pytorch#148820), though nextafter(x, x) = x has "
+        "derivative 1 there; reverse and forward mode agree with each other, finite differences "
+        "and gradcheck do not (torch 2.13.0 CPU). Only an aliased tie is confirmed: a tie by value "
+        "vanishes at a neighbouring point",
+        "x = torch.tensor([0.5], dtype=torch.float64, requires_grad=True); "
+        "torch.autograd.grad(torch.nextafter(x, x).sum(), x) -> [0.]; "
+        "torch.autograd.gradcheck(lambda t: torch.nextafter(t, t), (x,)) -> GradcheckError: "
+        "Jacobian mismatch ... numerical: 1.0, analytical: 0.",
+        message=r"vs finite differences: analytic", features=("1:alias:same",),
+        records=("5cbf153cd1380cb6", "2bdb74096979a533"))),
+    ("opinfo/to_sparse@*", Known(
+        "compile",
+        "under AOTAutograd (aot_function, either partitioner) x.to_sparse(...).to_dense() returns "
+        "the right values without a grad_fn: the gradient is lost silently (torch 2.13.0 CPU; "
+        "torch's own test_aotdispatch.py xfails to_sparse; torch.compile's aot_eager is right)",
+        "from functorch.compile import aot_function, nop; x = torch.randn(5, 5, "
+        "dtype=torch.float64, requires_grad=True); aot_function(lambda t: "
+        "t.to_sparse(1).to_dense(), fw_compiler=nop, bw_compiler=nop)(x).requires_grad -> False "
+        "(eager: True)",
+        message=r"^aot_function(_min_cut)? vs eager: output \d+: requires_grad False \(eager: True\)",
+        params={"backend": ("aot_function", "aot_function_min_cut")}, records=("acd465e67dc0b94f",))),
+    ("opinfo/view_copy@*", Known(
+        "compile",
+        "inductor cannot lower torch.view_copy of an input whose layout cannot be viewed as the "
+        "new shape, where eager (a copy) and aot_eager work (torch 2.13.0 CPU; the compile "
+        "counterpart of view_copy's forward-mode entry)",
+        "torch.compile(lambda t: torch.view_copy(t, (25, 5)), backend='inductor')(torch.randn(5, 5, "
+        "5, dtype=torch.float64).permute(0, 2, 1)) -> BackendCompilerFailed: ValueError: Cannot "
+        "view a tensor with shape torch.Size([5, 5, 5]) and strides (25, 1, 5) as a tensor with "
+        "shape (25, 5)!",
+        raises="BackendCompilerFailed",
+        message=r"Cannot view a tensor with shape .* and strides .* as a tensor with shape",
+        params={"backend": "inductor"}, records=("a70624420abc5ae4",))),
+    ("opinfo/reshape@*", STRIDE0_GRAD_DYNAMIC),
+    *((f"opinfo/{name}@*", _CHANNELS_LAST)
       for name in ("to", "double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf")),
 )
 
 
-def known_for(ref: str) -> dict[str, str]:
-    """Check name -> "reason. Evidence: ..." for the target ``ref``."""
-    return {k.check: f"{k.reason}. Evidence: {k.evidence}" for k in KNOWN
-            if fnmatch.fnmatchcase(ref, k.target)}
+def known_for(ref: str) -> tuple[Known, ...]:
+    """The known discrepancies of the OpInfo target ``ref``."""
+    return tuple(k for pattern, k in KNOWN if fnmatch.fnmatchcase(ref, pattern))

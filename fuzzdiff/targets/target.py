@@ -7,11 +7,13 @@ strategies never need an if-chain per op.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import torch
 
+from fuzzdiff.known import Known
 from fuzzdiff.spec import ArgSpec, parse_spec
 
 __all__ = ["Target", "Tol", "Index", "Mask", "NoGrad", "FromShapes", "ArgKind"]
@@ -73,13 +75,18 @@ class Target:
     kinks:     points where the function is not differentiable; values keep away.
     distinct:  ties are kinks (max, sort, median): values are spread apart.
     skip:      check name -> why it does not apply to this target.
-    known:     check name -> a known PyTorch discrepancy, with its evidence.
+    known:     the PyTorch discrepancies it is known to hit, each a precise
+               signature with its evidence (fuzzdiff.known), never a whole check.
     functional: False for targets that mutate their inputs.
     specials:  opt in to special values (±0, ±inf, nan, tiny, huge, subnormal).
     origin:    ``module:qualname`` that resolves to this Target, for one that is
                not in the catalog: cases (and corpus records) name it, so they replay.
     cpu_only:  why the target's cases stay on the CPU, e.g. a CUDA kernel fault
                that breaks the process's CUDA context, which no check can report.
+    invalid:   torch's refusals of an input outside the target's domain, as
+               (exception type name, message regex): an eager call that raises
+               one rejects the example instead of failing it (e.g. an in-place
+               write into memory that another operand overlaps).
     """
 
     name: str
@@ -94,7 +101,7 @@ class Target:
     kinks: tuple[float, ...] = ()
     distinct: bool = False
     skip: Mapping[str, str] = field(default_factory=dict)
-    known: Mapping[str, str] = field(default_factory=dict)
+    known: tuple[Known, ...] = ()
     tolerances: Mapping[str, Tol] = field(default_factory=dict)
     functional: bool = True
     specials: bool | tuple[str, ...] = False
@@ -104,6 +111,7 @@ class Target:
     random: bool = False
     origin: str | None = None
     cpu_only: str | None = None
+    invalid: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         names = {a.name for a in self.args}
@@ -112,6 +120,9 @@ class Target:
             if unknown:
                 raise ValueError(f"target {self.name!r}: {what} names unknown argument(s) "
                                  f"{sorted(unknown)}; the spec has {sorted(names)}")
+        if not all(isinstance(k, Known) for k in self.known):
+            raise ValueError(f"target {self.name!r}: known must be a tuple of fuzzdiff.known.Known "
+                             f"signatures, got {self.known!r}")
         for k, v in self.kinds.items():
             if isinstance(v, Index) and all(v.dim != d.name for a in self.args for d in a.dims):
                 raise ValueError(f"target {self.name!r}: Index({v.dim!r}) for {k!r} names no dim of the spec")
@@ -129,6 +140,15 @@ class Target:
     def ref(self) -> str:
         """What a case calls this target: ``fuzzdiff.targets.get_target(ref)`` finds it."""
         return self.origin or self.name
+
+    def rejects(self, error: BaseException) -> bool:
+        """``error`` says the input is outside the domain (``invalid``)."""
+        text = str(error)
+        return any(type(error).__name__ == kind and re.search(pattern, text) for kind, pattern in self.invalid)
+
+    def known_checks(self) -> frozenset[str]:
+        """The checks some known discrepancy of this target can be reported by."""
+        return frozenset(c for k in self.known for c in k.checks)
 
     def differentiable(self, arg: str) -> bool:
         return arg not in self.kinds

@@ -11,9 +11,9 @@ with the rotation printed in its test id::
 compilation per drawn structure). The ``nightly`` profile runs every OpInfo
 target with every check. Ids read
 ``test_opinfo[grad-opinfo/add@0-rot20261122]``. A check that does not apply
-(the OpInfo's own flags and skips) is skipped with its reason; a known torch
-discrepancy (fuzzdiff.targets.opinfo_known) is an xfail when, and only when,
-it fails.
+(the OpInfo's own flags and skips) is skipped with its reason; a run whose
+only failures match a known torch discrepancy's signature
+(fuzzdiff.targets.opinfo_known) is an xfail, and any other failure fails.
 """
 
 import datetime

@@ -181,6 +181,76 @@ def test_custom_op_fake_kernel_strides(importable, monkeypatch):
     assert fuzzdiff.check(torch.sin, "x: n", checks=["opcheck"], max_examples=1).tallies["opcheck"].only_unsupported
 
 
+def test_a_correct_register_autograd_op_is_unsupported_in_forward_mode_not_failed(importable):
+    """torch gives such an op zero tangents silently: that is torch's, reported with a warning."""
+    ops = importable("user_custom_ops", CUSTOM_OPS)
+    report = fuzzdiff.check(ops.double_ok, "x: n m", checks=["forward", "grad", "gradgrad", "vmap"],
+                            max_examples=15, seed=0)
+    assert report.ok, report.summary()
+    forward = report.tallies["forward"]
+    assert forward.counts["unsupported"] > 0 and forward.counts["fail"] == 0
+    assert "fuzzdiff_test::double_ok" in forward.reasons["unsupported"]
+    assert any("zero tangents silently" in text for text in report.warnings)
+
+
+class _OwnNotImplemented(torch.autograd.Function):
+    """A backward left unfinished for larger inputs: the function's own NotImplementedError."""
+
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        if x.numel() > 2:
+            raise NotImplementedError("the large case is left for later")
+        return g * x.cos()
+
+
+def _raises_in_eager(x):
+    if x.dim() == 2 and x.shape[0] != x.shape[1]:
+        raise ValueError("only square matrices, by mistake")
+    return x.cos()
+
+
+def test_a_not_implemented_error_of_the_function_itself_is_a_failure_not_unsupported():
+    report = fuzzdiff.check(_OwnNotImplemented.apply, "x: n", checks=["grad"], max_examples=30, seed=0)
+    assert not report.ok and "NotImplementedError: the large case" in report.failures[0].message
+    # torch's own "no formula" stays unsupported
+    class NoJvp(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * 3
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, g):
+            return 3 * g
+    report = fuzzdiff.check(NoJvp.apply, "x: n", checks=["forward"], max_examples=5, seed=0)
+    assert report.ok and report.tallies["forward"].only_unsupported
+
+
+def test_an_exception_of_eager_under_the_compile_check_is_a_failure():
+    from fuzzdiff.case import Arg, Case
+    from fuzzdiff.runner import run_check
+    from fuzzdiff.targets.target import Target
+
+    target = Target("raises_in_eager", _raises_in_eager, "x: n m")
+    case = Case("raises_in_eager", (Arg((2, 3)),), params={"backend": "aot_eager"})
+    verdict = run_check("compile", target, case)
+    assert verdict.kind == "fail" and "ValueError: only square matrices" in verdict.message
+    assert run_check("compile", target, Case("raises_in_eager", (Arg((3, 3)),),
+                                             params={"backend": "aot_eager"})).kind == "pass"
+
+
 def test_a_module_is_fuzzed_in_its_inputs_and_its_parameters():
     module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh())
     report = fuzzdiff.check(module, "x: b 3", checks=["grad"], dtypes=[torch.float64],

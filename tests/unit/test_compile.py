@@ -136,14 +136,23 @@ def test_float32_rounding_is_not_a_failure(monkeypatch):
     assert run_check(CHECK, "sin", case).kind in ("pass", "inconclusive")
 
 
-def test_eager_errors_are_not_failures():
-    # x.copy_(x.t()): eager refuses a partially overlapping write
+def test_an_eager_error_is_a_failure_unless_the_target_declares_such_inputs_invalid():
+    from dataclasses import replace
+
+    from hypothesis.errors import UnsatisfiedAssumption
+
+    from fuzzdiff.targets import get_target
+
+    # x.copy_(x.t()): eager refuses a partially overlapping write, by design
     case = with_program(a_case("program_inplace", lambda c: c.args[0].shape == (2, 2)), [
         {"op": "transpose", "x": 0, "dim0": 0, "dim1": 1},
         {"op": "copy_", "x": 0, "other": 1},
         {"op": "call", "fn": "sin", "x": 0, "other": None}])
-    verdict = run_check(CHECK, "program_inplace", case)
-    assert verdict.kind == "unsupported" and "eager raises" in verdict.message
+    with pytest.raises(UnsatisfiedAssumption):  # Target.invalid: rejected, never a verdict
+        run_check(CHECK, "program_inplace", case)
+    strict = replace(get_target("program_inplace"), invalid=())
+    verdict = run_check(CHECK, strict, case)
+    assert verdict.kind == "fail" and "unsupported operation" in verdict.message
 
 
 def test_dynamo_unsupported_is_unsupported(monkeypatch):

@@ -287,3 +287,20 @@ def test_merge_deduplicates_on_id_and_keeps_data_files(tmp_path, capsys):
                          strided_case("only_b").materialize().args)
     assert main(["corpus", "merge", str(a), "--corpus", str(dest)]) == 0  # idempotent
     assert "0 new records, 2 already present" in capsys.readouterr().out
+
+
+def test_two_errors_of_one_pair_are_two_records_and_one_error_at_other_sizes_is_one():
+    from fuzzdiff.corpus import _record_id, signature
+    from fuzzdiff.verdict import Verdict
+
+    case = Case("mse_loss", (Arg((2,)), Arg((2,))))
+
+    def raised(message):
+        return Verdict("fail", f"raised RuntimeError: {message}", {"exception": "RuntimeError"})
+    size = _record_id(signature("vmap", case, raised("The size of tensor a (4) must match the size of tensor b (2)")))
+    other_size = _record_id(signature("vmap", case, raised("The size of tensor a (12) must match the size of tensor b (4)")))
+    shape = _record_id(signature("vmap", case, raised("shape '[1, 1]' is invalid for input of size 2")))
+    assert size == other_size and size != shape
+    value_error = Verdict("fail", "raised ValueError: shape '[1, 1]' is invalid for input of size 2",
+                          {"exception": "ValueError"})
+    assert _record_id(signature("vmap", case, value_error)) != shape

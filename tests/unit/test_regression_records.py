@@ -35,15 +35,23 @@ def test_corrupted_open_records_fail_and_name_themselves(tmp_path):
     def other_exception(data):
         data["verdict"]["errors"]["exception"] = "ValueError"
 
+    def other_message(data):  # the same exception type, another error
+        data["verdict"]["message"] = "raised RuntimeError: Expected all tensors to be on the same device"
+
+    def fixed_but_fails(data):
+        data["status"] = "fixed"
+
     broken = [_copy(corpus, "vmap/mse_loss", rename), _copy(corpus, "vmap/huber_loss", bad_plan),
-              _copy(corpus, "grad/clamp_tensor_broadcast", other_exception)]
-    shutil.copytree(REPO / "corpus" / "forward" / "custom_sin", corpus / "forward" / "custom_sin")  # intact
+              _copy(corpus, "grad/clamp_tensor_broadcast", other_exception),
+              _copy(corpus, "gradgrad/clamp_tensor_broadcast", other_message),
+              _copy(corpus, "layout/clamp_tensor_broadcast", fixed_but_fails)]
+    shutil.copytree(REPO / "corpus" / "vmap" / "roll", corpus / "vmap" / "roll")  # intact
     env = {**os.environ, "FUZZDIFF_CORPUS": str(corpus)}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
                           str(REPO / "tests" / "regressions" / "test_records.py")],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     out = run.stdout + run.stderr
-    assert "3 failed, 1 passed" in out, out[-4000:]
+    assert "5 failed, 1 passed" in out, out[-4000:]
     assert "xfail" not in out
     for path in broken:
         assert path.stem in out

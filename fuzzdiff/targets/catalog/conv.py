@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
+from fuzzdiff.known import Known
 from fuzzdiff.targets import FromShapes, Target, register
 from fuzzdiff.targets.catalog import _kw
 
@@ -42,26 +43,42 @@ def kernel(arg: str, last: int):
     return FromShapes(lambda s: st.integers(1, max(1, min(s[arg][-last:]))))
 
 
-CONV2D_STRIDE0_WEIGHT = (
-    "the CPU backward of F.conv2d raises 'RuntimeError: slow_conv2d: grad_weight must be "
-    "contiguous' when the weight is expanded (a stride-0 dim), though the forward accepts it "
-    "and the gradient of a stride-0 leaf is well defined (torch 2.13.0 CPU). Repro: "
+BACKWARD_CHECKS = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "device",
+                   "compile")
+CONV2D_WEIGHT_LAYOUT = Known(
+    BACKWARD_CHECKS,
+    "the CPU backward of F.conv2d raises when the weight is not contiguous (expanded, or a "
+    "view of another layout), though the forward accepts it and its gradient is well defined "
+    "(torch 2.13.0 CPU)",
     "w = torch.randn(1, 1, 1, 1, dtype=torch.float64).expand(2, 1, 2, 2).detach()"
     ".requires_grad_(); F.conv2d(torch.randn(1, 1, 3, 3, dtype=torch.float64), w).sum()"
-    ".backward(). Found by the grad and forward checks of the CI profile.")
-CONV_TRANSPOSE1D_LAYOUT = (
-    "the CPU backward of F.conv_transpose1d raises 'RuntimeError: grad_weight needs to be "
-    "contiguous' for an input of shape (1, 1, 2) with strides (2, 1, 1) and a weight of shape "
-    "(1, 2, 2) with strides (1, 1, 2) (layouts that differ from contiguous only through "
-    "size-1 dims and one swapped pair), while the forward accepts them (torch 2.13.0 CPU). "
-    "Repro: w = torch.randn(4, dtype=torch.float64).as_strided((1, 2, 2), (1, 1, 2)).detach()"
+    ".backward() -> RuntimeError: slow_conv2d: grad_weight must be contiguous",
+    raises="RuntimeError", message=r"slow_conv2d: grad_weight must be contiguous",
+    records=("105e6904593562f7",))
+INDUCTOR_STRIDED_CONV_BACKWARD = Known(
+    "compile",
+    "inductor with dynamic=True cannot lower convolution_backward when the conv's stride is a "
+    "symbolic int (passed in by closure or as an argument, as a target's keyword arguments are; "
+    "literals compile): 'ValueRangeError: Invalid ranges [0:-1]' (torch 2.13.0 CPU; stride 2 "
+    "with dilation 1 or 2 fails, stride 1 works; aot_eager works)",
+    "def conv(stride): return lambda x, w, b: F.conv2d(x, w, b, stride, [0, 0], 2); x, w, b = "
+    "torch.randn(1, 1, 3, 3, dtype=torch.float64, requires_grad=True), torch.randn(2, 1, 1, 1, "
+    "dtype=torch.float64, requires_grad=True), torch.randn(2, dtype=torch.float64, "
+    "requires_grad=True); torch.compile(conv(2), backend='inductor', dynamic=True)(x, w, b).sum()"
+    ".backward() -> InductorError: LoweringException: ValueRangeError: Invalid ranges [0:-1] "
+    "target: aten.convolution_backward.default",
+    raises="InductorError", message=r"ValueRangeError: Invalid ranges \[0:-1\].*aten\.convolution_backward",
+    params={"backend": "inductor", "kwargs.stride": 2}, records=("3da4b2e534582a0b",))
+CONV_TRANSPOSE1D_LAYOUT = Known(
+    BACKWARD_CHECKS,
+    "the CPU backward of F.conv_transpose1d raises for an input and weight whose layouts "
+    "differ from contiguous only through size-1 dims and one swapped pair, while the forward "
+    "accepts them (torch 2.13.0 CPU; x contiguous, or larger channels-last layouts, work)",
+    "w = torch.randn(4, dtype=torch.float64).as_strided((1, 2, 2), (1, 1, 2)).detach()"
     ".requires_grad_(); x = torch.randn(2, dtype=torch.float64).as_strided((1, 1, 2), "
-    "(2, 1, 1)); F.conv_transpose1d(x, w).sum().backward() -> RuntimeError (x contiguous, or "
-    "larger channels-last layouts, work). Shrunk case (alias check, dev profile): "
-    '{"target": "conv_transpose1d", "dtype": "float64", "kwargs": {"dilation": 1, "stride": '
-    '1}, "args": [{"shape": [1, 1, 2], "layout": {"offset": 0, "storage_size": 2, "strides": '
-    '[2, 1, 1]}, "grad": "view"}, {"shape": [1, 2, 2], "layout": {"offset": 0, '
-    '"storage_size": 4, "strides": [1, 1, 2]}}, {"shape": [2]}]}')
+    "(2, 1, 1)); F.conv_transpose1d(x, w).sum().backward() -> RuntimeError: grad_weight needs "
+    "to be contiguous",
+    raises="RuntimeError", message=r"grad_weight needs to be contiguous")
 CONV2D = "x: n c h v, w: o c kh kv, b: o"
 # Not a `known` entry: it crashes the process, so no check can report it.
 CONV2D_SEGFAULT = (
@@ -78,7 +95,6 @@ MAX_POOL2D_CUDA_MISALIGNED = (
     "(3, 1, 2, 2), (12, 1, 6, 1), 5) (torch 2.11.0+cu130, H100; the same values contiguous "
     "or channels_last run). Found by the layout and device checks on a lent GPU; "
     "corpus/layout/max_pool2d.")
-BACKWARD_CHECKS = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "device")
 
 register(
     Target("conv1d", conv1d, "x: n c l, w: o c k, b: o", FAMILY, min_side=1, max_side=3,
@@ -88,17 +104,17 @@ register(
     # worker and cannot be an xfail, so that pair is fuzzed in float64 only
     Target("conv2d", conv2d, CONV2D, FAMILY, min_side=1, max_side=3,
            kwargs={"stride": STRIDE, "padding": _kw.conv_padding("x", "w", 2), "dilation": 1},
-           known={check: CONV2D_STRIDE0_WEIGHT for check in BACKWARD_CHECKS}),
+           known=(CONV2D_WEIGHT_LAYOUT, INDUCTOR_STRIDED_CONV_BACKWARD)),
     Target("conv2d_dilated", conv2d, CONV2D, FAMILY, min_side=1, max_side=3,
            kwargs={"stride": 1, "padding": _kw.conv_padding("x", "w", 2), "dilation": 2},
-           known={check: CONV2D_STRIDE0_WEIGHT for check in BACKWARD_CHECKS}),
+           known=(CONV2D_WEIGHT_LAYOUT,)),
     Target("conv2d_strided_dilated", conv2d, CONV2D, FAMILY, min_side=1, max_side=3,
            dtypes=(torch.float64,),
            kwargs={"stride": 2, "padding": _kw.conv_padding("x", "w", 2), "dilation": 2},
-           known={check: CONV2D_STRIDE0_WEIGHT for check in BACKWARD_CHECKS}),
+           known=(CONV2D_WEIGHT_LAYOUT, INDUCTOR_STRIDED_CONV_BACKWARD)),
     Target("conv_transpose1d", conv_transpose1d, "x: n c l, w: c o k, b: o", FAMILY,
            min_side=1, max_side=3, kwargs={"stride": STRIDE, "dilation": DILATION},
-           known={check: CONV_TRANSPOSE1D_LAYOUT for check in BACKWARD_CHECKS}),
+           known=(CONV_TRANSPOSE1D_LAYOUT,)),
     Target("avg_pool1d", avg_pool1d, "x: n c l", FAMILY, min_side=1,
            kwargs={"kernel_size": kernel("x", 1), "stride": STRIDE}),
     # overlapping windows (stride 1) take the max of shared values: distinct

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdiff.paths.expanded import one_sample
+from fuzzdiff.known import NOT_NONE, Known
 from fuzzdiff.targets import FromShapes, Index, Target, register
 from fuzzdiff.targets.catalog import _kw
 
@@ -59,13 +60,35 @@ NO_DTYPE = {**SKIP, "dtype": COVERED["dtype"]}
 
 def seeded(module, like, seed):
     """``module`` (built on the meta device) materialized in ``like``'s dtype,
-    every parameter drawn from ``seed`` on a 1/64 grid in [-1, 1]."""
+    every parameter drawn from ``seed`` on a 1/64 grid in [-1, 1], one after
+    another from one stream (the same under every torch)."""
     module = module.to_empty(device=like.device).to(like.dtype)
-    g = torch.Generator().manual_seed(seed)
+    start = 0
     with torch.no_grad():
         for p in module.parameters():
-            p.copy_(torch.randint(-64, 65, p.shape, generator=g).to(torch.float64) / 64)
+            values = torch.tensor(grid_parameters(seed, start, p.numel()), dtype=torch.float64)
+            p.copy_(values.reshape(p.shape))
+            start += p.numel()
     return module
+
+
+_MASK64 = 0xFFFF_FFFF_FFFF_FFFF
+_PARAMETERS = 3 << 56  # fuzzdiff.draws.PARAMETERS's offset of the seed
+
+
+def grid_parameters(seed: int, start: int, n: int) -> list[float]:
+    """Values ``start .. start + n - 1`` of the parameter stream:
+    ``draws.integers(draws.words(seed, n, draws.PARAMETERS, start), -64, 64) / 64``,
+    written in plain Python (splitmix64): a standalone script copies this
+    function, and needs only torch."""
+    out = []
+    for i in range(start, start + n):
+        z = (seed + _PARAMETERS + (i + 1) * 0x9E3779B97F4A7C15) & _MASK64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        z ^= z >> 31
+        out.append((((z >> 32) * 129 >> 32) - 64) / 64)
+    return out
 
 
 # -- one builder and one per-sample function per module kind --------------------------
@@ -230,71 +253,87 @@ CONV = {"out_per_group": st.integers(1, 2), "groups": _kw.divisor("x", 0), "geom
         "bias": FLAG, "seed": SEED}
 RECURRENT = {"hidden_size": st.integers(1, 2), "num_layers": st.integers(1, 2), "bias": FLAG,
              "batch_first": FLAG, "bidirectional": FLAG, "seed": SEED}
-# ExpandedWeights' embedding backward ignores padding_idx: the padding row gets
-# a per-sample gradient, while F.embedding's own backward gives it none.
-EMBEDDING_PADDING_IDX = (
+EMBEDDING_PADDING_IDX = Known(
+    "per_sample",
     "ExpandedWeights' per-sample gradient of nn.Embedding ignores padding_idx: the padding row "
     "receives the gradient of every position that looks it up, while F.embedding's backward "
     "(the loop and vmap over grad agree) gives it zero, as padding_idx documents (torch 2.13.0 "
-    "CPU; embedding_expanded_weights.py scatters grad_output into every looked-up row). Repro: "
+    "CPU; embedding_expanded_weights.py scatters grad_output into every looked-up row)",
     "e = nn.Embedding(4, 2, padding_idx=1).double(); idx = torch.tensor([[1, 2], [0, 1]]); "
     "(call_for_per_sample_grads(e)(idx) * torch.randn(2, 2, 2, dtype=torch.double)).sum()"
     ".backward(); e.weight.grad_sample[:, 1] is nonzero (e.g. [[0.19, 1.26], [0.52, -1.31]]) "
     "where torch.autograd.grad of each sample's loss gives [[0, 0], [0, 0]]; without "
-    "padding_idx they agree exactly.")
-
-GROUP_NORM_NONCONTIGUOUS = (
-    "ExpandedWeights' GroupNorm raises 'RuntimeError: Expected X.is_contiguous(memory_format) to "
-    "be true, but got false.' for a noncontiguous input (transposed or sliced; a storage offset "
-    "alone is fine), where nn.GroupNorm itself accepts it (torch 2.13.0 CPU): "
+    "padding_idx they agree exactly",
+    message=r"per-sample grad of embedding\.weight", records=("407106383a9000bf",))
+GROUP_NORM_NONCONTIGUOUS = Known(
+    "per_sample",
+    "ExpandedWeights' GroupNorm raises for a noncontiguous input (transposed or sliced; a "
+    "storage offset alone is fine), where nn.GroupNorm itself accepts it (torch 2.13.0 CPU): "
     "group_norm_expanded_weights.py calls torch.native_group_norm on the input as given, while "
     "F.group_norm goes through aten::group_norm, which makes it contiguous. Not one of "
-    "ExpandedWeights' 'unsupported' errors. Repro: g = nn.GroupNorm(1, 3).double(); x = "
-    "torch.randn(1, 6, dtype=torch.double)[:, ::2]; g(x) works; "
-    "call_for_per_sample_grads(g)(x) -> RuntimeError. Shrunk case (per_sample, CI profile): "
-    "batch 1 of a sample of shape [3], the batch stored with strides [6, 2]. (nn_conv_block "
-    "covers ExpandedWeights' GroupNorm on contiguous inputs.)")
-CONV_NONCONTIGUOUS_GRAD_OUTPUT = (
-    "ExpandedWeights' convolution backward raises 'RuntimeError: view size is not compatible with "
-    "input tensor's size and stride (at least one dimension spans across two contiguous "
-    "subspaces). Use .reshape(...) instead.' when the gradient reaching the conv output is not "
-    "contiguous, where the plain conv backward accepts it (torch 2.13.0 CPU; of the layouts "
+    "ExpandedWeights' 'unsupported' errors",
+    "g = nn.GroupNorm(1, 3).double(); x = torch.randn(1, 6, dtype=torch.double)[:, ::2]; g(x) "
+    "works; call_for_per_sample_grads(g)(x) -> RuntimeError: Expected "
+    "X.is_contiguous(memory_format) to be true, but got false.",
+    raises="RuntimeError", message=r"Expected X\.is_contiguous\(memory_format\) to be true",
+    records=("5902597c72ac3c82",))
+GROUP_NORM_CHANNELS_LAST_SEGFAULT = Known(
+    "per_sample",
+    "plain F.group_norm's backward dies by SIGSEGV on a 4-d input in channels_last order "
+    "(torch 2.13.0 CPU, float32 and float64); the per-sample check's loop over samples runs it "
+    "on each sample of such a batch. Matched on the inputs: the batch stored with a channel "
+    "stride of 1 at rank 4 or more",
+    "x = torch.randn(101).as_strided((1, 2, 2, 3), (12, 1, 6, 2)); w = torch.ones(2, "
+    "requires_grad=True); torch.autograd.grad(F.group_norm(x, 2, w).sum(), w) -> Segmentation "
+    "fault",
+    params={"layouts.0.strides.1": 1, "layouts.0.strides.3": NOT_NONE}, crash=True,
+    records=("1a0640996f3cffc2",))
+CONV_NONCONTIGUOUS_GRAD_OUTPUT = Known(
+    "per_sample",
+    "ExpandedWeights' convolution backward raises when the gradient reaching the conv output is "
+    "not contiguous, where the plain conv backward accepts it (torch 2.13.0 CPU; of the layouts "
     "permuting the grad_output's dims, 4 of 6 raise for Conv1d, 18 of 24 for Conv2d, 90 of 120 "
-    "for Conv3d). Repro: c = nn.Conv1d(1, 2, 1, bias=False).double(); x = torch.randn(2, 1, 2, "
-    "dtype=torch.double); v = torch.randn(2, 2, 2, dtype=torch.double).mT.contiguous().mT; "
+    "for Conv3d)",
+    "c = nn.Conv1d(1, 2, 1, bias=False).double(); x = torch.randn(2, 1, 2, dtype=torch.double); "
+    "v = torch.randn(2, 2, 2, dtype=torch.double).mT.contiguous().mT; "
     "torch.autograd.grad(c(x), c.weight, v) works; call_for_per_sample_grads(c)(x).backward(v) "
-    "-> RuntimeError; with v.contiguous() it works. Shrunk case (per_sample, CI profile): "
-    "nn_conv1d, sample [1, 2], batch 2, kernel 1, padding 'same', a transposed cotangent.")
-INSTANCE_NORM_NONCONTIGUOUS_INPUT = (
+    "-> RuntimeError: view size is not compatible with input tensor's size and stride (at least "
+    "one dimension spans across two contiguous subspaces). Use .reshape(...) instead.; with "
+    "v.contiguous() it works",
+    raises="RuntimeError", message=r"view size is not compatible with input tensor's size and stride",
+    params={"cotangent.layout": ("transposed", "expanded")}, records=("7e93fc3717c573b9",))
+INSTANCE_NORM_NONCONTIGUOUS_INPUT = Known(
+    "per_sample",
     "ExpandedWeights' InstanceNorm2d/3d returns a silently wrong input gradient for a "
     "noncontiguous input (InstanceNorm1d is right), while its per-sample weight gradients and "
-    "the plain module's input gradient are right (torch 2.13.0 CPU). Repro: m = "
-    "nn.InstanceNorm2d(2, affine=True).double(); x = torch.empty(6, dtype=torch.double)"
+    "the plain module's input gradient are right (torch 2.13.0 CPU; over the layouts permuting "
+    "the dims of a (2, 2, 1, 3) input the worst error is 7.2 (2d), 22 for (2, 2, 1, 1, 3) (3d))",
+    "m = nn.InstanceNorm2d(2, affine=True).double(); x = torch.empty(6, dtype=torch.double)"
     ".as_strided((1, 2, 1, 3), (2, 1, 6, 2)).copy_(torch.randn(1, 2, 1, 3, dtype=torch.double))"
     ".requires_grad_(); g = torch.randn(1, 2, 1, 3, dtype=torch.double); "
     "(call_for_per_sample_grads(m)(x) * g).sum().backward(); x.grad differs from "
-    "torch.autograd.grad((m(x) * g).sum(), x)[0] by up to 2.3 (7e-15 for a contiguous x); over "
-    "the layouts permuting the dims of a (2, 2, 1, 3) input the worst error is 7.2 (2d), "
-    "22 for (2, 2, 1, 1, 3) (3d). Shrunk case (per_sample, CI profile): nn_instance_norm2d, "
-    "sample [2, 1, 3], batch 1, input requiring grad, batch strides [2, 1, 6, 2]: ExpandedWeights "
-    "vs a loop, grad of input x, abs error 0.244 at scale 0.445, confirmed by replay and a "
-    "neighbouring point.")
-# Not a failure by the issue's rule (the error is ExpandedWeights' own), so the
-# check reports "unsupported"; recorded here because LSTM is meant to be supported.
-LSTM_FLOAT32_NO_INPUT_GRAD = (
-    "nn.LSTM under ExpandedWeights in float32 on CPU raises 'RuntimeError: Expanded Weights "
-    "encountered but cannot handle function mkldnn_rnn_layer.default' (or '... function size') "
-    "when the input does not require grad, the usual case for data (torch 2.13.0 CPU): the LSTM "
-    "decomposition (torch/_decomp/decompositions.py, select_one_layer_lstm_function) takes the "
-    "mkldnn inference path because only input.requires_grad is checked, not the weights. The same "
-    "call works in float64, or with x.requires_grad_(). Repro: m = nn.LSTM(3, 2, batch_first=True); "
-    "out, _ = call_for_per_sample_grads(m)(torch.randn(4, 5, 3)); out.sum().backward() -> "
-    "RuntimeError. Reported by the per_sample check as unsupported (ExpandedWeights' own error), "
-    "so it does not fail the suite.")
+    "torch.autograd.grad((m(x) * g).sum(), x)[0] by up to 2.3 (7e-15 for a contiguous x)",
+    message=r"grad of input x", params={"input_grad": True, "layouts.0": NOT_NONE},
+    records=("1647b7f321cdafce",))
+# The per_sample check reports this as "unsupported" (the error is ExpandedWeights'
+# own); recorded here because LSTM is meant to be supported.
+LSTM_FLOAT32_NO_INPUT_GRAD = Known(
+    "per_sample",
+    "nn.LSTM under ExpandedWeights in float32 on CPU raises when the input does not require "
+    "grad, the usual case for data (torch 2.13.0 CPU): the LSTM decomposition "
+    "(torch/_decomp/decompositions.py, select_one_layer_lstm_function) takes the mkldnn "
+    "inference path because only input.requires_grad is checked, not the weights. The same "
+    "call works in float64, or with x.requires_grad_()",
+    "m = nn.LSTM(3, 2, batch_first=True); out, _ = call_for_per_sample_grads(m)(torch.randn(4, "
+    "5, 3)); out.sum().backward() -> RuntimeError: Expanded Weights encountered but cannot "
+    "handle function mkldnn_rnn_layer.default (or '... function size')",
+    raises="RuntimeError",
+    message=r"Expanded Weights encountered but cannot handle function (mkldnn_rnn_layer|size)",
+    dtypes=("float32",))
 
 
-def module_target(name, fn, spec, *, kwargs, known=None, skip=COVERED, **options):
-    return Target(name, fn, spec, FAMILY, kwargs=kwargs, skip=skip, known=known or {},
+def module_target(name, fn, spec, *, kwargs, known=(), skip=COVERED, **options):
+    return Target(name, fn, spec, FAMILY, kwargs=kwargs, skip=skip, known=known,
                   min_side=options.pop("min_side", 1), max_side=options.pop("max_side", 3),
                   max_rank=options.pop("max_rank", 3), **options)
 
@@ -303,17 +342,17 @@ register(
     module_target("nn_linear", linear, "x: *e i", max_rank=3,
                   kwargs={"out_features": SIZE, "bias": FLAG, "seed": SEED}),
     module_target("nn_conv1d", conv, "x: c l", kwargs=CONV,
-                  known={"per_sample": CONV_NONCONTIGUOUS_GRAD_OUTPUT}),
+                  known=(CONV_NONCONTIGUOUS_GRAD_OUTPUT,)),
     module_target("nn_conv2d", conv, "x: c h w", kwargs=CONV,
-                  known={"per_sample": CONV_NONCONTIGUOUS_GRAD_OUTPUT}),
+                  known=(CONV_NONCONTIGUOUS_GRAD_OUTPUT,)),
     module_target("nn_conv3d", conv, "x: c d h w", max_side=2, kwargs=CONV,
-                  known={"per_sample": CONV_NONCONTIGUOUS_GRAD_OUTPUT}),
+                  known=(CONV_NONCONTIGUOUS_GRAD_OUTPUT,)),
     module_target("nn_embedding", embedding, "x: l, s: l", kinds={"x": Index("l")},
                   kwargs={"extra_rows": st.integers(0, 2), "embedding_dim": SIZE, "seed": SEED}),
     module_target("nn_embedding_padding_idx", embedding, "x: l, s: l", kinds={"x": Index("l")},
                   kwargs={"extra_rows": st.integers(0, 2), "embedding_dim": SIZE, "seed": SEED,
                           "padding_idx": FromShapes(lambda s: st.integers(0, s["x"][0] - 1))},
-                  known={"per_sample": EMBEDDING_PADDING_IDX}),
+                  known=(EMBEDDING_PADDING_IDX,)),
     module_target("nn_layer_norm", layer_norm, "x: *e n", distinct=True,
                   kwargs={"normalized": FromShapes(_normalized), "elementwise_affine": FLAG,
                           "bias": FLAG, "eps": EPS, "seed": SEED}),
@@ -321,22 +360,22 @@ register(
     module_target("nn_group_norm", group_norm, "x: c *s", distinct=True,
                   kwargs={"num_groups": _kw.groups("x", 0, min_values=3), "affine": FLAG,
                           "eps": EPS, "seed": SEED},
-                  known={"per_sample": GROUP_NORM_NONCONTIGUOUS}),
+                  known=(GROUP_NORM_NONCONTIGUOUS, GROUP_NORM_CHANNELS_LAST_SEGFAULT)),
     # three spatial values at least (one or two: see _normalized), as size bounds rather
     # than a filter: a filter rejected most examples of several structures each
     module_target("nn_instance_norm1d", instance_norm, "x: c l>=3", distinct=True,
                   kwargs={"affine": FLAG, "eps": EPS, "seed": SEED}),
     module_target("nn_instance_norm2d", instance_norm, "x: c h>=2 w>=2", distinct=True,
                   kwargs={"affine": FLAG, "eps": EPS, "seed": SEED},
-                  known={"per_sample": INSTANCE_NORM_NONCONTIGUOUS_INPUT}),
+                  known=(INSTANCE_NORM_NONCONTIGUOUS_INPUT,)),
     module_target("nn_instance_norm3d", instance_norm, "x: c d>=1 h>=2 w>=2", distinct=True, max_side=2,
                   kwargs={"affine": FLAG, "eps": EPS, "seed": SEED},
-                  known={"per_sample": INSTANCE_NORM_NONCONTIGUOUS_INPUT}),
+                  known=(INSTANCE_NORM_NONCONTIGUOUS_INPUT,)),
     module_target("nn_rnn", recurrent, "x: t i", skip=SKIP,
                   kwargs={"cell": "RNN", "nonlinearity": st.sampled_from(["tanh", "relu"]),
                           **RECURRENT}),
     module_target("nn_lstm", recurrent, "x: t i", skip=SKIP, kwargs={"cell": "LSTM", **RECURRENT},
-                  known={"per_sample": LSTM_FLOAT32_NO_INPUT_GRAD}),
+                  known=(LSTM_FLOAT32_NO_INPUT_GRAD,)),
     module_target("nn_gru", recurrent, "x: t i", skip=SKIP, kwargs={"cell": "GRU", **RECURRENT}),
     module_target("nn_shared_linear", shared_linear, "x: *e i", max_rank=3, skip=NO_DTYPE,
                   kwargs={"bias": FLAG, "seed": SEED}),

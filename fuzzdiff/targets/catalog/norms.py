@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
+from fuzzdiff.known import NOT_NONE, Known
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
 
@@ -40,49 +41,50 @@ def normalize(x, p, dim):
     return F.normalize(x, p, dim)
 
 
-BATCH_NORM_STRIDE0_WEIGHT = (
-    "eval-mode F.batch_norm on CPU returns a wrong grad_input when the weight is expanded "
-    "(stride 0): channels after the first get the gradient of a zero weight (torch 2.13.0 CPU). "
-    "Repro: x = torch.randn(1, 2, dtype=torch.float64, requires_grad=True); w = torch.tensor("
-    "[0.75], dtype=torch.float64).expand(2).detach().requires_grad_(); y = F.batch_norm(x, "
+# The weight (argument 1) in a layout that is not dense: expanded, sliced with
+# a step, or a view of another argument's storage.
+_STRIDED_WEIGHT = ("1:stride0|1:gapped|1:permuted",)
+
+BATCH_NORM_STRIDED_WEIGHT = Known(
+    ("grad", "forward", "gradgrad", "layout", "alias", "dtype", "device", "vmap"),
+    "eval-mode F.batch_norm on CPU returns a wrong grad_input when the weight is not dense "
+    "(expanded, or sliced with a step): the kernel reads the weight as if contiguous, past its "
+    "elements (other runs give garbage such as 9.8e-310 or 3.9e228); only inputs with one value "
+    "per (sample, channel), (N, C) or (N, C, 1), are affected (torch 2.13.0 CPU)",
+    "x = torch.randn(1, 2, dtype=torch.float64, requires_grad=True); w = torch.tensor([0.75], "
+    "dtype=torch.float64).expand(2).detach().requires_grad_(); y = F.batch_norm(x, "
     "torch.tensor([-0.5, 0.5]).double(), torch.tensor([0.5, 2.0]).double(), w, None, "
-    "training=False); torch.autograd.grad(y, x, torch.ones_like(y)) gives [[g0, -0.0]]; with "
-    "w.clone() it gives [[g0, 0.53]]. The kernel reads the weight as if contiguous, past its "
-    "one-element storage (other runs give garbage such as 9.8e-310 or 3.9e228); only inputs "
-    "with one value per (sample, channel), (N, C) or (N, C, 1), are affected. Found by grad "
-    "(vs finite differences), forward (vs reverse) and layout (expanded vs contiguous weight) "
-    "in the CI profile, and alias in the dev profile; shrunk case (grad, analytic 36.070 vs "
-    'finite differences 36.121): {"target": "batch_norm", "dtype": "float64", "kwargs": '
-    '{"eps": 1e-05}, "args": [{"shape": [1, 2], "values": {"seed": 0, "grid": 0.25}}, '
-    '{"shape": [2], "layout": {"offset": 0, "storage_size": 1, "strides": [0]}, "values": '
-    '{"seed": 0, "grid": 0.25, "constant": [0]}}, {"shape": [2], "values": {"seed": 0, '
-    '"grid": 0.25}}]}')
+    "training=False); torch.autograd.grad(y, x, torch.ones_like(y)) gives [[g0, -0.0]], with "
+    "w.clone() [[g0, 0.53]]; a step-sliced weight, torch.tensor([1.5, 99.0, -0.5], "
+    "dtype=torch.float64).as_strided((2,), (2,)), gives [[2.1213, 70.0034]] instead of "
+    "[[2.1213, -0.3536]] (the 99.0 between its elements is read)",
+    features=_STRIDED_WEIGHT,
+    records=("7dce7b87f07391a5", "86d88f033270e811", "9aa92962f112b240", "d65dcdb06dafbf56"))
 
-BATCH_NORM_STRIDED_WEIGHT = (
-    "the eval-mode F.batch_norm grad_input bug above is not limited to stride 0: a step-sliced "
-    "weight is read as if contiguous too (torch 2.13.0 CPU). Repro: mean, var = torch.tensor("
-    "[-0.5, 0.5]).double(), torch.tensor([0.5, 2.0]).double(); x = torch.tensor([[0.75, "
-    "-1.25]], dtype=torch.float64, requires_grad=True); w = torch.tensor([1.5, 99.0, -0.5], "
-    "dtype=torch.float64).as_strided((2,), (2,)).detach().requires_grad_(); y = F.batch_norm("
-    "x, mean, var, w, None, training=False); torch.autograd.grad(y, x, torch.ones_like(y)) -> "
-    "[[2.1213, 70.0034]], with w.clone() -> [[2.1213, -0.3536]] (the 99.0 between the weight's "
-    "elements is read). Found by the vmap check: its per-example loop is the wrong side "
-    "(vmap_vjp, unbatched weight of strides [2], CI profile).")
-
-GROUP_NORM_FORWARD = (
-    "forward-mode AD of F.group_norm raises 'RuntimeError: view size is not compatible with "
-    "input tensor's size and stride (at least one dimension spans across two contiguous "
-    "subspaces). Use .reshape(...) instead.' for a 4-d input that is not contiguous, e.g. "
-    "channels_last, while the primal and reverse mode work (torch 2.13.0 CPU). Repro: x = "
-    "torch.randn(2, 3, 2, 2, dtype=torch.float64).to(memory_format=torch.channels_last); "
+GROUP_NORM_FORWARD = Known(
+    ("forward", "gradgrad", "vmap"),
+    "forward-mode AD of F.group_norm raises for a 4-d input that is not contiguous, e.g. "
+    "channels_last, while the primal and reverse mode work (torch 2.13.0 CPU; a tangent only "
+    "on the weight raises too; gradgrad's forward-over-reverse and vmap's jvp compositions "
+    "reach it as well)",
+    "x = torch.randn(2, 3, 2, 2, dtype=torch.float64).to(memory_format=torch.channels_last); "
     "with fwAD.dual_level(): F.group_norm(fwAD.make_dual(x, torch.randn_like(x)), 1) -> "
-    "RuntimeError (a tangent only on the weight raises too). Fuzzed case (forward check): "
-    '{"target": "group_norm", "dtype": "float32", "args": [{"shape": [3, 3, 3, 2], "layout": '
-    '{"offset": 1, "storage_size": 746, "strides": [324, 2, 36, 18]}}, ...], "kwargs": '
-    '{"num_groups": 1, "eps": 1e-05}}. gradgrad (forward-over-reverse) raises the same: '
-    '{"target": "group_norm", "dtype": "float64", "args": [{"shape": [2, 2, 2, 2], "layout": '
-    '{"offset": 0, "storage_size": 16, "strides": [8, 1, 4, 2]}, "values": {"seed": 0, '
-    '"grid": 0.25}}, {"shape": [2]}, {"shape": [2]}], "kwargs": {"eps": 1e-05, "num_groups": 1}}')
+    "RuntimeError: view size is not compatible with input tensor's size and stride (at least "
+    "one dimension spans across two contiguous subspaces). Use .reshape(...) instead.",
+    raises="RuntimeError", message=r"view size is not compatible with input tensor's size and stride",
+    records=("035f536cab13b86e", "9572af2a0e94aaf0", "af1c4025238f8a78"))
+
+GROUP_NORM_VMAP_GAPPED_BATCH = Known(
+    "vmap",
+    "vmap of F.group_norm raises for a batched input whose batch dim leaves gaps between the "
+    "examples, where the loop over the batch works (torch 2.13.0 CPU)",
+    "w, b = torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64); xs = "
+    "torch.randn(21, dtype=torch.float64).as_strided((2, 1, 3), (18, 6, 1)); "
+    "torch.func.vmap(lambda t: F.group_norm(t, 1, w, b))(xs) -> RuntimeError: Expected "
+    "X.is_contiguous(memory_format) to be true, but got false.; torch.stack([F.group_norm(t, 1, "
+    "w, b) for t in xs]) works",
+    raises="RuntimeError", message=r"Expected X\.is_contiguous\(memory_format\) to be true",
+    params={"batched_layouts.0": NOT_NONE}, records=("0a6a9784f9686a93",))
 
 
 register(
@@ -103,14 +105,12 @@ register(
     # when training" when n * c / g * prod(s) == 1); groups() asks for three per group
     Target("group_norm", group_norm, "x: n c *s, w: c, b: c", FAMILY, min_side=1, max_side=3,
            distinct=True, kwargs={"num_groups": _kw.groups("x", 1, min_values=3), "eps": EPS},
-           known={check: GROUP_NORM_FORWARD for check in ("forward", "gradgrad", "vmap")}),
+           known=(GROUP_NORM_FORWARD, GROUP_NORM_VMAP_GAPPED_BATCH)),
     # eval-mode batch_norm with 0 channels and a non-empty batch raises
     # "IndexError: select(): index 0 out of range" (torch 2.13): min_side=1
     Target("batch_norm", batch_norm_eval, "x: n c *s, w: c, b: c", FAMILY, min_side=1, max_side=3,
            kwargs={"eps": EPS},
-           known={**{check: BATCH_NORM_STRIDE0_WEIGHT
-                     for check in ("grad", "forward", "gradgrad", "layout", "alias", "dtype", "device")},
-                  "vmap": BATCH_NORM_STRIDED_WEIGHT}),
+           known=(BATCH_NORM_STRIDED_WEIGHT,)),
     # |x|^p at p=1 has a kink at 0; the norm is clamped below by eps=1e-12 (never reached
     # here). A slice of one value normalizes to its sign, a constant whose float32
     # derivatives are pure cancellation: the normalized dim holds 0 or at least 2 values.

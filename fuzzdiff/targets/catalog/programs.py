@@ -12,6 +12,7 @@ writing in place; ``compile`` passes non-leaf copies).
 
 from collections.abc import Mapping
 
+from fuzzdiff.known import NOT_NONE, Known
 from fuzzdiff.programs import run_program
 from fuzzdiff.targets import FromShapes, Target, register
 from strategies.programs import programs
@@ -50,24 +51,61 @@ def _program(names: tuple[str, ...], kinds: tuple[str, ...]) -> FromShapes:
 
 
 # Found by these targets (corpus/compile/program*/), each reproduced in plain torch.
-OFFSET_VIEW = (
+SYMBOLIC_VIEW_OUTPUT = Known(
+    "compile",
     "torch.compile (aot_eager, inductor; dynamic=True) returns an output view of a mutated input "
-    "whose size is a SymInt at storage offset 0: def f(x, n): x.add_(0.5); return x.view(n) on "
-    "x = torch.arange(6.).as_strided((1, 2), (2, 1), 2) gives [0., 1.] compiled, [2.5, 3.5] eager")
-STRIDE0_SLICE_GRAD = (
-    "inductor's gradient of a stride-0 leaf sliced at a SymInt start is the mean of the cotangent: "
+    "made by a view op with SymInt arguments (a slice start, a view size) with the strides and "
+    "offset of the traced graph's fresh output, and so wrong values: AOTAutograd's "
+    "gen_alias_from_base skips ViewMeta replay for symbolic ViewMetas and as_strides the input "
+    "with the graph output's layout (torch 2.13.0 CPU; dynamic=False is right)",
+    "def f(a, start): v = a[start:]; a.add_(0.5); return v on a = torch.arange(6.).double()[::2], "
+    "start=1, backend='aot_eager' or 'inductor', dynamic=True: compiled stride (1,) offset 1 values "
+    "[1., 2.5], eager stride (2,) offset 2 values [2.5, 4.5]",
+    message=r"^(aot_eager|inductor) vs eager: output \d+: strides and offset ",
+    params={"backend": ("aot_eager", "inductor")},
+    records=("25c92fb2a59fac38", "66cfa7d41d2fb405"))
+SYNTHETIC_BASE_VIEW_OUTPUT = Known(
+    "compile",
+    "aot_function with inputs sharing one storage (a synthetic base), one of them mutated and a "
+    "view of one returned, replays the output's ViewMeta sequence on the synthetic base instead "
+    "of on the input and raises an internal AssertionError (torch 2.13.0 CPU; torch.compile is "
+    "unaffected)",
+    "def f(x0, x1): v = x0.select(0, 0); v.add_(0.5); return v, torch.sin(x0) with b = "
+    "torch.arange(4.).double(); aot_function(f, fw_compiler=nop, bw_compiler=nop)(b.view(2, 2), "
+    "b.view(2, 2)) -> AssertionError: incorrect out shape after application of ViewMeta sequence: "
+    "() (actual) vs (2,) (expected)",
+    raises="AssertionError", message=r"incorrect out shape after application of ViewMeta sequence",
+    params={"backend": ("aot_function", "aot_function_min_cut"), "aliases": NOT_NONE},
+    records=("4345079c470612a9",))
+STRIDE0_SLICE_GRAD = Known(
+    "compile",
+    "inductor's gradient of a stride-0 leaf sliced at a SymInt start is the mean of the "
+    "cotangent (torch 2.13.0 CPU; eager and aot_eager give the cotangent)",
     "a = torch.tensor([9., .75]).double().as_strided((4, 1), (0, 1), 1).requires_grad_(); "
-    "grad of torch.compile(lambda a, s: (a[s::1],), backend='inductor', dynamic=True)(a, 0) with "
-    "v = randn(4, 1) is v.mean() everywhere; eager and aot_eager give v")
-
-
-MUTATED_INPUT_BACKWARD = (
+    "grad of torch.compile(lambda a, s: (a[s::1],), backend='inductor', dynamic=True)(a, 0) "
+    "with v = randn(4, 1) is v.mean() everywhere",
+    features=("stride0",), params={"backend": "inductor"}, message=r"^inductor vs eager: grad \d+ at",
+    records=("7fcb26a892bcde12",))
+MUTATED_INPUT_BACKWARD = Known(
+    "compile",
     "torch.compile (aot_eager, inductor) and aot_function with the min-cut partitioner save a "
-    "mutated input for the backward and then bump its version: def f(a, b): return (a.mul_(b),) "
-    "on a = x.clone() (x, b float64 leaves) runs eager, but with backend='aot_eager' the "
-    "backward raises 'one of the variables needed for gradient computation has been modified by "
-    "an inplace operation' (inductor too, for a.view(1, 2, 2).mul_(b)); torch 2.13.0 CPU, like "
-    "pytorch/pytorch#185497; corpus/compile/program_inplace3")
+    "mutated input for the backward and then bump its version, so the backward raises where "
+    "eager's runs (torch 2.13.0 CPU, like pytorch/pytorch#185497)",
+    "def f(a, b): return (a.mul_(b),) on a = x.clone() (x, b float64 leaves) runs eager, but "
+    "with backend='aot_eager' the backward raises 'one of the variables needed for gradient "
+    "computation has been modified by an inplace operation' (inductor too, for "
+    "a.view(1, 2, 2).mul_(b))",
+    message=r"vs eager: the backward raised: one of the variables needed for gradient "
+    r"computation has been modified by an inplace operation",
+    params={"backend": ("aot_eager", "inductor", "aot_function_min_cut")},
+    records=("aa6f50987f2792c4",))
+
+
+# torch refuses an in-place write whose output overlaps an operand (an expanded
+# view, or another input sharing its memory): an invalid program, not a finding
+INTERNAL_OVERLAP = (("RuntimeError", r"unsupported operation: (some elements of the input tensor and the "
+                     r"written-to tensor refer to a single memory location|more than one element of the "
+                     r"written-to tensor refers to a single memory location)"),)
 
 
 def _target(name: str, spec: str, kinds: tuple[str, ...], functional: bool) -> Target:
@@ -75,8 +113,8 @@ def _target(name: str, spec: str, kinds: tuple[str, ...], functional: bool) -> T
     return Target(name, run_program, spec, FAMILY, kwargs={"program": _program(names, kinds)},
                   functional=functional, min_side=1, max_side=4, max_rank=3,
                   skip={} if functional else AllBut("compile", ONLY_COMPILE),
-                  known={"compile": STRIDE0_SLICE_GRAD if functional
-                         else f"{OFFSET_VIEW}. And: {MUTATED_INPUT_BACKWARD}"})
+                  known=(STRIDE0_SLICE_GRAD,) if functional else (SYMBOLIC_VIEW_OUTPUT, SYNTHETIC_BASE_VIEW_OUTPUT, MUTATED_INPUT_BACKWARD),
+                  invalid=() if functional else INTERNAL_OVERLAP)
 
 
 register(

@@ -8,6 +8,7 @@ put exact zeros into prod and cumprod, whose backward has special cases there.
 import torch
 from hypothesis import strategies as st
 
+from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
 
@@ -26,34 +27,32 @@ def median_dim(x, dim, keepdim):
     return torch.median(x, dim, keepdim).values
 
 
-MEDIAN_STRIDE0 = (
+MEDIAN_STRIDE0 = Known(
+    ("forward", "layout", "alias", "dtype", "grad", "gradgrad", "device"),
     "torch.median(x, dim) (and torch.nanmedian) on CPU read memory outside an expanded "
-    "(stride-0) input and return a value that is not in it (torch 2.13.0 CPU). Repro: "
-    "torch.median(torch.tensor([1.25]).expand(3), 0).values -> 4.5611e-41 (garbage); "
-    "s = torch.tensor([0.5, 1.25, -0.3, 0.7]); torch.median(s[1:2].expand(3), 0).values -> "
-    "0.7 (expected 1.25; .clone() first gives 1.25; median without dim, kthvalue, sort are "
-    "right). The fuzzer finds it as outputs that change with the layout (layout check, case "
-    '{"target": "median_dim", "dtype": "float64", "args": [{"shape": [3], "layout": '
-    '{"offset": 1, "storage_size": 3, "strides": [0]}, "values": {"seed": 1150, '
-    '"constant": [0], "distinct": true}}], "kwargs": {"dim": 0, "keepdim": true}}: output '
-    "off by 0.0104), with aliasing (alias check: aliased vs cloned output off by 1.9) and as "
-    "a forward-mode tangent that disagrees with finite differences of the wrong values "
-    "(forward check, x of shape [4, 4, 2] with strides [2, 0, 1], dim -2)")
+    "(stride-0) input and return a value that is not in it (torch 2.13.0 CPU; median without "
+    "dim, kthvalue, sort are right). The checks see outputs that change with the layout or "
+    "under aliasing, and tangents that disagree with finite differences of the wrong values",
+    "torch.median(torch.tensor([1.25]).expand(3), 0).values -> 4.5611e-41 (garbage); s = "
+    "torch.tensor([0.5, 1.25, -0.3, 0.7]); torch.median(s[1:2].expand(3), 0).values -> 0.7 "
+    "(expected 1.25; .clone() first gives 1.25)",
+    features=("stride0",))
 
 
 def logcumsumexp_last(x):
     return torch.logcumsumexp(x, -1)
 
 
-LOGCUMSUMEXP_EMPTY = (
+LOGCUMSUMEXP_EMPTY = Known(
+    ("forward", "gradgrad", "vmap"),
     "forward-mode AD of torch.logcumsumexp raises on a scan over a size-0 dim, where the "
-    "primal and reverse mode return empty tensors (torch 2.13.0 CPU). Repro: x = "
-    "torch.zeros(0, dtype=torch.float64); with fwAD.dual_level(): torch.logcumsumexp("
-    "fwAD.make_dual(x, torch.zeros_like(x)), 0) -> IndexError: max(): Expected reduction "
-    "dim 0 to have non-zero size. Shrunk case (forward and gradgrad, the latter through "
-    'forward-over-reverse): {"target": "logcumsumexp_empty", "dtype": "float64", "args": '
-    '[{"shape": [0], "values": {"seed": 0, "grid": 0.25, "low": -2.0, "high": 2.0}, '
-    '"grad": "leaf"}], "kwargs": {}}')
+    "primal and reverse mode return empty tensors (torch 2.13.0 CPU; gradgrad reaches it "
+    "through forward-over-reverse, vmap through its jvp compositions)",
+    "x = torch.zeros(0, dtype=torch.float64); with fwAD.dual_level(): torch.logcumsumexp("
+    "fwAD.make_dual(x, torch.zeros_like(x)), 0) -> IndexError: max(): Expected reduction dim 0 "
+    "to have non-zero size.",
+    raises="IndexError", message=r"max\(\): Expected reduction dim \d+ to have non-zero size",
+    records=("e4cd404aa757f86f", "0fb5de19bbb1a202", "65a68700e2686a74"))
 
 
 def cummax(x, dim):
@@ -91,8 +90,7 @@ register(
            kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim}),
     Target("median_dim", median_dim, "x: _ ...", FAMILY, distinct=True, min_side=1,
            kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim},
-           known={check: MEDIAN_STRIDE0 for check in ("forward", "layout", "alias", "dtype", "grad",
-                                                       "gradgrad", "device")}),
+           known=(MEDIAN_STRIDE0,)),
     Target("cumsum", torch.cumsum, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
     Target("cumprod", torch.cumprod, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
     # forward AD raises on a scan over a size-0 dim: here the scanned dim is
@@ -100,7 +98,7 @@ register(
     Target("logcumsumexp", torch.logcumsumexp, "x: ...", FAMILY,
            kwargs={"dim": _kw.nonempty_dim()}),
     Target("logcumsumexp_empty", logcumsumexp_last, "x: ... 0", FAMILY,
-           known={check: LOGCUMSUMEXP_EMPTY for check in ("forward", "gradgrad", "vmap")}),
+           known=(LOGCUMSUMEXP_EMPTY,)),
     Target("cummax", cummax, "x: ...", FAMILY, distinct=True, kwargs={"dim": _kw.dim()}),
     Target("trace", torch.trace, "x: n m", FAMILY),
 )

@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
+from fuzzdiff.known import Known
+from fuzzdiff.targets.opinfo_known import STRIDE0_GRAD_DYNAMIC
 from fuzzdiff.targets import FromShapes, Mask, Target, register
 from fuzzdiff.targets.catalog import _kw
 
@@ -103,48 +105,47 @@ def repeat_interleave(x, repeats, dim):
     return torch.repeat_interleave(x, repeats, dim)
 
 
-FLATTEN_STRIDE0_GRAD = (
-    "compiled with dynamic=True (aot_eager or inductor), the gradient of a stride-0 leaf through "
-    "torch.flatten is the mean of the cotangent in every entry: x = torch.tensor([.75]).double()"
-    ".as_strided((2, 1), (0, 1)).requires_grad_(); torch.autograd.grad(torch.compile(torch.flatten, "
-    "backend='aot_eager', dynamic=True)(x), x, v) with v = torch.randn(2) gives [v.mean()] * 2 "
-    "(strides (0, 1)), eager gives v (torch 2.13.0 CPU; like the program target's stride-0 slice). "
-    "Found by the compile check's CI sample of 2026-11-23; corpus/compile/flatten")
-ROLL_SCALAR_VMAP = (
+ROLL_SCALAR_VMAP = Known(
+    "vmap",
     "vmap of torch.roll(x, shifts) without dims on 0-dim examples rolls across the batch "
-    "(silently wrong values), where each example's roll is the identity (torch 2.13.0 CPU). "
-    "Repro: s = torch.tensor([1., 2., 3.]); torch.func.vmap(lambda a: torch.roll(a, 1))(s) -> "
-    "tensor([3., 1., 2.]), torch.stack([torch.roll(a, 1) for a in s]) -> tensor([1., 2., 3.]). "
-    "Rank >= 1 examples are right. Found by the vmap check (plain vmap, batch 2).")
-SQUEEZE_SCALAR_VMAP = (
-    "vmap of torch.squeeze(x, -1) on 0-dim examples raises 'IndexError: Dimension is out of "
-    "range (expected to be in range of [-1, 0], but got [-1]' while eager torch.squeeze("
-    "torch.tensor(1.), -1) returns the scalar (torch 2.13.0 CPU; dim=0 works under vmap). "
-    "Repro: torch.func.vmap(lambda a: torch.squeeze(a, -1))(torch.tensor([1., 2., 3.])). Found "
-    "by the vmap check (plain vmap, batch 1).")
-CLAMP_BROADCAST = (
-    "the backward of torch.clamp(x, min, max) with tensor bounds raises when x is smaller "
-    "than the broadcast shape and min or max requires grad: 'RuntimeError: output with shape "
-    "[1] doesn't match the broadcast shape [2]' (torch 2.13.0 CPU; the forward and forward-"
-    "mode AD work). Repro: x = torch.rand(1, dtype=torch.float64); lo = (torch.rand(2, "
-    "dtype=torch.float64) - 1.2).requires_grad_(); hi = torch.rand(1, dtype=torch.float64) + "
-    "0.2; torch.clamp(x, lo, hi).sum().backward() -> RuntimeError (also x (3, 1), lo (3, 3), "
-    "hi (3, 1) with only hi requiring grad). Every check runs a backward, so each raises; "
-    'fuzzed case (grad): {"target": "clamp_tensor_broadcast", "dtype": "float64", "args": '
-    '[{"shape": [1]}, {"shape": [1]}, {"shape": [0]}]} -> "output with shape [1] '
-    "doesn't match the broadcast shape [0]\"")
+    "(silently wrong values), where each example's roll is the identity (torch 2.13.0 CPU; "
+    "rank >= 1 examples are right)",
+    "s = torch.tensor([1., 2., 3.]); torch.func.vmap(lambda a: torch.roll(a, 1))(s) -> "
+    "tensor([3., 1., 2.]), torch.stack([torch.roll(a, 1) for a in s]) -> tensor([1., 2., 3.])",
+    features=("0:rank0",), records=("3214ab70f1038e18",))
+SQUEEZE_SCALAR_VMAP = Known(
+    "vmap",
+    "vmap of torch.squeeze(x, -1) on 0-dim examples raises while eager torch.squeeze("
+    "torch.tensor(1.), -1) returns the scalar (torch 2.13.0 CPU; dim=0 works under vmap)",
+    "torch.func.vmap(lambda a: torch.squeeze(a, -1))(torch.tensor([1., 2., 3.])) -> "
+    "IndexError: Dimension is out of range (expected to be in range of [-1, 0], but got [-1]",
+    raises="RuntimeError", message=r"Dimension is out of range \(expected to be in range of \[-1, 0\]",
+    features=("0:rank0",), records=("7b67c8fb783e4256",))
+CLAMP_BROADCAST = Known(
+    ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "device", "compile"),
+    "the backward of torch.clamp(x, min, max) with tensor bounds raises when x is smaller than "
+    "the broadcast shape and min or max requires grad (torch 2.13.0 CPU; the forward and "
+    "forward-mode AD work). Every check runs a backward, so each raises",
+    "x = torch.rand(1, dtype=torch.float64); lo = (torch.rand(2, dtype=torch.float64) - 1.2)"
+    ".requires_grad_(); hi = torch.rand(1, dtype=torch.float64) + 0.2; torch.clamp(x, lo, hi)"
+    ".sum().backward() -> RuntimeError: output with shape [1] doesn't match the broadcast shape "
+    "[2] (also x (3, 1), lo (3, 3), hi (3, 1) with only hi requiring grad)",
+    raises="RuntimeError", message=r"output with shape \[[\d, ]*\] doesn't match the broadcast shape",
+    records=("7ebad3fdcb8a4d46", "bec2a76a0a7578f2", "1c2b70e3e623e6de", "e544e834e21f9d54",
+             "b638ef04207a5a4e", "230f726fdcb8a2df", "2029008803594165"))
 
 
 register(
-    Target("reshape", reshape, "x: ...", FAMILY, kwargs={"shape": _kw.reshape_sizes()}),
-    Target("flatten", torch.flatten, "x: ...", FAMILY, known={"compile": FLATTEN_STRIDE0_GRAD}),
+    Target("reshape", reshape, "x: ...", FAMILY, kwargs={"shape": _kw.reshape_sizes()},
+           known=(STRIDE0_GRAD_DYNAMIC,)),
+    Target("flatten", torch.flatten, "x: ...", FAMILY, known=(STRIDE0_GRAD_DYNAMIC,)),
     Target("permute", permute, "x: _ ...", FAMILY, kwargs={"dims": _kw.permutation()}),
     Target("transpose", transpose, "x: _ ...", FAMILY,
            kwargs={"dim0": _kw.dim(), "dim1": _kw.dim()}),
     Target("movedim", movedim, "x: _ ...", FAMILY,
            kwargs={"source": _kw.dim(), "destination": _kw.dim()}),
     Target("squeeze", squeeze, "x: ...", FAMILY, max_side=2, kwargs={"dim": _kw.dim()},
-           known={"vmap": SQUEEZE_SCALAR_VMAP}),
+           known=(SQUEEZE_SCALAR_VMAP,)),
     Target("unsqueeze", unsqueeze, "x: ...", FAMILY, kwargs={"dim": _kw.dim(extra=1)}),
     Target("expand", expand, "x: ...", FAMILY, max_side=2, kwargs={"size": _kw.expand_sizes()}),
     Target("repeat", repeat, "x: ...", FAMILY, max_side=3,
@@ -167,14 +168,12 @@ register(
     # the same, with x broadcast too (the output is larger than x)
     Target("clamp_tensor_broadcast", torch.clamp, "x: *#b, lo: *#b, hi: *#b", FAMILY,
            sample={"lo": (-2.0, -0.1), "hi": (0.1, 2.0)},
-           known={check: CLAMP_BROADCAST for check in
-                  ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype",
-                   "device")}),
+           known=(CLAMP_BROADCAST,)),
     Target("flip", flip, "x: _ ...", FAMILY, kwargs={"dims": _kw.dims()}),
     Target("roll", roll, "x: ...", FAMILY,
            kwargs={"shifts": st.integers(-3, 3), "dims": FromShapes(
                lambda s: st.one_of(st.none(), _kw.dim().fn(s)) if s["x"] else st.none())},
-           known={"vmap": ROLL_SCALAR_VMAP}),
+           known=(ROLL_SCALAR_VMAP,)),
     Target("tril", tril, "x: *b n m", FAMILY, max_side=3, kwargs={"diagonal": st.integers(-2, 2)}),
     Target("diagonal", diagonal, "x: *b n m", FAMILY, max_side=3,
            kwargs={"offset": st.integers(-2, 2)}),

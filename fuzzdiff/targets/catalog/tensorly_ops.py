@@ -17,6 +17,7 @@ import tensorly as tl
 from hypothesis import strategies as st
 from tensorly import tenalg
 
+from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
 
 __all__ = ["TensorlyCall", "backend"]
@@ -126,13 +127,19 @@ def unfolding_dot_khatri_rao(x, w, a, b, c, mode):
 SKIP = {"compile": "tensorly's backend dispatch takes dynamo 10-100 s to compile per target; "
                    "too slow for the suite"}
 
-KRON = (
-    "torch.kron raises 'RuntimeError: view size is not compatible with input tensor's size and "
-    "stride (at least one dimension spans across two contiguous subspaces). Use .reshape(...) "
-    "instead.' when exactly one of two 2-d operands is transposed (torch 2.13.0 CPU), forward "
-    "only, no autograd needed. Repro: torch.kron(torch.randn(2, 2), torch.randn(2, 2).t()) -> "
-    "RuntimeError; torch.kron(torch.randn(2, 2), torch.randn(2, 2).t().contiguous()) works. "
-    "tenalg.kronecker on the pytorch backend is torch.kron, so every check can draw it")
+KRON = Known(
+    ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "backend",
+     "per_sample", "device"),
+    "torch.kron raises when exactly one of two 2-d operands is transposed (torch 2.13.0 CPU), "
+    "forward only, no autograd needed. tenalg.kronecker on the pytorch backend is torch.kron, "
+    "so every check can draw it",
+    "torch.kron(torch.randn(2, 2), torch.randn(2, 2).t()) -> RuntimeError: view size is not "
+    "compatible with input tensor's size and stride (at least one dimension spans across two "
+    "contiguous subspaces). Use .reshape(...) instead.; torch.kron(torch.randn(2, 2), "
+    "torch.randn(2, 2).t().contiguous()) works",
+    raises="RuntimeError", message=r"view size is not compatible with input tensor's size and stride",
+    records=("ad865ff3e07c5324", "9adbf0ef8558ad74", "5fd69a3f11cd0c51", "473b97fe20fccd45",
+             "8142a93e72530cff", "d215b13efb6af267", "527b5b480aa4c681", "ef16b74038e31354"))
 
 
 def _t(name, body, spec, **options):
@@ -152,8 +159,7 @@ register(
     _t("tl_multi_mode_dot", multi_mode_dot, "x: i j k, a: r i, b: s j, c: t k"),
     _t("tl_khatri_rao", khatri_rao, "a: i r, b: j r, c: k r"),
     _t("tl_kronecker", kronecker, "a: i j, b: k l",
-       known={c: KRON for c in ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype",
-                                "vmap", "backend", "per_sample", "device")}),
+       known=(KRON,)),
     _t("tl_inner", inner, "x: i j, y: i j"),
     _t("tl_inner_mode", inner_mode, "x: i j, y: j k"),
     _t("tl_outer", outer, "x: i, y: j, z: k"),
