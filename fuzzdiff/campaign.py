@@ -114,7 +114,7 @@ class PairResult:
     family: str = ""
     batches: int = 0
     scores: list[float] = field(default_factory=list)  # the scheduler's score after each batch
-    found_at: float | None = None  # seconds into the campaign when its failure came back
+    found_at: float | None = None  # seconds into the campaign when its failure (or a known hit) came back
 
     @property
     def known(self) -> bool:
@@ -466,7 +466,7 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
                                                 family=pair.family)
             campaign.results.append(total)
         total.absorb(batch)
-        if total.found_at is None and batch.ended:
+        if total.found_at is None and (batch.ended or batch.known):
             total.found_at = time.monotonic() - start
         campaign.batches += 1
         scheduler.done(index, number, batch.report(), home=k)
