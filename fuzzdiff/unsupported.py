@@ -45,6 +45,7 @@ UNSUPPORTED_PATTERNS = tuple(re.compile(p, re.I) for p in (
     r"inside of vmap",
     r"Cannot access (storage|data pointer) of (BatchedTensorImpl|TensorWrapper|Tensor that doesn't have storage)",
     r"vmap: We do not (yet )?support calling random operations",
+    r"NYI: .* inside vmap is only supported with",
     r"don't yet support saved tensor hooks",
     # compile: what dynamo or AOTAutograd cannot trace (graph breaks fall back to eager silently)
     r"torch\._dynamo\.exc\.(Unsupported|UserError)",

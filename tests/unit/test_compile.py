@@ -172,3 +172,9 @@ def test_program_strategy_fits_the_targets():
     p = Program.from_json(case.kwargs["program"])
     assert p.inputs == 3
     assert find(programs([a.shape for a in case.args]), lambda p: True, settings=FIND).inputs == 3
+
+
+def test_a_target_with_a_mask_argument_is_compared_under_compile():
+    # inputs after the call include the bool mask: compared as numbers, never an error
+    for name in ("masked_fill", "where"):
+        assert run_check(CHECK, name, a_case(name)).kind == "pass", name

@@ -22,8 +22,8 @@ import torch
 from hypothesis import strategies as st
 from torch import nn
 
-from fuzzdiff.paths.expanded import one_sample
 from fuzzdiff.known import NOT_NONE, Known
+from fuzzdiff.paths.expanded import one_sample
 from fuzzdiff.targets import FromShapes, Index, Target, register
 from fuzzdiff.targets.catalog import _kw
 

@@ -61,6 +61,21 @@ BATCH_NORM_STRIDED_WEIGHT = Known(
     features=_STRIDED_WEIGHT,
     records=("7dce7b87f07391a5", "86d88f033270e811", "9aa92962f112b240", "d65dcdb06dafbf56"))
 
+BATCH_NORM_DOUBLE_BACKWARD_LAYOUT = Known(
+    "gradgrad",
+    "eval-mode F.batch_norm's double backward is wrong for an input of shape (1, 2, 1, 2) "
+    "stored with strides (4, 1, 1, 2) (channels last, with a size-1 spatial dim): the "
+    "derivative of grad_input with respect to the weight has entries swapped; the same "
+    "values contiguous pass (torch 2.13.0 CPU)",
+    "bn = lambda x, w: F.batch_norm(x, torch.linspace(-0.5, 0.5, 2).double(), "
+    "torch.linspace(0.5, 2.0, 2).double(), w, None, training=False); x = torch.randn(4, "
+    "dtype=torch.float64).as_strided((1, 2, 1, 2), (4, 1, 1, 2)).requires_grad_(); w = "
+    "torch.randn(2, dtype=torch.float64, requires_grad=True); "
+    "torch.autograd.gradgradcheck(bn, (x, w)) -> GradcheckError: Jacobian mismatch for output 0 "
+    "with respect to input 1; with x.detach().contiguous().requires_grad_() it passes",
+    message=r"vs finite differences of J\^T v", features=("0:permuted",),
+    records=("61329f797982413e",))
+
 GROUP_NORM_FORWARD = Known(
     ("forward", "gradgrad", "vmap"),
     "forward-mode AD of F.group_norm raises for a 4-d input that is not contiguous, e.g. "
@@ -110,7 +125,7 @@ register(
     # "IndexError: select(): index 0 out of range" (torch 2.13): min_side=1
     Target("batch_norm", batch_norm_eval, "x: n c *s, w: c, b: c", FAMILY, min_side=1, max_side=3,
            kwargs={"eps": EPS},
-           known=(BATCH_NORM_STRIDED_WEIGHT,)),
+           known=(BATCH_NORM_STRIDED_WEIGHT, BATCH_NORM_DOUBLE_BACKWARD_LAYOUT)),
     # |x|^p at p=1 has a kink at 0; the norm is clamped below by eps=1e-12 (never reached
     # here). A slice of one value normalizes to its sign, a constant whose float32
     # derivatives are pure cancellation: the normalized dim holds 0 or at least 2 values.

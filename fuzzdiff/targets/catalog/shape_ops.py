@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 
 from fuzzdiff.known import Known
-from fuzzdiff.targets.opinfo_known import STRIDE0_GRAD_DYNAMIC
 from fuzzdiff.targets import FromShapes, Mask, Target, register
 from fuzzdiff.targets.catalog import _kw
+from fuzzdiff.targets.discrepancies import STRIDE0_GRAD_DYNAMIC
 
 FAMILY = "shape"
 
