@@ -39,7 +39,10 @@ class Discrepancy:
 
 
 def max_abs(t: torch.Tensor) -> float:
-    finite = t.detach().abs()
+    t = t.detach()
+    if not (t.is_floating_point() or t.is_complex()):
+        t = t.to(torch.float64)  # a mask or an index compared as numbers: abs() has no bool kernel
+    finite = t.abs()
     finite = finite[torch.isfinite(finite)]
     return float(finite.max()) if finite.numel() else 0.0
 
@@ -63,17 +66,21 @@ def mismatch(a: torch.Tensor, b: torch.Tensor) -> tuple[float, tuple[int, ...]]:
 def worst_discrepancy(names: Sequence[str], got: Sequence[torch.Tensor],
                       expected: Sequence[torch.Tensor], tol: Tolerance,
                       slack: Sequence[float] | None = None,
-                      scale_floor: float = 0.0) -> Discrepancy | None:
+                      scale_floor: float = 0.0,
+                      scales: Sequence[float] | None = None) -> Discrepancy | None:
     """The first tensor pair outside tolerance (None if all agree).
 
-    ``scale_floor`` raises each tensor's reference scale, for results that are
-    zero only by cancellation of terms of that size.
+    Each pair is judged on the scale of its own reference (a small tensor's
+    error is not hidden by a large one elsewhere): its largest |value|, or
+    ``scales[k]`` where that is larger. ``slack[k]`` widens pair k's allowance
+    (the reference's own uncertainty). ``scale_floor`` raises every scale
+    alike, for results that are zero only by cancellation of terms of that size.
     """
     if len(got) != len(expected):
         return Discrepancy(f"{len(got)} tensors vs {len(expected)}", math.inf, 0.0)
     for k, (name, a, b) in enumerate(zip(names, got, expected)):
         err, index = mismatch(a, b)
-        d = Discrepancy(name, err, max(max_abs(b), scale_floor), index)
+        d = Discrepancy(name, err, max(max_abs(b), scale_floor, scales[k] if scales else 0.0), index)
         if not d.within(tol, slack[k] if slack else 0.0):
             return d
     return None

@@ -5,25 +5,38 @@ Every derivative identity is measured as two numbers that should agree (say
 only a suspicion: it becomes a failure once it survives a replay, other
 eps (and a reference steady under tiny changes of eps: no rounding noise),
 two neighbouring points (a kink or a tie vanishes there) and, for low
-precision, a float64 run on the same values with a conditioning estimate.
+precision, a float64 run on the same values: where the identity holds in
+float64, the low-precision computation itself is judged against float64
+(against_float64), with the problem's conditioning as the allowance.
 Anything that does not survive is "inconclusive" — never a failure.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Sequence
 
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
+
+from fuzzdiff import draws
 from fuzzdiff.case import Case
+from fuzzdiff.compare import Discrepancy, max_abs, mismatch, worst_discrepancy
 from fuzzdiff.tolerance import Tolerance
 from fuzzdiff.unsupported import unsupported_reason
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Measurement", "judge", "judged", "worst", "confirm_mismatch", "EPS", "NUDGE"]
+__all__ = ["Measurement", "judge", "judged", "worst", "confirm_mismatch", "LowPrecision",
+           "against_float64", "RoundingNoise", "EPS", "NUDGE", "F32_NUDGE", "CONDITIONING"]
 
 EPS = 1e-6          # finite-difference step in float64, along a direction of norm ~1 per element
 NUDGE = 1e-3        # distance to a neighbouring point, as a fraction of the value range
 F32_NUDGE = 2.0**-22  # input perturbation at float32 rounding level, for conditioning
+ROUNDING_SAMPLES = 3  # runs under RoundingNoise: one can cancel out by chance
+CONDITIONING = 100.0  # low precision may be off by this many times float64's move under rounding
 JITTER = (1e-3, -1e-3)  # relative changes of eps that expose rounding noise in a reference
 
 
@@ -91,40 +104,172 @@ def judge(identity: str, measure: Measure, case: Case, tol: Tolerance, *,
         if m.within(tol):
             return _unsure(identity, "vanishes at a neighbouring point (a kink or a tie)", first)
 
-    if measure64 is not None and measure64(case, eps).within(tol):
-        # The identity holds in float64 at the same values: what is left is
-        # rounding, amplified by conditioning that input nudges cannot always
-        # see (e.g. a saturated tanh before a normalization). Precision is the
-        # dtype check's question, judged there against float64.
-        return _unsure(identity, "float64 agrees on the same values: only low precision disagrees "
-                       "(see the dtype check)", first)
+    confirmed = ("confirmed by replay, eps/8, 8*eps, a steady reference under eps*(1 +- "
+                 f"{JITTER[0]:g}) and two neighbouring points")
+    if measure64 is not None:
+        m64 = measure64(case, eps)
+        if m64.within(tol):
+            # The identity holds in float64 on the same values: whether the low-
+            # precision analytic side is wrong is a question of precision, judged
+            # against float64's analytic side and the problem's conditioning.
+            def analytic64(c: Case) -> list[torch.Tensor]:
+                return [_scalar(measure64(c, eps).analytic)]
+            low = against_float64(["the analytic side"], [_scalar(first.analytic)], analytic64,
+                                  case, tol, ref=[_scalar(m64.analytic)], scales=[m64.scale])
+            if low.kind != "fail":
+                return _unsure(identity, f"float64 agrees on the same values, and {low.message}", first)
+            return Verdict("fail", f"{identity}: analytic {first.analytic!r} vs reference "
+                           f"{first.reference!r} (abs error {first.error:.3g}), {confirmed}; float64 "
+                           f"agrees, but {low.message}", {**first.summary(), "vs_float64": low.errors})
     allowed = tol.allowed(first.scale, first.noise)
     bound = (f"allowed {allowed:.3g}" if math.isfinite(allowed) else
              "no tolerance applies: the reference's scale is not finite")
     return Verdict("fail", f"{identity}: analytic {first.analytic!r} vs reference {first.reference!r} "
-                   f"(abs error {first.error:.3g}, {bound}); "
-                   "confirmed by replay, eps/8, 8*eps, a steady reference under eps*(1 +- "
-                   f"{JITTER[0]:g}) and two neighbouring points",
-                   first.summary())
+                   f"(abs error {first.error:.3g}, {bound}); {confirmed}", first.summary())
 
 
-def confirm_mismatch(identity: str, d, *, replays: Callable[[], bool],
-                     agrees64: Callable[[], bool] | None,
-                     agrees_nearby: Callable[[], bool]) -> Verdict:
-    """The confirmation every whole-result check shares, for a mismatch ``d``
-    (a compare.Discrepancy): it must replay, persist in float64 (``agrees64``
-    is given for low precision) and at a neighbouring point."""
+Tensors = Sequence[torch.Tensor]
+
+
+def against_float64(names: Sequence[str], low: Tensors, at: Callable[[Case], Tensors], case: Case,
+                    tol: Tolerance, *, ref: Tensors | None = None, scales: Sequence[float] | None = None,
+                    replays: Callable[[], bool] | None = None, unstable_fails: bool = False) -> Verdict:
+    """Low-precision results ``low`` against the same computation in float64 on
+    the very same values: ``at(case)`` (or ``ref``, already computed). Each
+    tensor is judged on its own float64 magnitude (or ``scales``).
+
+    Within ``tol``: "pass". Beyond it, rounding amplified by conditioning may
+    explain the difference ("inconclusive"): each tensor is allowed
+    CONDITIONING times what its float64 result does when every input moves by
+    float32 rounding (``at`` at a nudged case), or when every intermediate
+    result moves by the dtype's rounding (``at`` under RoundingNoise: a
+    saturated tanh before a normalization is ill-conditioned in its
+    intermediates, not in its inputs). What is left must replay (``replays``,
+    unless the caller has replayed) to be a "fail".
+
+    ``unstable_fails`` is the dtype check's question (is the target as
+    accurate in low precision as its inputs' conditioning allows?): a formula
+    that loses digits to its own intermediates is then a finding, and
+    intermediate rounding only excuses a result it leaves without a
+    significant digit (a gradient that is zero by cancellation).
+    """
+    dtype = case.dtype
+    ref = at(case) if ref is None else ref
+    d = worst_discrepancy(names, low, ref, tol, scales=scales)
+    if d is None:
+        return Verdict("pass", f"{dtype} is within tolerance of float64")
+
+    def explained(by: str) -> Verdict:
+        return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {d}, within what "
+                       f"rounding {by} explains (ill-conditioned)", d.summary())
+
+    moved = at(case.nudged(F32_NUDGE, seed=5))
+    slack = [CONDITIONING * mismatch(r, m)[0] for r, m in zip(ref, moved)]
+    if worst_discrepancy(names, low, ref, tol, slack, scales=scales) is None:
+        return explained("of the inputs")
+    unit = torch.finfo(case.torch_dtype).eps / 2
+    for seed in range(ROUNDING_SAMPLES):
+        try:
+            with RoundingNoise(unit, seed=seed):
+                rounded = at(case)
+        except Exception as e:  # noqa: BLE001 - e.g. an index from a float moved off its integer
+            return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {d}; float64 "
+                           f"with rounding noise raised {type(e).__name__}: its conditioning is "
+                           "unknown", d.summary())
+        for k, (r, p) in enumerate(zip(ref, rounded)):
+            noise = mismatch(r, p)[0]
+            if not unstable_fails or max_abs(r) <= noise:
+                slack[k] = max(slack[k], CONDITIONING * noise)
+    far = worst_discrepancy(names, low, ref, tol, slack, scales=scales)
+    if far is None:
+        return explained("of intermediate results")
+    if replays is not None and not replays():
+        return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {far}; a replay "
+                       "gave other results (nondeterministic)", far.summary())
+    return Verdict("fail", f"{dtype} vs float64 on the same values: {far}; confirmed by replay and a "
+                   "conditioning estimate", far.summary())
+
+
+class RoundingNoise(TorchDispatchMode):
+    """Low precision's rounding, emulated in float64 (Monte Carlo arithmetic):
+    every fresh floating result of an op on floating tensors is moved by
+    ``unit`` (float32's unit roundoff by default), relatively, up or down at random. How far that moves a float64 result is its
+    conditioning in every intermediate, which moving the inputs alone misses.
+
+    Views, in-place and out= results alias their inputs and are left alone, as
+    are results of ops without floating tensor arguments (``arange``,
+    ``ones``; an integer cast): constants, not rounded values. Seeded, so a
+    replay moves everything the same way.
+    """
+
+    def __init__(self, unit: float = torch.finfo(torch.float32).eps / 2, seed: int = 0):
+        super().__init__()
+        self.unit = unit
+        self.seed, self.drawn = seed, 0  # a counter-based stream (fuzzdiff.draws): replays exactly
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if any(r.alias_info is not None for r in func._schema.returns):
+            return out
+        if not any(isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())
+                   for a in tree_leaves((args, kwargs))):
+            return out
+        return tree_map(self._round, out)
+
+    def _round(self, t):
+        if (not isinstance(t, torch.Tensor) or t.dtype not in (torch.float64, torch.complex128)
+                or t.layout != torch.strided or not t.numel()):
+            return t
+        z = draws.words(self.seed, t.numel(), draws.ROUNDING, start=self.drawn)
+        self.drawn += t.numel()
+        signs = torch.from_numpy(draws.bits(z).astype(np.float64)).reshape(t.shape)
+        return t + t * (signs * (2 * self.unit) - self.unit).to(t.device)
+
+
+def _scalar(x: float) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float64)
+
+
+@dataclass(frozen=True)
+class LowPrecision:
+    """A low-precision mismatch's float64 question, for confirm_mismatch:
+    ``run64(c)`` reruns the identity in float64 on case ``c``'s very same values
+    and returns its mismatch there (None: it holds) and the float64 results to
+    set against ``low``, the low-precision side that disagreed (``names``)."""
+
+    case: Case
+    tol: Tolerance
+    names: Sequence[str]
+    low: Tensors
+    run64: Callable[[Case], tuple[Discrepancy | None, Tensors]]
+
+
+def confirm_mismatch(identity: str, d: Discrepancy, *, replays: Callable[[], bool],
+                     agrees_nearby: Callable[[], bool], low: LowPrecision | None = None) -> Verdict:
+    """The confirmation every whole-result check shares, for a mismatch ``d``:
+    it must replay and persist at a neighbouring point; for low precision
+    (``low``), either persist in float64 too, or, where float64 agrees, the
+    low-precision side must be wrong against float64 (against_float64)."""
     if not replays():
         return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results "
                        "(nondeterministic)", d.summary())
-    if agrees64 is not None and agrees64():
-        return Verdict("inconclusive", f"{identity}: {d}; float64 agrees (low-precision rounding)",
-                       d.summary())
+    wrong = None  # where float64 agrees: the low-precision side against float64
+    if low is not None:
+        d64, ref = low.run64(low.case)
+        if d64 is None:
+            wrong = against_float64(low.names, low.low, lambda c: low.run64(c)[1], low.case,
+                                    low.tol, ref=ref)
+            if wrong.kind != "fail":
+                return Verdict("inconclusive", f"{identity}: {d}; float64 agrees on the same values, "
+                               f"and {wrong.message}", d.summary())
     if agrees_nearby():
         return Verdict("inconclusive", f"{identity}: {d}; vanishes at a neighbouring point "
                        "(a tie or a kink)", d.summary())
+    if wrong is not None:
+        return Verdict("fail", f"{identity}: {d}; float64 agrees, but {wrong.message}, and at a "
+                       "neighbouring point", {**d.summary(), "vs_float64": wrong.errors})
     return Verdict("fail", f"{identity}: {d}; confirmed by replay"
-                   + (", float64" if agrees64 is not None else "") + " and a neighbouring point",
+                   + (", float64" if low is not None else "") + " and a neighbouring point",
                    d.summary())
 
 

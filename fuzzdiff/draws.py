@@ -25,13 +25,13 @@ import functools
 
 import numpy as np
 
-__all__ = ["SCHEME", "VALUES", "NUDGES", "PROBES", "PARAMETERS", "POINTS",
+__all__ = ["SCHEME", "VALUES", "NUDGES", "PROBES", "PARAMETERS", "POINTS", "ROUNDING",
            "words", "uniform", "integers", "bits", "permutation", "normal"]
 
 SCHEME = "splitmix64-v1"
 
 # Streams: one seed gives independent numbers for each purpose.
-VALUES, NUDGES, PROBES, PARAMETERS, POINTS = range(5)
+VALUES, NUDGES, PROBES, PARAMETERS, POINTS, ROUNDING = range(6)
 
 GAMMA = 0x9E3779B97F4A7C15
 M1 = 0xBF58476D1CE4E5B9

@@ -104,6 +104,7 @@ class Tally:
 # structures a layout bug needs went unexplored (a permuted-matrix bug was
 # missed in 2 of 8 seeds at 200 examples; found in all 8 without).
 STEER_FROM = 0.05
+COMPILE_TIMEOUT_FACTOR = 5  # a compiling check's examples get this many times the per-example time
 
 
 def _score(verdict: Verdict) -> float | None:
@@ -216,8 +217,8 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     process becomes a "crash" record at the next ``recover(corpus)``, which
     this function runs first.
 
-    ``timeout`` (seconds per example; default $FUZZDIFF_TIMEOUT, else 60; 0
-    disables) stops a hanging example: reported at once, unshrunk, as a
+    ``timeout`` (seconds per example; default $FUZZDIFF_TIMEOUT, else 60, and
+    COMPILE_TIMEOUT_FACTOR times that for a check that compiles; 0 disables) stops a hanging example: reported at once, unshrunk, as a
     FuzzFailure of kind "timeout" (fuzzdiff.timeout says what is covered).
 
     ``shrink_seconds`` bounds shrinking: that long after the first failure,
@@ -234,10 +235,14 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     structures = default_structures() if structures is None else structures
     if structures < 1:
         raise ValueError(f"structures must be at least 1, got {structures}")
-    timeout = default_timeout() if timeout is None else float(timeout)
+    check = get_check(check) if isinstance(check, str) else check
+    if timeout is None:
+        # A first inductor compile of a three-input op took 25-35 s on two busy
+        # cores (opinfo/diff@63): slowness, not a hang, must not be a time-out.
+        timeout = default_timeout() * (COMPILE_TIMEOUT_FACTOR if check.compiles else 1)
+    timeout = float(timeout)
     if not timeout >= 0:
         raise ValueError(f"timeout must be >= 0 seconds (0 disables), got {timeout}")
-    check = get_check(check) if isinstance(check, str) else check
     target = get_target(target) if isinstance(target, str) else target
     tally = Tally()
     why = check.why_not(target)

@@ -3,7 +3,9 @@
 With ``h(x) = <J(x)^T v, w>``, reverse-over-reverse ``<grad h, u>`` and
 forward-over-reverse (the tangent of ``J^T v`` along ``u``, contracted with
 ``w``) must both equal ``(h(x + eps u) - h(x - eps u)) / 2 eps``, where ``h`` is
-evaluated by first-order autograd in float64.
+evaluated by first-order autograd in float64. In low precision, where an
+identity holds in float64 on the same values, the second derivative itself is
+judged against its float64 value (fuzzdiff.confirm.against_float64).
 """
 
 from __future__ import annotations

@@ -9,8 +9,10 @@ inputs' gradients are compared (fuzzdiff.paths.expanded). Applies to module
 targets (fuzzdiff.targets.catalog.modules). ExpandedWeights' own errors for an
 unsupported configuration are "unsupported" (fuzzdiff.unsupported); so is the
 vmap reference where vmap cannot run the module (nn.RNN has no batching rule).
-A mismatch is replayed, recomputed in float64 for float32, and tried at a
-neighbouring point before it is a failure.
+A mismatch is replayed and tried at a neighbouring point before it is a
+failure; in low precision it must also persist in float64 on the same values,
+or, where float64 agrees, the disagreeing path must be wrong against its own
+float64 run beyond what conditioning explains (fuzzdiff.confirm.against_float64).
 
 Tolerances: the three paths compute the same sums in different orders
 (ExpandedWeights forms per-sample weight gradients with einsum over unfolded
@@ -35,7 +37,7 @@ from hypothesis import strategies as st
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import Discrepancy, worst_discrepancy
-from fuzzdiff.confirm import NUDGE, confirm_mismatch
+from fuzzdiff.confirm import NUDGE, LowPrecision, confirm_mismatch
 from fuzzdiff.paths import expanded as path
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
@@ -85,15 +87,18 @@ def _mismatch(names, got, want, tol: Tolerance) -> Discrepancy | None:
     return worst_discrepancy(names, got, want, tol)
 
 
+EXPANDED, VMAPPED = "ExpandedWeights vs a loop", "vmap(grad(functional_call)) vs a loop"
+
+
 def _discrepancy(result: path.Result, tol: Tolerance) -> tuple[str, Discrepancy] | None:
     """(which path, its worst mismatch) against the loop; ExpandedWeights first."""
     d = _mismatch(result.names, result.expanded, result.looped, tol)
     if d is not None:
-        return "ExpandedWeights vs a loop", d
+        return EXPANDED, d
     if result.vmapped is not None:
         d = _mismatch(result.names, result.vmapped, result.looped, tol)
         if d is not None:
-            return "vmap(grad(functional_call)) vs a loop", d
+            return VMAPPED, d
     return None
 
 
@@ -134,11 +139,18 @@ def _run(target: Target, case: Case) -> Verdict:
         return Verdict("pass", f"vmap reference skipped: {first.vmap_skipped}" if first.vmap_skipped else "")
     which, d = found
     identity = f"{plan}: {which}"
+    side = "expanded" if which == EXPANDED else "vmapped"
+
+    def run64(c: Case):
+        wide = path.run(target, c, cast=torch.float64)
+        d64 = _discrepancy(wide, tol)
+        return (None if d64 is None else d64[1]), getattr(wide, side)
+
     return confirm_mismatch(
         identity, d, replays=lambda: _replays(first, path.run(target, case)),
-        agrees64=(lambda: _discrepancy(path.run(target, case, cast=torch.float64), tol) is None)
-        if case.torch_dtype in LOW else None,
-        agrees_nearby=lambda: _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None)
+        agrees_nearby=lambda: _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None,
+        low=LowPrecision(case, tol, first.names, getattr(first, side), run64)
+        if case.torch_dtype in LOW else None)
 
 
 CHECK = Check("per_sample", run, params=params, applies=applies, aliasing="never",

@@ -260,8 +260,8 @@ def vmap(ctx) -> Fragment:
                "ranks = [o.dim() for o in outs[INDICES[0]]]",
                f"# {composition}: vmapped, then the loop's results stacked the same way.",
                *BODIES[composition],
-               "floor = max((max_abs(t) for t in want), default=0.0)",
+               "# Each result on its own scale.",
                "return finish([compare(names, [t.detach() for t in got], "
-               "[t.detach() for t in want], floor)])"),
+               "[t.detach() for t in want])])"),
         ("outputs", "compare", "finish"), (), extra=f"{_data(ctx)}\n\n\n{MACHINERY}",
         inputs=False, imports=("import itertools",))

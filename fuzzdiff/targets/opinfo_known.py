@@ -138,6 +138,18 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         "Jacobian mismatch ... numerical: 1.0, analytical: 0.",
         message=r"vs finite differences: analytic", features=("1:alias:same|1:alias:view",),
         records=("5cbf153cd1380cb6", "2bdb74096979a533"))),
+    ("opinfo/linalg.det@*", Known(
+        "compile",
+        "inductor returns the transposed gradient of torch.linalg.det when det's input is an "
+        "intermediate that eager makes column-major but inductor allocates row-major: "
+        "_linalg_det factors A^T for a contiguous A, and the traced backward picks lu_solve's "
+        "adjoint from eager's strides (torch 2.13.0 CPU; dynamic True or False; aot_eager is right)",
+        "s = torch.randn(3, 5, 5, dtype=torch.float64); x = torch.zeros(3, 5, 5, "
+        "dtype=torch.float64).mT.contiguous().mT.requires_grad_(); f = lambda x: "
+        "torch.linalg.det(x + s); torch.autograd.grad(torch.compile(f, backend='inductor')(x).sum(), "
+        "x)[0] equals torch.autograd.grad(f(x).sum(), x)[0].mT, not the eager gradient",
+        message=r"^inductor vs eager: grad \d+ at", features=("0:permuted",),
+        params={"backend": "inductor"}, records=("7be19fad1ff85290",))),
     ("opinfo/to_sparse@*", Known(
         "compile",
         "under AOTAutograd (aot_function, either partitioner) x.to_sparse(...).to_dense() returns "

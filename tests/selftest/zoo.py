@@ -880,6 +880,63 @@ ZOO += [
           "compile", "compiled", "a branch taken only under torch.compile approximates gelu"),
 ]
 
+# ---------------------------------------------------------------------------------
+# 23. float32, forward mode: a float32 fast path in the jvp with a "fast sigmoid".
+#     Reverse mode, and every float64 computation, is right.
+
+class SoftplusFastSigmoidJvp(Softplus):
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        if x.dtype == torch.float32:
+            # BUG: x / (1 + |x|) is a sigmoid-shaped curve, not the sigmoid: up to ~7% off
+            return t * 0.5 * (1 + x / (1 + x.abs()))
+        return t * torch.sigmoid(x)
+
+
+# ---------------------------------------------------------------------------------
+# 24. float32, second order: a float32 backward that skips recording its graph.
+#     y = x exp(x): first derivatives are right in every dtype.
+
+class XExpFloat32NoGrad(XExp):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        if x.dtype == torch.float32:
+            with torch.no_grad():  # BUG: "float32 is for inference": exp(x) is a constant to double backward
+                e = torch.exp(x)
+            return g * (1 + x) * e
+        return g * (1 + x) * torch.exp(x)
+
+
+# ---------------------------------------------------------------------------------
+# 25. float32, vmap: the batched float32 path of a custom vmap rule takes the
+#     inverse square root by the bit trick with one Newton step (up to 0.18% off);
+#     the unbatched forward, and float64, use torch.rsqrt.
+
+def _fast_rsqrt(s: torch.Tensor) -> torch.Tensor:
+    y = (0x5F3759DF - (s.view(torch.int32) >> 1)).view(torch.float32)
+    return y * (1.5 - 0.5 * s * y * y)
+
+
+class SoftNormalizeFastRsqrt(SoftNormalize):
+    @staticmethod
+    def vmap(info, in_dims, x):
+        x = x.movedim(in_dims[0], 0)
+        if x.dtype != torch.float32:
+            return x * _inv_norm(x), 0
+        return x * _fast_rsqrt(1 + (x * x).sum(-1, keepdim=True)), 0  # BUG: not rsqrt
+
+
+ZOO += [
+    _pair("softplus_fast_sigmoid_jvp", SoftplusFastSigmoidJvp.apply, Softplus.apply, "x: ...",
+          "forward", "float32", "float32 jvp uses x / (1 + |x|) for the sigmoid"),
+    _pair("xexp_float32_no_grad", XExpFloat32NoGrad.apply, XExp.apply, "x: ...",
+          "gradgrad", "float32", "float32 backward computes exp(x) under no_grad: double backward is wrong"),
+    _pair("soft_normalize_fast_rsqrt", SoftNormalizeFastRsqrt.apply, SoftNormalize.apply, "x: n",
+          "vmap", "float32", "float32 vmap rule takes rsqrt by the bit trick (0x5f3759df)"),
+]
+
 # Every bug and twin by name: ``fuzzdiff check tests.selftest.zoo:TARGETS.atan_offset0``.
 TARGETS = SimpleNamespace(**{t.name: t for p in ZOO for t in (p.bug, p.twin)})
 
