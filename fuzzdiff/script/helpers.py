@@ -145,8 +145,9 @@ def judge(identity, analytic, reference, scale, noise=0.0):
 
 _helper("compare", '''
 def max_abs(t):
-    """The largest finite |t| (0 if none)."""
-    finite = t.detach().abs()
+    """The largest finite |t| (0 if none); a mask or an index counts as numbers."""
+    t = t.detach()
+    finite = (t if t.is_floating_point() or t.is_complex() else t.to(torch.float64)).abs()
     finite = finite[torch.isfinite(finite)]
     return float(finite.max()) if finite.numel() else 0.0
 

@@ -58,6 +58,21 @@ _GRID_SAMPLE_BATCH_LAST = Known(
     raises="RuntimeError", message=r"shape\[src\] % size1 == 0 INTERNAL ASSERT FAILED",
     records=("42bd33bcc676d162",))
 
+# The misplaced batch dim above, seen from vmap's vjp compositions: the cotangent
+# has the loop's shape, the vmapped output another.
+_GRID_SAMPLE_VJP = Known(
+    "vmap",
+    "the same misplaced output batch dim of vmap(torch.grid_sampler_2d) with the batch at dim 0 "
+    "of the input and dim 1 of the grid, reached through a vjp: the cotangent's shape no longer "
+    "fits (torch 2.13.0 CPU)",
+    "from torch.func import vmap, vjp; f = lambda a, g: torch.grid_sampler_2d(a, g, 0, 0, False); "
+    "a, g = torch.randn(1, 2, 3, 5, 5), torch.rand(2, 1, 5, 5, 2) * 2 - 1; out, pull = "
+    "vjp(vmap(f, in_dims=(0, 1)), a, g) -> out.shape [2, 1, 3, 5, 5], the loop's [1, 2, 3, 5, "
+    "5]; inside vmap of a vjp: RuntimeError: Mismatch in shape: grad_output[0] has a shape of "
+    "torch.Size([2, 3, 5, 5]) and output[0] has a shape of torch.Size([1, 3, 5, 5])",
+    raises="RuntimeError", message=r"Mismatch in shape: grad_output\[0\] has a shape of",
+    params={"levels.0.in_dims.0": NOT_NONE, "levels.0.in_dims.1": NOT_NONE})
+
 _MAX_POOL3D = Known(
     ("grad", "forward", "layout", "alias", "vmap", "compile"),
     "F.max_pool3d raises for an unbatched (C, D, H, W) input in a permuted layout that is "
@@ -86,6 +101,23 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         "vjp(vmap(f), x, s)[1](ct)[1] == ct.sum(1), expected ct[:, 2] "
         "(vjp(f, x[0], s[0])[1](ct[0])[1] == ct[0, 2])",
         features=("1:rank0",))),
+    ("opinfo/select_scatter@*", Known(
+        "vmap",
+        "vjp of vmap(torch.select_scatter) with src not batched gives src a wrong gradient, "
+        "for any dim and index, where the loop over the batch is right (torch 2.13.0 CPU)",
+        "from torch.func import vmap, vjp; f = lambda x, s: torch.select_scatter(x, s, 0, 0); x, s, "
+        "ct = torch.randn(1, 5, 5, 5, dtype=torch.float64), torch.randn(5, 5, dtype=torch.float64), "
+        "torch.randn(1, 5, 5, 5, dtype=torch.float64); vjp(vmap(f, in_dims=(0, None)), x, s)[1](ct)"
+        "[1] differs from vjp(lambda t: f(x[0], t), s)[1](ct[0])[0] by up to 8.8",
+        message=r"vs a loop over the batch: grad of argument 1 at", params={"levels.0.in_dims.1": None})),
+    ("opinfo/view_copy@*", Known(
+        "vmap",
+        "the forward-mode bug of torch.view_copy below, reached through vmap's jvp compositions "
+        "(torch 2.13.0 CPU)",
+        "torch.func.vmap(lambda t: torch.func.jvp(lambda u: torch.view_copy(u, (25, 5)), (t,), "
+        "(torch.ones_like(t),)))(torch.randn(1, 5, 5, 5, dtype=torch.float64).permute(0, 1, 3, 2)) "
+        "-> RuntimeError: view size is not compatible with input tensor's size and stride",
+        raises="RuntimeError", message=_VIEW_SIZE, params={"composition": ("vmap_jvp", "jvp_vmap")})),
     ("opinfo/view_copy@*", Known(
         "forward",
         "forward-mode AD of torch.view_copy raises for an input whose layout a view cannot "
@@ -110,7 +142,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
       for known in NESTED_VMAP_LOSSES),
     ("opinfo/kron@*", _KRON),
     *((f"opinfo/{name}@*", known) for name in ("grid_sampler_2d", "nn.functional.grid_sample")
-      for known in (_GRID_SAMPLE, _GRID_SAMPLE_BATCH_LAST)),
+      for known in (_GRID_SAMPLE, _GRID_SAMPLE_VJP, _GRID_SAMPLE_BATCH_LAST)),
     ("opinfo/nn.functional.max_pool3d@*", _MAX_POOL3D),
     ("opinfo/triangular_solve@*", Known(
         "vmap",

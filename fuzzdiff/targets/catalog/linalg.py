@@ -124,8 +124,9 @@ register(
     Target("svdvals", svdvals, "a: *b m n", FAMILY, domain=UNIT, max_side=3),
     Target("pinv", pinv, "a: *b m n", FAMILY, domain=UNIT, max_side=3),
     Target("eigvalsh", eigvalsh, SQUARE, FAMILY, domain=UNIT, max_side=3),
-    # one batch dim: every layout works; matrix_exp_batched holds the discrepancy
-    Target("matrix_exp", matrix_exp, "a: _ n n", FAMILY, domain=UNIT, max_side=3),
+    # one batch dim: every layout works in eager; under vmap the batch adds one (MATRIX_EXP_BATCH)
+    Target("matrix_exp", matrix_exp, "a: _ n n", FAMILY, domain=UNIT, max_side=3,
+           known=(MATRIX_EXP_BATCH,)),
     Target("matrix_exp_batched", matrix_exp, SQUARE, FAMILY, domain=UNIT, max_side=3,
            known=(MATRIX_EXP_BATCH,)),
     Target("cross", cross, "x: *#b 3, y: *#b 3", FAMILY, max_side=3),
