@@ -182,6 +182,18 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         "x)[0] equals torch.autograd.grad(f(x).sum(), x)[0].mT, not the eager gradient",
         message=r"^inductor vs eager: grad \d+ at", features=("0:permuted",),
         params={"backend": "inductor"}, records=("7be19fad1ff85290",))),
+    ("opinfo/nn.functional.adaptive_avg_pool2d@*", Known(
+        "compile",
+        "inductor with dynamic=True cannot lower aten._adaptive_avg_pool2d when the output size "
+        "is symbolic (ints passed in by closure, as a target's arguments are): its lowering asks "
+        "for the truth value of a symbolic relation (torch 2.13.0 CPU; aot_eager works)",
+        "def make(size): return lambda x: F.adaptive_avg_pool2d(x, size); x = torch.randn(1, 8, 8, "
+        "8, dtype=torch.float64, requires_grad=True); torch.compile(make((5, 7)), "
+        "backend='inductor', dynamic=True)(x).sum().backward() -> InductorError: "
+        "LoweringException: TypeError: cannot determine truth value of Relational: "
+        "(((2*s4 + 6)//s4))*(((2*s90 + 6)//s90)) > 25",
+        raises="InductorError", message=r"cannot determine truth value of Relational.*_adaptive_avg_pool2d",
+        params={"backend": "inductor"}, records=("4fe38aa0547efb89",))),
     ("opinfo/to_sparse@*", Known(
         "compile",
         "under AOTAutograd (aot_function, either partitioner) x.to_sparse(...).to_dense() returns "
