@@ -194,6 +194,16 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         "(((2*s4 + 6)//s4))*(((2*s90 + 6)//s90)) > 25",
         raises="InductorError", message=r"cannot determine truth value of Relational.*_adaptive_avg_pool2d",
         params={"backend": "inductor"}, records=("4fe38aa0547efb89",))),
+    ("opinfo/nn.functional.conv2d@*", Known(
+        "compile",
+        "the catalog's strided conv2d bug on OpInfo's samples: inductor with dynamic=True cannot "
+        "lower convolution_backward when the conv's stride is a symbolic int (torch 2.13.0 CPU)",
+        "def conv(stride): return lambda x, w, b: F.conv2d(x, w, b, stride, [0, 0], 2); "
+        "torch.compile(conv(2), backend='inductor', dynamic=True)(x, w, b).sum().backward() with "
+        "x, w, b of shapes (1, 1, 3, 3), (2, 1, 1, 1), (2,) requiring grad -> InductorError: "
+        "LoweringException: ValueRangeError: Invalid ranges [0:-1]",
+        raises="InductorError", message=r"ValueRangeError: Invalid ranges \[0:-1\]",
+        params={"backend": "inductor"})),
     ("opinfo/to_sparse@*", Known(
         "compile",
         "under AOTAutograd (aot_function, either partitioner) x.to_sparse(...).to_dense() returns "

@@ -67,7 +67,7 @@ INDUCTOR_STRIDED_CONV_BACKWARD = Known(
     "requires_grad=True); torch.compile(conv(2), backend='inductor', dynamic=True)(x, w, b).sum()"
     ".backward() -> InductorError: LoweringException: ValueRangeError: Invalid ranges [0:-1] "
     "target: aten.convolution_backward.default",
-    raises="InductorError", message=r"ValueRangeError: Invalid ranges \[0:-1\].*aten\.convolution_backward",
+    raises="InductorError", message=r"ValueRangeError: Invalid ranges \[0:-1\]",
     params={"backend": "inductor", "kwargs.stride": 2}, records=("3da4b2e534582a0b",))
 CONV_TRANSPOSE1D_LAYOUT = Known(
     BACKWARD_CHECKS,
