@@ -20,6 +20,7 @@ interrupted session's workers were stopped, and leave none.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -133,6 +134,12 @@ def pytest_handlecrashitem(crashitem, report, sched):
     the failure that xdist reports for the test."""
     node = getattr(report, "node", None)
     worker = getattr(getattr(node, "gateway", None), "id", "?")
-    paths = _recover(f"xdist worker {worker} crashed while running {crashitem}")
+    cause = f"xdist worker {worker} crashed while running {crashitem}"
+    paths = _recover(cause)
+    for _ in range(20):  # xdist may see the channel close before the process is gone
+        if paths:        # (an abort still writing its core dump): give it two seconds
+            break
+        time.sleep(0.1)
+        paths = _recover(cause)
     if paths and isinstance(report.longrepr, str):
         report.longrepr += "\nfuzzdiff recorded the case in flight: " + ", ".join(map(str, paths))
