@@ -204,6 +204,17 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         "LoweringException: ValueRangeError: Invalid ranges [0:-1]",
         raises="InductorError", message=r"ValueRangeError: Invalid ranges \[0:-1\]",
         params={"backend": "inductor"})),
+    ("opinfo/nn.functional.conv2d@*", Known(
+        "compile",
+        "inductor with dynamic=True cannot compile an unbatched conv2d (a 3-d input) with its "
+        "backward: 'cannot determine truth value of Relational' (torch 2.13.0 CPU; aot_eager and "
+        "eager work)",
+        "x, w = torch.randn(4, 5, 5, dtype=torch.float64, requires_grad=True), torch.randn(3, 4, 3, "
+        "3, dtype=torch.float64, requires_grad=True); torch.compile(lambda x, w: F.conv2d(x, w), "
+        "backend='inductor', dynamic=True)(x, w).sum().backward() -> InductorError: TypeError: "
+        "cannot determine truth value of Relational: s27*s77 < s77",
+        raises="InductorError", message=r"cannot determine truth value of Relational",
+        params={"backend": "inductor"}, records=("8199ed6aea35eab4",))),
     ("opinfo/to_sparse@*", Known(
         "compile",
         "under AOTAutograd (aot_function, either partitioner) x.to_sparse(...).to_dense() returns "
