@@ -39,7 +39,7 @@ from fuzzdiff.caseio import case_from_json
 from fuzzdiff.draws import SCHEME
 from fuzzdiff.verdict import KINDS, Verdict
 
-__all__ = ["FORMAT", "STATUSES", "Record", "CorpusError", "signature", "write_record",
+__all__ = ["FORMAT", "STATUSES", "Record", "CorpusError", "signature", "error_shape", "write_record",
            "read_record", "rewrite_record", "iter_records", "default_root", "find_record", "merge", "Merge"]
 
 FORMAT = 2
@@ -81,12 +81,18 @@ def signature(check: str, case: Case, verdict: Verdict) -> dict:
            "device": case.device, "features": sorted(features)}
     exception = verdict.errors.get("exception") if isinstance(verdict.errors, Mapping) else None
     if isinstance(exception, str):
-        first = verdict.message.splitlines()[0] if verdict.message else ""
-        sig["error"] = f"{exception}: {_NUMBERS.sub('#', first)[:200]}"
+        sig["error"] = f"{exception}: {error_shape(verdict)[:200]}"
     return sig
 
 
 _NUMBERS = re.compile(r"\d+")
+
+
+def error_shape(verdict: Verdict) -> str:
+    """The first line of a failure's message with its numbers taken out: what
+    makes two raises of one type the same error (the same one at other sizes)."""
+    first = verdict.message.splitlines()[0] if verdict.message else ""
+    return _NUMBERS.sub("#", first)
 
 
 def _record_id(sig: Mapping) -> str:

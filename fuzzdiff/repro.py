@@ -11,7 +11,7 @@ from typing import Iterable
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS
-from fuzzdiff.corpus import CorpusError, Record, read_record
+from fuzzdiff.corpus import CorpusError, Record, error_shape, read_record
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets import UnknownTarget, get_target
 from fuzzdiff.targets.target import Target
@@ -155,7 +155,7 @@ def mismatch(recorded: Verdict, replayed: Verdict) -> str | None:
     exception = recorded.errors.get("exception")
     if exception is not None and replayed.errors.get("exception") != exception:
         return f"recorded a raised {exception}, replayed {replayed.message.splitlines()[0][:300]}"
-    if exception is not None and _error_text(replayed) != _error_text(recorded):
+    if exception is not None and error_shape(replayed) != error_shape(recorded):
         # the same type with another message is another error (fuzzdiff.corpus.signature)
         return (f"recorded {recorded.message.splitlines()[0][:300]!r}, replayed "
                 f"{replayed.message.splitlines()[0][:300]!r}")
@@ -164,11 +164,6 @@ def mismatch(recorded: Verdict, replayed: Verdict) -> str | None:
         if replayed.message.split(":", 1)[0] != identity:
             return f"recorded {identity!r}, replayed {replayed.message.splitlines()[0][:300]}"
     return None
-
-
-def _error_text(verdict: Verdict) -> str:
-    first = verdict.message.splitlines()[0] if verdict.message else ""
-    return re.sub(r"\d+", "#", first)
 
 
 def describe(case: Case) -> list[str]:
