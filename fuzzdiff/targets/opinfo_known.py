@@ -215,6 +215,21 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         "cannot determine truth value of Relational: s27*s77 < s77",
         raises="InductorError", message=r"cannot determine truth value of Relational",
         params={"backend": "inductor"}, records=("8199ed6aea35eab4",))),
+    ("opinfo/max_pool2d_with_indices_backward@*", Known(
+        "compile",
+        "with dynamic=True an int kernel_size or stride (a target's closure argument, so a "
+        "SymInt under dynamo) cannot be passed to aten.max_pool2d_with_indices_backward's int[2] "
+        "arguments: fake-tensor dispatch rejects the SymInt where eager broadcasts the int "
+        "(torch 2.13.0 CPU; a tuple (3, 3) or dynamic=False works)",
+        "def make(k, s): return lambda x: aten.max_pool2d_with_indices_backward.default("
+        "torch.ones_like(o := F.max_pool2d_with_indices(x, k, s, ceil_mode=True, "
+        "return_indices=True))[0], x, k, s, (0,), (1,), True, o[1]); x = torch.randn(1, 2, 3, 6, "
+        "dtype=torch.float64, requires_grad=True); torch.compile(make(3, 2), backend='aot_eager', "
+        "dynamic=True)(x) -> TorchRuntimeError: Expected a value of type 'List[int]' for argument "
+        "'kernel_size' but instead found type 'SymInt'",
+        raises="TorchRuntimeError",
+        message=r"Expected a value of type 'List\[int\]' for argument '\w+' but instead found type 'SymInt'",
+        records=("0c1e80e94e6d6bae",))),
     ("opinfo/to_sparse@*", Known(
         "compile",
         "under AOTAutograd (aot_function, either partitioner) x.to_sparse(...).to_dense() returns "
