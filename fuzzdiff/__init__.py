@@ -2,10 +2,10 @@
 
 ``fuzzdiff.check(fn, "x: n m")`` fuzzes the user's own function, autograd.Function
 or custom op with every check that applies; ``fuzzdiff.assert_ok`` does the same
-inside a test (DESIGN.md section 3).
+inside a test (the public API of docs/pages/design.md).
 """
 
-__version__ = "0.1.0"
+from fuzzdiff.version import __version__
 
 __all__ = ["check", "assert_ok", "Report", "Failure", "Target", "__version__"]
 

@@ -32,12 +32,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+import hypothesis
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save
 
-from fuzzdiff.case import DTYPES, Case, CaseError
-from fuzzdiff.caseio import case_from_json
+from fuzzdiff.case import DTYPES, Case, CaseError, case_from_json
 from fuzzdiff.draws import SCHEME
 from fuzzdiff.verdict import KINDS, Verdict
+from fuzzdiff.version import __version__
 
 __all__ = ["FORMAT", "STATUSES", "Record", "CorpusError", "signature", "error_shape", "write_record",
            "read_record", "rewrite_record", "iter_records", "default_root", "find_record", "merge", "Merge"]
@@ -101,12 +104,8 @@ def _record_id(sig: Mapping) -> str:
 
 
 def _versions() -> dict:
-    import hypothesis
-    import torch
-
-    import fuzzdiff
     return {"torch": torch.__version__, "hypothesis": hypothesis.__version__,
-            "fuzzdiff": fuzzdiff.__version__}
+            "fuzzdiff": __version__}
 
 
 def _clean(x: Any) -> Any:
@@ -228,7 +227,6 @@ def write_record(root: Path | str, check: str, case: Case, verdict: Verdict,
     big = {f"args.{i}": t.contiguous() for i, t in storages.items() if t.numel() > INLINE_LIMIT}
     data_file, made_data = None, False
     if big:
-        from safetensors.torch import save
         blob = save(big)
         # Named by content: concurrent writers of one id never point at each other's data.
         data_file = f"{record.id}.{hashlib.sha256(blob).hexdigest()[:12]}.safetensors"
@@ -295,8 +293,6 @@ def _pinned(path: Path, inputs: list) -> dict[int, torch.Tensor]:
             key = _field(stored, "key", path, str, where)
             if not file.exists():
                 raise CorpusError(f"{path}: field '{where}.file': {file.name} is missing beside the record")
-            from safetensors import SafetensorError
-            from safetensors.torch import load_file
             try:
                 t = load_file(file).get(key)
             except (SafetensorError, OSError) as e:

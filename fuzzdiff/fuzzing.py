@@ -20,7 +20,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from hypothesis.errors import FlakyFailure
 
 from fuzzdiff.case import Case
-from fuzzdiff.checks import Check, get_check
+from fuzzdiff.checks import Check, get_check, validate
 from fuzzdiff.features import case_features
 from fuzzdiff.journal import Journal, recover
 from fuzzdiff.known import Known, crashing, matching
@@ -243,7 +243,7 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     timeout = float(timeout)
     if not timeout >= 0:
         raise ValueError(f"timeout must be >= 0 seconds (0 disables), got {timeout}")
-    target = get_target(target) if isinstance(target, str) else target
+    target = validate(get_target(target) if isinstance(target, str) else target)
     tally = Tally()
     why = check.why_not(target)
     if why is not None:

@@ -50,6 +50,8 @@ import warnings
 from pathlib import Path
 from typing import Mapping
 
+from fuzzdiff.verdict import Verdict
+
 __all__ = ["INFLIGHT", "Journal", "recover", "forget", "case_json", "STOPS"]
 
 INFLIGHT = ".inflight"
@@ -86,7 +88,7 @@ _encode = json.JSONEncoder(separators=(",", ":"), default=_fields).encode
 
 
 def case_json(case) -> str:
-    """The case as JSON that ``fuzzdiff.caseio.case_from_json`` reads back."""
+    """The case as JSON that ``fuzzdiff.case.case_from_json`` reads back."""
     return _encode(case)
 
 
@@ -283,7 +285,8 @@ def recover(root: Path | str, *, cause: str | None = None,
             continue  # being created right now, or torn: look again later
         hang_path = entry.with_suffix(".hang")
         if k >= 0 and info is not None:
-            from fuzzdiff.caseio import case_from_json  # torch: only when there is work
+            # startup time: torch is imported only when there is an entry to recover
+            from fuzzdiff.case import case_from_json
             try:
                 case = case_from_json(info["case"], where="journal.case").reseeded(k)
                 check = info["check"]
@@ -339,8 +342,8 @@ def _mtime(path: Path) -> float:
 
 
 def _record(root, entry, info, k, check, case, hang, cause) -> Path:
+    # startup time: torch is imported only when there is an entry to recover
     from fuzzdiff.corpus import write_record
-    from fuzzdiff.verdict import Verdict
 
     who = f"pid {info.get('pid')} on {info.get('host')}"
     errors = {"journal": entry.name, "variant": k, "pid": info.get("pid"), "host": info.get("host")}

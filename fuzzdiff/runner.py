@@ -16,12 +16,13 @@ from hypothesis.errors import UnsatisfiedAssumption
 from fuzzdiff import cuda_context
 from fuzzdiff.case import Case, CaseError
 from fuzzdiff.checks import Check, get_check
+from fuzzdiff.checks.check import ProbeParams
 from fuzzdiff.precision import cuda_present, ieee_float32
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS, unsupported_reason
 from fuzzdiff.verdict import Verdict
-from strategies.cases import cases, draw_case
+from strategies.cases import CasePlan, case_plan, draw_case
 from strategies.cotangents import draw_probe_dicts
 
 __all__ = ["run_check", "verdict_at", "case_strategy", "UNSUPPORTED_PATTERNS", "unsupported_reason"]
@@ -72,36 +73,23 @@ def _verdict(check: Check, target: Target, case: Case) -> Verdict:
                        "the replay passed (nondeterministic)")
 
 
-def case_strategy(check: Check, target: Target, **case_options):
+def case_strategy(check: Check, target: Target, **case_options) -> st.SearchStrategy[Case]:
     """Cases for ``target`` with the check's own params drawn and stored."""
     options = dict(dtypes=target.dtypes if check.dtypes is None else tuple(
                        d for d in target.dtypes if d in check.dtypes),
                    alias=check.aliasing != "never", require_alias=check.aliasing == "required")
     options.update(case_options)  # the caller's word wins, e.g. alias=False
-    base = cases(target, **options)
-    plan = getattr(base, "plan", None)
-    if plan is None:  # not a plain cases() strategy: draw it, then the params
-        return _with_params(base, check, target)
-    return _case_with_params(plan, check, target)
-
-
-@st.composite
-def _with_params(draw, base, check: Check, target: Target) -> Case:
-    # The same draws as base.flatmap(...), without building and validating a
-    # fresh mapped strategy on every example.
-    case = draw(base)
-    return replace(case, params=draw(check.params(target, case)))
+    return _case_with_params(case_plan(target, **options), check, target)
 
 
 # Every nested strategy draw costs Hypothesis time of its own (more than the
 # torch work of a small example), so the case and its params are drawn in one
 # composite, with plain drawing functions rather than nested strategies.
 @st.composite
-def _case_with_params(draw, plan, check: Check, target: Target) -> Case:
+def _case_with_params(draw, plan: CasePlan, check: Check, target: Target) -> Case:
     case = draw_case(draw, plan)
-    keys = getattr(check.params, "probe_keys", None)
-    if keys is not None:  # check.probe_params: the same draw, without a nested strategy
-        params = draw_probe_dicts(draw, keys)
+    if isinstance(check.params, ProbeParams):  # the same draws, without a nested strategy
+        params = draw_probe_dicts(draw, check.params.keys)
     else:
         params = draw(check.params(target, case))
     return replace(case, params=params)

@@ -40,4 +40,3 @@ class Verdict:
         return f"{self.kind}: {self.message}" if self.message else self.kind
 
 
-PASS = Verdict("pass")

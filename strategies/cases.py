@@ -2,26 +2,87 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
+from fuzzdiff.arguments import ArgKind, FromShapes, Index, Mask
 from fuzzdiff.case import Arg, Case, Layout, Values
-from fuzzdiff.targets.target import FromShapes, Index, Mask, Target
+from fuzzdiff.spec import ArgSpec
 from strategies.aliasing import draw_aliasing
 from strategies.dtypes import dtypes as dtype_strategy
 from strategies.layouts import LAYOUT_FEATURES, draw_layout
 from strategies.shapes import draw_spec_shapes
-from strategies.values import draw_values, sampling_interval, values_plan
+from strategies.values import ValuesPlan, draw_values, sampling_interval, values_plan
 
-__all__ = ["cases", "case_plan", "draw_case", "draw_kwargs"]
+__all__ = ["cases", "case_plan", "CasePlan", "ArgPlan", "Signature", "draw_case", "draw_kwargs"]
 
 
-def draw_kwargs(draw, target: Target, shapes) -> dict:
+@runtime_checkable
+class Signature(Protocol):
+    """What ``cases()`` reads of a target: its arguments and where their values
+    may lie. ``fuzzdiff.targets.target.Target`` is one; strategies never import
+    the targets."""
+
+    name: str
+    spec: str
+    domain: Mapping[str, tuple[float | None, float | None]]
+    sample: Mapping[str, tuple[float, float]]
+    dtypes: tuple[torch.dtype, ...]
+    kinds: Mapping[str, ArgKind]
+    kwargs: Mapping[str, Any]
+    kinks: tuple[float, ...]
+    distinct: bool
+    functional: bool
+    specials: bool | tuple[str, ...]
+    min_side: int
+    max_side: int
+    cpu_only: str | None
+
+    @property
+    def args(self) -> tuple[ArgSpec, ...]: ...
+
+    @property
+    def devices(self) -> tuple[str, ...]: ...
+
+    @property
+    def ref(self) -> str: ...
+
+    def differentiable(self, arg: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ArgPlan:
+    """One argument's part of a CasePlan. ``values`` is None for an Index,
+    whose bound depends on the drawn shapes (its plan is made per draw)."""
+
+    name: str
+    values: tuple[ValuesPlan, str | None] | None
+    grad: str
+    alias_group: tuple | None
+
+
+@dataclass(frozen=True)
+class CasePlan:
+    """Everything about a target's cases that does not depend on the draws,
+    resolved (and validated) once per strategy rather than once per example."""
+
+    target: Signature
+    dtype: torch.dtype | SearchStrategy
+    args: tuple[ArgPlan, ...]
+    layout_features: tuple[str, ...]
+    max_side: int
+    alias: bool
+    require_alias: bool
+    specials: bool
+    devices: tuple[str, ...]
+
+
+def draw_kwargs(draw, target: Signature, shapes) -> dict:
     """Resolve a target's keyword arguments: constants, strategies, or FromShapes."""
     out = {}
     for key, v in target.kwargs.items():
@@ -31,8 +92,8 @@ def draw_kwargs(draw, target: Target, shapes) -> dict:
     return out
 
 
-def _arg_values(target: Target, name: str, shapes, specials: bool):
-    """The value plan (strategies.values.value_plan) and dtype override of one argument."""
+def _arg_values(target: Signature, name: str, shapes, specials: bool) -> tuple[ValuesPlan, str | None]:
+    """The values plan and dtype override of one argument."""
     kind = target.kinds.get(name)
     if isinstance(kind, Index):
         bound = _dim_size(target, shapes, kind.dim)
@@ -44,7 +105,7 @@ def _arg_values(target: Target, name: str, shapes, specials: bool):
                     avoid=target.kinks, distinct=target.distinct), None
 
 
-def _dim_size(target: Target, shapes, dim: str) -> int:
+def _dim_size(target: Signature, shapes, dim: str) -> int:
     for a in target.args:
         if any(d.variadic for d in a.dims):
             continue
@@ -58,17 +119,29 @@ def _dim_size(target: Target, shapes, dim: str) -> int:
     raise InvalidArgument(f"dim {dim!r} does not appear in spec {target.spec!r}")
 
 
-def cases(target: Target, *, dtypes: Sequence[torch.dtype] | None = None,
+def cases(target: Signature, *, dtypes: Sequence[torch.dtype] | None = None,
           layout_features: Sequence[str] | None = LAYOUT_FEATURES, alias: bool = True,
           require_alias: bool = False, specials: bool = True, max_side: int | None = None,
-          devices: Sequence[str] | None = None):
+          devices: Sequence[str] | None = None) -> SearchStrategy[Case]:
     """Cases for ``target``: shapes from its spec, then per argument values, a
     layout and (for functional targets) aliasing. Shrinks toward small,
     contiguous, unaliased float64 cases. With ``require_alias`` every case has
     at least one argument that is a view or shares memory with another.
     ``devices`` (default: cpu, and cuda when available and the target takes
     it) is drawn when several."""
-    if not isinstance(target, Target):
+    return _draw_case(case_plan(target, dtypes=dtypes, layout_features=layout_features, alias=alias,
+                                require_alias=require_alias, specials=specials, max_side=max_side,
+                                devices=devices))
+
+
+def case_plan(target: Signature, *, dtypes: Sequence[torch.dtype] | None = None,
+              layout_features: Sequence[str] | None = LAYOUT_FEATURES, alias: bool = True,
+              require_alias: bool = False, specials: bool = True, max_side: int | None = None,
+              devices: Sequence[str] | None = None) -> CasePlan:
+    """``cases()``'s arguments validated and resolved: ``draw_case`` draws
+    from it with a caller's ``draw`` (fuzzdiff.runner draws a case and a
+    check's params in one composite)."""
+    if not isinstance(target, Signature):
         raise InvalidArgument(f"target must be a fuzzdiff Target, got {type(target).__name__}")
     allowed = tuple(dtypes) if dtypes is not None else target.dtypes
     if not set(allowed) <= set(target.dtypes):
@@ -84,34 +157,23 @@ def cases(target: Target, *, dtypes: Sequence[torch.dtype] | None = None,
     elif not devices or not {torch.device(d).type for d in devices} <= set(target.devices):
         raise InvalidArgument(f"target {target.name!r} takes devices {target.devices}, not "
                               f"{tuple(devices)}" + (f" ({target.cpu_only})" if target.cpu_only else ""))
-    plan = case_plan(target, allowed, features, side, alias, require_alias, specials) + (tuple(devices),)
-    strategy = _draw_case(plan)
-    strategy.plan = plan  # fuzzdiff.runner draws case and params in one composite
-    return strategy
-
-
-def case_plan(target: Target, allowed: tuple, features: tuple[str, ...], side: int,
-              alias: bool, require_alias: bool, specials: bool) -> tuple:
-    """Everything about a target's cases that does not depend on the draws,
-    resolved once per strategy rather than once per example."""
-    specs = []
+    args = []
     for spec in target.args:
         diff = target.differentiable(spec.name)
         kind = target.kinds.get(spec.name)
-        # an Index's bound depends on the drawn shapes: its plan is made per draw
         vals = None if isinstance(kind, Index) else _arg_values(target, spec.name, {}, specials)
         group = ((target.domain.get(spec.name), target.sample.get(spec.name))
                  if diff and kind is None and alias and target.functional else None)
-        specs.append((spec.name, vals, "leaf" if diff else "none", group))
+        args.append(ArgPlan(spec.name, vals, "leaf" if diff else "none", group))
     dtype = allowed[0] if len(allowed) == 1 else dtype_strategy(allowed)
-    return (target, dtype, tuple(specs), features, side, alias and target.functional,
-            require_alias, specials)
+    return CasePlan(target, dtype, tuple(args), features, side, alias and target.functional,
+                    require_alias, specials, tuple(devices))
 
 
 # Module level: st.composite inspects the function's source when it decorates,
 # which costs milliseconds, so it must not run once per strategy.
 @st.composite
-def _draw_case(draw, plan: tuple) -> Case:
+def _draw_case(draw, plan: CasePlan) -> Case:
     return draw_case(draw, plan)
 
 
@@ -123,26 +185,21 @@ def laid_out(shape: tuple[int, ...], values: Values, layout: Layout | None, **fi
     return Arg(shape, values, layout, **fields)
 
 
-def draw_case(draw, plan: tuple) -> Case:
+def draw_case(draw, plan: CasePlan) -> Case:
     """The draws of ``cases(...)`` made with a caller's ``draw``, for a
-    ``case_plan``: fuzzdiff.runner draws a case and the check's params in one
-    composite, since every nested strategy draw costs time of its own."""
-    target, dtype, specs, features, side, alias, require_alias, specials, *devices = plan
-    devices = devices[0] if devices else ("cpu",)
-    device = devices[0] if len(devices) == 1 else draw(st.sampled_from(devices))
-    if not isinstance(dtype, torch.dtype):
-        dtype = draw(dtype)
-    shapes = draw_spec_shapes(draw, target.args, target.min_side, side)
+    ``case_plan``: every nested strategy draw costs time of its own."""
+    target = plan.target
+    device = plan.devices[0] if len(plan.devices) == 1 else draw(st.sampled_from(plan.devices))
+    dtype = plan.dtype if isinstance(plan.dtype, torch.dtype) else draw(plan.dtype)
+    shapes = draw_spec_shapes(draw, target.args, target.min_side, plan.max_side)
     args, groups = [], []
-    for name, vals, grad, group in specs:
-        shape = shapes[name]
-        if vals is None:
-            vals = _arg_values(target, name, shapes, specials)
-        plan_values, arg_dtype = vals
-        lay = draw_layout(draw, shape, features) if features else None
-        args.append(laid_out(shape, draw_values(draw, plan_values), lay, grad=grad, dtype=arg_dtype))
-        groups.append(group)
-    if alias:
-        args = list(draw_aliasing(draw, tuple(args), tuple(groups), require=require_alias))
+    for arg in plan.args:
+        shape = shapes[arg.name]
+        values, arg_dtype = arg.values or _arg_values(target, arg.name, shapes, plan.specials)
+        lay = draw_layout(draw, shape, plan.layout_features) if plan.layout_features else None
+        args.append(laid_out(shape, draw_values(draw, values), lay, grad=arg.grad, dtype=arg_dtype))
+        groups.append(arg.alias_group)
+    if plan.alias:
+        args = list(draw_aliasing(draw, tuple(args), tuple(groups), require=plan.require_alias))
     return Case(target.ref, tuple(args), str(dtype).removeprefix("torch."), device,
                 kwargs=draw_kwargs(draw, target, shapes))

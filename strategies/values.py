@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 from hypothesis import strategies as st
@@ -18,7 +19,7 @@ from hypothesis.errors import InvalidArgument
 from fuzzdiff.case import FINITE_SPECIALS, SPECIALS, Values
 from strategies._drawing import eager, integers
 
-__all__ = ["values", "sampling_interval", "GRIDS"]
+__all__ = ["values", "values_plan", "draw_values", "ValuesPlan", "sampling_interval", "GRIDS"]
 
 GRIDS = (0.25, None)
 _SPAN = 3.0
@@ -43,14 +44,10 @@ def sampling_interval(domain: tuple[float | None, float | None] = (None, None)) 
     return -2.0, 2.0
 
 
-def values(*, low: float = -2.0, high: float = 2.0, specials: bool | Sequence[str] = False,
-           avoid: Sequence[float] = (), margin: float = 0.05, distinct: bool = False,
-           max_specials: int = 3, kind: str = "float"):
-    """Values in ``[low, high]``; with ``specials``, a few positions hold special values.
-
-    ``specials=True`` means the finite ones (±0, tiny, subnormal, huge); pass names
-    (e.g. ``("inf", "nan")``) for non-finite ones, which derivative checks cannot judge.
-    """
+def values_plan(*, low: float = -2.0, high: float = 2.0, specials: bool | Sequence[str] = False,
+                avoid: Sequence[float] = (), margin: float = 0.05, distinct: bool = False,
+                max_specials: int = 3, kind: str = "float") -> ValuesPlan:
+    """``values(...)``'s arguments validated and resolved into a ``ValuesPlan``."""
     if not (isinstance(low, (int, float)) and isinstance(high, (int, float))
             and math.isfinite(low) and math.isfinite(high) and low <= high):
         raise InvalidArgument(f"need finite low <= high, got low={low!r}, high={high!r}")
@@ -62,33 +59,43 @@ def values(*, low: float = -2.0, high: float = 2.0, specials: bool | Sequence[st
         raise InvalidArgument(f"unknown special values {sorted(bad)}; expected a subset of {SPECIALS}")
     if margin < 0:
         raise InvalidArgument(f"margin={margin!r} must be non-negative")
-    return _values(float(low), float(high), names, tuple(map(float, avoid)), float(margin),
-                   bool(distinct), max_specials, kind)
+    return _plan(float(low), float(high), names, tuple(map(float, avoid)), float(margin),
+                 bool(distinct), max_specials, kind)
 
 
-def values_plan(**kwargs):
-    """``values(**kwargs)``'s value_plan, for ``draw_values``: validated the same way."""
-    return values(**kwargs).plan
+def values(*, low: float = -2.0, high: float = 2.0, specials: bool | Sequence[str] = False,
+           avoid: Sequence[float] = (), margin: float = 0.05, distinct: bool = False,
+           max_specials: int = 3, kind: str = "float") -> st.SearchStrategy[Values]:
+    """Values in ``[low, high]``; with ``specials``, a few positions hold special values.
 
+    ``specials=True`` means the finite ones (±0, tiny, subnormal, huge); pass names
+    (e.g. ``("inf", "nan")``) for non-finite ones, which derivative checks cannot judge.
+    Shrinks toward seed 0, the coarse grid and no specials.
+    """
+    return _strategy(values_plan(low=low, high=high, specials=specials, avoid=avoid, margin=margin,
+                                 distinct=distinct, max_specials=max_specials, kind=kind))
 
 
 @functools.lru_cache(maxsize=512)
-def _values(low: float, high: float, names: tuple[str, ...], avoid: tuple[float, ...],
-            margin: float, distinct: bool, max_specials: int, kind: str):
+def _strategy(plan: ValuesPlan) -> st.SearchStrategy[Values]:
     # Cached: cases() asks for the same few value strategies on every draw, and a
     # fresh strategy object is validated again by Hypothesis each time (slow).
-    plan = value_plan(low, high, names, avoid, margin, distinct, max_specials, kind)
-    strategy = _draw_values(plan)
-    strategy.plan = plan  # for values_plan()
-    return strategy
+    return _draw_values(plan)
+
+
+@dataclass(frozen=True)
+class ValuesPlan:
+    """What ``draw_values`` needs, resolved once per strategy rather than once
+    per example: the strategies it draws from and the fields it fixes."""
+
+    grids: st.SearchStrategy | None
+    special_lists: st.SearchStrategy | None
+    fixed: tuple[tuple[str, object], ...]
 
 
 @functools.lru_cache(maxsize=512)
-def value_plan(low: float, high: float, names: tuple[str, ...] = (), avoid: tuple[float, ...] = (),
-               margin: float = 0.05, distinct: bool = False, max_specials: int = 3,
-               kind: str = "float"):
-    """What ``draw_values`` needs, resolved once: the strategies it draws
-    from and the fields it fixes. Arguments as ``values()`` after validation."""
+def _plan(low: float, high: float, names: tuple[str, ...], avoid: tuple[float, ...],
+          margin: float, distinct: bool, max_specials: int, kind: str) -> ValuesPlan:
     grids = None if distinct or kind != "float" else _GRID_CHOICE
     special_lists = (eager(st.lists(st.tuples(st.integers(0, 1 << 16), st.sampled_from(names)),
                                     max_size=max_specials).map(tuple)) if names else None)
@@ -96,25 +103,24 @@ def value_plan(low: float, high: float, names: tuple[str, ...] = (), avoid: tupl
                  distinct=distinct, kind=kind)
     defaults = Values()
     # Only what differs from Values' defaults: the repr of a drawn Values stays short.
-    fixed = tuple((k, v) for k, v in fixed.items() if v != getattr(defaults, k))
-    return grids, special_lists, fixed
+    return ValuesPlan(grids, special_lists,
+                      tuple((k, v) for k, v in fixed.items() if v != getattr(defaults, k)))
 
 
 _SEEDS = integers(0, 2**32 - 1)
 _GRID_CHOICE = st.sampled_from(GRIDS)
 
 
-def draw_values(draw, plan) -> Values:
-    """The draws of ``values(...)`` made with a caller's ``draw``, for a
-    ``value_plan``: a seed, a grid (shrinks toward 0.25) and specials (shrink
-    toward none); the fixed fields cost no draw at all."""
-    grids, special_lists, fixed = plan
+def draw_values(draw, plan: ValuesPlan) -> Values:
+    """The draws of ``values(...)`` made with a caller's ``draw``: a seed, a
+    grid (shrinks toward 0.25) and specials (shrink toward none); the fixed
+    fields cost no draw at all."""
     seed = draw(_SEEDS)
-    grid = draw(grids) if grids is not None else None
-    specials = draw(special_lists) if special_lists is not None else ()
-    return Values(seed=seed, grid=grid, specials=specials, **dict(fixed))
+    grid = draw(plan.grids) if plan.grids is not None else None
+    specials = draw(plan.special_lists) if plan.special_lists is not None else ()
+    return Values(seed=seed, grid=grid, specials=specials, **dict(plan.fixed))
 
 
 @st.composite
-def _draw_values(draw, plan) -> Values:
+def _draw_values(draw, plan: ValuesPlan) -> Values:
     return draw_values(draw, plan)

@@ -6,8 +6,9 @@ A new check is one module defining ``CHECK`` plus one line here.
 from __future__ import annotations
 
 from fuzzdiff.checks.check import Check
+from fuzzdiff.targets.target import Target
 
-__all__ = ["Check", "CHECKS", "get_check", "UnknownCheck"]
+__all__ = ["Check", "CHECKS", "get_check", "UnknownCheck", "validate"]
 
 CHECKS: dict[str, Check] = {}
 
@@ -26,6 +27,17 @@ def get_check(name: str) -> Check:
         return CHECKS[name]
     except KeyError:
         raise UnknownCheck(f"unknown check {name!r}; expected one of {', '.join(CHECKS)}") from None
+
+
+def validate(target: Target) -> Target:
+    """``target``, once every check it names (allow-list, skips, known
+    discrepancies, tolerances) is a registered check: a misspelt name would
+    otherwise silently skip nothing, or allow nothing."""
+    unknown = sorted(target.check_names() - set(CHECKS))
+    if unknown:
+        raise UnknownCheck(f"target {target.name!r} names unknown check(s) {unknown}; "
+                           f"expected names among {', '.join(CHECKS)}")
+    return target
 
 
 from fuzzdiff.checks import alias, backend, dtype, forward, grad, gradgrad, layout, mutation, opcheck, vmap  # noqa: E402

@@ -65,4 +65,4 @@ def _functional(target: Target) -> str | None:
 
 
 CHECK = Check("alias", run, params=probe_params("cotangent"), applies=_functional,
-              aliasing="required", doc=__doc__)
+              aliasing="required")

@@ -54,4 +54,4 @@ def applies(target: Target) -> str | None:
     return "the target has no other backend to compare with (fn.cross_backend)"
 
 
-CHECK = Check("backend", run, params=probe_params(), applies=applies, needs_grad=False, doc=__doc__)
+CHECK = Check("backend", run, params=probe_params(), applies=applies, needs_grad=False)

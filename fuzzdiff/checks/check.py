@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -13,19 +14,29 @@ from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 from strategies.cotangents import probe_dicts
 
-__all__ = ["Check", "CiSample", "probe_params"]
+__all__ = ["Check", "CiSample", "ProbeParams", "probe_params"]
 
 
-def probe_params(*keys: str) -> Callable[[Target, Case], SearchStrategy]:
-    """A params strategy drawing one Probe (as a dict) per key."""
+@dataclass(frozen=True)
+class ProbeParams:
+    """A check's params strategy that draws one Probe (as a dict) per key:
+    the cotangents and directions most checks need. fuzzdiff.runner sees this
+    class and makes the same draws inline, without a nested strategy."""
+
+    keys: tuple[str, ...]
+
+    def __call__(self, target: Target, case: Case) -> SearchStrategy:
+        return _probe_dicts(self.keys)
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_dicts(keys: tuple[str, ...]) -> SearchStrategy:
     # Built once: Hypothesis validates every fresh strategy object, per draw.
-    strategy = probe_dicts(tuple(keys))
+    return probe_dicts(keys)
 
-    def params(target: Target, case: Case) -> SearchStrategy:
-        return strategy
-    # fuzzdiff.runner draws these probes directly (the same draws, fewer nested strategies)
-    params.probe_keys = keys
-    return params
+
+def probe_params(*keys: str) -> ProbeParams:
+    return ProbeParams(tuple(keys))
 
 
 def _always(target: Target) -> str | None:
@@ -67,10 +78,11 @@ class Check:
     needs_grad: bool = True
     ci: CiSample | None = None
     compiles: bool = False
-    doc: str = field(default="", compare=False)
 
     def why_not(self, target: Target) -> str | None:
         """None when the check applies to ``target``, else the reason it does not."""
+        if target.only is not None and self.name not in target.only.checks:
+            return target.only.reason
         if self.name in target.skip:
             return target.skip[self.name]
         if self.needs_grad and not any(target.differentiable(a.name) for a in target.args):

@@ -180,4 +180,4 @@ def _further(got: path.Run, eager: path.Run, truth: path.Run, tol: Tolerance) ->
 # CI: the program targets and a rotating sample of catalog targets, few cases each
 # (an inductor compile takes seconds); the nightly profile runs the whole catalog.
 CHECK = Check("compile", run, params=params, needs_grad=False,
-              ci=CiSample(targets=4, always=("program*",), max_examples=3), compiles=True, doc=__doc__)
+              ci=CiSample(targets=4, always=("program*",), max_examples=3), compiles=True)

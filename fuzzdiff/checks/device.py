@@ -82,4 +82,4 @@ def applies(target: Target) -> str | None:
 
 
 CHECK = Check("device", run, params=probe_params("cotangent"), applies=applies,
-              needs_grad=False, doc=__doc__)
+              needs_grad=False)

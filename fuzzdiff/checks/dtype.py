@@ -39,4 +39,4 @@ def run(target: Target, case: Case) -> Verdict:
     return Verdict("pass") if verdict.kind == "pass" else verdict
 
 
-CHECK = Check("dtype", run, params=probe_params("cotangent"), dtypes=LOW, doc=__doc__)
+CHECK = Check("dtype", run, params=probe_params("cotangent"), dtypes=LOW)

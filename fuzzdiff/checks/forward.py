@@ -57,4 +57,4 @@ def run(target: Target, case: Case) -> Verdict:
     )
 
 
-CHECK = Check("forward", run, doc=__doc__)
+CHECK = Check("forward", run)

@@ -99,4 +99,4 @@ def run(target: Target, case: Case) -> Verdict:
                  lambda c, eps: measure(target, c, eps, cast=torch.float64))
 
 
-CHECK = Check("grad", run, doc=__doc__)
+CHECK = Check("grad", run)

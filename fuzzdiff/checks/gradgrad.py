@@ -123,4 +123,4 @@ def run(target: Target, case: Case) -> Verdict:
                         ("forward-over-reverse vs finite differences of J^T v", fr))))
 
 
-CHECK = Check("gradgrad", run, params=probe_params("cotangent", "direction", "second"), doc=__doc__)
+CHECK = Check("gradgrad", run, params=probe_params("cotangent", "direction", "second"))

@@ -41,4 +41,4 @@ def run(target: Target, case: Case) -> Verdict:
                        check="layout")
 
 
-CHECK = Check("layout", run, params=params, needs_grad=False, doc=__doc__)
+CHECK = Check("layout", run, params=params, needs_grad=False)

@@ -60,4 +60,4 @@ def _functional(target: Target) -> str | None:
 
 
 CHECK = Check("mutation", run, params=probe_params("cotangent"), applies=_functional,
-              needs_grad=False, doc=__doc__)
+              needs_grad=False)

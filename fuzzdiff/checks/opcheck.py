@@ -63,4 +63,4 @@ def run(target: Target, case: Case) -> Verdict:
     return Verdict("pass")
 
 
-CHECK = Check("opcheck", run, params=lambda target, case: _PARAMS, applies=_applies, doc=__doc__)
+CHECK = Check("opcheck", run, params=lambda target, case: _PARAMS, applies=_applies)

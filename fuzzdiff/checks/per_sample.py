@@ -154,4 +154,4 @@ def _run(target: Target, case: Case) -> Verdict:
 
 
 CHECK = Check("per_sample", run, params=params, applies=applies, aliasing="never",
-              needs_grad=False, ci=CiSample(targets=8, max_examples=8), doc=__doc__)
+              needs_grad=False, ci=CiSample(targets=8, max_examples=8))

@@ -20,11 +20,9 @@ generator differently, so their outputs are not comparable element-wise.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import torch
-from hypothesis import HealthCheck, Phase, find, settings, strategies as st
-from hypothesis.errors import NoSuchExample
+from hypothesis import strategies as st
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
@@ -33,12 +31,11 @@ from fuzzdiff.confirm import NUDGE, LowPrecision, confirm_mismatch
 from fuzzdiff.paths import vmap as path
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
-from fuzzdiff.unsupported import unsupported_reason
 from fuzzdiff.verdict import Verdict
-from strategies.batching import COMPOSITIONS, batching
+from strategies.batching import batching
 from strategies.cotangents import probes
 
-__all__ = ["CHECK", "fallbacks", "fallback_report"]
+__all__ = ["CHECK"]
 
 LOW = (torch.float32, torch.complex64, torch.bfloat16, torch.float16)
 _PROBES = st.fixed_dictionaries({k: probes().map(lambda p: p.__dict__.copy())
@@ -93,45 +90,4 @@ def run(target: Target, case: Case) -> Verdict:
 # Seven compositions over the whole catalog cost more than the rest of CI: the
 # ci profile runs a rotating sample (tests/fuzz/sampling.py); other profiles all.
 CHECK = Check("vmap", run, params=params, applies=applies, aliasing="never",
-              ci=CiSample(targets=40, max_examples=8), doc=__doc__)
-
-
-# -- coverage: which ops vmap runs through its slow fallback ----------------------------
-
-def _sample(target: Target) -> Case:
-    """One small case of ``target`` with non-empty arguments, found without randomness."""
-    from fuzzdiff.runner import case_strategy  # the runner imports the checks
-    base = case_strategy(CHECK, target, layout_features=(), specials=False)
-    config = settings(database=None, derandomize=True, max_examples=200, deadline=None,
-                      phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
-    try:
-        return find(base, lambda c: all(0 not in a.shape for a in c.args), settings=config)
-    except NoSuchExample:
-        return find(base, lambda c: True, settings=config)
-
-
-def fallbacks(target: Target, batch: int = 2) -> list[str]:
-    """The ops that hit vmap's per-example fallback (no batching rule) on one
-    sample of ``target``, over every composition, every argument batched at dim 0."""
-    case = _sample(target)
-    ops: list[str] = []
-    for composition in COMPOSITIONS:
-        levels = [{"batch": batch, "in_dims": [0] * len(case.args), "out_dims": [0]}] * (
-            2 if composition == "vmap_vmap" else 1)
-        plan = {"composition": composition, "levels": levels, "batched_layouts": [None] * len(case.args)}
-        with path.recording_fallbacks() as seen:
-            try:
-                path.run(target, replace(case, params={**case.params, **plan}))
-            except Exception as e:  # noqa: BLE001 - coverage only; the check judges errors
-                if unsupported_reason(e) is None:
-                    seen.append(f"(raised {type(e).__name__} in {composition})")
-        ops += [op for op in seen if op not in ops]
-    return ops
-
-
-def fallback_report(targets=None) -> dict[str, list[str]]:
-    """Target name -> the ops vmap falls back on, for every target the check applies to
-    (default: the whole catalog)."""
-    from fuzzdiff.targets import all_targets
-    return {t.name: fallbacks(t) for t in (all_targets() if targets is None else targets)
-            if CHECK.why_not(t) is None}
+              ci=CiSample(targets=40, max_examples=8))

@@ -3,7 +3,7 @@
 taking one gradient per sample, and ``torch.func.vmap`` over ``grad`` with
 ``functional_call``.
 
-A *module target* (fuzzdiff.targets.catalog.modules) is a Target whose ``fn``
+A *module target* (fuzzdiff.targets.module) is a Target whose ``fn``
 carries a builder, ``fn.module(*sample, **kwargs) -> nn.Module``: the module
 for one sample's shapes and dtype, its parameters drawn from ``kwargs["seed"]``
 (so a case replays from JSON). ``fn`` itself is ``one_sample``: the module on a
@@ -33,33 +33,13 @@ from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case import Case, Layout
 from fuzzdiff.directions import probes_like
+from fuzzdiff.targets.module import batch_dims, is_module_target, one_sample
 from fuzzdiff.targets.target import Target
 from fuzzdiff.unsupported import unsupported_reason
 
 __all__ = ["Plan", "Result", "run", "batch_dims", "one_sample", "is_module_target", "REDUCTIONS"]
 
 REDUCTIONS = ("sum", "mean")
-
-
-def batch_dims(module):
-    """The batch dim of the module's inputs, and of its outputs in order (the
-    last repeats): an RNN's output follows batch_first, its h_n and c_n have
-    the batch at dim 1 either way."""
-    d = 0 if getattr(module, "batch_first", True) else 1
-    if isinstance(module, torch.nn.RNNBase):
-        return d, (d, 1)
-    return d, (d,)
-
-
-def one_sample(module, *args):
-    """The module on a batch of one sample, batch dims removed: f(x_b)."""
-    d, out_dims = batch_dims(module)
-    outs = tree_leaves(module(*[a.unsqueeze(d) for a in args]))
-    return tuple(o.select(out_dims[min(k, len(out_dims) - 1)], 0) for k, o in enumerate(outs))
-
-
-def is_module_target(target: Target) -> bool:
-    return callable(getattr(target.fn, "module", None))
 
 
 def _out_dim(out_dims: Sequence[int], k: int) -> int:

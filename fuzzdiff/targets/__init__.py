@@ -6,9 +6,10 @@ import difflib
 import fnmatch
 from typing import Iterable
 
-from fuzzdiff.targets.target import FromShapes, Index, Mask, NoGrad, Target, Tol
+from fuzzdiff.targets.target import FromShapes, Index, Mask, NoGrad, Only, Target, Tol
+from fuzzdiff.targets.user import resolve_user_target
 
-__all__ = ["Target", "Tol", "Index", "Mask", "NoGrad", "FromShapes", "UnknownTarget",
+__all__ = ["Target", "Tol", "Only", "Index", "Mask", "NoGrad", "FromShapes", "UnknownTarget",
            "register", "get_target", "all_targets", "select"]
 
 _REGISTRY: dict[str, Target] = {}
@@ -36,7 +37,9 @@ def _load() -> None:
     global _LOADED
     if not _LOADED:
         _LOADED = True
-        from fuzzdiff.targets import catalog  # noqa: F401  (registers on import)
+        # startup time: the catalog (tensorly, hundreds of targets) is built on first
+        # use; it registers itself through this module, so it cannot be imported above
+        from fuzzdiff.targets import catalog  # noqa: F401
 
 
 def get_target(name: str) -> Target:
@@ -45,11 +48,12 @@ def get_target(name: str) -> Target:
         return _REGISTRY[name]
     except KeyError:
         pass
-    if name.startswith("opinfo/"):  # built lazily: importing op_db alone takes seconds
+    if name.startswith("opinfo/"):
+        # startup time and an optional dependency: torch's OpInfo database needs
+        # expecttest and seconds to import
         from fuzzdiff.targets.opinfo import get_opinfo_target
         return get_opinfo_target(name)
     if ":" in name:
-        from fuzzdiff.targets.user import resolve_user_target
         return resolve_user_target(name)
     raise UnknownTarget(name)
 
@@ -60,6 +64,7 @@ def all_targets(include_opinfo: bool = False) -> list[Target]:
     _load()
     out = sorted(_REGISTRY.values(), key=lambda t: (t.family, t.name))
     if include_opinfo:
+        # startup time and an optional dependency, as in get_target
         from fuzzdiff.targets.opinfo import opinfo_targets
         out += opinfo_targets()
     return out

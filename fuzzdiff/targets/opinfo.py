@@ -41,15 +41,17 @@ import unittest
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from fuzzdiff import draws
-from fuzzdiff.targets.target import Target, Tol
+from fuzzdiff.targets.opinfo_known import known_for
+from fuzzdiff.targets.target import Only, Target, Tol
+from strategies.values import sampling_interval
 
 __all__ = ["PREFIX", "FAMILY", "CHECKS", "SAMPLES_PER_OP", "NEAR", "EXCLUDED", "op_db", "op_key",
-           "opinfo_ops", "op_targets", "opinfo_targets", "get_opinfo_target", "is_opinfo_ref", "select",
-           "counts",
+           "opinfo_ops", "op_targets", "opinfo_targets", "get_opinfo_target", "select",
            "skips_for", "samples", "OpInfoError"]
 
 PREFIX = "opinfo/"
@@ -176,6 +178,7 @@ class OpInfoError(KeyError):
 def op_db() -> tuple:
     """torch's OpInfo database (imports ``expecttest``; seconds, once)."""
     try:
+        # optional dependency (expecttest), and seconds of startup: imported on first use
         from torch.testing._internal.common_methods_invocations import op_db as db
     except ImportError as e:  # expecttest missing: the optional extra ``opinfo``
         raise OpInfoError(f"the OpInfo database needs expecttest (pip install fuzzdiff[opinfo]): {e}") from None
@@ -217,8 +220,6 @@ def opinfo_ops() -> list:
 def samples(op) -> list:
     """The op's float64 CPU samples, the same on every call: sample_inputs draw from
     torch's, Python's and NumPy's generators, so all three are seeded (and restored)."""
-    import numpy as np
-
     state, np_state = random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(devices=[]):
@@ -294,7 +295,6 @@ def _range_intervals(op, fuzzed: list[torch.Tensor]) -> list[tuple[float, float]
     for lo, hi in own:
         lo, hi = union[_interval_class(lo, hi)]
         if domain is not None:
-            from strategies.values import sampling_interval
             dlo, dhi = sampling_interval(tuple(domain))
             if domain[0] is not None:
                 lo = max(lo, dlo)
@@ -421,10 +421,6 @@ def skips_for(op, near: bool, complex_out: bool = False) -> dict[str, str]:
     if near:
         skip["alias"] = ("values are pinned near the sample (each argument is sample + x): "
                          "aliasing of x never reaches the op")
-    from fuzzdiff.checks import CHECKS as ALL
-    for check in ALL:
-        if check not in CHECKS:
-            skip.setdefault(check, OUTSIDE)
     return skip
 
 
@@ -451,8 +447,6 @@ def _chosen(usable: list[int]) -> list[int]:
 
 
 def _target(op, index: int, sample) -> Target | None:
-    from fuzzdiff.targets.opinfo_known import known_for
-
     key = op_key(op)
     leaves, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
     positions = tuple(k for k, t in enumerate(leaves) if _fuzzable(t))
@@ -491,6 +485,7 @@ def _target(op, index: int, sample) -> Target | None:
         dtypes=(torch.float64, torch.float32) if floats32 else (torch.float64,),
         distinct=any(fnmatch.fnmatchcase(key, p) for p in DISTINCT),
         tolerances={c: NEAR_TOL for c in ("grad", "forward", "layout", "alias", "vmap")} if near else {},
+        only=Only(CHECKS, OUTSIDE),
         skip={**skips_for(op, near is not None, complex_out), **(CONSTANTS if constants else {})},
         known=known_for(PREFIX + name),
         origin=PREFIX + name)
@@ -530,8 +525,6 @@ def select(patterns: Iterable[str]) -> list[Target]:
             if any(fnmatch.fnmatchcase(t.name, p) or fnmatch.fnmatchcase(t.ref, p) for p in pats)]
 
 
-def is_opinfo_ref(ref: str) -> bool:
-    return ref.startswith(PREFIX)
 
 
 def get_opinfo_target(ref: str) -> Target:
@@ -548,12 +541,3 @@ def get_opinfo_target(ref: str) -> Target:
                           + (f" ({why})" if why else f"; its targets: {[t.name for t in op_targets(op)]}"))
     return found
 
-
-def counts() -> dict[str, int]:
-    """Targets per OpInfo class (UnaryUfuncInfo, ReductionOpInfo, ...): a coverage summary."""
-    out: dict[str, int] = {}
-    for op in opinfo_ops():
-        n = len(op_targets(op))
-        if n:
-            out[type(op).__name__] = out.get(type(op).__name__, 0) + n
-    return out

@@ -13,10 +13,11 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from fuzzdiff.arguments import ArgKind, FromShapes, Index, Mask, NoGrad
 from fuzzdiff.known import Known
 from fuzzdiff.spec import ArgSpec, parse_spec
 
-__all__ = ["Target", "Tol", "Index", "Mask", "NoGrad", "FromShapes", "ArgKind"]
+__all__ = ["Target", "Tol", "Only", "Index", "Mask", "NoGrad", "FromShapes", "ArgKind"]
 
 FLOATING = (torch.float64, torch.float32)
 
@@ -35,34 +36,17 @@ class Tol:
 
 
 @dataclass(frozen=True)
-class Index:
-    """An int64 argument whose values index into the dim named ``dim`` (0 .. size-1)."""
+class Only:
+    """An allow-list: the only checks that may apply to a target, and why no
+    other does. Names, not check objects, so that targets never import the
+    checks; ``fuzzdiff.checks.validate`` holds them against the registry."""
 
-    dim: str
+    checks: tuple[str, ...]
+    reason: str
 
-
-@dataclass(frozen=True)
-class Mask:
-    """A boolean argument."""
-
-
-@dataclass(frozen=True)
-class NoGrad:
-    """A floating argument that is read but not differentiated (a loss target)."""
-
-
-ArgKind = Index | Mask | NoGrad
-
-
-@dataclass(frozen=True)
-class FromShapes:
-    """A keyword argument drawn from a strategy that depends on the drawn shapes.
-
-    ``fn(shapes)`` gets ``{arg name: shape}`` and returns a Hypothesis strategy,
-    e.g. a valid ``dim`` for the rank that was drawn.
-    """
-
-    fn: Callable[[Mapping[str, tuple[int, ...]]], Any]
+    def __post_init__(self):
+        if not self.checks or not self.reason.strip():
+            raise ValueError("Only needs at least one check and a reason")
 
 
 @dataclass(frozen=True)
@@ -74,6 +58,7 @@ class Target:
                narrower than the domain (e.g. away from where a derivative blows up).
     kinks:     points where the function is not differentiable; values keep away.
     distinct:  ties are kinks (max, sort, median): values are spread apart.
+    only:      an allow-list of the checks that may apply (Only), when most do not.
     skip:      check name -> why it does not apply to this target.
     known:     the PyTorch discrepancies it is known to hit, each a precise
                signature with its evidence (fuzzdiff.known), never a whole check.
@@ -100,6 +85,7 @@ class Target:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     kinks: tuple[float, ...] = ()
     distinct: bool = False
+    only: Only | None = None
     skip: Mapping[str, str] = field(default_factory=dict)
     known: tuple[Known, ...] = ()
     tolerances: Mapping[str, Tol] = field(default_factory=dict)
@@ -145,6 +131,12 @@ class Target:
         """``error`` says the input is outside the domain (``invalid``)."""
         text = str(error)
         return any(type(error).__name__ == kind and re.search(pattern, text) for kind, pattern in self.invalid)
+
+    def check_names(self) -> set[str]:
+        """Every check name the target mentions (allow-list, skips, known
+        discrepancies, tolerances), for validation against the registry."""
+        names = set(self.skip) | set(self.tolerances) | self.known_checks()
+        return names | set(self.only.checks) if self.only else names
 
     def known_checks(self) -> frozenset[str]:
         """The checks some known discrepancy of this target can be reported by."""

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
+import importlib.machinery
+import importlib.util
+import inspect
+import keyword
 import os
+import pkgutil
+import site
 import sys
+import sysconfig
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+import torch
+
+from fuzzdiff.case import DTYPES
+from fuzzdiff.spec import parse_spec
+from fuzzdiff.targets.module import one_sample
 from fuzzdiff.targets.target import Target
 
 __all__ = ["resolve_user_target", "import_object", "reference", "spec_from_annotations", "user_target",
@@ -47,13 +62,11 @@ def import_object(ref: str):
 class ImportRefused(ValueError):
     """A record names a module that is not the project's code and that nobody allowed."""
 
-
 @dataclass(frozen=True)
 class PlannedImport:
     """What rebuilding the target ``ref`` imports: ``module``, whose code is in
     ``origin`` (None where it cannot be told without importing), and why that
     is allowed (``reason``)."""
-
     ref: str
     module: str
     origin: str | None
@@ -113,7 +126,6 @@ def plan_import(ref: str, allow: Iterable[str] = (), root: Path | str | None = N
 
 def is_module_name(name: str) -> bool:
     """``a.b.c``: dotted identifiers, as ``import`` takes them."""
-    import keyword
     return all(p.isidentifier() and not keyword.iskeyword(p) for p in name.split("."))
 
 
@@ -122,8 +134,6 @@ def _specs(module: str) -> list | None:
     as importing it would find them, without running any of them. The list
     ends with None where a module does not exist; None where one cannot be
     located without importing its package."""
-    import importlib.util
-
     _cwd_importable()
     parts = module.split(".")
     try:
@@ -153,9 +163,6 @@ def _find_in(name: str, folders: list[str]):
     PathFinder finds it, which cannot do so for a namespace package whose
     parent is not imported: the first module or regular package wins, else
     the namespace portions found make a namespace package."""
-    import importlib.machinery
-    import pkgutil
-
     portions: list[str] = []
     for folder in folders:
         finder = pkgutil.get_importer(folder)
@@ -183,9 +190,6 @@ def _in_project(spec, root: Path) -> bool:
 
 def _installed() -> list[Path]:
     """The standard library's and the installed packages' folders."""
-    import site
-    import sysconfig
-
     folders = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     folders.update(getattr(site, "getsitepackages", list)())
     folders.add(site.getusersitepackages())
@@ -226,9 +230,6 @@ def reference(fn) -> str | None:
 
 def spec_from_annotations(fn) -> str:
     """The shape spec written as jaxtyping annotations on ``fn``'s tensor parameters."""
-    import inspect
-    import typing
-
     target = getattr(fn, "_init_fn", fn)  # torch.library.custom_op keeps the Python function here
     try:
         hints = typing.get_type_hints(target)
@@ -250,8 +251,6 @@ def module_function(module, spec: str):
     (``torch.func.functional_call``). Buffers are copied per call in the
     inputs' dtype, so running statistics never carry over between examples.
     """
-    import torch
-
     dropout = [n for n, m in module.named_modules()
                if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training and m.p > 0]
     if dropout:
@@ -276,11 +275,6 @@ def per_sample_target(target: Target, module) -> Target:
     """The per_sample check's view of a user's module: one sample's shapes (the
     spec's leading batch dim dropped) and a builder for the module, as the
     catalog's module targets have (fuzzdiff.paths.expanded)."""
-    import copy
-    import functools
-
-    from fuzzdiff.paths.expanded import one_sample
-    from fuzzdiff.spec import parse_spec
 
     inputs = [a for a in parse_spec(target.spec) if not a.name.startswith("p_")]
     leading = {a.dims[0].name if a.dims and a.dims[0].kind == "name" and not a.dims[0].variadic else None
@@ -307,8 +301,6 @@ def user_target(fn, spec: str | None = None, *, dtypes=None, domain=None, kwargs
     a spec's own bounds such as ``n>=1`` narrow it per name). A spec that
     cannot fit the function's signature is a ValueError, before any fuzzing.
     """
-    import torch
-
     if isinstance(fn, Target):
         return fn
     if not callable(fn):
@@ -336,9 +328,6 @@ def _check_arity(fn, spec: str, kwargs) -> None:
     """The spec names one tensor per positional argument: their number must fit
     the function's signature, where Python can read one (``apply`` and C
     functions take ``*args``: nothing to check)."""
-    import inspect
-
-    from fuzzdiff.spec import parse_spec
 
     target = getattr(fn, "_init_fn", fn)  # torch.library.custom_op keeps the Python function here
     try:
@@ -410,8 +399,6 @@ def _from_source(source, trust_source: bool):
 def from_definition(data, *, trust_source: bool = False) -> Target:
     """The inverse of ``definition``, validated; ValueError names the bad field.
     Code stored in the record runs only with ``trust_source``."""
-    from fuzzdiff.case import DTYPES
-
     if not isinstance(data, dict) or not isinstance(data.get("fn"), str) or not isinstance(data.get("spec"), str):
         raise ValueError("field 'definition' needs string fields 'fn' and 'spec'")
     fn = _from_source(data["source"], trust_source) if "source" in data else import_object(data["fn"])

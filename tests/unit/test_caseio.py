@@ -1,4 +1,4 @@
-"""caseio: a malformed JSON record is a CaseError that names the offending field."""
+"""Reading a case back from JSON: a malformed JSON record is a CaseError that names the offending field."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from fuzzdiff.case import Alias, Arg, Case, CaseError, Layout, Values
-from fuzzdiff.caseio import case_from_json, decode_floats
+from fuzzdiff.case import case_from_json, decode_floats
 
 
 def good_record() -> dict:

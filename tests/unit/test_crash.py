@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 
 import fuzzdiff
-from fuzzdiff.caseio import case_from_json
+from fuzzdiff.case import case_from_json
 from fuzzdiff.checks import get_check
 from fuzzdiff.corpus import read_record
 from fuzzdiff.fuzzing import fuzz

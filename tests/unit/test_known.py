@@ -9,10 +9,12 @@ import torch
 from hypothesis import settings
 
 from fuzzdiff.case import Arg, Case, Layout
+from fuzzdiff.checks import CHECKS, UnknownCheck, validate
 from fuzzdiff.corpus import default_root, iter_records, read_record
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.known import NOT_NONE, Known, matching
 from fuzzdiff.targets import all_targets, get_target
+from fuzzdiff.targets.target import Only
 from fuzzdiff.verdict import Verdict
 
 RAISED = Verdict("fail", "raised RuntimeError: view size is not compatible with input tensor's size "
@@ -154,3 +156,26 @@ def test_a_different_planted_bug_in_a_known_pair_goes_red(name, check):
     with pytest.raises(FuzzFailure) as found:
         fuzz(check, target, settings=settings(max_examples=40, database=None), seed=1, variants=1)
     assert matching(target.known, check, found.value.case, found.value.verdict) is None
+
+
+# -- check names a target mentions are validated against the registry -------------------
+
+def test_every_catalog_target_names_only_registered_checks():
+    for target in all_targets():
+        assert validate(target) is target
+
+
+def test_a_misspelt_check_name_in_a_target_is_refused():
+    exp = get_target("exp")
+    for bad in (replace(exp, skip={"gard": "typo"}),
+                replace(exp, only=Only(("compiel",), "typo"))):
+        with pytest.raises(UnknownCheck, match="gard|compiel"):
+            validate(bad)
+    with pytest.raises(UnknownCheck):
+        fuzz("grad", replace(exp, skip={"gard": "typo"}), max_examples=1)
+
+
+def test_an_allow_list_is_the_reason_every_other_check_does_not_apply():
+    inplace = get_target("program_inplace")
+    assert CHECKS["compile"].why_not(inplace) is None
+    assert {CHECKS[c].why_not(inplace) for c in CHECKS if c != "compile"} == {inplace.only.reason}

@@ -16,7 +16,8 @@ from hypothesis.errors import InvalidArgument
 from torch.autograd import Function
 
 from fuzzdiff.case import Arg, Case, Values
-from fuzzdiff.checks.vmap import CHECK, fallbacks
+from fuzzdiff.checks.vmap import CHECK
+from fuzzdiff.vmap_fallbacks import fallbacks
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.paths import vmap as path
 from fuzzdiff.runner import run_check

@@ -4,7 +4,7 @@ Each target is one module kind, declared like an op: the spec is ONE sample
 (the check stacks a batch of 1 to 8 of them), the keyword arguments are the
 module's hyperparameters, drawn per case, plus ``seed``, from which the
 parameters are drawn. ``fn(*sample, **kwargs)`` is the module on a batch of one
-(fuzzdiff.paths.expanded.one_sample); ``fn.module`` builds the module itself,
+(fuzzdiff.targets.module.one_sample); ``fn.module`` builds the module itself,
 which is what marks a target as a module target. Parameters lie on a 1/64
 grid in [-1, 1], exact in float32 and float64, so a float64 recomputation and
 the dtype check see the very same module; modules are built on the meta
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdiff.known import NOT_NONE, Known
-from fuzzdiff.paths.expanded import one_sample
+from fuzzdiff.targets.module import one_sample
 from fuzzdiff.targets import FromShapes, Index, Target, register
 from fuzzdiff.targets.catalog import _kw
 

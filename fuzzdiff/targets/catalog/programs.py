@@ -10,38 +10,14 @@ runs (the others differentiate with respect to leaves, which torch forbids
 writing in place; ``compile`` passes non-leaf copies).
 """
 
-from collections.abc import Mapping
-
 from fuzzdiff.known import NOT_NONE, Known
 from fuzzdiff.programs import run_program
 from fuzzdiff.targets import FromShapes, Target, register
+from fuzzdiff.targets.target import Only
 from strategies.programs import programs
 
 FAMILY = "program"
 ONLY_COMPILE = "a program that writes its inputs in place: only the compile check passes non-leaf copies"
-
-
-class AllBut(Mapping):
-    """A ``Target.skip`` that skips every check but one, with one reason
-    (the checks import the targets, so their names are looked up lazily)."""
-
-    def __init__(self, kept: str, reason: str):
-        self.kept, self.reason = kept, reason
-
-    def __getitem__(self, check: str) -> str:
-        if check == self.kept:
-            raise KeyError(check)
-        return self.reason
-
-    def __contains__(self, check) -> bool:
-        return check != self.kept
-
-    def __iter__(self):
-        from fuzzdiff.checks import CHECKS
-        return (c for c in CHECKS if c != self.kept)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 def _program(names: tuple[str, ...], kinds: tuple[str, ...]) -> FromShapes:
@@ -112,7 +88,7 @@ def _target(name: str, spec: str, kinds: tuple[str, ...], functional: bool) -> T
     names = tuple(part.split(":")[0].strip() for part in spec.split(","))
     return Target(name, run_program, spec, FAMILY, kwargs={"program": _program(names, kinds)},
                   functional=functional, min_side=1, max_side=4, max_rank=3,
-                  skip={} if functional else AllBut("compile", ONLY_COMPILE),
+                  only=None if functional else Only(("compile",), ONLY_COMPILE),
                   known=(STRIDE0_SLICE_GRAD,) if functional else (SYMBOLIC_VIEW_OUTPUT, SYNTHETIC_BASE_VIEW_OUTPUT, MUTATED_INPUT_BACKWARD),
                   invalid=() if functional else INTERNAL_OVERLAP)
 
