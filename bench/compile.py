@@ -28,7 +28,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 from fuzzdiff.checks import get_check
-from fuzzdiff.fuzzing import FuzzFailure, default_variants, fuzz
+from fuzzdiff.fuzzing import FuzzFailure, environ_config, fuzz
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.runner import case_strategy
 from fuzzdiff.targets import get_target
@@ -62,7 +62,7 @@ def drawn_cases(targets, cases: int):
         @_settings(cases)
         @given(case_strategy(check, t))
         def collect(case):
-            out.extend((t, case.reseeded(k)) for k in range(default_variants()))
+            out.extend((t, case.reseeded(k)) for k in range(environ_config().variants))
         collect()
     return out
 
@@ -110,7 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     targets = [get_target(n) for n in TARGETS]
     print(f"targets: {', '.join(TARGETS)}; {args.cases} drawn cases each, "
-          f"{default_variants()} value variants per case; torch {torch.__version__}")
+          f"{environ_config().variants} value variants per case; torch {torch.__version__}")
     print(f"{'backend':10} {'examples':>8} {'seconds':>8} {'examples/s':>10} "
           f"{'compiles':>8} {'per 100':>8} {'bare ex/s':>10} {'ratio':>6}")
     for backend in args.backends:

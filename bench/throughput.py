@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import given, strategies as st
 
 from fuzzdiff.checks import get_check
-from fuzzdiff.fuzzing import default_structures, default_variants, example_structures, fuzz, settle_heap
+from fuzzdiff.fuzzing import environ_config, example_structures, fuzz, settle_heap
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.spec import parse_spec
 from fuzzdiff.targets import UnknownTarget, get_target
@@ -232,7 +232,7 @@ def diagnostics(targets, n: int, max_side: int | None, clock=time.perf_counter) 
     itself with one integer per example and an empty test (its floor, per
     example), with the structures per example drawn on average."""
     check = get_check("grad")
-    variants = default_variants()
+    variants = environ_config().variants
     drawn: list = []
     t0 = clock()
     examples = [0]
@@ -240,7 +240,7 @@ def diagnostics(targets, n: int, max_side: int | None, clock=time.perf_counter) 
     def collect(target):
         @hyp_settings(n)
         @given(example_structures(case_strategy(check, target, max_side=max_side),
-                                  default_structures()))
+                                  environ_config().structures))
         def test(cases):
             examples[0] += 1
             drawn.extend((target, case) for case in cases)
@@ -348,7 +348,7 @@ def main(argv=None) -> int:
     ratio = f_rate / b_rate
 
     print(f"ops: {', '.join(t.name for t in targets)}   torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread(s), value variants {default_variants()}, "
+          f"{torch.get_num_threads()} thread(s), value variants {environ_config().variants}, "
           f"{args.clock} clock")
     print(f"fuzzdiff verdicts: {dict(sorted(kinds.items()))}")
     print()

@@ -11,11 +11,12 @@ __all__ = ["check", "assert_ok", "Report", "Failure", "Target", "__version__"]
 
 
 def __getattr__(name):
-    # Lazy: `import fuzzdiff` stays cheap for tools that only want the version.
+    # startup time: `import fuzzdiff` stays cheap (no torch) for tools that only
+    # want the version or a submodule such as the pytest plugin
     if name in ("check", "assert_ok", "Report", "Failure"):
-        from fuzzdiff import api
+        from fuzzdiff import api  # startup time, as above
         return getattr(api, name)
     if name == "Target":
-        from fuzzdiff.targets.target import Target
+        from fuzzdiff.targets.target import Target  # startup time, as above
         return Target
     raise AttributeError(f"module 'fuzzdiff' has no attribute {name!r}")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
+import sys
 import time
 import warnings
 from collections import Counter
@@ -14,15 +16,22 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
-from hypothesis import HealthCheck, Phase, Verbosity, settings
-from hypothesis.errors import Unsatisfiable
+from hypothesis import HealthCheck, Phase, Verbosity, reject, settings
+from hypothesis.errors import InvalidArgument, Unsatisfiable
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS, get_check
-from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz
+from fuzzdiff.config import FuzzConfig
+from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz
+from fuzzdiff.script.literals import ScriptError
+from fuzzdiff.script.source import target_code
 from fuzzdiff.targets.target import Target
 from fuzzdiff.targets.user import definition, importable, per_sample_target, user_target
 from fuzzdiff.verdict import FAILED, Verdict
+from strategies.layouts import check_layout_features
 
 __all__ = ["check", "assert_ok", "Report", "Failure"]
 
@@ -75,9 +84,6 @@ class Report:
     def summary(self) -> str:
         """Per check: drawn cases, runs (cases x variants), passed, failed, unsupported,
         inconclusive, seconds; then warnings, and each failure with its repro."""
-        from rich.console import Console
-        from rich.table import Table
-
         table = Table(title=f"fuzzdiff.check {self.target.name} ({self.target.spec})")
         table.add_column("check")
         for header, _ in COLUMNS:
@@ -141,7 +147,7 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
           seed: int | None = None, corpus: str | Path | None = None, *, variants: int = VARIANTS,
           shrink_seconds: float | None = SHRINK_SECONDS, sizes: tuple[int, int] | None = None,
           invalid: Iterable[type[BaseException]] = (), layouts: Iterable[str] | None = None,
-          alias: bool = True, progress: bool | None = None) -> Report:
+          alias: bool = True, progress: bool | None = None, config: FuzzConfig | None = None) -> Report:
     """Fuzz ``fn`` with every check that applies (or ``checks``); never raises for a failure.
 
     ``spec`` defaults to the function's jaxtyping annotations. A check that
@@ -162,8 +168,13 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
     ``sizes`` is ``(smallest, largest)`` for every drawn dim (default 0 to 4;
     ``n>=1`` in the spec bounds one name). ``progress`` (default: when stderr
     is a terminal) shows the check running. A spec that does not parse or fit
-    the function's signature is a ValueError before any fuzzing.
+    the function's signature is a ValueError before any fuzzing. ``config``
+    (a FuzzConfig; default: the defaults under $FUZZDIFF_*) holds the run's
+    other settings, such as the per-example timeout and compile backends; the
+    arguments here take precedence over it.
     """
+    config = FuzzConfig.resolve(base=config or environ_config(), variants=variants, structures=1,
+                                corpus=corpus)
     target = user_target(fn, spec, dtypes=dtypes, domain=domain, kwargs=kwargs, sizes=sizes)
     names = _checks(checks)
     hsettings = _settings(max_examples, seed)
@@ -184,8 +195,8 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
         if outside:
             fuzzed = replace(fuzzed, fn=_rejecting(fuzzed.fn, outside))
         try:
-            return fuzz(name, fuzzed, settings=hsettings, seed=seed, corpus=corpus, variants=variants,
-                        structures=1, shrink_seconds=shrink_seconds, definition=recipe, **drawn)
+            return fuzz(name, fuzzed, settings=hsettings, seed=seed, config=config,
+                        shrink_seconds=shrink_seconds, definition=recipe, **drawn)
         except Unsatisfiable:
             tally = Tally()
             tally.add(Verdict("unsupported", "every input drawn lies outside the function's domain "
@@ -232,8 +243,6 @@ def _recipe(target: Target, fn) -> dict | None:
     ``__main__``), its self-contained source. Warns once when neither works."""
     if target.family != "user" or importable(target):
         return definition(target)
-    from fuzzdiff.script.literals import ScriptError
-    from fuzzdiff.script.source import target_code
     try:
         code = target_code(fn, target.name, target.kwargs)
     except ScriptError as e:
@@ -246,9 +255,7 @@ def _recipe(target: Target, fn) -> dict | None:
 
 
 def _case_options(layouts: Iterable[str] | None, alias: bool) -> dict:
-    from hypothesis.errors import InvalidArgument
 
-    from strategies.layouts import check_layout_features
     options: dict[str, Any] = {}
     if layouts is not None:
         chosen = tuple(layouts)
@@ -282,9 +289,6 @@ def _plain_call_error(target: Target, case: Case) -> Exception | None:
 def _rejecting(fn: Callable, outside: tuple[type[BaseException], ...]) -> Callable:
     """``fn``, with its exceptions of the types in ``outside`` turned into a
     rejected example (Hypothesis draws another), not a failure."""
-    import functools
-
-    from hypothesis import reject
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
@@ -299,14 +303,11 @@ def _rejecting(fn: Callable, outside: tuple[type[BaseException], ...]) -> Callab
 @contextlib.contextmanager
 def _progress(show: bool | None, total: int):
     """``step(check)`` for each check: a live line on a terminal, nothing elsewhere."""
-    import sys
     if show is None:
         show = sys.stderr.isatty()
     if not show:
         yield lambda name: None
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     with Progress(TextColumn("fuzzdiff.check {task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total} checks"), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:

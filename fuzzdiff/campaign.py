@@ -25,12 +25,14 @@ unless it has found a failure: that is still shrunk; a worker still busy
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import random
 import signal
 import sys
 import time
+import warnings
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
@@ -38,13 +40,19 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
-from hypothesis import HealthCheck, Phase, Verbosity, settings as hsettings
+from hypothesis import HealthCheck, Phase, Verbosity
+from hypothesis import settings as hsettings
 
 from fuzzdiff.case import Case
-from fuzzdiff.checks import Check
-from fuzzdiff.fuzzing import FuzzFailure, Tally, settle_heap
+from fuzzdiff.checks import Check, get_check
+from fuzzdiff.corpus import _safe
+from fuzzdiff.database import example_database
+from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz, settle_heap
+from fuzzdiff.journal import STOPS, forget, recover
 from fuzzdiff.schedule import BatchReport, Scheduler, batch_seed
+from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
+from fuzzdiff.unsupported import unsupported_reason
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["Campaign", "PairResult", "Found", "BatchSize", "run_campaign", "case_options",
@@ -257,7 +265,6 @@ def round_one_order(pairs: Iterable[tuple[Target, Check]], families: Sequence[st
 class _Stop(BaseException):
     """Ends a batch's Hypothesis run at its deadline (not an Exception: nothing catches it)."""
 
-
 class _Deadline:
     """Stops a batch at its deadline, keeping its tally: the check's verdicts are
     mirrored here (fuzz() keeps its own tally to itself), exactly so while the
@@ -269,7 +276,6 @@ class _Deadline:
         self.tally = Tally()
 
     def wrap(self, check: Check) -> Check:
-        from fuzzdiff.unsupported import unsupported_reason
         real = check.run
 
         def run(target: Target, case: Case) -> Verdict:
@@ -294,9 +300,6 @@ class _Deadline:
 
 def _run_batch(target_ref: str, check_name: str, deadline: float | None, opts: dict,
                cases: dict, seed: int | None, size: BatchSize) -> PairResult:
-    from fuzzdiff.checks import get_check
-    from fuzzdiff.fuzzing import fuzz
-    from fuzzdiff.targets import get_target
 
     t0 = time.monotonic()
     result = PairResult(target_ref, check_name, Tally(), ref=target_ref)
@@ -326,7 +329,6 @@ def _run_batch(target_ref: str, check_name: str, deadline: float | None, opts: d
 
 def _worker(conn, opts: dict) -> None:
     """Run the batches the parent sends, one at a time, until it sends None."""
-    import warnings
     # The forkserver started with the parent's sys.path and environment of that
     # moment: bring both up to date (user targets are imported from there).
     sys.path[:0] = [p for p in opts["sys_path"] if p not in sys.path]
@@ -336,7 +338,6 @@ def _worker(conn, opts: dict) -> None:
     torch.set_num_threads(1)  # one core per worker: the campaign runs one worker per core
     settle_heap()  # a process of fuzzdiff's own
     if opts["database_url"] is not None:
-        from fuzzdiff.database import example_database
         opts["database"] = example_database(opts["database_url"] or None)
     while True:
         try:
@@ -384,7 +385,6 @@ def _signal_name(code: int | None) -> str:
 def _stopped(code: int | None) -> bool:
     """Whether a worker died of a stop request (SIGTERM, SIGHUP: a signal to the
     run's process group, or to the worker alone), which interrupts, not crashes."""
-    from fuzzdiff.journal import STOPS
     return code is not None and -code in STOPS
 
 
@@ -393,7 +393,6 @@ def _forget_inflight(corpus, pid: int) -> None:
     told to stop, did not crash: drop its journal entries so that recovery
     does not record its case as a crash."""
     if corpus is not None:
-        from fuzzdiff.journal import forget
         forget(corpus, pid=pid)
 
 
@@ -418,8 +417,6 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
     None: the worker has nothing left to do) and ``on_batch(campaign, pair,
     batch)`` report progress.
     """
-    from fuzzdiff.journal import recover
-
     jobs = max(1, jobs or os.cpu_count() or 1)
     if budget is not None and grace is None:
         grace = max(30.0, budget / 5)
@@ -571,9 +568,6 @@ def _attach(campaign: Campaign, corpus, start: float) -> None:
     it came from (``corpus/<check>/<target>/<id>.json``). Any worker's next
     fuzz() may have recovered it already, so the corpus is looked at, not
     only what the final recover() returned."""
-    import json
-
-    from fuzzdiff.corpus import _safe
 
     crashed = {(r.check, _safe(r.ref or r.target)): r for r in campaign.results if r.crashed}
     if not crashed:

@@ -38,6 +38,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
 from fuzzdiff.case import DTYPES, Case, CaseError, case_from_json
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.draws import SCHEME
 from fuzzdiff.verdict import KINDS, Verdict
 from fuzzdiff.version import __version__
@@ -56,7 +57,8 @@ class CorpusError(ValueError):
 
 
 def default_root() -> Path:
-    return Path(os.environ.get("FUZZDIFF_CORPUS", "corpus"))
+    """The corpus a command uses when none is named: $FUZZDIFF_CORPUS (FuzzConfig), else ./corpus."""
+    return FuzzConfig.resolve(os.environ).corpus or Path("corpus")
 
 
 def signature(check: str, case: Case, verdict: Verdict) -> dict:

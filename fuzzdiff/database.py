@@ -9,7 +9,6 @@ shard is the first thing every other one tries.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase
@@ -22,16 +21,17 @@ KEY_PREFIX = b"fuzzdiff-example:"
 
 def example_database(redis_url: str | None = None, local: Path | str = ".hypothesis/examples") -> ExampleDatabase:
     """The local directory database, multiplexed with Redis at ``redis_url``
-    (default ``$FUZZDIFF_REDIS_URL``) when one is given."""
-    url = redis_url if redis_url is not None else os.environ.get(ENV)
+    when one is given (FuzzConfig.redis_url: ``--db``, ``--fuzzdiff-db`` or
+    ``$FUZZDIFF_REDIS_URL``)."""
+    url = redis_url
     local_db = DirectoryBasedExampleDatabase(str(local))
     if not url:
         return local_db
-    try:
+    try:  # an optional dependency (the "shared" extra), only needed with a URL
         import redis
         from hypothesis.extra.redis import RedisExampleDatabase
     except ImportError:
-        raise RuntimeError(f"{ENV} / --fuzzdiff-db is set to {url!r} but the 'redis' package is not "
+        raise RuntimeError(f"${ENV} / --db / --fuzzdiff-db is set to {url!r} but the 'redis' package is not "
                            "installed: pip install redis") from None
     client = redis.Redis.from_url(url)
     try:

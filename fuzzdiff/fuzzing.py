@@ -13,28 +13,28 @@ import math
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import hypothesis
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from hypothesis.errors import FlakyFailure
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check, get_check, validate
+from fuzzdiff.config import FuzzConfig
+from fuzzdiff.corpus import write_record
 from fuzzdiff.features import case_features
 from fuzzdiff.journal import Journal, recover
 from fuzzdiff.known import Known, crashing, matching
 from fuzzdiff.runner import case_strategy, verdict_at
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
-from fuzzdiff.timeout import ExampleTimeout, Watchdog, default_timeout
+from fuzzdiff.timeout import ExampleTimeout, Watchdog
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["fuzz", "Tally", "FuzzFailure", "VARIANTS", "STRUCTURES", "default_variants",
-           "default_structures", "example_structures", "settle_heap"]
-
-VARIANTS = 16  # value-and-probe variants per drawn structure; $FUZZDIFF_VARIANTS overrides
-STRUCTURES = 8  # drawn structures per Hypothesis example: STRUCTURES // 2 to STRUCTURES; $FUZZDIFF_STRUCTURES overrides
+__all__ = ["fuzz", "Tally", "FuzzFailure", "example_structures", "settle_heap", "environ_config"]
 
 
 class FuzzFailure(AssertionError):
@@ -178,12 +178,11 @@ class _ShrinkBound:
         return True
 
 
-def default_variants() -> int:
-    return int(os.environ.get("FUZZDIFF_VARIANTS", VARIANTS))
-
-
-def default_structures() -> int:
-    return int(os.environ.get("FUZZDIFF_STRUCTURES", STRUCTURES))
+def environ_config() -> FuzzConfig:
+    """The defaults under this process's FUZZDIFF_* variables: what ``fuzz()``
+    runs at when its caller passes no config. Never a corpus: records are
+    written only where a caller asks (``corpus=``, ``config.corpus``)."""
+    return replace(FuzzConfig.resolve(os.environ), corpus=None)
 
 
 def example_structures(cases: st.SearchStrategy[Case], structures: int) -> st.SearchStrategy[list[Case]]:
@@ -198,7 +197,7 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
          seed: int | None = None, corpus=None, variants: int | None = None,
          structures: int | None = None, timeout: float | None = None,
          shrink_seconds: float | None = None, definition=None, recover_crashes: bool = True,
-         **case_options) -> Tally:
+         config: FuzzConfig | None = None, **case_options) -> Tally:
     """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
 
     Each drawn case is run at ``variants`` value-and-probe seeds
@@ -217,9 +216,14 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     process becomes a "crash" record at the next ``recover(corpus)``, which
     this function runs first.
 
-    ``timeout`` (seconds per example; default $FUZZDIFF_TIMEOUT, else 60, and
-    COMPILE_TIMEOUT_FACTOR times that for a check that compiles; 0 disables) stops a hanging example: reported at once, unshrunk, as a
-    FuzzFailure of kind "timeout" (fuzzdiff.timeout says what is covered).
+    ``timeout`` (seconds per example, COMPILE_TIMEOUT_FACTOR times that for a
+    check that compiles; 0 disables) stops a hanging example: reported at
+    once, unshrunk, as a FuzzFailure of kind "timeout" (fuzzdiff.timeout says
+    what is covered).
+
+    ``config`` (a FuzzConfig; default ``environ_config()``) gives every
+    setting that is not passed here: ``variants``, ``structures``,
+    ``timeout``, ``corpus`` and the compile check's backends.
 
     ``shrink_seconds`` bounds shrinking: that long after the first failure,
     examples not yet seen failing pass unrun, so Hypothesis ends with the
@@ -229,17 +233,14 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     processes' journal entries to the caller (a campaign's parent records them
     with how its worker died).
     """
-    variants = default_variants() if variants is None else variants
-    if variants < 1:
-        raise ValueError(f"variants must be at least 1, got {variants}")
-    structures = default_structures() if structures is None else structures
-    if structures < 1:
-        raise ValueError(f"structures must be at least 1, got {structures}")
-    check = get_check(check) if isinstance(check, str) else check
+    config = FuzzConfig.resolve(base=config or environ_config(), variants=variants,
+                                structures=structures, corpus=corpus)
+    variants, structures, corpus = config.variants, config.structures, config.corpus
+    check = (get_check(check) if isinstance(check, str) else check).configured(config)
     if timeout is None:
         # A first inductor compile of a three-input op took 25-35 s on two busy
         # cores (opinfo/diff@63): slowness, not a hang, must not be a time-out.
-        timeout = default_timeout() * (COMPILE_TIMEOUT_FACTOR if check.compiles else 1)
+        timeout = config.timeout * (COMPILE_TIMEOUT_FACTOR if check.compiles else 1)
     timeout = float(timeout)
     if not timeout >= 0:
         raise ValueError(f"timeout must be >= 0 seconds (0 disables), got {timeout}")
@@ -327,7 +328,7 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
         except ExampleTimeout as stop:
             # Not shrunk: every shrink step of a hang would cost a full timeout.
             verdict = Verdict("timeout", f"{stop}: stopped by the per-example timeout "
-                              "(timeout= or $FUZZDIFF_TIMEOUT)", {"timeout": timeout})
+                              "(timeout=, FuzzConfig.timeout or $FUZZDIFF_TIMEOUT)", {"timeout": timeout})
             tally.add(verdict)
             raise FuzzFailure(check.name, target.name, inflight[0], verdict) from None
         except FlakyFailure as group:
@@ -341,7 +342,6 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
         failure.tally = tally
         failure.shrink_cut = shrink.cut
         if corpus is not None:
-            from fuzzdiff.corpus import write_record
             failure.record_path, failure.record_created = write_record(
                 corpus, failure.check, failure.case, failure.verdict, definition=definition)
         raise

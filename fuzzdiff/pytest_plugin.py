@@ -25,6 +25,10 @@ import time
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from fuzzdiff.config import FuzzConfig
+from fuzzdiff.database import example_database
+from fuzzdiff.journal import forget, recover
+
 __all__ = ["PROFILES", "VARIANTS", "STRUCTURES", "profile_settings", "fuzz_options", "default_profile"]
 
 PROFILES = {
@@ -57,7 +61,6 @@ def profile_settings(name: str, redis_url: str | None = None) -> settings:
         raise ValueError(f"unknown fuzzdiff profile {name!r}; expected one of {', '.join(PROFILES)}")
     options = {**_COMMON, **PROFILES[name]}
     if redis_url:
-        from fuzzdiff.database import example_database
         options["database"] = example_database(redis_url)
     return settings(settings.get_profile("default"), **options)
 
@@ -79,11 +82,13 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     name = config.getoption("--fuzzdiff-profile") or default_profile()
-    url = config.getoption("--fuzzdiff-db") or os.environ.get("FUZZDIFF_REDIS_URL")
-    config._fuzzdiff_profile = name + ("+shared" if url else "")
-    config._fuzzdiff_options = {"settings": profile_settings(name, url),
-                                "variants": int(os.environ.get("FUZZDIFF_VARIANTS", VARIANTS[name])),
-                                "structures": int(os.environ.get("FUZZDIFF_STRUCTURES", STRUCTURES[name]))}
+    # the profile's sizes, then $FUZZDIFF_*, then this session's options
+    session = FuzzConfig.resolve(os.environ, base=FuzzConfig(variants=VARIANTS[name], structures=STRUCTURES[name]),
+                                 redis_url=config.getoption("--fuzzdiff-db"))
+    config._fuzzdiff_config = session
+    config._fuzzdiff_profile = name + ("+shared" if session.redis_url else "")
+    config._fuzzdiff_options = {"settings": profile_settings(name, session.redis_url),
+                                "variants": session.variants, "structures": session.structures}
 
 
 @pytest.fixture(name="fuzz_options")
@@ -99,12 +104,11 @@ def pytest_report_header(config):
 # -- crashes: journal entries of dead processes become records (fuzzdiff.journal) ------
 
 def _corpus_root() -> str:
-    # fuzzdiff.corpus.default_root() without importing torch into every pytest run.
-    return os.environ.get("FUZZDIFF_CORPUS") or "corpus"
+    # fuzzdiff.corpus.default_root() without importing torch into every pytest run
+    return str(FuzzConfig.resolve(os.environ).corpus or "corpus")
 
 
 def _recover(cause: str | None = None) -> list:
-    from fuzzdiff.journal import recover
     return recover(_corpus_root(), cause=cause)
 
 
@@ -122,7 +126,6 @@ def pytest_sessionfinish(session, exitstatus):
     forgotten (fuzzdiff.journal.forget), not recorded."""
     if not hasattr(session.config, "workerinput"):
         if exitstatus == pytest.ExitCode.INTERRUPTED:
-            from fuzzdiff.journal import forget
             forget(_corpus_root(), children_of=os.getpid())
         _recover("found at the end of the pytest session")
 

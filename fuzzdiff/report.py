@@ -17,6 +17,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 __all__ = ["pair_rows", "write_report", "read_results", "merge_results", "covered", "FORMAT"]
 
 FORMAT = 1
@@ -216,10 +218,12 @@ Hover a cell for its verdict counts.</p>
 
 
 def _png(grid: _Grid, title: str, path: Path) -> None:
+    # startup time: matplotlib takes a second to import and only --report needs
+    # it; and the Agg backend must be chosen before pyplot is imported
     import matplotlib
     matplotlib.use("Agg")
+    # only now, with the backend chosen
     import matplotlib.pyplot as plt
-    import numpy as np
     from matplotlib.patches import Rectangle
 
     nt, nc = max(len(grid.targets), 1), max(len(grid.checks), 1)

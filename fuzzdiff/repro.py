@@ -5,17 +5,27 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Iterable
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.corpus import CorpusError, Record, error_shape, read_record
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets import UnknownTarget, get_target
 from fuzzdiff.targets.target import Target
-from fuzzdiff.targets.user import ImportRefused, PlannedImport, from_definition, plan_import
+from fuzzdiff.targets.user import (
+    ImportRefused,
+    PlannedImport,
+    from_definition,
+    plan_import,
+)
+from fuzzdiff.timeout import ExampleTimeout, limited
 from fuzzdiff.verdict import KINDS, Verdict
 
 __all__ = ["read", "load", "imports", "replay", "describe", "regression_test"]
@@ -103,8 +113,8 @@ def replay(record: Record | Path | str, *, trust_source: bool = False,
     if record.verdict.kind == "crash" and record.path is not None:
         return _replay_isolated(record, trust_source, _names(allow_import))
     if record.verdict.kind == "timeout":
-        from fuzzdiff.timeout import ExampleTimeout, limited
-        seconds = float(record.verdict.errors.get("timeout") or 0) or None
+        # the record's own limit, else the default one (FuzzConfig.timeout)
+        seconds = float(record.verdict.errors.get("timeout") or 0) or FuzzConfig().timeout
         try:
             with limited(seconds):
                 return run_check(record.check, target, record.case)
@@ -121,11 +131,7 @@ record, target = load(sys.argv[1], trust_source=sys.argv[2] == "trust", allow_im
 print(run_check(record.check, target, record.case).kind)
 """
 
-
 def _replay_isolated(record: Record, trust_source: bool = False, allow_import: tuple[str, ...] = ()) -> Verdict:
-    import signal
-    import subprocess
-    import sys
 
     done = subprocess.run([sys.executable, "-c", _CHILD, str(record.path), "trust" if trust_source else "-",
                            json.dumps(list(allow_import))],

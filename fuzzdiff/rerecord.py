@@ -21,7 +21,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fuzzdiff.corpus import CorpusError, default_root, iter_records, read_record, rewrite_record
+import torch
+
+from fuzzdiff.corpus import (
+    CorpusError,
+    default_root,
+    iter_records,
+    read_record,
+    rewrite_record,
+)
 from fuzzdiff.draws import SCHEME
 from fuzzdiff.repro import mismatch, replay
 
@@ -56,7 +64,6 @@ def rerecord(path, *, dry_run: bool = False, trust_source: bool = False,
 
 
 def _cuda() -> bool:
-    import torch
     return torch.cuda.is_available()
 
 

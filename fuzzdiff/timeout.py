@@ -24,17 +24,13 @@ hard
 from __future__ import annotations
 
 import faulthandler
-import os
 import signal
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["DEFAULT_TIMEOUT", "ExampleTimeout", "Watchdog", "default_timeout", "grace", "limited"]
-
-DEFAULT_TIMEOUT = 60.0  # seconds per example; $FUZZDIFF_TIMEOUT overrides, 0 disables
-
+__all__ = ["ExampleTimeout", "Watchdog", "grace", "limited"]
 
 class ExampleTimeout(BaseException):
     """Raised by the soft timeout. A BaseException so that it passes through
@@ -45,19 +41,6 @@ class ExampleTimeout(BaseException):
     def __init__(self, seconds: float):
         super().__init__(f"the example did not finish within {seconds:g}s")
         self.seconds = seconds
-
-
-def default_timeout() -> float:
-    raw = os.environ.get("FUZZDIFF_TIMEOUT", "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"FUZZDIFF_TIMEOUT must be a number of seconds, got {raw!r}") from None
-    if value < 0 or value != value:
-        raise ValueError(f"FUZZDIFF_TIMEOUT must be >= 0 (0 disables), got {raw!r}")
-    return value
 
 
 def grace(timeout: float) -> float:
@@ -123,11 +106,11 @@ class Watchdog:
 
 
 @contextmanager
-def limited(timeout: float | None = None, hang_path: Path | None = None):
+def limited(timeout: float, hang_path: Path | None = None):
     """Both layers around one call outside ``fuzz()``, e.g. replaying a
     ``timeout`` record: raises ExampleTimeout instead of hanging (the hard
     layer still stops the process if the call cannot be interrupted)."""
-    timeout = default_timeout() if timeout is None else float(timeout)
+    timeout = float(timeout)
     if timeout <= 0:
         yield
         return

@@ -22,14 +22,15 @@ import math
 from typing import Sequence
 
 import torch
+from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from fuzzdiff.case import Arg, Case, Layout
-from strategies.cases import laid_out
 from strategies._drawing import eager
 from strategies._validation import check_int
 from strategies.aliasing import ALIAS_KINDS, aliasing
+from strategies.cases import laid_out
 from strategies.layouts import LAYOUT_FEATURES, check_layout_features, layouts
 from strategies.shapes import shapes as shape_strategy
 from strategies.values import sampling_interval, values
@@ -116,7 +117,6 @@ def aliased(*shapes: Sequence[int], dtype: torch.dtype = torch.float64,
             args.append(laid_out(size, draw_(value_strategy), None if layout.is_contiguous(size) else layout))
         shared = draw_(aliasing(args, [0] * len(args), kinds=kinds, views=False, require=True))
         if not any(a.alias is not None for a in shared):
-            from hypothesis import reject
             reject()  # no relation of ``kinds`` fits these shapes for this draw
         return tuple(_materialize(tuple(shared), dtype))
 

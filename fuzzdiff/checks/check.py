@@ -10,6 +10,7 @@ import torch
 from hypothesis.strategies import SearchStrategy
 
 from fuzzdiff.case import Case
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 from strategies.cotangents import probe_dicts
@@ -67,6 +68,7 @@ class Check:
     ci:       a CiSample, for a check the CI profile runs on a sample of targets.
     compiles: the check compiles code, so its examples cost seconds (a first
               compile), not milliseconds: campaigns run it last and in fewer examples.
+    configure: ``configure(check, config)`` -> the check under a FuzzConfig.
     """
 
     name: str
@@ -78,6 +80,11 @@ class Check:
     needs_grad: bool = True
     ci: CiSample | None = None
     compiles: bool = False
+    configure: Callable[[Check, FuzzConfig], Check] | None = None
+
+    def configured(self, config: FuzzConfig) -> Check:
+        """This check with the run's settings applied (the compile check's backends)."""
+        return self if self.configure is None else self.configure(self, config)
 
     def why_not(self, target: Target) -> str | None:
         """None when the check applies to ``target``, else the reason it does not."""

@@ -34,8 +34,9 @@ AOTAutograd traces that backward and would refuse the forward too.
 
 from __future__ import annotations
 
+import functools
 import math
-import os
+from dataclasses import dataclass, replace
 
 import torch
 from hypothesis import reject
@@ -43,6 +44,7 @@ from hypothesis import strategies as st
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.compare import Discrepancy, max_abs, worst_discrepancy
 from fuzzdiff.confirm import NUDGE
 from fuzzdiff.paths import compiled as path
@@ -53,32 +55,38 @@ from fuzzdiff.verdict import Verdict
 from strategies.aliasing import aliasing
 from strategies.cotangents import probes
 
-__all__ = ["CHECK", "backends", "MARGIN"]
+__all__ = ["CHECK", "CompileParams", "MARGIN"]
 
 MARGIN = 10.0  # low precision: compiled must be this many times further from float64 than eager
 EXACT = Tolerance(0.0, 0.0)
 _PROBE = probes().map(lambda p: p.__dict__.copy())
 
 
-def backends() -> tuple[str, ...]:
-    """The backends drawn from: all, or the comma-separated $FUZZDIFF_COMPILE_BACKENDS."""
-    chosen = tuple(b for b in os.environ.get("FUZZDIFF_COMPILE_BACKENDS", "").split(",") if b)
-    unknown = set(chosen) - set(path.BACKENDS)
-    if unknown:
-        raise ValueError(f"$FUZZDIFF_COMPILE_BACKENDS names unknown backends {sorted(unknown)}; "
-                         f"expected some of {path.BACKENDS}")
-    return chosen or path.BACKENDS
+@dataclass(frozen=True)
+class CompileParams:
+    """The compile check's draws: a backend among ``backends``
+    (FuzzConfig.compile_backends), a cotangent, and for a target that writes
+    its inputs the aliasing between them (cases() draws none for it)."""
+
+    backends: tuple[str, ...] = path.BACKENDS
+
+    def __call__(self, target: Target, case: Case) -> st.SearchStrategy:
+        base = _base(self.backends)
+        if target.functional:
+            return base
+        groups = [0 if a.grad != "none" else None for a in case.args]
+        aliased = aliasing(case.args, groups, views=False).map(
+            lambda after: path.aliases_param(case.args, after))
+        return st.tuples(base, aliased).map(lambda p: {**p[0], "aliases": p[1]} if p[1] else p[0])
 
 
-def params(target: Target, case: Case):
-    base = st.fixed_dictionaries({"backend": st.sampled_from(backends()), "cotangent": _PROBE})
-    if target.functional:
-        return base
-    # cases() draws no aliasing for a target that writes its inputs; draw it here
-    groups = [0 if a.grad != "none" else None for a in case.args]
-    aliased = aliasing(case.args, groups, views=False).map(
-        lambda after: path.aliases_param(case.args, after))
-    return st.tuples(base, aliased).map(lambda p: {**p[0], "aliases": p[1]} if p[1] else p[0])
+@functools.lru_cache(maxsize=None)
+def _base(backends: tuple[str, ...]) -> st.SearchStrategy:
+    return st.fixed_dictionaries({"backend": st.sampled_from(backends), "cotangent": _PROBE})
+
+
+def _configure(check: Check, config: FuzzConfig) -> Check:
+    return replace(check, params=CompileParams(config.compile_backends))
 
 
 def _metadata(eager: path.Run, other: path.Run) -> str | None:
@@ -179,5 +187,5 @@ def _further(got: path.Run, eager: path.Run, truth: path.Run, tol: Tolerance) ->
 
 # CI: the program targets and a rotating sample of catalog targets, few cases each
 # (an inductor compile takes seconds); the nightly profile runs the whole catalog.
-CHECK = Check("compile", run, params=params, needs_grad=False,
+CHECK = Check("compile", run, params=CompileParams(), configure=_configure, needs_grad=False,
               ci=CiSample(targets=4, always=("program*",), max_examples=3), compiles=True)

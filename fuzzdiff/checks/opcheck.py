@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import torch
 from hypothesis import strategies as st
+from torch._library.custom_ops import CustomOpDef
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check
@@ -27,8 +28,6 @@ _PARAMS = st.fixed_dictionaries({})
 
 def custom_op(fn) -> bool:
     """A torch.library op outside aten: a CustomOpDef, OpOverload or OpOverloadPacket."""
-    from torch._library.custom_ops import CustomOpDef
-
     if isinstance(fn, CustomOpDef):
         return True
     if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):

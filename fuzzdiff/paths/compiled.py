@@ -25,38 +25,42 @@ workers and later runs reuse each other's kernels.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import types
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping
+from typing import Callable, Iterator
 
 import torch
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case import Alias, Case, Layout
+from fuzzdiff.config import COMPILE_BACKENDS
 from fuzzdiff.directions import probes_like
 from fuzzdiff.paths.function import differentiable, leaf_function
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 
-__all__ = ["BACKENDS", "Run", "run", "compiled", "compiles", "aliased_case", "configure",
+__all__ = ["BACKENDS", "Run", "run", "compiled", "compiles", "aliased_case", "dynamo_settings",
            "structure", "aliases_param"]
 
-BACKENDS = ("aot_function", "aot_function_min_cut", "aot_eager", "inductor")
+BACKENDS = COMPILE_BACKENDS
 
 
-def configure() -> None:
-    """Dynamo settings for a fuzzing process: every (target, kwargs) has its own
-    code object, but one may still see many guard sets (dtypes, layouts,
-    aliasing); a silent fallback to eager at a recompile limit would hide
-    every bug, so the limits are high and hitting one is an error."""
+@contextlib.contextmanager
+def dynamo_settings() -> Iterator[None]:
+    """Dynamo settings for one compiled run, and only for it (fuzzdiff is a
+    guest in its user's process): every (target, kwargs) has its own code
+    object, but one may still see many guard sets (dtypes, layouts, aliasing);
+    a silent fallback to eager at a recompile limit would hide every bug, so
+    the limits are high and hitting one is an error."""
+    # startup time: torch._dynamo takes seconds to import, and only compile needs it
     import torch._dynamo
-    cfg = torch._dynamo.config
-    cfg.recompile_limit = 256
-    cfg.accumulated_recompile_limit = 1 << 20
-    cfg.fail_on_recompile_limit_hit = True
     import torch._inductor.config as inductor
-    inductor.compile_threads = 1  # no subprocess pool per xdist worker on a small machine
+    with torch._dynamo.config.patch(recompile_limit=256, accumulated_recompile_limit=1 << 20,
+                                    fail_on_recompile_limit_hit=True), \
+            inductor.patch(compile_threads=1):  # no subprocess pool per worker
+        yield
 
 
 # -- the compiled callables, cached -----------------------------------------------------
@@ -106,11 +110,15 @@ def compiled(target: Target, case: Case, backend: str, cast: torch.dtype | None 
 
 def _build(call: Callable, backend: str) -> Callable:
     if backend in ("aot_eager", "inductor"):
-        configure()
         return torch.compile(call, backend=backend, dynamic=True)
     if backend in ("aot_function", "aot_function_min_cut"):
-        from functorch.compile import (aot_function, default_partition,
-                                       min_cut_rematerialization_partition, nop)
+        # startup time, as in dynamo_settings
+        from functorch.compile import (
+            aot_function,
+            default_partition,
+            min_cut_rematerialization_partition,
+            nop,
+        )
         partition = min_cut_rematerialization_partition if backend.endswith("min_cut") else default_partition
         _AOT_TRACES[0] += 1
         return aot_function(call, fw_compiler=nop, bw_compiler=nop, partition_fn=partition)
@@ -119,6 +127,7 @@ def _build(call: Callable, backend: str) -> Callable:
 
 def compiles() -> int:
     """Compilations so far in this process: dynamo graphs plus aot_function traces."""
+    # startup time, as in dynamo_settings
     from torch._dynamo.utils import counters
     return int(counters["stats"]["unique_graphs"]) + _AOT_TRACES[0]
 
@@ -219,10 +228,12 @@ def run(target: Target, case: Case, backend: str | None, *, cast: torch.dtype | 
         grads: bool = True) -> Run:
     """The target at ``case`` run eagerly (``backend=None``) or compiled;
     ``grads=False`` runs it under no_grad (AOTAutograd's inference path)."""
-    if not grads:
-        with torch.no_grad():
-            return _run(target, aliased_case(case), backend, cast, False)
-    return _run(target, aliased_case(case), backend, cast, True)
+    with contextlib.ExitStack() as stack:
+        if backend is not None:
+            stack.enter_context(dynamo_settings())
+        if not grads:
+            stack.enter_context(torch.no_grad())
+        return _run(target, aliased_case(case), backend, cast, grads)
 
 
 def _run(target: Target, case: Case, backend: str | None, cast: torch.dtype | None,

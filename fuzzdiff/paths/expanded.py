@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import torch
+from torch.func import functional_call, grad, vmap
+from torch.nn.utils._per_sample_grad import call_for_per_sample_grads
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case import Case, Layout
@@ -134,7 +136,6 @@ def _names(module: torch.nn.Module, outs, batch: Batch) -> list[str]:
 
 
 def _expanded(batch: Batch):
-    from torch.nn.utils._per_sample_grad import call_for_per_sample_grads
     plan, module = batch.plan, batch.module()
     d, _ = batch_dims(module)
     leaves, args = batch.inputs(plan.input_grad, d)
@@ -187,7 +188,6 @@ def _looped(batch: Batch, cots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _vmapped(batch: Batch, cots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    from torch.func import functional_call, grad, vmap
     plan, module = batch.plan, batch.module()
     d, out_dims = batch_dims(module)
     leaves, _ = batch.inputs(False, d)
@@ -216,7 +216,6 @@ def _vmap_unsupported(batch: Batch, error: Exception) -> str | None:
     reason = unsupported_reason(error)
     if reason is not None:
         return reason
-    from torch.func import functional_call, vmap
     module = batch.module()
     d, _ = batch_dims(module)
     leaves, _ = batch.inputs(False, d)

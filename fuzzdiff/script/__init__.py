@@ -24,15 +24,24 @@ from typing import Mapping
 import torch
 
 from fuzzdiff.case import Case
+from fuzzdiff.checks.layout import relayout
 from fuzzdiff.confirm import EPS
-from fuzzdiff.script import vmap as _vmap  # noqa: F401  (registers the vmap fragment)
-from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
+from fuzzdiff.directions import directions, probes_like
+from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.script import compile as _compile  # noqa: F401  (registers its fragment)
+from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
+from fuzzdiff.script import vmap as _vmap  # noqa: F401  (registers the vmap fragment)
 from fuzzdiff.script.fragments import FRAGMENTS, Fragment, register
 from fuzzdiff.script.helpers import HELPERS, helper_source
 from fuzzdiff.script.inputs import InputsCode, inputs_code
-from fuzzdiff.script.literals import ScriptError, dtype_name, tensor_literal, value_literal
+from fuzzdiff.script.literals import (
+    ScriptError,
+    dtype_name,
+    tensor_literal,
+    value_literal,
+)
 from fuzzdiff.script.source import FORBIDDEN, TargetCode, target_code
+from fuzzdiff.targets import all_targets, get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
@@ -103,7 +112,6 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
     if case.device != "cpu":
         raise ScriptError(f"standalone scripts run on the CPU; the case is on {case.device}")
     if target is None:
-        from fuzzdiff.targets import get_target
         target = get_target(case.target)
     storages = {i: t.detach().cpu() for i, t in (storages or case.storages()).items()}
     names = _arg_names(target, TargetCode(call=""))
@@ -130,7 +138,6 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
         data.append(inputs.storages)
         blocks.append(inputs.functions)
     if fragment.other_layout:
-        from fuzzdiff.checks.layout import relayout
         other = relayout(case)
         other_inputs = inputs_code(other, other.storages(), names, suffix="_other",
                                    what=" (the other layout)")
@@ -161,7 +168,6 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
 
 
 def _is_catalog(target: Target) -> bool:
-    from fuzzdiff.targets import all_targets
     return any(t is target for t in all_targets())
 
 
@@ -263,9 +269,6 @@ def _call(code: TargetCode, names: list[str], kwargs: Mapping) -> str:
 def _probes_text(target: Target, case: Case, storages, keys, run_forward: bool = True) -> str:
     """Each probe global as literal tensors, computed exactly as the check draws them.
     The cotangents need the outputs' shapes: without ``run_forward`` they are None."""
-    from fuzzdiff.directions import directions, probes_like
-    from fuzzdiff.paths.function import leaf_function
-
     def fresh():
         return {i: t.clone() for i, t in storages.items()}
 

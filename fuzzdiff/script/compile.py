@@ -10,7 +10,10 @@ as the plain torch function it is.
 
 from __future__ import annotations
 
+from fuzzdiff.directions import probes_like
+from fuzzdiff.paths import compiled as path
 from fuzzdiff.script.fragments import Fragment, _lines, register
+from fuzzdiff.script.inputs import inputs_code
 from fuzzdiff.script.literals import dtype_name, tensor_literal
 
 __all__ = ["compile_fragment"]
@@ -74,16 +77,12 @@ def run(fn):
 
 def _data(ctx) -> tuple[str, bool]:
     """(the inputs as the check ran them, constants and cotangents; whether it ran with grad)."""
-    from fuzzdiff.paths import compiled as path
-    from fuzzdiff.script.inputs import inputs_code
-
     case, target = ctx.case, ctx.target
     aliased = path.aliased_case(case)
     inputs = inputs_code(aliased, aliased.storages(), ctx.names)
     eager = path.run(target, case, None)
     grad = eager.grad_error is None
     written = [] if target.functional else eager.inputs
-    from fuzzdiff.directions import probes_like
     cotangents = probes_like(case.params, "cotangent", [*eager.outputs, *written])
     blocks = [f"DTYPE = {dtype_name(case.torch_dtype)}", inputs.storages, inputs.functions,
               f"ARG_NAMES = {ctx.names!r}\nLEAF_NAMES = {inputs.leaf_names!r}",

@@ -9,7 +9,7 @@ confirmation steps (replay, other eps, neighbouring points) are not repeated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 __all__ = ["Fragment", "FRAGMENTS", "register"]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from fuzzdiff.paths import expanded as path
 from fuzzdiff.script.fragments import Fragment, _lines, register
 from fuzzdiff.script.literals import ScriptError, tensor_literal, value_literal
+from fuzzdiff.script.source import target_code
 
 __all__ = ["per_sample"]
 
@@ -129,8 +131,6 @@ def _tensors(name: str, tensors, doc: str) -> str:
 
 def _data(ctx) -> tuple[str, str, str]:
     """(the data block, the builder's name, why vmap is not run or "")."""
-    from fuzzdiff.paths import expanded as path
-    from fuzzdiff.script.source import target_code
     target, case = ctx.target, ctx.case
     build = getattr(target.fn, "module", None)
     code = target_code(target.fn, target.name)

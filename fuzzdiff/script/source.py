@@ -12,14 +12,14 @@ is copied like any other.
 """
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import builtins
 import functools
 import inspect
-import sys
 import symtable
+import sys
 import textwrap
 import types
 from dataclasses import dataclass, field
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from fuzzdiff.programs import Program
 from fuzzdiff.script.literals import ScriptError, value_literal
 
 __all__ = ["TargetCode", "target_code"]
@@ -300,7 +301,6 @@ def _program_code(fn, kwargs, arg_names) -> TargetCode | None:
     """A program target (fuzzdiff.programs.run_program): the drawn program as torch code."""
     if getattr(fn, "__module__", None) != "fuzzdiff.programs" or getattr(fn, "__name__", "") != "run_program":
         return None
-    from fuzzdiff.programs import Program
     source = Program.from_json(kwargs["program"]).source("program", list(arg_names))
     imports = ["import torch"] + (["import torch.nn.functional as F"] if "F." in source else []) \
         + (["import math"] if "math." in source else [])

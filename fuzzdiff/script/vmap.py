@@ -8,6 +8,9 @@ plan's composition both ways, as ``fuzzdiff.paths.vmap.run`` does.
 
 from __future__ import annotations
 
+import torch
+
+from fuzzdiff.paths.vmap import Batch
 from fuzzdiff.script.fragments import Fragment, _lines, register
 from fuzzdiff.script.literals import tensor_literal
 
@@ -205,9 +208,6 @@ def _tensors(mapping_name: str, items, doc: str) -> str:
 
 def _data(ctx) -> str:
     """The examples, batched arguments, cotangents and tangents, computed by fuzzdiff."""
-    import torch
-
-    from fuzzdiff.paths.vmap import Batch
     case, target = ctx.case, ctx.target
     b = Batch(target, case)
     loop = Batch(target, case)

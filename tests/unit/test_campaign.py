@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzzdiff import cli
+from fuzzdiff import cli, commands
 from fuzzdiff.campaign import BatchSize, run_campaign
 from fuzzdiff.checks import get_check
 
@@ -86,7 +86,7 @@ def test_a_campaign_reports_counts_failures_and_a_crash_and_goes_on(zoo, tmp_pat
     grad, layout = get_check("grad"), get_check("layout")
     pairs = [(zoo.ABORT, grad), (zoo.BAD, grad), (zoo.KNOWN, grad), (zoo.SIN, grad), (zoo.EXP, grad),
              (zoo.TANH, grad), (zoo.SIN, layout), (zoo.EXP, layout)]
-    monkeypatch.setattr(cli, "_select_pairs", lambda args, notes=None: pairs)
+    monkeypatch.setattr(commands, "_select_pairs", lambda args, notes=None: pairs)
     monkeypatch.setenv("FUZZDIFF_VARIANTS", "2")
     corpus, report = tmp_path / "corpus", tmp_path / "report"
     rc = cli.main(["run", "--jobs", "2", "--max-examples", "6", "--seed", "3", "--corpus", str(corpus),
@@ -233,9 +233,9 @@ def test_sigterm_ends_a_run_without_crash_records(zoo, tmp_path):
     import time
     corpus = tmp_path / "corpus"
     code = ("import sys, fd_campaign_zoo\n"
-            "from fuzzdiff import cli\n"
+            "from fuzzdiff import cli, commands\n"
             "from fuzzdiff.checks import get_check\n"
-            "cli._select_pairs = lambda args, notes=None: [(fd_campaign_zoo.SLUGGISH, get_check('grad'))] * 1\n"
+            "commands._select_pairs = lambda args, notes=None: [(fd_campaign_zoo.SLUGGISH, get_check('grad'))] * 1\n"
             f"sys.exit(cli.main(['run', '--jobs', '1', '--max-examples', '1000', '--db', '', '--corpus', {str(corpus)!r}]))\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=tmp_path,

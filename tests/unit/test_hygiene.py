@@ -1,6 +1,8 @@
 """fuzzdiff is a guest: installing it changes no other project's tests, and
-calling it leaves the caller's process as it found it."""
+calling it leaves the caller's process as it found it. Importing it is cheap
+for the same reason, so an import inside a function says why it is there."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -58,19 +60,24 @@ def test_fuzzdiff_check_leaves_the_callers_process_as_it_found_it(tmp_path):
         from hypothesis import settings
 
         def state():
-            return {"freeze": gc.get_freeze_count(), "environ": dict(os.environ),
+            # torch's inductor writes _TORCHINDUCTOR_* itself, on its first compile
+            return {"freeze": gc.get_freeze_count(),
+                    "environ": {k: v for k, v in os.environ.items() if not k.startswith("_TORCHINDUCTOR_")},
                     "threads": torch.get_num_threads(), "grad": torch.is_grad_enabled(),
                     "dtype": torch.get_default_dtype(),
                     "deterministic": torch.are_deterministic_algorithms_enabled(),
                     "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
                     "cudnn_tf32": torch.backends.cudnn.allow_tf32,
                     "profile": settings._current_profile, "max_examples": settings().max_examples,
-                    "rng": torch.get_rng_state().tolist()}
+                    "rng": torch.get_rng_state().tolist(),
+                    "dynamo": torch._dynamo.config.get_config_copy(),
+                    "inductor": torch._inductor.config.get_config_copy()}
 
         import fuzzdiff
         import torch._dynamo  # torch's own import (vmap's) sets $TORCHINDUCTOR_CACHE_DIR
+        import torch._inductor.config
         before = state()
-        report = fuzzdiff.check(torch.sin, "x: n", checks=("grad", "forward", "vmap"), max_examples=3,
+        report = fuzzdiff.check(torch.sin, "x: n", checks=("grad", "forward", "vmap", "compile"), max_examples=3,
                                 seed=1, corpus="corpus")
         assert report.ok, report.summary()
         after = state()
@@ -80,3 +87,44 @@ def test_fuzzdiff_check_leaves_the_callers_process_as_it_found_it(tmp_path):
     '''))
     run = _run(tmp_path, "probe.py")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+
+
+def _function_level_imports(path: Path):
+    """(line number, whether a comment says why) of each import inside a def."""
+    source = path.read_text()
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                k = node.lineno - 1
+                while k > 0 and lines[k - 1].strip().startswith(("import ", "from ")):
+                    k -= 1  # the comment heads the block of imports
+                yield node.lineno, "#" in lines[node.lineno - 1] or (k > 0 and "#" in lines[k - 1])
+
+
+def test_every_function_level_import_says_why():
+    """Imports live at the top of a module; one inside a function is for an
+    optional dependency or for startup time, and a comment says which."""
+    silent = [f"{path.relative_to(REPO)}:{line}"
+              for package in ("fuzzdiff", "strategies") for path in sorted((REPO / package).rglob("*.py"))
+              for line, said in _function_level_imports(path) if not said]
+    assert not silent, f"function-level imports without a comment saying why: {silent}"
+
+
+# The drivers resolve a FuzzConfig; everything below them is handed one.
+READS_ENVIRONMENT = {"fuzzdiff/cli.py", "fuzzdiff/commands.py", "fuzzdiff/pytest_plugin.py",
+                     "fuzzdiff/campaign.py", "fuzzdiff/fuzzing.py", "fuzzdiff/corpus.py"}
+
+
+def test_nothing_below_the_drivers_reads_the_environment():
+    readers = set()
+    for package in ("fuzzdiff", "strategies"):
+        for path in (REPO / package).rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            if any(isinstance(n, ast.Attribute) and n.attr in ("environ", "getenv")
+                   and isinstance(n.value, ast.Name) and n.value.id == "os" for n in ast.walk(tree)):
+                readers.add(str(path.relative_to(REPO)))
+    assert readers <= READS_ENVIRONMENT, f"reads os.environ below the drivers: {sorted(readers - READS_ENVIRONMENT)}"

@@ -37,10 +37,12 @@ REPLAY = '''
 import sys
 import unittest
 from hypothesis import HealthCheck, Phase, settings
+import os
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.database import example_database
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from shared_bug import DOUBLE
-db = example_database(local=sys.argv[1])
+db = example_database(FuzzConfig.resolve(os.environ).redis_url, local=sys.argv[1])
 try:
     fuzz("grad", DOUBLE, settings=settings(database=db, phases=[Phase.reuse], deadline=None,
                                            suppress_health_check=list(HealthCheck)))

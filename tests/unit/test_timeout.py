@@ -23,7 +23,8 @@ from fuzzdiff.corpus import read_record
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.journal import INFLIGHT, recover
 from fuzzdiff.targets import Target
-from fuzzdiff.timeout import ExampleTimeout, default_timeout, limited
+from fuzzdiff.config import ConfigError, FuzzConfig
+from fuzzdiff.timeout import ExampleTimeout, limited
 
 REPO = Path(fuzzdiff.__file__).resolve().parents[1]
 
@@ -73,14 +74,11 @@ def test_a_hanging_example_is_one_timeout_record_and_the_run_goes_on(tmp_path):
     assert tally.counts["pass"] > 0 and tally.counts["timeout"] == 0
 
 
-def test_timeout_zero_disables_and_the_setting_is_validated(monkeypatch):
-    monkeypatch.setenv("FUZZDIFF_TIMEOUT", "0")
-    assert default_timeout() == 0
-    monkeypatch.setenv("FUZZDIFF_TIMEOUT", "soon")
-    with pytest.raises(ValueError, match="FUZZDIFF_TIMEOUT"):
-        default_timeout()
-    monkeypatch.delenv("FUZZDIFF_TIMEOUT")
-    assert default_timeout() == 60
+def test_timeout_zero_disables_and_the_setting_is_validated():
+    assert FuzzConfig.resolve({"FUZZDIFF_TIMEOUT": "0"}).timeout == 0
+    with pytest.raises(ConfigError, match="FUZZDIFF_TIMEOUT"):
+        FuzzConfig.resolve({"FUZZDIFF_TIMEOUT": "soon"})
+    assert FuzzConfig.resolve({}).timeout == 60
     with pytest.raises(ValueError, match="timeout"):
         fuzz("grad", SPIN, timeout=-1, settings=FEW)
     assert issubclass(ExampleTimeout, BaseException) and not issubclass(ExampleTimeout, Exception)

@@ -1,0 +1,124 @@
+"""The settings of a fuzzing run, in one frozen object built in one place.
+
+``FuzzConfig.resolve`` layers them: the defaults, then the ``FUZZDIFF_*``
+environment variables, then the command line or pytest options, then the
+arguments of ``fuzzdiff.check``. The drivers (the command line, the pytest
+plugin, ``fuzzdiff.check``, campaigns) resolve it and pass it down
+explicitly; nothing below them reads the environment.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["FuzzConfig", "ConfigError", "ENVIRONMENT", "COMPILE_BACKENDS"]
+
+# torch.compile backends and aot_function partitioners the compile check draws from
+COMPILE_BACKENDS = ("aot_function", "aot_function_min_cut", "aot_eager", "inductor")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names the setting and where it came from."""
+
+
+@dataclass(frozen=True)
+class FuzzConfig:
+    """corpus:           where shrunk failures are written (None: nowhere).
+    variants:         value-and-probe variants each drawn case runs at.
+    structures:       drawn cases per Hypothesis example (structures // 2 to structures).
+    timeout:          seconds one example may run before it is reported as a
+                      time-out (0 disables); compile checks get a multiple of it.
+    redis_url:        a Redis server that shares Hypothesis's example database.
+    compile_backends: the backends the compile check draws from (default: all).
+    """
+
+    corpus: Path | None = None
+    variants: int = 16
+    structures: int = 8
+    timeout: float = 60.0
+    redis_url: str | None = None
+    compile_backends: tuple[str, ...] = COMPILE_BACKENDS
+
+    def __post_init__(self) -> None:
+        for name in ("variants", "structures"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.timeout, (int, float)) or not math.isfinite(self.timeout) or self.timeout < 0:
+            raise ConfigError(f"timeout must be a number of seconds >= 0 (0 disables), got {self.timeout!r}")
+        unknown = sorted(set(self.compile_backends) - set(COMPILE_BACKENDS))
+        if unknown or not self.compile_backends:
+            raise ConfigError(f"compile_backends must name some of {', '.join(COMPILE_BACKENDS)}; "
+                              f"got {list(self.compile_backends)}")
+
+    @classmethod
+    def resolve(cls, environ: Mapping[str, str] | None = None, base: FuzzConfig | None = None,
+                **options: Any) -> FuzzConfig:
+        """``base`` (default: the defaults), then ``environ``'s FUZZDIFF_*
+        variables, then each of ``options`` that is not None."""
+        config = base or cls()
+        values: dict[str, Any] = {}
+        for name, variable in ENVIRONMENT.items():
+            raw = (environ or {}).get(variable, "").strip()
+            if raw:
+                values[name] = _parse(name, raw, f"${variable}")
+        values.update({k: _coerce(k, v) for k, v in options.items() if v is not None})
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ConfigError(f"unknown setting(s) {unknown}; expected some of {[f.name for f in fields(cls)]}")
+        try:
+            return replace(config, **values)
+        except ConfigError as e:
+            raise ConfigError(f"{e} (from {_sources(values, environ)})") from None
+
+    def environ(self) -> dict[str, str]:
+        """The FUZZDIFF_* variables that rebuild this config in a child process
+        (a standalone script, a campaign worker started before it was resolved)."""
+        out = {}
+        for name, variable in ENVIRONMENT.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            out[variable] = ",".join(value) if isinstance(value, tuple) else str(value)
+        return out
+
+
+# setting -> the environment variable it is read from
+ENVIRONMENT = {
+    "corpus": "FUZZDIFF_CORPUS",
+    "variants": "FUZZDIFF_VARIANTS",
+    "structures": "FUZZDIFF_STRUCTURES",
+    "timeout": "FUZZDIFF_TIMEOUT",
+    "redis_url": "FUZZDIFF_REDIS_URL",
+    "compile_backends": "FUZZDIFF_COMPILE_BACKENDS",
+}
+
+
+def _parse(name: str, raw: str, where: str) -> Any:
+    try:
+        if name in ("variants", "structures"):
+            return int(raw)
+        if name == "timeout":
+            return float(raw)
+    except ValueError:
+        kind = "an integer" if name != "timeout" else "a number of seconds"
+        raise ConfigError(f"{where} must be {kind}, got {raw!r}") from None
+    return _coerce(name, raw)
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name == "corpus":
+        return Path(value)
+    if name == "compile_backends" and isinstance(value, str):
+        return tuple(b.strip() for b in value.split(",") if b.strip())
+    if name == "compile_backends":
+        return tuple(value)
+    return value
+
+
+def _sources(values: Mapping[str, Any], environ: Mapping[str, str] | None) -> str:
+    env = [v for k, v in ENVIRONMENT.items() if environ and environ.get(v, "").strip() and k in values]
+    return ", ".join(f"${v}" for v in env) or "the options given"
