@@ -15,8 +15,10 @@ def __getattr__(name):
     # want the version or a submodule such as the pytest plugin
     if name in ("check", "assert_ok", "Report", "Failure"):
         from fuzzdiff import api  # startup time, as above
+
         return getattr(api, name)
     if name == "Target":
         from fuzzdiff.targets.target import Target  # startup time, as above
+
         return Target
     raise AttributeError(f"module 'fuzzdiff' has no attribute {name!r}")

@@ -11,9 +11,10 @@ import sys
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 from hypothesis import HealthCheck, Phase, Verbosity, reject, settings
@@ -37,8 +38,15 @@ __all__ = ["check", "assert_ok", "Report", "Failure"]
 
 # summary() columns: (header, row key). "runs" are check runs (verdicts): each drawn
 # case runs at several value variants; "cases" are the drawn cases (structures).
-COLUMNS = (("cases", "cases"), ("runs", "examples"), ("passed", "passed"), ("failed", "failed"),
-           ("known", "known"), ("unsupported", "unsupported"), ("inconclusive", "inconclusive"))
+COLUMNS = (
+    ("cases", "cases"),
+    ("runs", "examples"),
+    ("passed", "passed"),
+    ("failed", "failed"),
+    ("known", "known"),
+    ("unsupported", "unsupported"),
+    ("inconclusive", "inconclusive"),
+)
 
 
 @dataclass(frozen=True)
@@ -71,15 +79,22 @@ class Report:
 
     def add_failure(self, check: str, failure: FuzzFailure) -> None:
         self.tallies[check] = failure.tally or Tally()
-        self.failures.append(Failure(check, failure.verdict.message, failure.record_path, failure.case,
-                                     failure.shrink_cut))
+        self.failures.append(
+            Failure(check, failure.verdict.message, failure.record_path, failure.case, failure.shrink_cut)
+        )
 
     def row(self, check: str) -> dict[str, int]:
         counts = self.tallies[check].counts
         failed = sum(counts[k] for k in FAILED)
-        return {"cases": self.tallies[check].cases, "examples": self.tallies[check].examples,
-                "passed": counts["pass"], "failed": failed, "known": counts["known"],
-                "unsupported": counts["unsupported"], "inconclusive": counts["inconclusive"]}
+        return {
+            "cases": self.tallies[check].cases,
+            "examples": self.tallies[check].examples,
+            "passed": counts["pass"],
+            "failed": failed,
+            "known": counts["known"],
+            "unsupported": counts["unsupported"],
+            "inconclusive": counts["inconclusive"],
+        }
 
     def summary(self) -> str:
         """Per check: drawn cases, runs (cases x variants), passed, failed, unsupported,
@@ -113,7 +128,7 @@ class Report:
 # 3 s over the eager checks and 16 s with compile (bench/check.py); every
 # self-test zoo bug is found within it, most at the first few cases.
 MAX_EXAMPLES = 100
-VARIANTS = 2          # value-and-probe variants per drawn case
+VARIANTS = 2  # value-and-probe variants per drawn case
 SHRINK_SECONDS = 10.0  # per failure; the report says when shrinking was cut short
 
 
@@ -123,10 +138,17 @@ def _settings(max_examples: int, seed: int | None) -> settings:
     if not isinstance(max_examples, int) or max_examples < 1:
         raise ValueError(f"max_examples must be a positive integer, got {max_examples!r}")
     default = settings.get_profile("default")
-    return settings(default, max_examples=max_examples, deadline=None, derandomize=False,
-                    database=None if seed is not None else default.database,
-                    phases=[p for p in Phase if p != Phase.explain], print_blob=False,
-                    verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
+    return settings(
+        default,
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=False,
+        database=None if seed is not None else default.database,
+        phases=[p for p in Phase if p != Phase.explain],
+        print_blob=False,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 def _checks(checks: Iterable[str] | str | None) -> list[str]:
@@ -140,14 +162,26 @@ def _checks(checks: Iterable[str] | str | None) -> list[str]:
     return names
 
 
-def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] | None = None,
-          dtypes: Iterable[torch.dtype] = (torch.float64, torch.float32),
-          domain: Mapping[str, tuple[float | None, float | None]] | None = None,
-          kwargs: Mapping[str, Any] | None = None, max_examples: int = MAX_EXAMPLES,
-          seed: int | None = None, corpus: str | Path | None = None, *, variants: int = VARIANTS,
-          shrink_seconds: float | None = SHRINK_SECONDS, sizes: tuple[int, int] | None = None,
-          invalid: Iterable[type[BaseException]] = (), layouts: Iterable[str] | None = None,
-          alias: bool = True, progress: bool | None = None, config: FuzzConfig | None = None) -> Report:
+def check(
+    fn: Callable | Target,
+    spec: str | None = None,
+    checks: Iterable[str] | None = None,
+    dtypes: Iterable[torch.dtype] = (torch.float64, torch.float32),
+    domain: Mapping[str, tuple[float | None, float | None]] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    max_examples: int = MAX_EXAMPLES,
+    seed: int | None = None,
+    corpus: str | Path | None = None,
+    *,
+    variants: int = VARIANTS,
+    shrink_seconds: float | None = SHRINK_SECONDS,
+    sizes: tuple[int, int] | None = None,
+    invalid: Iterable[type[BaseException]] = (),
+    layouts: Iterable[str] | None = None,
+    alias: bool = True,
+    progress: bool | None = None,
+    config: FuzzConfig | None = None,
+) -> Report:
     """Fuzz ``fn`` with every check that applies (or ``checks``); never raises for a failure.
 
     ``spec`` defaults to the function's jaxtyping annotations. A check that
@@ -173,8 +207,7 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
     other settings, such as the per-example timeout and compile backends; the
     arguments here take precedence over it.
     """
-    config = FuzzConfig.resolve(base=config or environ_config(), variants=variants, structures=1,
-                                corpus=corpus)
+    config = FuzzConfig.resolve(base=config or environ_config(), variants=variants, structures=1, corpus=corpus)
     target = user_target(fn, spec, dtypes=dtypes, domain=domain, kwargs=kwargs, sizes=sizes)
     names = _checks(checks)
     hsettings = _settings(max_examples, seed)
@@ -195,12 +228,25 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
         if outside:
             fuzzed = replace(fuzzed, fn=_rejecting(fuzzed.fn, outside))
         try:
-            return fuzz(name, fuzzed, settings=hsettings, seed=seed, config=config,
-                        shrink_seconds=shrink_seconds, definition=recipe, **drawn)
+            return fuzz(
+                name,
+                fuzzed,
+                settings=hsettings,
+                seed=seed,
+                config=config,
+                shrink_seconds=shrink_seconds,
+                definition=recipe,
+                **drawn,
+            )
         except Unsatisfiable:
             tally = Tally()
-            tally.add(Verdict("unsupported", "every input drawn lies outside the function's domain "
-                                             f"(it raised {', '.join(e.__name__ for e in outside)})"))
+            tally.add(
+                Verdict(
+                    "unsupported",
+                    "every input drawn lies outside the function's domain "
+                    f"(it raised {', '.join(e.__name__ for e in outside)})",
+                )
+            )
             return tally
 
     with _progress(progress, len(names)) as step, warnings.catch_warnings(record=True) as caught:
@@ -219,18 +265,28 @@ def check(fn: Callable | Target, spec: str | None = None, checks: Iterable[str] 
                 else:
                     # the function itself raises here: one input-domain finding, not one per
                     # check; the checks then go on without inputs where it raises so
-                    report.failures.append(Failure(
-                        DOMAIN, f"the function raises {type(raised).__name__} at this input, in its "
-                        f"plain call: {raised} (invalid=({type(raised).__name__},) declares such inputs "
-                        "outside its domain)", failure.record_path, failure.case, failure.shrink_cut))
+                    report.failures.append(
+                        Failure(
+                            DOMAIN,
+                            f"the function raises {type(raised).__name__} at this input, in its "
+                            f"plain call: {raised} (invalid=({type(raised).__name__},) declares such inputs "
+                            "outside its domain)",
+                            failure.record_path,
+                            failure.case,
+                            failure.shrink_cut,
+                        )
+                    )
                     outside += (type(raised),)
                     try:
                         report.tallies[name] = run(name)
                     except FuzzFailure as again:
                         report.add_failure(name, again)
             report.seconds[name] = time.perf_counter() - start
-    report.warnings = Counter(f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]}"
-                              for w in caught if not _torch_internal(w))
+    report.warnings = Counter(
+        f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]}"
+        for w in caught
+        if not _torch_internal(w)
+    )
     return report
 
 
@@ -246,12 +302,22 @@ def _recipe(target: Target, fn) -> dict | None:
     try:
         code = target_code(fn, target.name, target.kwargs)
     except ScriptError as e:
-        warnings.warn(f"fuzzdiff: records of {target.name!r} will not replay in another process: it is "
-                      f"not importable as module:qualname and its source cannot be stored ({e}); "
-                      "define it at module level of an importable module", stacklevel=3)
+        warnings.warn(
+            f"fuzzdiff: records of {target.name!r} will not replay in another process: it is "
+            f"not importable as module:qualname and its source cannot be stored ({e}); "
+            "define it at module level of an importable module",
+            stacklevel=3,
+        )
         return None
-    return definition(target, {"imports": list(code.imports), "setup": list(code.setup),
-                               "definitions": list(code.definitions), "call": code.call})
+    return definition(
+        target,
+        {
+            "imports": list(code.imports),
+            "setup": list(code.setup),
+            "definitions": list(code.definitions),
+            "call": code.call,
+        },
+    )
 
 
 def _case_options(layouts: Iterable[str] | None, alias: bool) -> dict:
@@ -308,9 +374,14 @@ def _progress(show: bool | None, total: int):
     if not show:
         yield lambda name: None
         return
-    with Progress(TextColumn("fuzzdiff.check {task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total} checks"), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+    with Progress(
+        TextColumn("fuzzdiff.check {task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} checks"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
         task = bar.add_task("", total=total)
         started = [False]
 

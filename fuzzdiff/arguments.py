@@ -5,8 +5,9 @@ knowing what a target is."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 __all__ = ["Index", "Mask", "NoGrad", "ArgKind", "FromShapes"]
 

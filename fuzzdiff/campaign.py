@@ -34,10 +34,11 @@ import sys
 import time
 import warnings
 from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 from hypothesis import HealthCheck, Phase, Verbosity
@@ -55,8 +56,17 @@ from fuzzdiff.targets.target import Target
 from fuzzdiff.unsupported import unsupported_reason
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Campaign", "PairResult", "Found", "BatchSize", "run_campaign", "case_options",
-           "interleave", "round_one_order", "BATCH_SECONDS"]
+__all__ = [
+    "Campaign",
+    "PairResult",
+    "Found",
+    "BatchSize",
+    "run_campaign",
+    "case_options",
+    "interleave",
+    "round_one_order",
+    "BATCH_SECONDS",
+]
 
 BATCH_SECONDS = 10.0  # a batch's own deadline: one slow pair cannot hold a worker for long
 
@@ -82,7 +92,7 @@ class BatchSize:
             if getattr(self, name) < 1:
                 raise ValueError(f"a batch's {name} must be at least 1, got {getattr(self, name)}")
 
-    def for_pair(self, target: Target, check: Check) -> "BatchSize":
+    def for_pair(self, target: Target, check: Check) -> BatchSize:
         fixed = all(d.kind == "fixed" for a in target.args for d in a.dims)
         if fixed or check.compiles:
             return replace(self, examples=min(self.examples, max(2, self.examples // NARROW)))
@@ -113,12 +123,12 @@ class PairResult:
     check: str
     tally: Tally
     failure: Found | None = None
-    error: str | None = None     # a framework error, or the worker died (crashed=True)
+    error: str | None = None  # a framework error, or the worker died (crashed=True)
     crashed: bool = False
-    cut: bool = False            # stopped by a deadline before its examples were all run
+    cut: bool = False  # stopped by a deadline before its examples were all run
     seconds: float = 0.0
     crash_records: list[str] = field(default_factory=list)
-    ref: str = ""                # what cases call the target (its corpus folder)
+    ref: str = ""  # what cases call the target (its corpus folder)
     family: str = ""
     batches: int = 0
     scores: list[float] = field(default_factory=list)  # the scheduler's score after each batch
@@ -146,7 +156,7 @@ class PairResult:
         created = self.failure is not None and self.failure.record_created
         return int(created) + len(self.crash_records)
 
-    def absorb(self, batch: "PairResult") -> None:
+    def absorb(self, batch: PairResult) -> None:
         self.tally.merge(batch.tally)
         self.batches += 1
         self.seconds += batch.seconds
@@ -161,9 +171,15 @@ class PairResult:
     def report(self) -> BatchReport:
         """What this batch tells the scheduler."""
         c = self.tally.counts
-        return BatchReport(examples=self.tally.examples, closest=min(self.tally.closest, 1.0),
-                           inconclusive=c["inconclusive"], unsupported=c["unsupported"],
-                           features=frozenset(self.tally.features), cut=self.cut, ended=self.ended)
+        return BatchReport(
+            examples=self.tally.examples,
+            closest=min(self.tally.closest, 1.0),
+            inconclusive=c["inconclusive"],
+            unsupported=c["unsupported"],
+            features=frozenset(self.tally.features),
+            cut=self.cut,
+            ended=self.ended,
+        )
 
 
 @dataclass
@@ -172,9 +188,9 @@ class Campaign:
     first started; ``applicable``: every pair the campaign was given, by family."""
 
     results: list[PairResult] = field(default_factory=list)
-    applicable: Counter = field(default_factory=Counter)   # family -> pairs given
+    applicable: Counter = field(default_factory=Counter)  # family -> pairs given
     applicable_checks: Counter = field(default_factory=Counter)  # check -> pairs given
-    recovered: list[Path] = field(default_factory=list)    # crash records written at the end
+    recovered: list[Path] = field(default_factory=list)  # crash records written at the end
     seconds: float = 0.0
     jobs: int = 1
     rounds: int = 0
@@ -217,8 +233,9 @@ class Campaign:
         return [r for r in self.results if r.failed]
 
 
-def case_options(target: Target, check: Check, dtypes: Sequence[torch.dtype] | None = None,
-                 device: str | None = None) -> dict | None:
+def case_options(
+    target: Target, check: Check, dtypes: Sequence[torch.dtype] | None = None, device: str | None = None
+) -> dict | None:
     """The case options for one pair under ``--dtypes``/``--device``; None when
     no requested dtype is one both the target and the check take, or the
     target does not run on the requested device."""
@@ -259,11 +276,12 @@ def round_one_order(pairs: Iterable[tuple[Target, Check]], families: Sequence[st
     return sorted(interleave(pairs), key=lambda p: (rank.get(p[0].family, 0), p[1].compiles))
 
 
-
 # -- the worker side ----------------------------------------------------------------------
+
 
 class _Stop(BaseException):
     """Ends a batch's Hypothesis run at its deadline (not an Exception: nothing catches it)."""
+
 
 class _Deadline:
     """Stops a batch at its deadline, keeping its tally: the check's verdicts are
@@ -298,8 +316,9 @@ class _Deadline:
         return replace(check, run=run)
 
 
-def _run_batch(target_ref: str, check_name: str, deadline: float | None, opts: dict,
-               cases: dict, seed: int | None, size: BatchSize) -> PairResult:
+def _run_batch(
+    target_ref: str, check_name: str, deadline: float | None, opts: dict, cases: dict, seed: int | None, size: BatchSize
+) -> PairResult:
 
     t0 = time.monotonic()
     result = PairResult(target_ref, check_name, Tally(), ref=target_ref)
@@ -307,19 +326,38 @@ def _run_batch(target_ref: str, check_name: str, deadline: float | None, opts: d
     try:
         target, check = get_target(target_ref), get_check(check_name)
         result.target = target.name
-        settings = hsettings(max_examples=size.examples, deadline=None, database=opts["database"],
-                             print_blob=False, verbosity=Verbosity.quiet,
-                             suppress_health_check=list(HealthCheck),
-                             phases=[p for p in Phase if p != Phase.explain])
-        result.tally = fuzz(clock.wrap(check), target, settings=settings, seed=seed,
-                            corpus=opts["corpus"], variants=size.variants, structures=size.structures,
-                            timeout=opts["timeout"], recover_crashes=False, **cases)
+        settings = hsettings(
+            max_examples=size.examples,
+            deadline=None,
+            database=opts["database"],
+            print_blob=False,
+            verbosity=Verbosity.quiet,
+            suppress_health_check=list(HealthCheck),
+            phases=[p for p in Phase if p != Phase.explain],
+        )
+        result.tally = fuzz(
+            clock.wrap(check),
+            target,
+            settings=settings,
+            seed=seed,
+            corpus=opts["corpus"],
+            variants=size.variants,
+            structures=size.structures,
+            timeout=opts["timeout"],
+            recover_crashes=False,
+            **cases,
+        )
     except _Stop:
         result.tally, result.cut = clock.tally, True
     except FuzzFailure as failure:
-        result.failure = Found(failure.check, failure.target, failure.case, failure.verdict,
-                               None if failure.record_path is None else str(failure.record_path),
-                               failure.record_created)
+        result.failure = Found(
+            failure.check,
+            failure.target,
+            failure.case,
+            failure.verdict,
+            None if failure.record_path is None else str(failure.record_path),
+            failure.record_created,
+        )
         result.tally = failure.tally or result.tally
     except Exception as e:  # noqa: BLE001 - a framework error must not end the campaign
         result.error = f"{type(e).__name__}: {e}"
@@ -351,6 +389,7 @@ def _worker(conn, opts: dict) -> None:
 
 
 # -- the parent side ----------------------------------------------------------------------
+
 
 @dataclass
 class _Slot:
@@ -396,14 +435,24 @@ def _forget_inflight(corpus, pid: int) -> None:
         forget(corpus, pid=pid)
 
 
-def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = BatchSize(),
-                 budget: float | None = None, rounds: int | None = None, seed: int | None = None,
-                 corpus=None, jobs: int | None = None, dtypes: Sequence[torch.dtype] | None = None,
-                 device: str | None = None, batch_seconds: float | None = BATCH_SECONDS,
-                 grace: float | None = None, timeout: float | None = None,
-                 database_url: str | None = None,
-                 on_batch: Callable[["Campaign", PairResult, PairResult], None] | None = None,
-                 on_start: Callable[[int, str | None, str | None], None] | None = None) -> Campaign:
+def run_campaign(
+    pairs: Iterable[tuple[Target, Check]],
+    *,
+    size: BatchSize = BatchSize(),
+    budget: float | None = None,
+    rounds: int | None = None,
+    seed: int | None = None,
+    corpus=None,
+    jobs: int | None = None,
+    dtypes: Sequence[torch.dtype] | None = None,
+    device: str | None = None,
+    batch_seconds: float | None = BATCH_SECONDS,
+    grace: float | None = None,
+    timeout: float | None = None,
+    database_url: str | None = None,
+    on_batch: Callable[[Campaign, PairResult, PairResult], None] | None = None,
+    on_start: Callable[[int, str | None, str | None], None] | None = None,
+) -> Campaign:
     """Fuzz the pairs in batches of ``size`` in ``jobs`` worker processes
     (default: every core), round by round (fuzzdiff.schedule), in the order
     given for the first round; stop starting batches after ``budget``
@@ -427,15 +476,19 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
     for target, check in pairs:
         cases = case_options(target, check, dtypes, device)
         if cases is not None:
-            todo.append(_Pair(target.ref, target.name, target.family, check.name, cases,
-                              size.for_pair(target, check)))
+            todo.append(_Pair(target.ref, target.name, target.family, check.name, cases, size.for_pair(target, check)))
             campaign.applicable[target.family] += 1
             campaign.applicable_checks[check.name] += 1
     scheduler = Scheduler(len(todo), seed=campaign.seed, rounds=rounds)
     results: dict[int, PairResult] = {}
-    opts = dict(corpus=None if corpus is None else str(corpus), timeout=timeout,
-                database=None, database_url=database_url, sys_path=list(sys.path),
-                environ={k: v for k, v in os.environ.items() if k.startswith(("FUZZDIFF_", "HYPOTHESIS"))})
+    opts = dict(
+        corpus=None if corpus is None else str(corpus),
+        timeout=timeout,
+        database=None,
+        database_url=database_url,
+        sys_path=list(sys.path),
+        environ={k: v for k, v in os.environ.items() if k.startswith(("FUZZDIFF_", "HYPOTHESIS"))},
+    )
     ctx = mp.get_context("forkserver")
     preload = ["fuzzdiff.campaign", "fuzzdiff.targets.catalog"]
     if any(p.ref.startswith("opinfo/") for p in todo):
@@ -459,8 +512,7 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
         batch.ref, batch.family = pair.ref, pair.family
         total = results.get(index)
         if total is None:
-            total = results[index] = PairResult(pair.name, pair.check, Tally(), ref=pair.ref,
-                                                family=pair.family)
+            total = results[index] = PairResult(pair.name, pair.check, Tally(), ref=pair.ref, family=pair.family)
             campaign.results.append(total)
         total.absorb(batch)
         if total.found_at is None and (batch.ended or batch.known):
@@ -494,8 +546,17 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
                 index, number = job
                 pair = todo[index]
                 limits = [s for s in (batch_seconds, None if end is None else end - now) if s is not None]
-                slot.conn.send(((index, number), pair.ref, pair.check, min(limits) if limits else None,
-                                pair.cases, batch_seed(campaign.seed, pair.key, number), pair.size))
+                slot.conn.send(
+                    (
+                        (index, number),
+                        pair.ref,
+                        pair.check,
+                        min(limits) if limits else None,
+                        pair.cases,
+                        batch_seed(campaign.seed, pair.key, number),
+                        pair.size,
+                    )
+                )
                 slot.job = (index, number, now)
                 campaign.rounds = scheduler.round
                 if on_start:
@@ -518,15 +579,31 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
                     index, _, started = slot.job
                     if _stopped(slot.proc.exitcode):  # its batch ends there, as if cut by its deadline
                         _forget_inflight(corpus, slot.proc.pid)
-                        finish(k, PairResult(todo[index].name, todo[index].check, Tally(), cut=True,
-                                             seconds=time.monotonic() - started))
+                        finish(
+                            k,
+                            PairResult(
+                                todo[index].name,
+                                todo[index].check,
+                                Tally(),
+                                cut=True,
+                                seconds=time.monotonic() - started,
+                            ),
+                        )
                         continue
                     died = _signal_name(slot.proc.exitcode)
                     if corpus is not None:  # its case in flight, recorded now with how it died
                         recover(corpus, cause=f"a fuzzdiff run worker died ({died})")
-                    finish(k, PairResult(todo[index].name, todo[index].check, Tally(), crashed=True,
-                                         error=f"the worker died ({died}) running this pair",
-                                         seconds=time.monotonic() - started))
+                    finish(
+                        k,
+                        PairResult(
+                            todo[index].name,
+                            todo[index].check,
+                            Tally(),
+                            crashed=True,
+                            error=f"the worker died ({died}) running this pair",
+                            seconds=time.monotonic() - started,
+                        ),
+                    )
             if end is not None and time.monotonic() > end + grace:
                 for k, slot in enumerate(slots):
                     if slot.job is not None:
@@ -534,8 +611,16 @@ def run_campaign(pairs: Iterable[tuple[Target, Check]], *, size: BatchSize = Bat
                         slot.proc.kill()
                         slot.proc.join(timeout=5)
                         _forget_inflight(corpus, slot.proc.pid)
-                        finish(k, PairResult(todo[index].name, todo[index].check, Tally(), cut=True,
-                                             seconds=time.monotonic() - started))
+                        finish(
+                            k,
+                            PairResult(
+                                todo[index].name,
+                                todo[index].check,
+                                Tally(),
+                                cut=True,
+                                seconds=time.monotonic() - started,
+                            ),
+                        )
     finally:
         for slot in slots:
             if slot is None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,19 +25,37 @@ import torch
 from fuzzdiff import draws
 
 __all__ = [
-    "Values", "Layout", "Alias", "Arg", "Probe", "Case", "Inputs",
-    "CaseError", "DTYPES", "special_value", "SPECIALS", "probe_like",
-    "case_from_json", "decode_floats",
+    "Values",
+    "Layout",
+    "Alias",
+    "Arg",
+    "Probe",
+    "Case",
+    "Inputs",
+    "CaseError",
+    "DTYPES",
+    "special_value",
+    "SPECIALS",
+    "probe_like",
+    "case_from_json",
+    "decode_floats",
 ]
 
 DTYPES = {
     str(d).removeprefix("torch."): d
-    for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16,
-              torch.complex128, torch.complex64, torch.int64, torch.bool)
+    for d in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.complex128,
+        torch.complex64,
+        torch.int64,
+        torch.bool,
+    )
 }
 
-SPECIALS = ("0", "-0", "inf", "-inf", "nan", "tiny", "-tiny", "subnormal", "-subnormal",
-            "huge", "-huge")
+SPECIALS = ("0", "-0", "inf", "-inf", "nan", "tiny", "-tiny", "subnormal", "-subnormal", "huge", "-huge")
 FINITE_SPECIALS = tuple(s for s in SPECIALS if s not in ("inf", "-inf", "nan"))
 
 
@@ -55,8 +74,11 @@ def special_value(name: str, dtype: torch.dtype) -> float:
     sign = -1.0 if name.startswith("-") else 1.0
     base = name.lstrip("-")
     magnitude = {
-        "0": 0.0, "inf": math.inf, "nan": math.nan,
-        "tiny": info.tiny, "subnormal": info.tiny / 8,
+        "0": 0.0,
+        "inf": math.inf,
+        "nan": math.nan,
+        "tiny": info.tiny,
+        "subnormal": info.tiny / 8,
         # the largest power of two whose square is finite (log2(max) rounds up to maxexp)
         "huge": 2.0 ** ((math.frexp(info.max)[1] - 1) // 2),
     }.get(base)
@@ -66,9 +88,15 @@ def special_value(name: str, dtype: torch.dtype) -> float:
 
 
 # NumPy's dtype for a torch dtype NumPy can cast to itself (bfloat16 it cannot).
-_NUMPY = {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16,
-          torch.complex128: np.complex128, torch.complex64: np.complex64,
-          torch.int64: np.int64, torch.bool: np.bool_}
+_NUMPY = {
+    torch.float64: np.float64,
+    torch.float32: np.float32,
+    torch.float16: np.float16,
+    torch.complex128: np.complex128,
+    torch.complex64: np.complex64,
+    torch.int64: np.int64,
+    torch.bool: np.bool_,
+}
 
 
 def _tensor(x: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
@@ -123,8 +151,7 @@ class Values:
         call, under every torch."""
         return _tensor(self._sample(tuple(shape), dtype), dtype)
 
-    def sample_and_junk(self, shape: Sequence[int], dtype: torch.dtype,
-                        size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample_and_junk(self, shape: Sequence[int], dtype: torch.dtype, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``sample(shape, dtype)``, then ``size`` more values in the sampling
         interval: the memory around a strided view, where a kernel that reads
         outside its view picks up plausible numbers. Plain uniform draws, from
@@ -228,7 +255,7 @@ class Layout:
     offset: int = 0
 
     @staticmethod
-    def contiguous(shape: Sequence[int]) -> "Layout":
+    def contiguous(shape: Sequence[int]) -> Layout:
         strides, acc = [], 1
         for s in reversed(shape):
             strides.append(acc)
@@ -248,8 +275,7 @@ class Layout:
 
     def is_contiguous(self, shape: Sequence[int]) -> bool:
         c = Layout.contiguous(shape)
-        return self.offset == 0 and all(
-            n <= 1 or s == cs for n, s, cs in zip(shape, self.strides, c.strides))
+        return self.offset == 0 and all(n <= 1 or s == cs for n, s, cs in zip(shape, self.strides, c.strides))
 
     def writable_view(self, storage: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
         """The view with stride-0 dims narrowed to one element, so a copy never overlaps."""
@@ -334,12 +360,12 @@ def _probe_values(shape: tuple[int, ...], seed: int, dtype: torch.dtype, zeros: 
     n = math.prod(shape)
     cplx = dtype.is_complex
     z = draws.words(seed, (5 if cplx else 3 if zeros else 2) * n, draws.PROBES)
-    v = draws.normal(z[:2 * n], 0.25, 1.5)
+    v = draws.normal(z[: 2 * n], 0.25, 1.5)
     if zeros:
-        v *= draws.uniform(z[2 * n:3 * n]) >= zeros
+        v *= draws.uniform(z[2 * n : 3 * n]) >= zeros
     if cplx:
         real, v = v, np.empty(n, np.complex128)
-        v.real, v.imag = real, draws.normal(z[3 * n:5 * n])
+        v.real, v.imag = real, draws.normal(z[3 * n : 5 * n])
     return v.reshape(shape)
 
 
@@ -357,7 +383,7 @@ class Inputs:
     args: list[torch.Tensor]
     leaves: list[torch.Tensor]
     rebuild: Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]
-    sources: list[tuple[int, "Layout | None"] | None]
+    sources: list[tuple[int, Layout | None] | None]
 
 
 @dataclass(frozen=True)
@@ -384,18 +410,20 @@ class Case:
         name = self.args[i].dtype
         return DTYPES[name] if name else self.torch_dtype
 
-    def with_dtype(self, dtype: torch.dtype | str) -> "Case":
+    def with_dtype(self, dtype: torch.dtype | str) -> Case:
         return replace(self, dtype=str(dtype).removeprefix("torch."), data={})
 
-    def nudged(self, amount: float, seed: int) -> "Case":
+    def nudged(self, amount: float, seed: int) -> Case:
         """A neighbouring point: every floating value of a differentiable
         argument moved by at most ``amount`` of its range.
 
         Pinned values (a record's) are moved themselves and stay pinned, so
         the neighbour is near the values the record holds, not near a redraw."""
         moves = [a.values.kind == "float" and a.grad != "none" for a in self.args]
-        args = tuple(replace(a, values=replace(a.values, nudge=amount, nudge_seed=seed + i)) if move else a
-                     for i, (a, move) in enumerate(zip(self.args, moves)))
+        args = tuple(
+            replace(a, values=replace(a.values, nudge=amount, nudge_seed=seed + i)) if move else a
+            for i, (a, move) in enumerate(zip(self.args, moves))
+        )
         data = {i: self._moved(i, t, amount, seed + i) if moves[i] else t for i, t in self.data.items()}
         return replace(self, args=args, data=data)
 
@@ -424,7 +452,7 @@ class Case:
                 view.copy_(view.narrow(d, 0, 1).expand(view.shape).clone())
         return moved if storage.device == moved.device else moved.to(storage.device)
 
-    def reseeded(self, k: int) -> "Case":
+    def reseeded(self, k: int) -> Case:
         """The same structure with fresh values and probes: variant ``k`` (0 is itself).
 
         Shapes, layouts, aliasing and dtype are what Hypothesis pays to draw;
@@ -435,21 +463,30 @@ class Case:
             return self
         # _evolve keeps the cached per-structure plans (_plan, _fills, _leaf_views): only seeds change.
         return _evolve(
-            self, data={},
-            args=tuple(_evolve(a, values=_evolve(a.values, seed=_mix(a.values.seed, k)))
-                       for a in self.args),
-            params={key: ({**v, "seed": _mix(v["seed"], k)}
-                          if (type(v) is dict or isinstance(v, Mapping)) and "seed" in v else v)
-                    for key, v in self.params.items()})
+            self,
+            data={},
+            args=tuple(_evolve(a, values=_evolve(a.values, seed=_mix(a.values.seed, k))) for a in self.args),
+            params={
+                key: (
+                    {**v, "seed": _mix(v["seed"], k)}
+                    if (type(v) is dict or isinstance(v, Mapping)) and "seed" in v
+                    else v
+                )
+                for key, v in self.params.items()
+            },
+        )
 
-    def with_layouts(self, layouts: Sequence[Layout | None]) -> "Case":
+    def with_layouts(self, layouts: Sequence[Layout | None]) -> Case:
         """The same logical values in other layouts; arguments that share a
         storage keep their layouts, which place them relative to each other."""
         shared = {self.owner(i) for i, a in enumerate(self.args) if a.alias} | {
-            i for i, a in enumerate(self.args) if a.alias}
-        return replace(self, data={}, args=tuple(
-            a if i in shared else replace(a, layout=l)
-            for i, (a, l) in enumerate(zip(self.args, layouts))))
+            i for i, a in enumerate(self.args) if a.alias
+        }
+        return replace(
+            self,
+            data={},
+            args=tuple(a if i in shared else replace(a, layout=l) for i, (a, l) in enumerate(zip(self.args, layouts))),
+        )
 
     @property
     def aliased(self) -> bool:
@@ -481,10 +518,15 @@ class Case:
             a, dtype = self.args[i], self.arg_dtype(i)
             lay = a.strided
             lay.check(a.shape, f"args[{i}].layout")
-            bad = next((f"args[{i}].layout: stride 0 along dim {d}, but values.constant "
-                        f"{list(a.values.constant)} does not make the values repeat there"
-                        for d, (n, st) in enumerate(zip(a.shape, lay.strides))
-                        if st == 0 and n > 1 and d not in a.values.constant), None)
+            bad = next(
+                (
+                    f"args[{i}].layout: stride 0 along dim {d}, but values.constant "
+                    f"{list(a.values.constant)} does not make the values repeat there"
+                    for d, (n, st) in enumerate(zip(a.shape, lay.strides))
+                    if st == 0 and n > 1 and d not in a.values.constant
+                ),
+                None,
+            )
             narrow = tuple(d for d, st in enumerate(lay.strides) if st == 0)
             if lay.storage_size != math.prod(a.shape) or narrow:
                 how = "junk"
@@ -507,8 +549,10 @@ class Case:
         if i in self.data:
             pinned = self.data[i]
             if pinned.shape != (lay.storage_size,) or pinned.dtype != dtype:
-                raise CaseError(f"args[{i}]: pinned data is {pinned.dtype} of shape {list(pinned.shape)}, "
-                                f"expected {dtype} of shape [{lay.storage_size}]")
+                raise CaseError(
+                    f"args[{i}]: pinned data is {pinned.dtype} of shape {list(pinned.shape)}, "
+                    f"expected {dtype} of shape [{lay.storage_size}]"
+                )
             return pinned.clone() if self.device == "cpu" else pinned.to(self.device)
         if bad is not None:
             raise CaseError(bad)
@@ -533,8 +577,12 @@ class Case:
         """Argument index -> the storage it owns, filled; what materialize() views."""
         return {fill[0]: self._filled(fill) for fill in self._fills}
 
-    def materialize(self, requires_grad: bool = True, cast: torch.dtype | None = None,
-                    storages: dict[int, torch.Tensor] | None = None) -> Inputs:
+    def materialize(
+        self,
+        requires_grad: bool = True,
+        cast: torch.dtype | None = None,
+        storages: dict[int, torch.Tensor] | None = None,
+    ) -> Inputs:
         """Build the tensors, bit for bit the same on every call.
 
         ``cast`` converts the case-dtype storages after their values are drawn:
@@ -545,9 +593,12 @@ class Case:
         storages = self.storages() if storages is None else storages
         if cast is not None:
             args, wide = self.args, cast.to_complex()  # a complex case keeps its imaginary part
-            storages = {i: t if args[i].dtype is not None or t.dtype in (cast, wide)
-                        else t.to(wide if t.dtype.is_complex else cast)
-                        for i, t in storages.items()}
+            storages = {
+                i: t
+                if args[i].dtype is not None or t.dtype in (cast, wide)
+                else t.to(wide if t.dtype.is_complex else cast)
+                for i, t in storages.items()
+            }
         leaf_views, direct = self._leaf_views
         leaves = []
         for o, view in leaf_views:
@@ -556,6 +607,7 @@ class Case:
         if direct == "identity":
             rebuild = list  # argument i is leaf i: the common case, rebuilt six times per example
         elif direct is not None:  # every argument is a leaf itself: no views to rebuild
+
             def rebuild(ls: Sequence[torch.Tensor]) -> list[torch.Tensor]:
                 return [ls[k] for k in direct]
         else:
@@ -596,8 +648,11 @@ class Case:
         """How arguments come from storages and leaves; the same for every materialize()."""
         owners = [self.owner(i) for i in range(len(self.args))]
         differentiable = sorted({o for o in owners if self.args[o].grad != "none"})
-        whole = {owners[i] for i, a in enumerate(self.args)
-                 if a.grad == "view" or (a.alias is not None and a.alias.kind == "view")}
+        whole = {
+            owners[i]
+            for i, a in enumerate(self.args)
+            if a.grad == "view" or (a.alias is not None and a.alias.kind == "view")
+        }
         leaf_of = {o: k for k, o in enumerate(differentiable)}
         steps, sources = [], []
         for i, a in enumerate(self.args):
@@ -626,7 +681,7 @@ class Case:
         return out
 
     @staticmethod
-    def from_json(data: Mapping) -> "Case":
+    def from_json(data: Mapping) -> Case:
         return case_from_json(data)
 
 
@@ -696,8 +751,7 @@ def _floats(value: list, where: str) -> tuple[float, ...]:
 def _values(d: Mapping, where: str) -> Values:
     specials = []
     for k, item in enumerate(_get(d, "specials", where, list, [])):
-        if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], int)
-                or item[1] not in SPECIALS):
+        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], int) or item[1] not in SPECIALS:
             raise CaseError(f"{where}.specials[{k}]: expected [position, one of {SPECIALS}], got {item!r}")
         specials.append((item[0], item[1]))
     kind = _get(d, "kind", where, str, "float")
@@ -708,13 +762,19 @@ def _values(d: Mapping, where: str) -> Values:
     if not (math.isfinite(low) and math.isfinite(high) and low <= high):
         raise CaseError(f"{where}: need finite low <= high, got [{low}, {high}]")
     return Values(
-        seed=_get(d, "seed", where, int, 0), low=low, high=high,
-        grid=None if grid is None else float(grid), specials=tuple(specials),
+        seed=_get(d, "seed", where, int, 0),
+        low=low,
+        high=high,
+        grid=None if grid is None else float(grid),
+        specials=tuple(specials),
         avoid=_floats(_get(d, "avoid", where, list, []), f"{where}.avoid"),
         margin=_get(d, "margin", where, float, 0.0),
-        distinct=_get(d, "distinct", where, bool, False), kind=kind,
-        nudge=_get(d, "nudge", where, float, 0.0), nudge_seed=_get(d, "nudge_seed", where, int, 0),
-        constant=_ints(_get(d, "constant", where, list, []), f"{where}.constant"))
+        distinct=_get(d, "distinct", where, bool, False),
+        kind=kind,
+        nudge=_get(d, "nudge", where, float, 0.0),
+        nudge_seed=_get(d, "nudge_seed", where, int, 0),
+        constant=_ints(_get(d, "constant", where, list, []), f"{where}.constant"),
+    )
 
 
 def _arg(d: Mapping, where: str) -> Arg:
@@ -724,9 +784,11 @@ def _arg(d: Mapping, where: str) -> Arg:
     layout = _get(d, "layout", where, (dict, type(None)), None)
     if layout is not None:
         lw = f"{where}.layout"
-        layout = Layout(_get(layout, "storage_size", lw, int),
-                        _ints(_get(layout, "strides", lw, list), f"{lw}.strides"),
-                        _get(layout, "offset", lw, int, 0))
+        layout = Layout(
+            _get(layout, "storage_size", lw, int),
+            _ints(_get(layout, "strides", lw, list), f"{lw}.strides"),
+            _get(layout, "offset", lw, int, 0),
+        )
         layout.check(shape, lw)
     alias = _get(d, "alias", where, (dict, type(None)), None)
     if alias is not None:
@@ -741,8 +803,7 @@ def _arg(d: Mapping, where: str) -> Arg:
     dtype = _get(d, "dtype", where, (str, type(None)), None)
     if dtype is not None and dtype not in DTYPES:
         raise CaseError(f"{where}.dtype: unknown dtype {dtype!r}")
-    return Arg(shape, _values(_get(d, "values", where, dict, {}), f"{where}.values"),
-               layout, alias, grad, dtype)
+    return Arg(shape, _values(_get(d, "values", where, dict, {}), f"{where}.values"), layout, alias, grad, dtype)
 
 
 def case_from_json(data: Mapping, where: str = "case") -> Case:

@@ -86,9 +86,11 @@ def _select_pairs(args, notes: list[str] | None = None):
         raise UsageError(f"unknown check(s) {', '.join(unknown)}; expected {', '.join(CHECKS)}")
     given = _split(args.targets)
     patterns = given or ["*"]
-    targets = [t for t in all_targets() if any(fnmatch.fnmatchcase(t.name, p) or
-                                               fnmatch.fnmatchcase(f"{t.family}/{t.name}", p)
-                                               for p in patterns)]
+    targets = [
+        t
+        for t in all_targets()
+        if any(fnmatch.fnmatchcase(t.name, p) or fnmatch.fnmatchcase(f"{t.family}/{t.name}", p) for p in patterns)
+    ]
     opinfo = [p for p in patterns if p.startswith(OPINFO)] if given else [f"{OPINFO}/*"]
     if opinfo:  # built on demand: torch's op_db takes a while to import
         try:
@@ -110,8 +112,10 @@ def _run_dtypes(args):
         return None
     bad = [d for d in names if d not in DTYPES or not (DTYPES[d].is_floating_point or DTYPES[d].is_complex)]
     if bad:
-        raise UsageError(f"--dtypes: unknown or non-floating dtype(s) {', '.join(bad)}; expected some of "
-                         + ", ".join(d for d, t in DTYPES.items() if t.is_floating_point or t.is_complex))
+        raise UsageError(
+            f"--dtypes: unknown or non-floating dtype(s) {', '.join(bad)}; expected some of "
+            + ", ".join(d for d, t in DTYPES.items() if t.is_floating_point or t.is_complex)
+        )
     return [DTYPES[d] for d in names]
 
 
@@ -124,8 +128,10 @@ def _run_device(name: str | None) -> str | None:
     if name.split(":")[0] != "cuda":
         raise UsageError(f"--device {name!r}: expected cpu or cuda (cuda:N)")
     if not torch.cuda.is_available():
-        raise UsageError(f"--device {name}: no CUDA device is available to torch "
-                         f"{torch.__version__} (CUDA build: {torch.version.cuda or 'no'})")
+        raise UsageError(
+            f"--device {name}: no CUDA device is available to torch "
+            f"{torch.__version__} (CUDA build: {torch.version.cuda or 'no'})"
+        )
     try:
         torch.device(name)
         index = torch.device(name).index
@@ -136,15 +142,25 @@ def _run_device(name: str | None) -> str | None:
     return name
 
 
-RUN_COLUMNS = (("batches", "batches"), ("examples", "examples"), ("passed", "pass"), ("failed", "fail"),
-               ("unsupported", "unsupported"), ("inconclusive", "inconclusive"),
-               ("crashed", "crashed"), ("known", "known"), ("new records", "new records"))
+RUN_COLUMNS = (
+    ("batches", "batches"),
+    ("examples", "examples"),
+    ("passed", "pass"),
+    ("failed", "fail"),
+    ("unsupported", "unsupported"),
+    ("inconclusive", "inconclusive"),
+    ("crashed", "crashed"),
+    ("known", "known"),
+    ("new records", "new records"),
+)
 
 
 def _run_table(campaign):
     covered, given = campaign.covered()
-    table = Table(title=f"fuzzdiff run: {covered} of {given} pairs covered, {campaign.batches} batches "
-                        f"in {campaign.rounds} round(s), {campaign.seconds:.0f}s on {campaign.jobs} worker(s)")
+    table = Table(
+        title=f"fuzzdiff run: {covered} of {given} pairs covered, {campaign.batches} batches "
+        f"in {campaign.rounds} round(s), {campaign.seconds:.0f}s on {campaign.jobs} worker(s)"
+    )
     table.add_column("check")
     table.add_column("coverage", justify="right")
     for title, _ in RUN_COLUMNS:
@@ -153,8 +169,9 @@ def _run_table(campaign):
     for check, row in campaign.per_check().items():
         total.update(row)
         table.add_row(check, f"{row['targets']}/{row['applicable']}", *(str(row[k]) for _, k in RUN_COLUMNS))
-    table.add_row("all", f"{total['targets']}/{total['applicable']}", *(str(total[k]) for _, k in RUN_COLUMNS),
-                  style="bold")
+    table.add_row(
+        "all", f"{total['targets']}/{total['applicable']}", *(str(total[k]) for _, k in RUN_COLUMNS), style="bold"
+    )
     return table
 
 
@@ -194,16 +211,19 @@ class _Live:
         if c is None:
             return Text("starting the workers...")
         seconds = max(time.monotonic() - (self.started or time.monotonic()), 1e-9)
-        head = Text(f"round {c.rounds} | covered {_coverage_line(c)} | {c.examples / seconds:.0f} examples/s "
-                    f"| {c.batches} batches | {self.failures} failing pair(s) | {seconds:.0f}s")
+        head = Text(
+            f"round {c.rounds} | covered {_coverage_line(c)} | {c.examples / seconds:.0f} examples/s "
+            f"| {c.batches} batches | {self.failures} failing pair(s) | {seconds:.0f}s"
+        )
         table = Table(box=None, pad_edge=False, show_header=True, header_style="dim")
         table.add_column("check")
         table.add_column("covered", justify="right")
         table.add_column("examples", justify="right")
         table.add_column("failed", justify="right")
         for check, row in c.per_check().items():
-            table.add_row(check, f"{row['targets']}/{row['applicable']}", str(row["examples"]),
-                          str(row["fail"] + row["crashed"]))
+            table.add_row(
+                check, f"{row['targets']}/{row['applicable']}", str(row["examples"]), str(row["fail"] + row["crashed"])
+            )
         lines = [Text(f"  worker {k}: {w}", style="dim") for k, w in enumerate(self.workers) if w]
         return Group(head, table, *lines)
 
@@ -267,8 +287,10 @@ def cmd_run(args) -> int:
         console.print(f"[red]recovered[/red] a case that killed an earlier run: {path}")
     idle = [c for c in _split(args.checks) or CHECKS if c not in {check.name for _, check in pairs}]
     if idle and pairs:
-        console.print("not run: " + "; ".join(f"{c} ({CHECKS[c].why_not(pairs[0][0]) or 'applies to no target selected'})"
-                                              for c in idle))
+        console.print(
+            "not run: "
+            + "; ".join(f"{c} ({CHECKS[c].why_not(pairs[0][0]) or 'applies to no target selected'})" for c in idle)
+        )
     for note in notes:
         console.print(note)
     families = Counter(OPINFO if t.family == OPINFO else "catalog" for t, _ in pairs)
@@ -276,27 +298,48 @@ def cmd_run(args) -> int:
     seed = args.seed
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
-    console.print(f"fuzzdiff run: {len(pairs)} (target, check) pairs ("
-                  + ", ".join(f"{k} {v}" for k, v in families.items()) + "), "
-                  f"batches of {size.examples} examples (fewer for fixed shapes and compile) x {size.variants} variants, {jobs} worker(s), seed {seed}"
-                  + (f", budget {args.budget:g}s" if args.budget else "")
-                  + (f", {args.rounds} round(s)" if args.rounds else "")
-                  + (f", shard {shard.index}/{shard.count}" if shard else "")
-                  + (f", dtypes {' '.join(_split(args.dtypes))}" if dtypes else "")
-                  + (f", device {device}" if device else ""))
+    console.print(
+        f"fuzzdiff run: {len(pairs)} (target, check) pairs ("
+        + ", ".join(f"{k} {v}" for k, v in families.items())
+        + "), "
+        f"batches of {size.examples} examples (fewer for fixed shapes and compile) x {size.variants} variants, "
+        f"{jobs} worker(s), seed {seed}"
+        + (f", budget {args.budget:g}s" if args.budget else "")
+        + (f", {args.rounds} round(s)" if args.rounds else "")
+        + (f", shard {shard.index}/{shard.count}" if shard else "")
+        + (f", dtypes {' '.join(_split(args.dtypes))}" if dtypes else "")
+        + (f", device {device}" if device else "")
+    )
     # Interrupted, the campaign kills its busy workers and forgets their cases in flight.
     live = _Live(console, min(jobs, max(len(pairs), 1)))
-    with _stops_interrupt(), Live(live, console=console, transient=True, refresh_per_second=2,
-                                  redirect_stdout=False, redirect_stderr=False) as display:
+    with (
+        _stops_interrupt(),
+        Live(
+            live, console=console, transient=True, refresh_per_second=2, redirect_stdout=False, redirect_stderr=False
+        ) as display,
+    ):
         live.console = display.console
-        campaign = run_campaign(pairs, size=size, budget=args.budget, rounds=args.rounds, seed=seed,
-                                corpus=args.corpus, jobs=jobs, dtypes=dtypes, device=device,
-                                batch_seconds=args.batch_seconds, database_url=args.db,
-                                on_batch=live.on_batch, on_start=live.on_start)
+        campaign = run_campaign(
+            pairs,
+            size=size,
+            budget=args.budget,
+            rounds=args.rounds,
+            seed=seed,
+            corpus=args.corpus,
+            jobs=jobs,
+            dtypes=dtypes,
+            device=device,
+            batch_seconds=args.batch_seconds,
+            database_url=args.db,
+            on_batch=live.on_batch,
+            on_start=live.on_start,
+        )
 
     Console(width=max(Console().width, 140)).print(_run_table(campaign))
-    console.print(f"coverage: {_coverage_line(campaign)}; {campaign.examples} examples, "
-                  f"{campaign.examples / max(campaign.seconds, 1e-9):.0f} examples/s")
+    console.print(
+        f"coverage: {_coverage_line(campaign)}; {campaign.examples} examples, "
+        f"{campaign.examples / max(campaign.seconds, 1e-9):.0f} examples/s"
+    )
     if campaign.skipped_for_budget:
         console.print(f"budget reached: {campaign.skipped_for_budget} pairs not started")
     cut = sum(r.cut for r in campaign.results)
@@ -317,11 +360,20 @@ def cmd_run(args) -> int:
         for path in r.crash_records:
             print(f"  new crash record: {path}")
     if args.report:
-        meta = {"budget": args.budget, "max_examples": args.max_examples, "variants": args.variants,
-                "seed": seed, "rounds": campaign.rounds, "batches": campaign.batches,
-                "jobs": jobs, "dtypes": _split(args.dtypes), "device": device,
-                "shard": args.shard, "seconds": round(campaign.seconds, 1),
-                "skipped_for_budget": campaign.skipped_for_budget}
+        meta = {
+            "budget": args.budget,
+            "max_examples": args.max_examples,
+            "variants": args.variants,
+            "seed": seed,
+            "rounds": campaign.rounds,
+            "batches": campaign.batches,
+            "jobs": jobs,
+            "dtypes": _split(args.dtypes),
+            "device": device,
+            "shard": args.shard,
+            "seconds": round(campaign.seconds, 1),
+            "skipped_for_budget": campaign.skipped_for_budget,
+        }
         out = write_report(Path(args.report), pair_rows(campaign, pairs), meta=meta, title="fuzzdiff run")
         console.print(f"report: {out['html']}, {out['png']}, {out['results']}")
     return 1 if campaign.failures else 0
@@ -349,16 +401,17 @@ def cmd_list(args) -> int:
     for t in targets:
         families.setdefault(t.family, []).append(t)
     for family, members in sorted(families.items()):
-        per_family.add_row(family, str(len(members)),
-                           *(str(sum(CHECKS[c].why_not(t) is None for t in members)) for c in CHECKS))
-    per_family.add_row("all", str(len(targets)),
-                       *(str(sum(CHECKS[c].why_not(t) is None for t in targets)) for c in CHECKS))
+        per_family.add_row(
+            family, str(len(members)), *(str(sum(CHECKS[c].why_not(t) is None for t in members)) for c in CHECKS)
+        )
+    per_family.add_row(
+        "all", str(len(targets)), *(str(sum(CHECKS[c].why_not(t) is None for t in targets)) for c in CHECKS)
+    )
     console.print(per_family)
     if args.vmap_fallbacks:
         report = {t.name: fallbacks(t) for t in targets if VMAP.why_not(t) is None}
         hits = {name: ops for name, ops in report.items() if ops}
-        console.print(f"vmap fallbacks (ops without a batching rule, run one example at a time): "
-                      f"{len(hits)} targets")
+        console.print(f"vmap fallbacks (ops without a batching rule, run one example at a time): {len(hits)} targets")
         for name, ops in sorted(hits.items()):
             console.print(f"  {name}: {', '.join(ops)}")
     return 0
@@ -381,8 +434,9 @@ def _domain(items: list[str] | None) -> dict:
                 raise ValueError
             out[name] = (float(low) if low else None, float(high) if high else None)
         except ValueError:
-            raise UsageError(f"--domain {item!r}: expected NAME=LOW:HIGH with either end optional, "
-                             "e.g. x=0: or y=-1:1") from None
+            raise UsageError(
+                f"--domain {item!r}: expected NAME=LOW:HIGH with either end optional, e.g. x=0: or y=-1:1"
+            ) from None
     return out
 
 
@@ -408,8 +462,9 @@ def cmd_check(args) -> int:
         except ValueError:
             raise UsageError(f"--sizes {args.sizes!r}: expected MIN:MAX, e.g. 1:4") from None
     try:
-        target = user_target(fn, args.spec, dtypes=[DTYPES[d] for d in dtypes], domain=_domain(args.domain),
-                             sizes=sizes)
+        target = user_target(
+            fn, args.spec, dtypes=[DTYPES[d] for d in dtypes], domain=_domain(args.domain), sizes=sizes
+        )
         for name in checks or ():
             get_check(name)
     except (SpecError, UnknownCheck, TypeError, ValueError) as e:
@@ -419,9 +474,15 @@ def cmd_check(args) -> int:
     if args.variants < 1:
         raise UsageError("--variants must be at least 1")
     with _stops_interrupt():
-        report = api.check(target, checks=checks, max_examples=args.max_examples, seed=args.seed,
-                       corpus=_corpus_root(args), variants=args.variants,
-                       shrink_seconds=args.shrink_seconds)
+        report = api.check(
+            target,
+            checks=checks,
+            max_examples=args.max_examples,
+            seed=args.seed,
+            corpus=_corpus_root(args),
+            variants=args.variants,
+            shrink_seconds=args.shrink_seconds,
+        )
     print(report.summary(), end="")
     return 0 if report.ok else 1
 
@@ -451,8 +512,12 @@ def cmd_repro(args) -> int:
     record, target = repro.load(record, trust_source=args.trust_source, allow_import=allowed)
     if args.script:
         try:
-            print(standalone_script(record.check, record.case, record.verdict, target=target,
-                                    found_with=record.found_with), end="")
+            print(
+                standalone_script(
+                    record.check, record.case, record.verdict, target=target, found_with=record.found_with
+                ),
+                end="",
+            )
         except ScriptError as e:
             raise UsageError(f"{record.path}: {e}") from None
         return 0
@@ -466,8 +531,7 @@ def cmd_repro(args) -> int:
     verdict = repro.replay(record, trust_source=args.trust_source, allow_import=allowed)
     print(f"replayed: {verdict}")
     same = verdict.kind == record.verdict.kind
-    print("reproduced" if same else f"did not reproduce: recorded {record.verdict.kind}, "
-          f"replayed {verdict.kind}")
+    print("reproduced" if same else f"did not reproduce: recorded {record.verdict.kind}, replayed {verdict.kind}")
     return 1 if verdict.failed else 0
 
 
@@ -490,9 +554,11 @@ def _script_in_child(path, args) -> int:
     if child.returncode == 2:  # a usage or record error, already worded
         print(child.stderr, end="", file=sys.stderr)
         return 2
-    raise UsageError(f"{path}: writing the script of this crash record killed the process that wrote it "
-                     f"(exit status {child.returncode}); replay it with 'fuzzdiff repro {path}', which runs "
-                     f"the case in a child process\n{child.stderr[-2000:]}")
+    raise UsageError(
+        f"{path}: writing the script of this crash record killed the process that wrote it "
+        f"(exit status {child.returncode}); replay it with 'fuzzdiff repro {path}', which runs "
+        f"the case in a child process\n{child.stderr[-2000:]}"
+    )
 
 
 def _records(args):
@@ -512,8 +578,7 @@ def cmd_corpus_list(args) -> int:
         table.add_column(col)
     for r in records:
         message = r.verdict.message.splitlines()[0] if r.verdict.message else ""
-        table.add_row(r.id, r.status, r.check, r.target, r.case.dtype,
-                      f"{r.verdict.kind}: {message[:80]}")
+        table.add_row(r.id, r.status, r.check, r.target, r.case.dtype, f"{r.verdict.kind}: {message[:80]}")
     console = Console(width=max(Console().width, 140))
     console.print(table)
     for e in bad:
@@ -554,10 +619,18 @@ def cmd_corpus_stats(args) -> int:
     for col in (*STATUSES, "records", "targets"):
         table.add_column(col, justify="right")
     for check, c in sorted(per_check.items()):
-        table.add_row(check, *(str(c[s]) for s in STATUSES), str(sum(c[s] for s in STATUSES)),
-                      str(sum(1 for k in c if k.startswith("targets:"))))
-    table.add_row("all", *(str(sum(c[s] for c in per_check.values())) for s in STATUSES),
-                  str(len(records)), str(len({r.target for r in records})))
+        table.add_row(
+            check,
+            *(str(c[s]) for s in STATUSES),
+            str(sum(c[s] for s in STATUSES)),
+            str(sum(1 for k in c if k.startswith("targets:"))),
+        )
+    table.add_row(
+        "all",
+        *(str(sum(c[s] for c in per_check.values())) for s in STATUSES),
+        str(len(records)),
+        str(len({r.target for r in records})),
+    )
     console = Console()
     console.print(table)
     for e in bad:
@@ -576,8 +649,11 @@ def cmd_corpus_promote(args) -> int:
     path.write_text(source)
     print(f"wrote {path}")
     if record.status == "open" and not args.xfail:
-        print("it fails until the bug is fixed; for an upstream bug you cannot fix, "
-              "pass --xfail to make it a strict expected failure", file=sys.stderr)
+        print(
+            "it fails until the bug is fixed; for an upstream bug you cannot fix, "
+            "pass --xfail to make it a strict expected failure",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -590,4 +666,3 @@ def cmd_corpus_merge(args) -> int:
     for message in result.unreadable:
         print(f"  skipped unreadable {message}", file=sys.stderr)
     return 2 if result.unreadable else 0
-

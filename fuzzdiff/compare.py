@@ -7,8 +7,8 @@ rather than two numbers of a directional identity.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -21,17 +21,16 @@ __all__ = ["Discrepancy", "worst_discrepancy", "max_abs", "mismatch"]
 class Discrepancy:
     """The worst mismatch between two lists of tensors, relative to the second."""
 
-    what: str          # e.g. "output 0" or "grad of argument 1"
+    what: str  # e.g. "output 0" or "grad of argument 1"
     abs_error: float
-    scale: float       # max |reference| of that tensor
+    scale: float  # max |reference| of that tensor
     index: tuple[int, ...] = ()
 
     def within(self, tol: Tolerance, slack: float = 0.0) -> bool:
         return self.abs_error <= tol.atol + tol.rtol * self.scale + slack
 
     def summary(self) -> dict:
-        return {"where": self.what, "abs_error": self.abs_error, "scale": self.scale,
-                "index": list(self.index)}
+        return {"where": self.what, "abs_error": self.abs_error, "scale": self.scale, "index": list(self.index)}
 
     def __str__(self) -> str:
         at = f" at {list(self.index)}" if self.index else ""
@@ -63,11 +62,15 @@ def mismatch(a: torch.Tensor, b: torch.Tensor) -> tuple[float, tuple[int, ...]]:
     return float(diff.reshape(-1)[flat]), index
 
 
-def worst_discrepancy(names: Sequence[str], got: Sequence[torch.Tensor],
-                      expected: Sequence[torch.Tensor], tol: Tolerance,
-                      slack: Sequence[float] | None = None,
-                      scale_floor: float = 0.0,
-                      scales: Sequence[float] | None = None) -> Discrepancy | None:
+def worst_discrepancy(
+    names: Sequence[str],
+    got: Sequence[torch.Tensor],
+    expected: Sequence[torch.Tensor],
+    tol: Tolerance,
+    slack: Sequence[float] | None = None,
+    scale_floor: float = 0.0,
+    scales: Sequence[float] | None = None,
+) -> Discrepancy | None:
     """The first tensor pair outside tolerance (None if all agree).
 
     Each pair is judged on the scale of its own reference (a small tensor's

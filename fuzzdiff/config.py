@@ -10,9 +10,10 @@ explicitly; nothing below them reads the environment.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["FuzzConfig", "ConfigError", "ENVIRONMENT", "COMPILE_BACKENDS"]
 
@@ -51,12 +52,14 @@ class FuzzConfig:
             raise ConfigError(f"timeout must be a number of seconds >= 0 (0 disables), got {self.timeout!r}")
         unknown = sorted(set(self.compile_backends) - set(COMPILE_BACKENDS))
         if unknown or not self.compile_backends:
-            raise ConfigError(f"compile_backends must name some of {', '.join(COMPILE_BACKENDS)}; "
-                              f"got {list(self.compile_backends)}")
+            raise ConfigError(
+                f"compile_backends must name some of {', '.join(COMPILE_BACKENDS)}; got {list(self.compile_backends)}"
+            )
 
     @classmethod
-    def resolve(cls, environ: Mapping[str, str] | None = None, base: FuzzConfig | None = None,
-                **options: Any) -> FuzzConfig:
+    def resolve(
+        cls, environ: Mapping[str, str] | None = None, base: FuzzConfig | None = None, **options: Any
+    ) -> FuzzConfig:
         """``base`` (default: the defaults), then ``environ``'s FUZZDIFF_*
         variables, then each of ``options`` that is not None."""
         config = base or cls()

@@ -14,8 +14,9 @@ Anything that does not survive is "inconclusive" — never a failure.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -29,11 +30,23 @@ from fuzzdiff.tolerance import Tolerance
 from fuzzdiff.unsupported import unsupported_reason
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Measurement", "judge", "judged", "worst", "confirm_mismatch", "LowPrecision",
-           "against_float64", "RoundingNoise", "EPS", "NUDGE", "F32_NUDGE", "CONDITIONING"]
+__all__ = [
+    "Measurement",
+    "judge",
+    "judged",
+    "worst",
+    "confirm_mismatch",
+    "LowPrecision",
+    "against_float64",
+    "RoundingNoise",
+    "EPS",
+    "NUDGE",
+    "F32_NUDGE",
+    "CONDITIONING",
+]
 
-EPS = 1e-6          # finite-difference step in float64, along a direction of norm ~1 per element
-NUDGE = 1e-3        # distance to a neighbouring point, as a fraction of the value range
+EPS = 1e-6  # finite-difference step in float64, along a direction of norm ~1 per element
+NUDGE = 1e-3  # distance to a neighbouring point, as a fraction of the value range
 F32_NUDGE = 2.0**-22  # input perturbation at float32 rounding level, for conditioning
 ROUNDING_SAMPLES = 3  # runs under RoundingNoise: one can cancel out by chance
 CONDITIONING = 100.0  # low precision may be off by this many times float64's move under rounding
@@ -61,15 +74,21 @@ class Measurement(NamedTuple):
         return tol.allows(self.error, self.scale, self.noise)
 
     def summary(self) -> dict:
-        return {"analytic": self.analytic, "reference": self.reference, "abs_error": self.error,
-                "scale": self.scale, "reference_noise": self.noise}
+        return {
+            "analytic": self.analytic,
+            "reference": self.reference,
+            "abs_error": self.error,
+            "scale": self.scale,
+            "reference_noise": self.noise,
+        }
 
 
 Measure = Callable[[Case, float], Measurement]
 
 
-def judge(identity: str, measure: Measure, case: Case, tol: Tolerance, *,
-          measure64: Measure | None = None, eps: float = EPS) -> Verdict:
+def judge(
+    identity: str, measure: Measure, case: Case, tol: Tolerance, *, measure64: Measure | None = None, eps: float = EPS
+) -> Verdict:
     """Pass, or confirm the discrepancy of ``measure`` at ``case`` step by step.
 
     ``measure64`` is the same identity with the analytic side computed in
@@ -85,8 +104,9 @@ def judge(identity: str, measure: Measure, case: Case, tol: Tolerance, *,
 
     again = measure(case, eps)
     if not _same(again.analytic, first.analytic):
-        return _unsure(identity, f"replay gave {again.analytic!r}, first run {first.analytic!r} "
-                       "(nondeterministic)", first)
+        return _unsure(
+            identity, f"replay gave {again.analytic!r}, first run {first.analytic!r} (nondeterministic)", first
+        )
     for other_eps in (eps / 8, eps * 8):
         m = measure(case, other_eps)
         if m.within(tol):
@@ -97,15 +117,20 @@ def judge(identity: str, measure: Measure, case: Case, tol: Tolerance, *,
     # by its own noise. Counted as the reference's error, may it explain all?
     spread = max(abs(measure(case, eps * (1 + j)).reference - first.reference) for j in JITTER)
     if first._replace(noise=first.noise + spread).within(tol):
-        return _unsure(identity, f"the reference moves by {spread:.3g} when eps changes by "
-                       f"{JITTER[0]:.1%}: it is rounding noise here", first)
+        return _unsure(
+            identity,
+            f"the reference moves by {spread:.3g} when eps changes by {JITTER[0]:.1%}: it is rounding noise here",
+            first,
+        )
     for k in (1, 2):
         m = measure(case.nudged(NUDGE, seed=k), eps)
         if m.within(tol):
             return _unsure(identity, "vanishes at a neighbouring point (a kink or a tie)", first)
 
-    confirmed = ("confirmed by replay, eps/8, 8*eps, a steady reference under eps*(1 +- "
-                 f"{JITTER[0]:g}) and two neighbouring points")
+    confirmed = (
+        "confirmed by replay, eps/8, 8*eps, a steady reference under eps*(1 +- "
+        f"{JITTER[0]:g}) and two neighbouring points"
+    )
     if measure64 is not None:
         m64 = measure64(case, eps)
         if m64.within(tol):
@@ -114,26 +139,54 @@ def judge(identity: str, measure: Measure, case: Case, tol: Tolerance, *,
             # against float64's analytic side and the problem's conditioning.
             def analytic64(c: Case) -> list[torch.Tensor]:
                 return [_scalar(measure64(c, eps).analytic)]
-            low = against_float64(["the analytic side"], [_scalar(first.analytic)], analytic64,
-                                  case, tol, ref=[_scalar(m64.analytic)], scales=[m64.scale])
+
+            low = against_float64(
+                ["the analytic side"],
+                [_scalar(first.analytic)],
+                analytic64,
+                case,
+                tol,
+                ref=[_scalar(m64.analytic)],
+                scales=[m64.scale],
+            )
             if low.kind != "fail":
                 return _unsure(identity, f"float64 agrees on the same values, and {low.message}", first)
-            return Verdict("fail", f"{identity}: analytic {first.analytic!r} vs reference "
-                           f"{first.reference!r} (abs error {first.error:.3g}), {confirmed}; float64 "
-                           f"agrees, but {low.message}", {**first.summary(), "vs_float64": low.errors})
+            return Verdict(
+                "fail",
+                f"{identity}: analytic {first.analytic!r} vs reference "
+                f"{first.reference!r} (abs error {first.error:.3g}), {confirmed}; float64 "
+                f"agrees, but {low.message}",
+                {**first.summary(), "vs_float64": low.errors},
+            )
     allowed = tol.allowed(first.scale, first.noise)
-    bound = (f"allowed {allowed:.3g}" if math.isfinite(allowed) else
-             "no tolerance applies: the reference's scale is not finite")
-    return Verdict("fail", f"{identity}: analytic {first.analytic!r} vs reference {first.reference!r} "
-                   f"(abs error {first.error:.3g}, {bound}); {confirmed}", first.summary())
+    bound = (
+        f"allowed {allowed:.3g}"
+        if math.isfinite(allowed)
+        else "no tolerance applies: the reference's scale is not finite"
+    )
+    return Verdict(
+        "fail",
+        f"{identity}: analytic {first.analytic!r} vs reference {first.reference!r} "
+        f"(abs error {first.error:.3g}, {bound}); {confirmed}",
+        first.summary(),
+    )
 
 
 Tensors = Sequence[torch.Tensor]
 
 
-def against_float64(names: Sequence[str], low: Tensors, at: Callable[[Case], Tensors], case: Case,
-                    tol: Tolerance, *, ref: Tensors | None = None, scales: Sequence[float] | None = None,
-                    replays: Callable[[], bool] | None = None, unstable_fails: bool = False) -> Verdict:
+def against_float64(
+    names: Sequence[str],
+    low: Tensors,
+    at: Callable[[Case], Tensors],
+    case: Case,
+    tol: Tolerance,
+    *,
+    ref: Tensors | None = None,
+    scales: Sequence[float] | None = None,
+    replays: Callable[[], bool] | None = None,
+    unstable_fails: bool = False,
+) -> Verdict:
     """Low-precision results ``low`` against the same computation in float64 on
     the very same values: ``at(case)`` (or ``ref``, already computed). Each
     tensor is judged on its own float64 magnitude (or ``scales``).
@@ -160,8 +213,11 @@ def against_float64(names: Sequence[str], low: Tensors, at: Callable[[Case], Ten
         return Verdict("pass", f"{dtype} is within tolerance of float64")
 
     def explained(by: str) -> Verdict:
-        return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {d}, within what "
-                       f"rounding {by} explains (ill-conditioned)", d.summary())
+        return Verdict(
+            "inconclusive",
+            f"{dtype} vs float64 on the same values: {d}, within what rounding {by} explains (ill-conditioned)",
+            d.summary(),
+        )
 
     moved = at(case.nudged(F32_NUDGE, seed=5))
     slack = [CONDITIONING * mismatch(r, m)[0] for r, m in zip(ref, moved)]
@@ -173,9 +229,13 @@ def against_float64(names: Sequence[str], low: Tensors, at: Callable[[Case], Ten
             with RoundingNoise(unit, seed=seed):
                 rounded = at(case)
         except Exception as e:  # noqa: BLE001 - e.g. an index from a float moved off its integer
-            return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {d}; float64 "
-                           f"with rounding noise raised {type(e).__name__}: its conditioning is "
-                           "unknown", d.summary())
+            return Verdict(
+                "inconclusive",
+                f"{dtype} vs float64 on the same values: {d}; float64 "
+                f"with rounding noise raised {type(e).__name__}: its conditioning is "
+                "unknown",
+                d.summary(),
+            )
         for k, (r, p) in enumerate(zip(ref, rounded)):
             noise = mismatch(r, p)[0]
             if not unstable_fails or max_abs(r) <= noise:
@@ -184,17 +244,24 @@ def against_float64(names: Sequence[str], low: Tensors, at: Callable[[Case], Ten
     if far is None:
         return explained("of intermediate results")
     if replays is not None and not replays():
-        return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {far}; a replay "
-                       "gave other results (nondeterministic)", far.summary())
-    return Verdict("fail", f"{dtype} vs float64 on the same values: {far}; confirmed by replay and a "
-                   "conditioning estimate", far.summary())
+        return Verdict(
+            "inconclusive",
+            f"{dtype} vs float64 on the same values: {far}; a replay gave other results (nondeterministic)",
+            far.summary(),
+        )
+    return Verdict(
+        "fail",
+        f"{dtype} vs float64 on the same values: {far}; confirmed by replay and a conditioning estimate",
+        far.summary(),
+    )
 
 
 class RoundingNoise(TorchDispatchMode):
     """Low precision's rounding, emulated in float64 (Monte Carlo arithmetic):
     every fresh floating result of an op on floating tensors is moved by
-    ``unit`` (float32's unit roundoff by default), relatively, up or down at random. How far that moves a float64 result is its
-    conditioning in every intermediate, which moving the inputs alone misses.
+    ``unit`` (float32's unit roundoff by default), relatively, up or down at
+    random. How far that moves a float64 result is its conditioning in every
+    intermediate, which moving the inputs alone misses.
 
     Views, in-place and out= results alias their inputs and are left alone, as
     are results of ops without floating tensor arguments (``arange``,
@@ -211,14 +278,20 @@ class RoundingNoise(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if any(r.alias_info is not None for r in func._schema.returns):
             return out
-        if not any(isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())
-                   for a in tree_leaves((args, kwargs))):
+        if not any(
+            isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())
+            for a in tree_leaves((args, kwargs))
+        ):
             return out
         return tree_map(self._round, out)
 
     def _round(self, t):
-        if (not isinstance(t, torch.Tensor) or t.dtype not in (torch.float64, torch.complex128)
-                or t.layout != torch.strided or not t.numel()):
+        if (
+            not isinstance(t, torch.Tensor)
+            or t.dtype not in (torch.float64, torch.complex128)
+            or t.layout != torch.strided
+            or not t.numel()
+        ):
             return t
         z = draws.words(self.seed, t.numel(), draws.ROUNDING, start=self.drawn)
         self.drawn += t.numel()
@@ -244,33 +317,48 @@ class LowPrecision:
     run64: Callable[[Case], tuple[Discrepancy | None, Tensors]]
 
 
-def confirm_mismatch(identity: str, d: Discrepancy, *, replays: Callable[[], bool],
-                     agrees_nearby: Callable[[], bool], low: LowPrecision | None = None) -> Verdict:
+def confirm_mismatch(
+    identity: str,
+    d: Discrepancy,
+    *,
+    replays: Callable[[], bool],
+    agrees_nearby: Callable[[], bool],
+    low: LowPrecision | None = None,
+) -> Verdict:
     """The confirmation every whole-result check shares, for a mismatch ``d``:
     it must replay and persist at a neighbouring point; for low precision
     (``low``), either persist in float64 too, or, where float64 agrees, the
     low-precision side must be wrong against float64 (against_float64)."""
     if not replays():
-        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results "
-                       "(nondeterministic)", d.summary())
+        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results (nondeterministic)", d.summary())
     wrong = None  # where float64 agrees: the low-precision side against float64
     if low is not None:
         d64, ref = low.run64(low.case)
         if d64 is None:
-            wrong = against_float64(low.names, low.low, lambda c: low.run64(c)[1], low.case,
-                                    low.tol, ref=ref)
+            wrong = against_float64(low.names, low.low, lambda c: low.run64(c)[1], low.case, low.tol, ref=ref)
             if wrong.kind != "fail":
-                return Verdict("inconclusive", f"{identity}: {d}; float64 agrees on the same values, "
-                               f"and {wrong.message}", d.summary())
+                return Verdict(
+                    "inconclusive",
+                    f"{identity}: {d}; float64 agrees on the same values, and {wrong.message}",
+                    d.summary(),
+                )
     if agrees_nearby():
-        return Verdict("inconclusive", f"{identity}: {d}; vanishes at a neighbouring point "
-                       "(a tie or a kink)", d.summary())
+        return Verdict(
+            "inconclusive", f"{identity}: {d}; vanishes at a neighbouring point (a tie or a kink)", d.summary()
+        )
     if wrong is not None:
-        return Verdict("fail", f"{identity}: {d}; float64 agrees, but {wrong.message}, and at a "
-                       "neighbouring point", {**d.summary(), "vs_float64": wrong.errors})
-    return Verdict("fail", f"{identity}: {d}; confirmed by replay"
-                   + (", float64" if low is not None else "") + " and a neighbouring point",
-                   d.summary())
+        return Verdict(
+            "fail",
+            f"{identity}: {d}; float64 agrees, but {wrong.message}, and at a neighbouring point",
+            {**d.summary(), "vs_float64": wrong.errors},
+        )
+    return Verdict(
+        "fail",
+        f"{identity}: {d}; confirmed by replay"
+        + (", float64" if low is not None else "")
+        + " and a neighbouring point",
+        d.summary(),
+    )
 
 
 def _same(a: float, b: float) -> bool:

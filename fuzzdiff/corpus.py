@@ -28,9 +28,10 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import hypothesis
 import torch
@@ -43,8 +44,22 @@ from fuzzdiff.draws import SCHEME
 from fuzzdiff.verdict import KINDS, Verdict
 from fuzzdiff.version import __version__
 
-__all__ = ["FORMAT", "STATUSES", "Record", "CorpusError", "signature", "error_shape", "write_record",
-           "read_record", "rewrite_record", "iter_records", "default_root", "find_record", "merge", "Merge"]
+__all__ = [
+    "FORMAT",
+    "STATUSES",
+    "Record",
+    "CorpusError",
+    "signature",
+    "error_shape",
+    "write_record",
+    "read_record",
+    "rewrite_record",
+    "iter_records",
+    "default_root",
+    "find_record",
+    "merge",
+    "Merge",
+]
 
 FORMAT = 2
 TORCH_DRAWS = "torch-generator"  # the draws of a format-1 record
@@ -82,8 +97,14 @@ def signature(check: str, case: Case, verdict: Verdict) -> dict:
         if 0 in a.shape:
             features.add("empty")
         features.update(f"special:{name.lstrip('-')}" for _, name in a.values.specials)
-    sig = {"target": case.target, "check": check, "kind": verdict.kind, "dtype": case.dtype,
-           "device": case.device, "features": sorted(features)}
+    sig = {
+        "target": case.target,
+        "check": check,
+        "kind": verdict.kind,
+        "dtype": case.dtype,
+        "device": case.device,
+        "features": sorted(features),
+    }
     exception = verdict.errors.get("exception") if isinstance(verdict.errors, Mapping) else None
     if isinstance(exception, str):
         sig["error"] = f"{exception}: {error_shape(verdict)[:200]}"
@@ -106,8 +127,7 @@ def _record_id(sig: Mapping) -> str:
 
 
 def _versions() -> dict:
-    return {"torch": torch.__version__, "hypothesis": hypothesis.__version__,
-            "fuzzdiff": __version__}
+    return {"torch": torch.__version__, "hypothesis": hypothesis.__version__, "fuzzdiff": __version__}
 
 
 def _clean(x: Any) -> Any:
@@ -182,8 +202,10 @@ class Record:
         (a format-1 record); None when they are."""
         if self.draws == SCHEME:
             return None
-        return (f"a format-1 record: its inputs are the stored bits, its probes and batch examples "
-                f"are redrawn under {SCHEME} (it was found with torch's generator)")
+        return (
+            f"a format-1 record: its inputs are the stored bits, its probes and batch examples "
+            f"are redrawn under {SCHEME} (it was found with torch's generator)"
+        )
 
     def to_json(self, storages: Mapping[int, torch.Tensor], data_file: str | None = None) -> dict:
         """The record; storages over INLINE_LIMIT elements are in ``data_file``."""
@@ -197,19 +219,35 @@ class Record:
                 stored["data"] = _encode(t)
             inputs[i]["storage"] = stored
         extra = {} if self.definition is None else {"definition": dict(self.definition)}
-        return _clean({
-            **extra,
-            "format": FORMAT, "draws": SCHEME, "id": self.id, "target": case["target"], "check": self.check,
-            "dtype": case["dtype"], "device": case["device"], "inputs": inputs,
-            "kwargs": case["kwargs"], "params": case["params"],
-            "verdict": {"kind": self.verdict.kind, "message": self.verdict.message,
-                        "errors": self.verdict.errors},
-            "status": self.status, "found_with": dict(self.found_with or _versions()),
-            "signature": signature(self.check, self.case, self.verdict)})
+        return _clean(
+            {
+                **extra,
+                "format": FORMAT,
+                "draws": SCHEME,
+                "id": self.id,
+                "target": case["target"],
+                "check": self.check,
+                "dtype": case["dtype"],
+                "device": case["device"],
+                "inputs": inputs,
+                "kwargs": case["kwargs"],
+                "params": case["params"],
+                "verdict": {"kind": self.verdict.kind, "message": self.verdict.message, "errors": self.verdict.errors},
+                "status": self.status,
+                "found_with": dict(self.found_with or _versions()),
+                "signature": signature(self.check, self.case, self.verdict),
+            }
+        )
 
 
-def write_record(root: Path | str, check: str, case: Case, verdict: Verdict,
-                 status: str = "open", definition: Mapping[str, Any] | None = None) -> tuple[Path, bool]:
+def write_record(
+    root: Path | str,
+    check: str,
+    case: Case,
+    verdict: Verdict,
+    status: str = "open",
+    definition: Mapping[str, Any] | None = None,
+) -> tuple[Path, bool]:
     """Write the record unless one with the same signature exists.
 
     Returns ``(path, created)``; safe under any number of concurrent writers.
@@ -288,8 +326,7 @@ def _pinned(path: Path, inputs: list) -> dict[int, torch.Tensor]:
             raise CorpusError(f"{path}: field '{where}.dtype' is {name!r}; expected one of {sorted(DTYPES)}")
         numel = _field(stored, "numel", path, int, where)
         if "data" in stored:
-            data[i] = _decode(_field(stored, "data", path, list, where), dtype, numel,
-                              f"{path}: field '{where}.data'")
+            data[i] = _decode(_field(stored, "data", path, list, where), dtype, numel, f"{path}: field '{where}.data'")
         else:
             file = path.parent / Path(_field(stored, "file", path, str, where)).name
             key = _field(stored, "key", path, str, where)
@@ -300,8 +337,9 @@ def _pinned(path: Path, inputs: list) -> dict[int, torch.Tensor]:
             except (SafetensorError, OSError) as e:
                 raise CorpusError(f"{file}: not a readable safetensors file ({e})") from None
             if t is None or t.dtype != dtype or t.numel() != numel:
-                raise CorpusError(f"{path}: field '{where}': {file.name} has no {dtype} tensor "
-                                  f"{key!r} of {numel} elements")
+                raise CorpusError(
+                    f"{path}: field '{where}': {file.name} has no {dtype} tensor {key!r} of {numel} elements"
+                )
             data[i] = t.flatten()
     return data
 
@@ -324,8 +362,10 @@ def read_record(path: Path | str) -> Record:
         raise CorpusError(f"{path}: field 'format' is {fmt}; this fuzzdiff reads formats 1 to {FORMAT}")
     draws = TORCH_DRAWS if fmt == 1 else _field(data, "draws", path, str)
     if fmt != 1 and draws != SCHEME:
-        raise CorpusError(f"{path}: field 'draws' is {draws!r}; this fuzzdiff draws with {SCHEME!r} "
-                          f"and cannot replay the record's probes")
+        raise CorpusError(
+            f"{path}: field 'draws' is {draws!r}; this fuzzdiff draws with {SCHEME!r} "
+            f"and cannot replay the record's probes"
+        )
     check = _field(data, "check", path, str)
     status = _field(data, "status", path, str)
     if status not in STATUSES:
@@ -337,27 +377,42 @@ def read_record(path: Path | str) -> Record:
     inputs = _field(data, "inputs", path, list)
     pinned = _pinned(path, inputs)
     try:
-        case = case_from_json({"target": _field(data, "target", path, str), "args": inputs,
-                               "dtype": _field(data, "dtype", path, str),
-                               "device": data.get("device", "cpu"),
-                               "kwargs": data.get("kwargs", {}), "params": data.get("params", {})},
-                              where="record")
+        case = case_from_json(
+            {
+                "target": _field(data, "target", path, str),
+                "args": inputs,
+                "dtype": _field(data, "dtype", path, str),
+                "device": data.get("device", "cpu"),
+                "kwargs": data.get("kwargs", {}),
+                "params": data.get("params", {}),
+            },
+            where="record",
+        )
     except CaseError as e:
         raise CorpusError(f"{path}: field {str(e).replace('record.args', 'inputs').replace('record.', '')}") from None
     for i, t in pinned.items():
         lay, dtype = case.args[i].strided, case.arg_dtype(i)
         if case.owner(i) != i:
-            raise CorpusError(f"{path}: field 'inputs[{i}].storage': argument {i} is an alias "
-                              f"and owns no storage")
+            raise CorpusError(f"{path}: field 'inputs[{i}].storage': argument {i} is an alias and owns no storage")
         if t.numel() != lay.storage_size or t.dtype != dtype:
-            raise CorpusError(f"{path}: field 'inputs[{i}].storage' holds {t.numel()} {t.dtype} "
-                              f"values; the layout needs {lay.storage_size} {dtype}")
+            raise CorpusError(
+                f"{path}: field 'inputs[{i}].storage' holds {t.numel()} {t.dtype} "
+                f"values; the layout needs {lay.storage_size} {dtype}"
+            )
     definition = data.get("definition")
     if definition is not None and not isinstance(definition, dict):
         raise CorpusError(f"{path}: field 'definition' must be an object")
-    return Record(_field(data, "id", path, str), check, replace(case, data=pinned),
-                  Verdict(kind, str(verdict.get("message", "")), dict(verdict.get("errors") or {})),
-                  status, data.get("found_with"), path, definition, draws)
+    return Record(
+        _field(data, "id", path, str),
+        check,
+        replace(case, data=pinned),
+        Verdict(kind, str(verdict.get("message", "")), dict(verdict.get("errors") or {})),
+        status,
+        data.get("found_with"),
+        path,
+        definition,
+        draws,
+    )
 
 
 def rewrite_record(record: Record, verdict: Verdict) -> Path:
@@ -402,8 +457,7 @@ def find_record(root: Path | str, ref: str) -> Path:
 
 def iter_records(root: Path | str):
     """Every ``*.json`` record under ``root``, sorted by path (README files skipped)."""
-    for path in sorted(Path(root).glob("*/*/*.json")):
-        yield path
+    yield from sorted(Path(root).glob("*/*/*.json"))
 
 
 @dataclass

@@ -35,12 +35,16 @@ def verdict_after(error: BaseException) -> Verdict | None:
     global _lost
     if _lost is not None:
         if "CUDA" in str(error):
-            return Verdict("inconclusive", f"the process's CUDA context was lost earlier, by "
-                           f"{_lost}; every CUDA call fails since")
+            return Verdict(
+                "inconclusive", f"the process's CUDA context was lost earlier, by {_lost}; every CUDA call fails since"
+            )
         return None
     if usable():
         return None
     _lost = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    return Verdict("crash", f"raised {_lost}; the process's CUDA context is lost (every later "
-                   "CUDA call in it fails): replay the case in a fresh process",
-                   {"exception": type(error).__name__})
+    return Verdict(
+        "crash",
+        f"raised {_lost}; the process's CUDA context is lost (every later "
+        "CUDA call in it fails): replay the case in a fresh process",
+        {"exception": type(error).__name__},
+    )

@@ -31,8 +31,10 @@ def example_database(redis_url: str | None = None, local: Path | str = ".hypothe
         import redis
         from hypothesis.extra.redis import RedisExampleDatabase
     except ImportError:
-        raise RuntimeError(f"${ENV} / --db / --fuzzdiff-db is set to {url!r} but the 'redis' package is not "
-                           "installed: pip install redis") from None
+        raise RuntimeError(
+            f"${ENV} / --db / --fuzzdiff-db is set to {url!r} but the 'redis' package is not "
+            "installed: pip install redis"
+        ) from None
     client = redis.Redis.from_url(url)
     try:
         client.ping()

@@ -7,7 +7,7 @@ The probes come from the case's params, so a replay uses the very same ones.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -31,8 +31,11 @@ def probes_like(params: Mapping, key: str, tensors: Sequence[torch.Tensor]) -> l
     spec = params.get(key)
     if type(spec) is dict:  # as drawn and stored: read, not rebuilt into a Probe per example
         # (Probe's class attributes are its field defaults)
-        seed, layout, zeros = (spec.get("seed", Probe.seed), spec.get("layout", Probe.layout),
-                               spec.get("zeros", Probe.zeros))
+        seed, layout, zeros = (
+            spec.get("seed", Probe.seed),
+            spec.get("layout", Probe.layout),
+            spec.get("zeros", Probe.zeros),
+        )
     else:
         base = probe(params, key)
         seed, layout, zeros = base.seed, base.layout, base.zeros

@@ -25,8 +25,21 @@ import functools
 
 import numpy as np
 
-__all__ = ["SCHEME", "VALUES", "NUDGES", "PROBES", "PARAMETERS", "POINTS", "ROUNDING",
-           "words", "uniform", "integers", "bits", "permutation", "normal"]
+__all__ = [
+    "SCHEME",
+    "VALUES",
+    "NUDGES",
+    "PROBES",
+    "PARAMETERS",
+    "POINTS",
+    "ROUNDING",
+    "words",
+    "uniform",
+    "integers",
+    "bits",
+    "permutation",
+    "normal",
+]
 
 SCHEME = "splitmix64-v1"
 
@@ -72,11 +85,11 @@ def uniform(z: np.ndarray, low: float = 0.0, high: float = 1.0) -> np.ndarray:
     """``u * (high - low) + low`` per word, ``u = (z >> 11) * 2**-53`` in [0, 1):
     a dyadic rational, exact in float64."""
     span = float(high) - float(low)
-    scale = span * 2.0 ** -53
-    if abs(scale) >= 2.0 ** -1022 or span == 0.0:  # scaling by 2**-53 stayed exact: one product
+    scale = span * 2.0**-53
+    if abs(scale) >= 2.0**-1022 or span == 0.0:  # scaling by 2**-53 stayed exact: one product
         x = np.multiply(z >> _S11, scale, dtype=np.float64)
     else:
-        x = np.multiply(z >> _S11, 2.0 ** -53, dtype=np.float64)
+        x = np.multiply(z >> _S11, 2.0**-53, dtype=np.float64)
         x *= span
     x += low
     return x
@@ -116,9 +129,9 @@ def normal(z: np.ndarray, mean: float = 0.0, std: float = 1.0) -> np.ndarray:
 
     No libm: an exact sum of integers, then two IEEE roundings."""
     n = len(z) // 2
-    halves = z[:2 * n].view(np.uint32).reshape(n, 4)
+    halves = z[: 2 * n].view(np.uint32).reshape(n, 4)
     # centred from the start: integers below 2**35, exact in float64 in any order
     s = np.add.reduce(halves, axis=1, dtype=np.float64, initial=-2.0 * (2**32 - 1))
-    s *= std * _SQRT3 * 2.0 ** -32  # the sum's variance is 4 (2**64 - 1) / 12
+    s *= std * _SQRT3 * 2.0**-32  # the sum's variance is 4 (2**64 - 1) / 12
     s += mean
     return s

@@ -47,8 +47,8 @@ class FuzzFailure(AssertionError):
         self.record_created = False
         self.shrink_cut = False  # shrinking stopped at its time bound (fuzz's shrink_seconds)
         super().__init__(
-            f"{check} failed for {target}: {verdict.message}\n"
-            f"case: {json.dumps(case.to_json(), sort_keys=True)}")
+            f"{check} failed for {target}: {verdict.message}\ncase: {json.dumps(case.to_json(), sort_keys=True)}"
+        )
 
 
 @dataclass
@@ -78,7 +78,7 @@ class Tally:
         self.reasons.setdefault("known", verdict.message)
         self.known[known.describe()] += 1
 
-    def merge(self, other: "Tally") -> None:
+    def merge(self, other: Tally) -> None:
         """Add another run's tally (a campaign's batches of one pair)."""
         self.counts.update(other.counts)
         for kind, reason in other.reasons.items():
@@ -193,11 +193,22 @@ def example_structures(cases: st.SearchStrategy[Case], structures: int) -> st.Se
     return st.lists(cases, min_size=max(1, structures // 2), max_size=structures)
 
 
-def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None = None,
-         seed: int | None = None, corpus=None, variants: int | None = None,
-         structures: int | None = None, timeout: float | None = None,
-         shrink_seconds: float | None = None, definition=None, recover_crashes: bool = True,
-         config: FuzzConfig | None = None, **case_options) -> Tally:
+def fuzz(
+    check: Check | str,
+    target: Target | str,
+    *,
+    settings: hsettings | None = None,
+    seed: int | None = None,
+    corpus=None,
+    variants: int | None = None,
+    structures: int | None = None,
+    timeout: float | None = None,
+    shrink_seconds: float | None = None,
+    definition=None,
+    recover_crashes: bool = True,
+    config: FuzzConfig | None = None,
+    **case_options,
+) -> Tally:
     """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
 
     Each drawn case is run at ``variants`` value-and-probe seeds
@@ -233,8 +244,9 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
     processes' journal entries to the caller (a campaign's parent records them
     with how its worker died).
     """
-    config = FuzzConfig.resolve(base=config or environ_config(), variants=variants,
-                                structures=structures, corpus=corpus)
+    config = FuzzConfig.resolve(
+        base=config or environ_config(), variants=variants, structures=structures, corpus=corpus
+    )
     variants, structures, corpus = config.variants, config.structures, config.corpus
     check = (get_check(check) if isinstance(check, str) else check).configured(config)
     if timeout is None:
@@ -327,8 +339,11 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
             property_()
         except ExampleTimeout as stop:
             # Not shrunk: every shrink step of a hang would cost a full timeout.
-            verdict = Verdict("timeout", f"{stop}: stopped by the per-example timeout "
-                              "(timeout=, FuzzConfig.timeout or $FUZZDIFF_TIMEOUT)", {"timeout": timeout})
+            verdict = Verdict(
+                "timeout",
+                f"{stop}: stopped by the per-example timeout (timeout=, FuzzConfig.timeout or $FUZZDIFF_TIMEOUT)",
+                {"timeout": timeout},
+            )
             tally.add(verdict)
             raise FuzzFailure(check.name, target.name, inflight[0], verdict) from None
         except FlakyFailure as group:
@@ -343,7 +358,8 @@ def fuzz(check: Check | str, target: Target | str, *, settings: hsettings | None
         failure.shrink_cut = shrink.cut
         if corpus is not None:
             failure.record_path, failure.record_created = write_record(
-                corpus, failure.check, failure.case, failure.verdict, definition=definition)
+                corpus, failure.check, failure.case, failure.verdict, definition=definition
+            )
         raise
     finally:
         if watch is not None:

@@ -47,8 +47,8 @@ import socket
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from fuzzdiff.verdict import Verdict
 
@@ -94,6 +94,7 @@ def case_json(case) -> str:
 
 # -- writing -----------------------------------------------------------------------------
 
+
 def _state(pid: int) -> tuple[str, int | None] | None:
     """(state letter, start time in clock ticks since boot) from /proc, None if
     no such process. The start time tells a reused pid from the journal's owner."""
@@ -104,7 +105,7 @@ def _state(pid: int) -> tuple[str, int | None] | None:
         return None
     except OSError:
         return "?", None
-    fields = stat[stat.rfind(b")") + 2:].split()
+    fields = stat[stat.rfind(b")") + 2 :].split()
     return fields[0].decode(), int(fields[19]) if len(fields) > 19 else None
 
 
@@ -132,9 +133,19 @@ class Journal:
         os.pwrite(self._fd, IDLE, 0)
         self._header = mmap.mmap(self._fd, HEADER)  # MAP_SHARED: stores reach the file's pages
         parent = os.getppid()
-        head = json.dumps({"format": FORMAT, "host": _HOST, "pid": pid, "start": _start_time(pid),
-                           "parent": parent, "parent_start": _start_time(parent),
-                           "check": check, "target": target, "timeout": timeout})
+        head = json.dumps(
+            {
+                "format": FORMAT,
+                "host": _HOST,
+                "pid": pid,
+                "start": _start_time(pid),
+                "parent": parent,
+                "parent_start": _start_time(parent),
+                "check": check,
+                "target": target,
+                "timeout": timeout,
+            }
+        )
         self._prefix = head[:-1].encode() + b', "case": '
         self._marks = [b"%11d\n" % k for k in range(64)]
         self._size = HEADER
@@ -206,6 +217,7 @@ def _closed(journal: Journal) -> None:
 
 # -- recovery ----------------------------------------------------------------------------
 
+
 def _owner_alive(entry: Path, info: Mapping, stale_after: float) -> bool:
     pid, host = info.get("pid"), info.get("host")
     if host != _HOST or not isinstance(pid, int):
@@ -256,8 +268,7 @@ def _hang_report(path: Path) -> str | None:
     return text if text.startswith("Timeout") else None
 
 
-def recover(root: Path | str, *, cause: str | None = None,
-            stale_after: float = STALE_AFTER) -> list[Path]:
+def recover(root: Path | str, *, cause: str | None = None, stale_after: float = STALE_AFTER) -> list[Path]:
     """Turn the journal entries of dead processes under ``root`` into records.
 
     An entry whose owner is alive (same host, pid running with the same start
@@ -287,17 +298,17 @@ def recover(root: Path | str, *, cause: str | None = None,
         if k >= 0 and info is not None:
             # startup time: torch is imported only when there is an entry to recover
             from fuzzdiff.case import case_from_json
+
             try:
                 case = case_from_json(info["case"], where="journal.case").reseeded(k)
                 check = info["check"]
             except Exception as e:  # noqa: BLE001 - a bad entry must not stop recovery
-                warnings.warn(f"fuzzdiff: unreadable journal entry {entry} dropped: {e}")
+                warnings.warn(f"fuzzdiff: unreadable journal entry {entry} dropped: {e}", stacklevel=2)
             else:
                 try:
-                    records.append(_record(root, entry, info, k, check, case,
-                                           _hang_report(hang_path), cause))
+                    records.append(_record(root, entry, info, k, check, case, _hang_report(hang_path), cause))
                 except Exception as e:  # noqa: BLE001 - keep the entry for a later try
-                    warnings.warn(f"fuzzdiff: could not record journal entry {entry}: {e}")
+                    warnings.warn(f"fuzzdiff: could not record journal entry {entry}: {e}", stacklevel=2)
                     continue
         entry.unlink(missing_ok=True)
         hang_path.unlink(missing_ok=True)
@@ -315,16 +326,22 @@ def forget(root: Path | str, *, pid: int | None = None, children_of: int | None 
     interrupted, not crashed. Returns the entries removed."""
     folder = Path(root) / INFLIGHT
     if pid is not None:
-        entries = [e for e in folder.glob(f"{_STEM_HOST}-{pid}-*.json")
-                   if e.stem.rsplit("-", 2)[:2] == [_STEM_HOST, str(pid)]]
+        entries = [
+            e for e in folder.glob(f"{_STEM_HOST}-{pid}-*.json") if e.stem.rsplit("-", 2)[:2] == [_STEM_HOST, str(pid)]
+        ]
     elif children_of is not None:
         born = _start_time(children_of)
         entries = []
         for entry in folder.glob(f"{_STEM_HOST}-*.json"):
             read = _read(entry)
             info = read and read[1]
-            if (info and info.get("host") == _HOST and info.get("parent") == children_of
-                    and info.get("parent_start") == born and not _owner_alive(entry, info, STALE_AFTER)):
+            if (
+                info
+                and info.get("host") == _HOST
+                and info.get("parent") == children_of
+                and info.get("parent_start") == born
+                and not _owner_alive(entry, info, STALE_AFTER)
+            ):
                 entries.append(entry)
     else:
         raise TypeError("forget() needs pid= or children_of=")
@@ -350,9 +367,11 @@ def _record(root, entry, info, k, check, case, hang, cause) -> Path:
     if hang is not None:
         frames = [line.strip() for line in hang.splitlines() if line.strip().startswith("File ")]
         errors["traceback"] = frames[:8]
-        message = (f"the example did not finish within its {float(info.get('timeout') or 0):g}s timeout and could "
-                   f"not be interrupted; the hard timeout stopped the process ({who}, journal "
-                   f"{entry.name})" + (f"; innermost frame: {frames[0]}" if frames else ""))
+        message = (
+            f"the example did not finish within its {float(info.get('timeout') or 0):g}s timeout and could "
+            f"not be interrupted; the hard timeout stopped the process ({who}, journal "
+            f"{entry.name})" + (f"; innermost frame: {frames[0]}" if frames else "")
+        )
         verdict = Verdict("timeout", message, errors)
     else:
         message = f"the process ({who}) died while running this case (journal {entry.name})"

@@ -16,8 +16,9 @@ as narrow as its standalone repro shows.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from fuzzdiff.case import Case
 from fuzzdiff.features import arg_features, case_features
@@ -68,15 +69,19 @@ class Known:
         if self.raises is not None and not self.raises.isidentifier():
             raise ValueError(f"raises must name an exception type, got {self.raises!r}")
         if self.crash and (self.raises or self.message or not (self.features or self.params)):
-            raise ValueError(f"a known crash is matched on its inputs: give the features or params "
-                             f"that trigger it, no exception or message: {self.reason!r}")
+            raise ValueError(
+                f"a known crash is matched on its inputs: give the features or params "
+                f"that trigger it, no exception or message: {self.reason!r}"
+            )
         if self.raises is not None and not self.message:
             raise ValueError(f"a known {self.raises} needs a message pattern: {self.reason!r}")
         re.compile(self.message)
         if not (self.message or self.features or self.params or self.dtypes):
             # With no condition it would cover the whole pair again.
-            raise ValueError(f"a known discrepancy needs a message pattern, features, params or "
-                             f"dtypes that single it out: {self.reason!r}")
+            raise ValueError(
+                f"a known discrepancy needs a message pattern, features, params or "
+                f"dtypes that single it out: {self.reason!r}"
+            )
 
     def matches(self, check: str, case: Case, verdict: Verdict) -> bool:
         if self.crash or check not in self.checks or verdict.kind != "fail":
@@ -95,11 +100,11 @@ class Known:
     def _triggered_by(self, case: Case) -> bool:
         if self.dtypes and case.dtype not in self.dtypes:
             return False
-        if self.features and not all(any(_has(case, f) for f in alt.split("|"))
-                                     for alt in self.features):
+        if self.features and not all(any(_has(case, f) for f in alt.split("|")) for alt in self.features):
             return False
-        return all(_holds(_lookup({**case.params, "kwargs": case.kwargs}, path), want)
-                   for path, want in self.params.items())
+        return all(
+            _holds(_lookup({**case.params, "kwargs": case.kwargs}, path), want) for path, want in self.params.items()
+        )
 
     def describe(self) -> str:
         """One line: what it is, and where its evidence lies."""
@@ -132,7 +137,9 @@ def _lookup(params: Any, path: str) -> Any:
     for part in path.split("."):
         if isinstance(params, Mapping):
             params = params.get(part, _MISSING)
-        elif isinstance(params, (list, tuple)) and part.lstrip("-").isdigit() and -len(params) <= int(part) < len(params):
+        elif (
+            isinstance(params, (list, tuple)) and part.lstrip("-").isdigit() and -len(params) <= int(part) < len(params)
+        ):
             params = params[int(part)]
         else:
             return _MISSING

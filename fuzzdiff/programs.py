@@ -17,8 +17,9 @@ a mutation, synthetic bases for aliased inputs).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -93,26 +94,60 @@ def _shape(shape) -> str:
 
 
 OPS: dict[str, Op] = {
-    "slice": Op("view", lambda v, s: v[s["x"]][_index(s)],
-                lambda n, s: n[s["x"]] + _index_code(s), ("dim", "start", "stop", "step")),
-    "transpose": Op("view", lambda v, s: v[s["x"]].transpose(s["dim0"], s["dim1"]),
-                    lambda n, s: f"{n[s['x']]}.transpose({s['dim0']}, {s['dim1']})", ("dim0", "dim1")),
-    "select": Op("view", lambda v, s: v[s["x"]].select(s["dim"], s["index"]),
-                 lambda n, s: f"{n[s['x']]}.select({s['dim']}, {s['index']})", ("dim", "index")),
-    "view": Op("view", lambda v, s: v[s["x"]].view(s["shape"]),
-               lambda n, s: f"{n[s['x']]}.view({_shape(s['shape'])})" if s["shape"]
-               else f"{n[s['x']]}.view(())", ("shape",)),
-    "expand": Op("view", lambda v, s: v[s["x"]].expand(s["shape"]),
-                 lambda n, s: f"{n[s['x']]}.expand({_shape(s['shape'])})" if s["shape"]
-                 else f"{n[s['x']]}.expand(())", ("shape",)),
-    "add_": Op("inplace", lambda v, s: v[s["x"]].add_(_scalar_or(v, s)),
-               lambda n, s: f"{n[s['x']]}.add_({_scalar_or_code(n, s)})", ("other", "scalar")),
-    "mul_": Op("inplace", lambda v, s: v[s["x"]].mul_(_scalar_or(v, s)),
-               lambda n, s: f"{n[s['x']]}.mul_({_scalar_or_code(n, s)})", ("other", "scalar")),
-    "copy_": Op("inplace", lambda v, s: v[s["x"]].copy_(v[s["other"]]),
-                lambda n, s: f"{n[s['x']]}.copy_({n[s['other']]})", ("other",)),
-    "clamp_": Op("inplace", lambda v, s: v[s["x"]].clamp_(s["min"], s["max"]),
-                 lambda n, s: f"{n[s['x']]}.clamp_({s['min']!r}, {s['max']!r})", ("min", "max")),
+    "slice": Op(
+        "view",
+        lambda v, s: v[s["x"]][_index(s)],
+        lambda n, s: n[s["x"]] + _index_code(s),
+        ("dim", "start", "stop", "step"),
+    ),
+    "transpose": Op(
+        "view",
+        lambda v, s: v[s["x"]].transpose(s["dim0"], s["dim1"]),
+        lambda n, s: f"{n[s['x']]}.transpose({s['dim0']}, {s['dim1']})",
+        ("dim0", "dim1"),
+    ),
+    "select": Op(
+        "view",
+        lambda v, s: v[s["x"]].select(s["dim"], s["index"]),
+        lambda n, s: f"{n[s['x']]}.select({s['dim']}, {s['index']})",
+        ("dim", "index"),
+    ),
+    "view": Op(
+        "view",
+        lambda v, s: v[s["x"]].view(s["shape"]),
+        lambda n, s: f"{n[s['x']]}.view({_shape(s['shape'])})" if s["shape"] else f"{n[s['x']]}.view(())",
+        ("shape",),
+    ),
+    "expand": Op(
+        "view",
+        lambda v, s: v[s["x"]].expand(s["shape"]),
+        lambda n, s: f"{n[s['x']]}.expand({_shape(s['shape'])})" if s["shape"] else f"{n[s['x']]}.expand(())",
+        ("shape",),
+    ),
+    "add_": Op(
+        "inplace",
+        lambda v, s: v[s["x"]].add_(_scalar_or(v, s)),
+        lambda n, s: f"{n[s['x']]}.add_({_scalar_or_code(n, s)})",
+        ("other", "scalar"),
+    ),
+    "mul_": Op(
+        "inplace",
+        lambda v, s: v[s["x"]].mul_(_scalar_or(v, s)),
+        lambda n, s: f"{n[s['x']]}.mul_({_scalar_or_code(n, s)})",
+        ("other", "scalar"),
+    ),
+    "copy_": Op(
+        "inplace",
+        lambda v, s: v[s["x"]].copy_(v[s["other"]]),
+        lambda n, s: f"{n[s['x']]}.copy_({n[s['other']]})",
+        ("other",),
+    ),
+    "clamp_": Op(
+        "inplace",
+        lambda v, s: v[s["x"]].clamp_(s["min"], s["max"]),
+        lambda n, s: f"{n[s['x']]}.clamp_({s['min']!r}, {s['max']!r})",
+        ("min", "max"),
+    ),
     "call": Op("functional", _call, _call_code, ("fn", "other")),
 }
 
@@ -135,8 +170,7 @@ class Program:
                 raise ProgramError(f"{where}: unknown op {s!r}; expected one of {sorted(OPS)}")
             refs = [s.get("x"), *([s["other"]] if s.get("other") is not None else [])]
             if any(not isinstance(r, int) or not 0 <= r < self.inputs + k for r in refs):
-                raise ProgramError(f"{where}: operands {refs} must name earlier values "
-                                   f"(0 .. {self.inputs + k - 1})")
+                raise ProgramError(f"{where}: operands {refs} must name earlier values (0 .. {self.inputs + k - 1})")
             if s["op"] == "call" and s.get("fn") not in FUNCTIONS:
                 raise ProgramError(f"{where}: unknown function {s.get('fn')!r}")
 
@@ -182,7 +216,7 @@ class Program:
         return {"inputs": self.inputs, "body": [dict(s) for s in self.body]}
 
     @staticmethod
-    def from_json(data: Mapping | str) -> "Program":
+    def from_json(data: Mapping | str) -> Program:
         if isinstance(data, str):
             data = json.loads(data)
         if not isinstance(data, Mapping) or "inputs" not in data or "body" not in data:

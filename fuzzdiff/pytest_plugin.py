@@ -44,9 +44,12 @@ VARIANTS = {"ci": 4, "dev": 8, "nightly": 16}
 STRUCTURES = {"ci": 1, "dev": 1, "nightly": 8}
 # No explain phase: it re-runs a shrunk failure ~20x to annotate lines, and a
 # fuzzdiff failure already carries its own verdict and case.
-_COMMON = dict(deadline=None, print_blob=True, phases=[p for p in Phase if p != Phase.explain],
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                      HealthCheck.filter_too_much])
+_COMMON = dict(
+    deadline=None,
+    print_blob=True,
+    phases=[p for p in Phase if p != Phase.explain],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 
 
 def default_profile() -> str:
@@ -72,23 +75,37 @@ def fuzz_options(config) -> dict:
 
 def pytest_addoption(parser):
     group = parser.getgroup("fuzzdiff")
-    group.addoption("--fuzzdiff-profile", choices=sorted(PROFILES), default=None,
-                    help="fuzzing profile for fuzzdiff's fuzz loops (default: $FUZZDIFF_PROFILE, "
-                         "else 'ci' when $CI is set, else 'dev')")
-    group.addoption("--fuzzdiff-db", metavar="REDIS_URL", default=None,
-                    help="share Hypothesis's example database through Redis, beside the local "
-                         "directory (default: $FUZZDIFF_REDIS_URL), e.g. redis://host:6379/0")
+    group.addoption(
+        "--fuzzdiff-profile",
+        choices=sorted(PROFILES),
+        default=None,
+        help="fuzzing profile for fuzzdiff's fuzz loops (default: $FUZZDIFF_PROFILE, "
+        "else 'ci' when $CI is set, else 'dev')",
+    )
+    group.addoption(
+        "--fuzzdiff-db",
+        metavar="REDIS_URL",
+        default=None,
+        help="share Hypothesis's example database through Redis, beside the local "
+        "directory (default: $FUZZDIFF_REDIS_URL), e.g. redis://host:6379/0",
+    )
 
 
 def pytest_configure(config):
     name = config.getoption("--fuzzdiff-profile") or default_profile()
     # the profile's sizes, then $FUZZDIFF_*, then this session's options
-    session = FuzzConfig.resolve(os.environ, base=FuzzConfig(variants=VARIANTS[name], structures=STRUCTURES[name]),
-                                 redis_url=config.getoption("--fuzzdiff-db"))
+    session = FuzzConfig.resolve(
+        os.environ,
+        base=FuzzConfig(variants=VARIANTS[name], structures=STRUCTURES[name]),
+        redis_url=config.getoption("--fuzzdiff-db"),
+    )
     config._fuzzdiff_config = session
     config._fuzzdiff_profile = name + ("+shared" if session.redis_url else "")
-    config._fuzzdiff_options = {"settings": profile_settings(name, session.redis_url),
-                                "variants": session.variants, "structures": session.structures}
+    config._fuzzdiff_options = {
+        "settings": profile_settings(name, session.redis_url),
+        "variants": session.variants,
+        "structures": session.structures,
+    }
 
 
 @pytest.fixture(name="fuzz_options")
@@ -102,6 +119,7 @@ def pytest_report_header(config):
 
 
 # -- crashes: journal entries of dead processes become records (fuzzdiff.journal) ------
+
 
 def _corpus_root() -> str:
     # fuzzdiff.corpus.default_root() without importing torch into every pytest run
@@ -140,7 +158,7 @@ def pytest_handlecrashitem(crashitem, report, sched):
     cause = f"xdist worker {worker} crashed while running {crashitem}"
     paths = _recover(cause)
     for _ in range(20):  # xdist may see the channel close before the process is gone
-        if paths:        # (an abort still writing its core dump): give it two seconds
+        if paths:  # (an abort still writing its core dump): give it two seconds
             break
         time.sleep(0.1)
         paths = _recover(cause)

@@ -14,8 +14,8 @@ import json
 import math
 import time
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -33,18 +33,47 @@ def pair_rows(campaign, pairs: Iterable = ()) -> list[dict]:
     for r in campaign.results:
         counts = {k: int(v) for k, v in r.tally.counts.items() if v}
         message = r.error or (r.failure.verdict.message if r.failure is not None else "")
-        rows.append({"target": r.target, "check": r.check, "examples": r.tally.examples,
-                     "counts": counts, "failed": r.failed, "crashed": r.crashed, "cut": r.cut,
-                     "known": r.known, "known_hits": dict(r.tally.known), "batches": r.batches, "scores": list(r.scores),
-                     "new_records": r.new_records, "seconds": round(r.seconds, 3),
-                     "found_at": None if r.found_at is None else round(r.found_at, 1),
-                     "ref": r.ref, "message": message.splitlines()[0][:300] if message else ""})
+        rows.append(
+            {
+                "target": r.target,
+                "check": r.check,
+                "examples": r.tally.examples,
+                "counts": counts,
+                "failed": r.failed,
+                "crashed": r.crashed,
+                "cut": r.cut,
+                "known": r.known,
+                "known_hits": dict(r.tally.known),
+                "batches": r.batches,
+                "scores": list(r.scores),
+                "new_records": r.new_records,
+                "seconds": round(r.seconds, 3),
+                "found_at": None if r.found_at is None else round(r.found_at, 1),
+                "ref": r.ref,
+                "message": message.splitlines()[0][:300] if message else "",
+            }
+        )
     started = {(r.target, r.check) for r in campaign.results}
     for target, check in pairs:
         if (target.name, check.name) not in started:
-            rows.append({"target": target.name, "ref": target.ref, "check": check.name, "examples": 0, "counts": {},
-                         "failed": False, "crashed": False, "cut": False, "known": False,
-                         "batches": 0, "scores": [], "new_records": 0, "seconds": 0.0, "message": ""})
+            rows.append(
+                {
+                    "target": target.name,
+                    "ref": target.ref,
+                    "check": check.name,
+                    "examples": 0,
+                    "counts": {},
+                    "failed": False,
+                    "crashed": False,
+                    "cut": False,
+                    "known": False,
+                    "batches": 0,
+                    "scores": [],
+                    "new_records": 0,
+                    "seconds": 0.0,
+                    "message": "",
+                }
+            )
     return rows
 
 
@@ -65,8 +94,12 @@ def merge_results(*results: Mapping) -> dict:
             for k in ("failed", "crashed", "cut", "known"):
                 m[k] = m.get(k, False) or row.get(k, False)
             m["message"] = m["message"] or row["message"]
-    return {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "meta": {"merged": [res.get("meta", {}) for res in results]}, "pairs": list(pairs.values())}
+    return {
+        "format": FORMAT,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "meta": {"merged": [res.get("meta", {}) for res in results]},
+        "pairs": list(pairs.values()),
+    }
 
 
 def read_results(path: Path | str) -> dict:
@@ -79,15 +112,19 @@ def read_results(path: Path | str) -> dict:
     return data
 
 
-def write_report(directory: Path | str, pairs: Sequence[Mapping], *, meta: Mapping | None = None,
-                 title: str = "fuzzdiff coverage") -> dict[str, Path]:
+def write_report(
+    directory: Path | str, pairs: Sequence[Mapping], *, meta: Mapping | None = None, title: str = "fuzzdiff coverage"
+) -> dict[str, Path]:
     """Write ``results.json``, ``heatmap.html`` and ``heatmap.png`` into ``directory``."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    results = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-               "meta": dict(meta or {}), "pairs": [dict(p) for p in pairs]}
-    out = {"results": folder / "results.json", "html": folder / "heatmap.html",
-           "png": folder / "heatmap.png"}
+    results = {
+        "format": FORMAT,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "meta": dict(meta or {}),
+        "pairs": [dict(p) for p in pairs],
+    }
+    out = {"results": folder / "results.json", "html": folder / "heatmap.html", "png": folder / "heatmap.png"}
     out["results"].write_text(json.dumps(results, indent=1, sort_keys=True))
     grid = _Grid(results["pairs"])
     out["html"].write_text(_html(grid, title, results["meta"]))
@@ -134,9 +171,11 @@ def covered(cell: Mapping) -> bool:
 def _tooltip(cell: Mapping) -> str:
     c = cell["counts"]
     scores = cell.get("scores") or []
-    parts = [f"{cell['target']} x {cell['check']}: {cell['examples']} examples in "
-             f"{cell.get('batches', '?')} batches" + (f", score {scores[-1]:g}" if scores else ""),
-             ", ".join(f"{k} {c.get(k, 0)}" for k in VERDICTS if c.get(k, 0) or k in VERDICTS[:4])]
+    parts = [
+        f"{cell['target']} x {cell['check']}: {cell['examples']} examples in "
+        f"{cell.get('batches', '?')} batches" + (f", score {scores[-1]:g}" if scores else ""),
+        ", ".join(f"{k} {c.get(k, 0)}" for k in VERDICTS if c.get(k, 0) or k in VERDICTS[:4]),
+    ]
     if cell["crashed"]:
         parts.append("the worker died")
     if cell.get("known"):
@@ -153,7 +192,7 @@ def _tooltip(cell: Mapping) -> str:
 def _colour(level: float) -> str:
     """White to deep blue."""
     lo, hi = (247, 251, 255), (8, 69, 148)
-    return "#%02x%02x%02x" % tuple(round(a + (b - a) * level) for a, b in zip(lo, hi))
+    return "#{:02x}{:02x}{:02x}".format(*tuple(round(a + (b - a) * level) for a, b in zip(lo, hi)))
 
 
 def _html(grid: _Grid, title: str, meta: Mapping) -> str:
@@ -175,9 +214,11 @@ def _html(grid: _Grid, title: str, meta: Mapping) -> str:
             bad = failures(cell)
             known = not bad and cell.get("known")
             cls = "fail" if bad else "known" if known else "cut" if cell["cut"] else ""
-            text = f'{cell["examples"]}' + (f'<b>&#x2716;{bad}</b>' if bad else "<i>k</i>" if known else "")
-            cells.append(f'<td class="{cls}" style="background:{_colour(level)};color:{fg}" '
-                         f'title="{e(_tooltip(cell))}">{text}</td>')
+            text = f"{cell['examples']}" + (f"<b>&#x2716;{bad}</b>" if bad else "<i>k</i>" if known else "")
+            cells.append(
+                f'<td class="{cls}" style="background:{_colour(level)};color:{fg}" '
+                f'title="{e(_tooltip(cell))}">{text}</td>'
+            )
         rows.append(f"<tr><th class=t>{e(t)}</th>{''.join(cells)}</tr>")
     info = ", ".join(f"{e(str(k))}: {e(str(v))}" for k, v in meta.items())
     ncovered = sum(1 for cell in grid.cells.values() if covered(cell))
@@ -207,7 +248,8 @@ th.c div {{ writing-mode: vertical-rl; transform: rotate(180deg); }}
 {nfail} with failures, {nknown} with a known discrepancy. Colour: examples run (log scale, darkest {grid.top}).
 Hover a cell for its verdict counts.</p>
 <p class=legend><span style="background:{_colour(0.1)}">few examples</span><span
- style="background:{_colour(1.0)};color:#fff">many</span><span style="border:2px solid #d00">&#x2716; failures</span><span
+ style="background:{_colour(1.0)};color:#fff">many</span><span
+ style="border:2px solid #d00">&#x2716; failures</span><span
  style="border:2px dashed #e08000">k known discrepancy</span><span
  style="border:2px dashed #999">cut by its time limit</span><span style="background:#fde9c8">not reached</span><span
  style="background:#eee">not applicable</span></p>
@@ -221,6 +263,7 @@ def _png(grid: _Grid, title: str, path: Path) -> None:
     # startup time: matplotlib takes a second to import and only --report needs
     # it; and the Agg backend must be chosen before pyplot is imported
     import matplotlib
+
     matplotlib.use("Agg")
     # only now, with the backend chosen
     import matplotlib.pyplot as plt
@@ -235,8 +278,14 @@ def _png(grid: _Grid, title: str, path: Path) -> None:
                 levels[i, j] = math.log10(1 + cell["examples"])
     fig, ax = plt.subplots(figsize=(3.5 + 0.6 * nc, 2.0 + 0.2 * nt), layout="constrained")
     cmap = matplotlib.colormaps["Blues"].with_extremes(bad="#e6e6e6")
-    image = ax.imshow(np.ma.masked_invalid(levels), cmap=cmap, aspect="auto",
-                      vmin=0, vmax=max(math.log10(1 + grid.top), 1.0), interpolation="nearest")
+    image = ax.imshow(
+        np.ma.masked_invalid(levels),
+        cmap=cmap,
+        aspect="auto",
+        vmin=0,
+        vmax=max(math.log10(1 + grid.top), 1.0),
+        interpolation="nearest",
+    )
     for i, t in enumerate(grid.targets):
         for j, c in enumerate(grid.checks):
             cell = grid.get(t, c)
@@ -247,23 +296,42 @@ def _png(grid: _Grid, title: str, path: Path) -> None:
                 continue
             bad = failures(cell)
             if not bad and cell.get("known"):
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#e08000",
-                                       linewidth=1.5, linestyle="--"))
+                ax.add_patch(
+                    Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#e08000", linewidth=1.5, linestyle="--")
+                )
             if not bad and nt * nc <= 400:
-                ax.text(j, i, str(cell["examples"]), ha="center", va="center", fontsize=6,
-                        color="white" if levels[i, j] > 0.6 * math.log10(1 + grid.top) else "black")
+                ax.text(
+                    j,
+                    i,
+                    str(cell["examples"]),
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if levels[i, j] > 0.6 * math.log10(1 + grid.top) else "black",
+                )
             if bad:
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#d00000",
-                                       linewidth=2))
-                ax.text(j, i, f"x{bad}", ha="center", va="center", color="#d00000", fontsize=7,
-                        fontweight="bold", bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none"))
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#d00000", linewidth=2))
+                ax.text(
+                    j,
+                    i,
+                    f"x{bad}",
+                    ha="center",
+                    va="center",
+                    color="#d00000",
+                    fontsize=7,
+                    fontweight="bold",
+                    bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none"),
+                )
     ax.set_xticks(range(len(grid.checks)), grid.checks, fontsize=8)
     ax.set_yticks(range(len(grid.targets)), grid.targets, fontsize=7)
     ax.xaxis.set_ticks_position("top")
     plt.setp(ax.get_xticklabels(), rotation=60, ha="left", rotation_mode="anchor")
     bar = fig.colorbar(image, ax=ax, shrink=min(1.0, 20 / nt), pad=0.02, aspect=30)
     bar.set_label("log10(1 + examples)", fontsize=8)
-    fig.suptitle(f"{title}: examples per (target, check); red box: failures (count); "
-                 "orange dashes: known discrepancy; peach: not reached; grey: not applicable", fontsize=9)
+    fig.suptitle(
+        f"{title}: examples per (target, check); red box: failures (count); "
+        "orange dashes: known discrepancy; peach: not reached; grey: not applicable",
+        fontsize=9,
+    )
     fig.savefig(path, dpi=110)
     plt.close(fig)

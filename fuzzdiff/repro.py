@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS
@@ -37,8 +37,7 @@ def read(record: Record | Path | str) -> Record:
     if not isinstance(record, Record):
         record = read_record(record)
     if record.check not in CHECKS:
-        raise CorpusError(f"{record.path}: field 'check' is {record.check!r}; "
-                          f"expected one of {', '.join(CHECKS)}")
+        raise CorpusError(f"{record.path}: field 'check' is {record.check!r}; expected one of {', '.join(CHECKS)}")
     return record
 
 
@@ -71,8 +70,9 @@ def imports(record: Record | Path | str, allow_import: Iterable[str] = ()) -> Pl
         raise CorpusError(f"{record.path}: field {field!r}: {e}") from None
 
 
-def load(record: Record | Path | str, *, trust_source: bool = False,
-         allow_import: Iterable[str] = ()) -> tuple[Record, Target]:
+def load(
+    record: Record | Path | str, *, trust_source: bool = False, allow_import: Iterable[str] = ()
+) -> tuple[Record, Target]:
     """The record and its target; a name that does not resolve is the record's error.
 
     A user target's module is imported only when it is the project's own code
@@ -101,8 +101,7 @@ def _names(allow_import: Iterable[str]) -> tuple[str, ...]:
     return tuple(allow_import)
 
 
-def replay(record: Record | Path | str, *, trust_source: bool = False,
-           allow_import: Iterable[str] = ()) -> Verdict:
+def replay(record: Record | Path | str, *, trust_source: bool = False, allow_import: Iterable[str] = ()) -> Verdict:
     """The check's verdict at the record's exact inputs, today.
 
     A ``crash`` record replays in a child process (in this one it would kill
@@ -131,21 +130,37 @@ record, target = load(sys.argv[1], trust_source=sys.argv[2] == "trust", allow_im
 print(run_check(record.check, target, record.case).kind)
 """
 
+
 def _replay_isolated(record: Record, trust_source: bool = False, allow_import: tuple[str, ...] = ()) -> Verdict:
 
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(record.path), "trust" if trust_source else "-",
-                           json.dumps(list(allow_import))],
-                          capture_output=True, text=True, cwd=os.getcwd())
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _CHILD,
+            str(record.path),
+            "trust" if trust_source else "-",
+            json.dumps(list(allow_import)),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=os.getcwd(),
+    )
     if done.returncode < 0:
         name = signal.Signals(-done.returncode).name
         return Verdict("crash", f"the replay died by {name}", {"signal": name})
     if done.returncode != 0:
-        return Verdict("crash", f"the replay exited with status {done.returncode}: "
-                       f"{done.stderr.strip().splitlines()[-1:] or ''}", {"status": done.returncode})
+        return Verdict(
+            "crash",
+            f"the replay exited with status {done.returncode}: {done.stderr.strip().splitlines()[-1:] or ''}",
+            {"status": done.returncode},
+        )
     kind = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     if kind not in KINDS:  # the child printed no verdict: nothing is known, and nothing passed
-        return Verdict("inconclusive", f"the replay in a child process exited cleanly without a verdict "
-                       f"(its output ended {kind[-200:]!r})")
+        return Verdict(
+            "inconclusive",
+            f"the replay in a child process exited cleanly without a verdict (its output ended {kind[-200:]!r})",
+        )
     return Verdict(kind, f"the replay in a child process did not crash (verdict {kind})")
 
 
@@ -163,8 +178,9 @@ def mismatch(recorded: Verdict, replayed: Verdict) -> str | None:
         return f"recorded a raised {exception}, replayed {replayed.message.splitlines()[0][:300]}"
     if exception is not None and error_shape(replayed) != error_shape(recorded):
         # the same type with another message is another error (fuzzdiff.corpus.signature)
-        return (f"recorded {recorded.message.splitlines()[0][:300]!r}, replayed "
-                f"{replayed.message.splitlines()[0][:300]!r}")
+        return (
+            f"recorded {recorded.message.splitlines()[0][:300]!r}, replayed {replayed.message.splitlines()[0][:300]!r}"
+        )
     if exception is None and recorded.kind == "fail":
         identity = recorded.message.split(":", 1)[0]
         if replayed.message.split(":", 1)[0] != identity:
@@ -235,13 +251,18 @@ def regression_test(record: Record, folder: Path | str, xfail: bool = False) -> 
     found = ", ".join(f"{k} {v}" for k, v in (record.found_with or {}).items()) or "unknown versions"
     mark = f"@pytest.mark.xfail(strict=True, reason={f'open: {message}'[:200]!r})\n" if xfail else ""
     source = _TEST.format(
-        check=record.check, target=record.target,
+        check=record.check,
+        target=record.target,
         message=textwrap.fill(f"Recorded {record.verdict.kind}: {message}", 88),
-        record=_display(record.path), status=record.status, found=found,
+        record=_display(record.path),
+        status=record.status,
+        found=found,
         inputs="\n".join(f"  {line}" for line in describe(record.case)),
         imports="\nimport pytest\n" if xfail else "",
         relpath=os.path.relpath(Path(record.path).resolve(), folder.resolve()),
-        mark=mark, name=name)
+        mark=mark,
+        name=name,
+    )
     return f"{name}.py", source
 
 

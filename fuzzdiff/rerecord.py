@@ -36,8 +36,9 @@ from fuzzdiff.repro import mismatch, replay
 __all__ = ["rerecord", "main"]
 
 
-def rerecord(path, *, dry_run: bool = False, trust_source: bool = False,
-             keep_unreplayed: bool = False) -> tuple[str, str]:
+def rerecord(
+    path, *, dry_run: bool = False, trust_source: bool = False, keep_unreplayed: bool = False
+) -> tuple[str, str]:
     """``(outcome, detail)`` for one record: "rewritten" (or "would rewrite"),
     "differs" or "not replayed" (left as they are)."""
     record = read_record(path)
@@ -70,14 +71,16 @@ def _cuda() -> bool:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fuzzdiff.rerecord", description=__doc__.split("\n\n")[0])
     p.add_argument("records", nargs="*", metavar="RECORD", help="record paths (default: the whole corpus)")
-    p.add_argument("--corpus", default=None,
-                   help="the corpus directory (default: $FUZZDIFF_CORPUS or ./corpus)")
+    p.add_argument("--corpus", default=None, help="the corpus directory (default: $FUZZDIFF_CORPUS or ./corpus)")
     p.add_argument("--all", action="store_true", help=f"also records already drawn with {SCHEME}")
     p.add_argument("--dry-run", action="store_true", help="replay and report, write nothing")
     p.add_argument("--trust-source", action="store_true", help="run the function source a record carries")
-    p.add_argument("--keep-unreplayed", action="store_true",
-                   help="rewrite CUDA records without replaying them when there is no GPU (for "
-                        "failures that do not depend on the draws)")
+    p.add_argument(
+        "--keep-unreplayed",
+        action="store_true",
+        help="rewrite CUDA records without replaying them when there is no GPU (for "
+        "failures that do not depend on the draws)",
+    )
     args = p.parse_args(argv)
     paths = args.records or list(iter_records(args.corpus or default_root()))
     differs = 0
@@ -85,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if not args.all and read_record(path).draws == SCHEME:
                 continue
-            outcome, detail = rerecord(path, dry_run=args.dry_run, trust_source=args.trust_source,
-                                       keep_unreplayed=args.keep_unreplayed)
+            outcome, detail = rerecord(
+                path, dry_run=args.dry_run, trust_source=args.trust_source, keep_unreplayed=args.keep_unreplayed
+            )
         except CorpusError as e:
             outcome, detail = "unreadable", str(e)
         differs += outcome in ("differs", "not replayed", "unreadable")

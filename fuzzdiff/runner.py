@@ -27,6 +27,7 @@ from strategies.cotangents import draw_probe_dicts
 
 __all__ = ["run_check", "verdict_at", "case_strategy", "UNSUPPORTED_PATTERNS", "unsupported_reason"]
 
+
 def run_check(check: Check | str, target: Target | str, case: Case) -> Verdict:
     """The check's verdict at ``case``; never raises for the target's own errors."""
     check = get_check(check) if isinstance(check, str) else check
@@ -64,20 +65,24 @@ def _verdict(check: Check, target: Target, case: Case) -> Verdict:
             check.run(target, case)
         except Exception as again:  # noqa: BLE001
             if type(again) is type(first) and str(again) == str(first):
-                return Verdict("fail", f"raised {type(first).__name__}: {first}",
-                               {"exception": type(first).__name__,
-                                "traceback": traceback.format_exception(first)[-3:]})
-            return Verdict("inconclusive", f"raised {type(first).__name__} once, then "
-                           f"{type(again).__name__}: {again}")
-        return Verdict("inconclusive", f"raised {type(first).__name__}: {first} once; "
-                       "the replay passed (nondeterministic)")
+                return Verdict(
+                    "fail",
+                    f"raised {type(first).__name__}: {first}",
+                    {"exception": type(first).__name__, "traceback": traceback.format_exception(first)[-3:]},
+                )
+            return Verdict("inconclusive", f"raised {type(first).__name__} once, then {type(again).__name__}: {again}")
+        return Verdict(
+            "inconclusive", f"raised {type(first).__name__}: {first} once; the replay passed (nondeterministic)"
+        )
 
 
 def case_strategy(check: Check, target: Target, **case_options) -> st.SearchStrategy[Case]:
     """Cases for ``target`` with the check's own params drawn and stored."""
-    options = dict(dtypes=target.dtypes if check.dtypes is None else tuple(
-                       d for d in target.dtypes if d in check.dtypes),
-                   alias=check.aliasing != "never", require_alias=check.aliasing == "required")
+    options = dict(
+        dtypes=target.dtypes if check.dtypes is None else tuple(d for d in target.dtypes if d in check.dtypes),
+        alias=check.aliasing != "never",
+        require_alias=check.aliasing == "required",
+    )
     options.update(case_options)  # the caller's word wins, e.g. alias=False
     return _case_with_params(case_plan(target, **options), check, target)
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 import random
 import zlib
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 __all__ = ["BatchReport", "PairState", "Scheduler", "Shard", "batch_seed"]
 
@@ -49,13 +49,13 @@ UNSUPPORTED_QUIET = 3
 class BatchReport:
     """What one batch tells the scheduler (plain data, from a worker)."""
 
-    examples: int = 0               # verdicts
-    closest: float = 0.0            # largest passing error / allowed, in [0, 1)
+    examples: int = 0  # verdicts
+    closest: float = 0.0  # largest passing error / allowed, in [0, 1)
     inconclusive: int = 0
     unsupported: int = 0
     features: frozenset[str] = frozenset()
-    cut: bool = False               # stopped by its deadline before its examples were all run
-    ended: bool = False             # failed, crashed or errored: the pair needs no more batches
+    cut: bool = False  # stopped by its deadline before its examples were all run
+    ended: bool = False  # failed, crashed or errored: the pair needs no more batches
 
 
 @dataclass
@@ -72,14 +72,18 @@ class PairState:
 
     @property
     def score(self) -> float:
-        return 0.0 if self.ended else DECAY ** self.quiet * (1.0 + self.signal)
+        return 0.0 if self.ended else DECAY**self.quiet * (1.0 + self.signal)
 
     def update(self, report: BatchReport) -> None:
         new = report.features - self.features
         self.features |= report.features
         share = report.inconclusive / report.examples if report.examples else 0.0
-        batch = (NEAR_WEIGHT * min(max(report.closest, 0.0), 1.0) + INCONCLUSIVE_WEIGHT * share
-                 + FEATURE_WEIGHT * min(len(new), MAX_NEW_FEATURES) + CUT_WEIGHT * report.cut)
+        batch = (
+            NEAR_WEIGHT * min(max(report.closest, 0.0), 1.0)
+            + INCONCLUSIVE_WEIGHT * share
+            + FEATURE_WEIGHT * min(len(new), MAX_NEW_FEATURES)
+            + CUT_WEIGHT * report.cut
+        )
         self.batches += 1
         self.signal = DECAY * self.signal + batch
         if report.examples and report.unsupported == report.examples:
@@ -110,7 +114,7 @@ class Shard:
             raise ValueError(f"shard {self.index}/{self.count}: expected I/N with 1 <= I <= N")
 
     @classmethod
-    def parse(cls, text: str) -> "Shard":
+    def parse(cls, text: str) -> Shard:
         index, sep, count = text.partition("/")
         try:
             if not sep:
@@ -146,10 +150,10 @@ class Scheduler:
         self.seed = seed
         self.rounds = rounds
         self.round = 1
-        self._home: dict[int, int] = {}                    # pair -> the worker of its last batch
+        self._home: dict[int, int] = {}  # pair -> the worker of its last batch
         self._queues: dict[int | None, deque] = {None: deque((i, 0) for i in range(count))}
         self._running = 0
-        self._issued: dict[int, int] = {}                  # pair -> batches handed out so far
+        self._issued: dict[int, int] = {}  # pair -> batches handed out so far
         self._reports: list[tuple[int, int, BatchReport]] = []
 
     # -- handing out ------------------------------------------------------------------------

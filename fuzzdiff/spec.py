@@ -75,18 +75,20 @@ def _parse_dim(spec: str, token: str, pos: int) -> Dim:
     low = high = None
     bounds = _BOUNDS.search(rest)
     if bounds is not None:
-        rest = rest[:bounds.start()]
+        rest = rest[: bounds.start()]
         for op, value in re.findall(r"(>=|<=)(\d+)", bounds.group()):
             if op == ">=":
                 low = int(value)
             else:
                 high = int(value)
         if low is not None and high is not None and low > high:
-            raise SpecError(spec, pos, f"bad bounds in {token!r}: the lower bound {low} is above "
-                            f"the upper bound {high}")
+            raise SpecError(
+                spec, pos, f"bad bounds in {token!r}: the lower bound {low} is above the upper bound {high}"
+            )
     elif any(c in rest for c in "<>="):
-        raise SpecError(spec, pos, f"bad bounds in {token!r}: expected name>=LOW, name<=HIGH or "
-                        "name>=LOW<=HIGH with integers")
+        raise SpecError(
+            spec, pos, f"bad bounds in {token!r}: expected name>=LOW, name<=HIGH or name>=LOW<=HIGH with integers"
+        )
     if rest.startswith("*"):
         variadic, rest = True, rest[1:]
     if rest.startswith("#"):
@@ -94,8 +96,9 @@ def _parse_dim(spec: str, token: str, pos: int) -> Dim:
     if rest == "_" and not broadcast:
         return Dim("anon", variadic=variadic)
     if not _IDENT.match(rest):
-        raise SpecError(spec, pos, f"bad dimension {token!r}: expected a name, an integer, "
-                        "'_', '...', '*name', '#name' or '*#name'")
+        raise SpecError(
+            spec, pos, f"bad dimension {token!r}: expected a name, an integer, '_', '...', '*name', '#name' or '*#name'"
+        )
     if (low is not None or high is not None) and not _IDENT.match(rest.lstrip("*#")):
         raise SpecError(spec, pos, f"bad dimension {token!r}: bounds go after a name, e.g. n>=1")
     return Dim("name", name=rest, variadic=variadic, broadcast=broadcast, low=low, high=high)
@@ -139,8 +142,7 @@ def _parse_spec(spec: str) -> tuple[ArgSpec, ...]:
             if dim.variadic:
                 variadics += 1
                 if variadics > 1:
-                    raise SpecError(spec, body_at + m.start(),
-                                    f"argument {name!r} has more than one variadic group")
+                    raise SpecError(spec, body_at + m.start(), f"argument {name!r} has more than one variadic group")
             dims.append(dim)
         args.append(ArgSpec(name, tuple(dims)))
     return _shared_bounds(spec, tuple(args))
@@ -161,8 +163,13 @@ def _shared_bounds(spec: str, args: tuple[ArgSpec, ...]) -> tuple[ArgSpec, ...]:
         return args
     for name in low.keys() & high.keys():
         if low[name] > high[name]:
-            raise SpecError(spec, spec.find(name), f"the bounds of {name!r} leave no size: "
-                            f">={low[name]} and <={high[name]}")
-    return tuple(ArgSpec(a.name, tuple(
-        replace(d, low=low.get(d.name), high=high.get(d.name)) if d.kind == "name" else d
-        for d in a.dims)) for a in args)
+            raise SpecError(
+                spec, spec.find(name), f"the bounds of {name!r} leave no size: >={low[name]} and <={high[name]}"
+            )
+    return tuple(
+        ArgSpec(
+            a.name,
+            tuple(replace(d, low=low.get(d.name), high=high.get(d.name)) if d.kind == "name" else d for d in a.dims),
+        )
+        for a in args
+    )

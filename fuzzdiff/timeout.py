@@ -32,6 +32,7 @@ from pathlib import Path
 
 __all__ = ["ExampleTimeout", "Watchdog", "grace", "limited"]
 
+
 class ExampleTimeout(BaseException):
     """Raised by the soft timeout. A BaseException so that it passes through
     ``run_check``'s and targets' ``except Exception`` (which would turn it into

@@ -38,5 +38,3 @@ class Verdict:
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}" if self.message else self.kind
-
-

@@ -4,8 +4,8 @@ It draws a case, so it sits above the runner."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
@@ -13,10 +13,10 @@ from hypothesis.errors import NoSuchExample
 from fuzzdiff.case import Case
 from fuzzdiff.checks.vmap import CHECK
 from fuzzdiff.paths import vmap as path
-from strategies.batching import COMPOSITIONS
 from fuzzdiff.runner import case_strategy
 from fuzzdiff.targets.target import Target
 from fuzzdiff.unsupported import unsupported_reason
+from strategies.batching import COMPOSITIONS
 
 __all__ = ["fallbacks", "fallback_report"]
 
@@ -24,8 +24,14 @@ __all__ = ["fallbacks", "fallback_report"]
 def _sample(target: Target) -> Case:
     """One small case of ``target`` with non-empty arguments, found without randomness."""
     base = case_strategy(CHECK, target, layout_features=(), specials=False)
-    config = settings(database=None, derandomize=True, max_examples=200, deadline=None,
-                      phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
+    config = settings(
+        database=None,
+        derandomize=True,
+        max_examples=200,
+        deadline=None,
+        phases=(Phase.generate,),
+        suppress_health_check=list(HealthCheck),
+    )
     try:
         return find(base, lambda c: all(0 not in a.shape for a in c.args), settings=config)
     except NoSuchExample:
@@ -39,7 +45,8 @@ def fallbacks(target: Target, batch: int = 2) -> list[str]:
     ops: list[str] = []
     for composition in COMPOSITIONS:
         levels = [{"batch": batch, "in_dims": [0] * len(case.args), "out_dims": [0]}] * (
-            2 if composition == "vmap_vmap" else 1)
+            2 if composition == "vmap_vmap" else 1
+        )
         plan = {"composition": composition, "levels": levels, "batched_layouts": [None] * len(case.args)}
         with path.recording_fallbacks() as seen:
             try:

@@ -17,6 +17,18 @@ from strategies.shapes import broadcastable_shapes, shapes, spec_shapes
 from strategies.tensors import aliased, tensors
 from strategies.values import sampling_interval, values
 
-__all__ = ["aliasing", "cases", "probes", "dtypes", "layouts", "strided",
-           "broadcastable_shapes", "shapes", "spec_shapes", "sampling_interval", "values",
-           "tensors", "aliased"]
+__all__ = [
+    "aliasing",
+    "cases",
+    "probes",
+    "dtypes",
+    "layouts",
+    "strided",
+    "broadcastable_shapes",
+    "shapes",
+    "spec_shapes",
+    "sampling_interval",
+    "values",
+    "tensors",
+    "aliased",
+]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import replace
-from typing import Hashable, Sequence
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -32,8 +32,14 @@ def _span(a: Arg) -> tuple[int, int]:
     return lay.offset, lay.offset + 1 + sum((n - 1) * s for n, s in zip(a.shape, lay.strides))
 
 
-def aliasing(args: Sequence[Arg], groups: Sequence[Hashable | None], *,
-             kinds: Sequence[str] = ALIAS_KINDS, views: bool = True, require: bool = False):
+def aliasing(
+    args: Sequence[Arg],
+    groups: Sequence[Hashable | None],
+    *,
+    kinds: Sequence[str] = ALIAS_KINDS,
+    views: bool = True,
+    require: bool = False,
+):
     """``args`` with some of them made to share storage.
 
     ``groups[i]`` is None for an argument that must not alias; arguments alias
@@ -54,13 +60,20 @@ def aliasing(args: Sequence[Arg], groups: Sequence[Hashable | None], *,
 # Module level: st.composite inspects the function's source when it decorates,
 # which costs milliseconds, so it must not run once per draw.
 @st.composite
-def _draw_aliasing(draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, ...],
-                   views: bool, require: bool) -> tuple[Arg, ...]:
+def _draw_aliasing(
+    draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, ...], views: bool, require: bool
+) -> tuple[Arg, ...]:
     return draw_aliasing(draw, args, groups, kinds, views, require)
 
 
-def draw_aliasing(draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, ...] = ALIAS_KINDS,
-                  views: bool = True, require: bool = False) -> tuple[Arg, ...]:
+def draw_aliasing(
+    draw,
+    args: tuple[Arg, ...],
+    groups: tuple,
+    kinds: tuple[str, ...] = ALIAS_KINDS,
+    views: bool = True,
+    require: bool = False,
+) -> tuple[Arg, ...]:
     """The draws of ``aliasing(...)`` made with a caller's ``draw``: cases() calls
     this inside its own composite rather than building a strategy per example."""
     out = list(args)
@@ -89,8 +102,11 @@ def draw_aliasing(draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, 
         view = strided(out[j].shape, perm=perm, offset=offset)
         out[j] = replace(out[j], alias=Alias(i, "view"), layout=view, grad="view")
         owner_lay = out[i].strided
-        out[i] = replace(out[i], grad="view", layout=Layout(
-            max(owner_lay.storage_size, view.storage_size), owner_lay.strides, owner_lay.offset))
+        out[i] = replace(
+            out[i],
+            grad="view",
+            layout=Layout(max(owner_lay.storage_size, view.storage_size), owner_lay.strides, owner_lay.offset),
+        )
     if views:
         for j, a in enumerate(out):
             if groups[j] is not None and a.alias is None and a.grad == "leaf" and draw(COIN):

@@ -10,7 +10,7 @@ batch size 1, contiguous inputs.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -18,8 +18,18 @@ from hypothesis.errors import InvalidArgument
 from strategies._validation import check_int, check_range
 from strategies.layouts import LAYOUT_FEATURES, layouts
 
-__all__ = ["COMPOSITIONS", "IN_DIMS", "OUT_DIMS", "BATCHED_LAYOUT_FEATURES", "batch_sizes",
-           "in_dims", "out_dims", "compositions", "batched_shape", "batching"]
+__all__ = [
+    "COMPOSITIONS",
+    "IN_DIMS",
+    "OUT_DIMS",
+    "BATCHED_LAYOUT_FEATURES",
+    "batch_sizes",
+    "in_dims",
+    "out_dims",
+    "compositions",
+    "batched_shape",
+    "batching",
+]
 
 # vmap over the target; vmap of vjp / jvp / grad (per-example cotangents and
 # tangents); vjp / jvp of the vmapped target; vmap of vmap.
@@ -100,9 +110,14 @@ def batched_shape(shape: Sequence[int], levels: Sequence[tuple[int, int | None]]
     return tuple(out)
 
 
-def batching(shapes: Sequence[Sequence[int]], *, choices: Sequence[str] = COMPOSITIONS,
-             max_batch: int = 5, in_dim_choices: Sequence[int | None] = IN_DIMS,
-             layout_features: Sequence[str] = BATCHED_LAYOUT_FEATURES):
+def batching(
+    shapes: Sequence[Sequence[int]],
+    *,
+    choices: Sequence[str] = COMPOSITIONS,
+    max_batch: int = 5,
+    in_dim_choices: Sequence[int | None] = IN_DIMS,
+    layout_features: Sequence[str] = BATCHED_LAYOUT_FEATURES,
+):
     """A batching plan for arguments of ``shapes``: ``{"composition", "levels",
     "batched_layouts"}``. ``levels`` lists each vmap level, outermost first, as
     ``{"batch", "in_dims", "out_dims"}``; ``batched_layouts[i]`` is the layout of argument
@@ -116,8 +131,7 @@ def batching(shapes: Sequence[Sequence[int]], *, choices: Sequence[str] = COMPOS
         raise InvalidArgument(f"layout_features {sorted(bad)} are not among {BATCHED_LAYOUT_FEATURES}")
     compositions(choices)  # validates
     in_dims([len(s) for s in shapes], choices=in_dim_choices)  # validates
-    return _draw_batching(shapes, tuple(choices), max_batch, tuple(in_dim_choices),
-                          tuple(layout_features))
+    return _draw_batching(shapes, tuple(choices), max_batch, tuple(in_dim_choices), tuple(layout_features))
 
 
 @st.composite
@@ -127,8 +141,9 @@ def _draw_batching(draw, shapes, choices, max_batch, in_dim_choices, features) -
     levels = []  # drawn innermost first: an outer level sees the inner batch dims
     for _ in range(NESTED.get(composition, 1)):
         dims = draw(in_dims(ranks, choices=in_dim_choices))
-        levels.insert(0, {"batch": draw(batch_sizes(1, max_batch)), "in_dims": list(dims),
-                          "out_dims": list(draw(out_dims()))})
+        levels.insert(
+            0, {"batch": draw(batch_sizes(1, max_batch)), "in_dims": list(dims), "out_dims": list(draw(out_dims()))}
+        )
         ranks = [r + (d is not None) for r, d in zip(ranks, dims)]
     lays = []
     for k, shape in enumerate(shapes):
@@ -137,6 +152,5 @@ def _draw_batching(draw, shapes, choices, max_batch, in_dim_choices, features) -
             lays.append(None)
             continue
         lay = draw(layouts(batched_shape(shape, per_level), features=features))
-        lays.append({"storage_size": lay.storage_size, "strides": list(lay.strides),
-                     "offset": lay.offset})
+        lays.append({"storage_size": lay.storage_size, "strides": list(lay.strides), "offset": lay.offset})
     return {"composition": composition, "levels": levels, "batched_layouts": lays}

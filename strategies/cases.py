@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from hypothesis import strategies as st
@@ -101,8 +102,13 @@ def _arg_values(target: Signature, name: str, shapes, specials: bool) -> tuple[V
     if isinstance(kind, Mask):
         return values_plan(kind="bool"), "bool"
     low, high = target.sample.get(name) or sampling_interval(target.domain.get(name, (None, None)))
-    return values_plan(low=low, high=high, specials=target.specials if specials else False,
-                    avoid=target.kinks, distinct=target.distinct), None
+    return values_plan(
+        low=low,
+        high=high,
+        specials=target.specials if specials else False,
+        avoid=target.kinks,
+        distinct=target.distinct,
+    ), None
 
 
 def _dim_size(target: Signature, shapes, dim: str) -> int:
@@ -119,25 +125,48 @@ def _dim_size(target: Signature, shapes, dim: str) -> int:
     raise InvalidArgument(f"dim {dim!r} does not appear in spec {target.spec!r}")
 
 
-def cases(target: Signature, *, dtypes: Sequence[torch.dtype] | None = None,
-          layout_features: Sequence[str] | None = LAYOUT_FEATURES, alias: bool = True,
-          require_alias: bool = False, specials: bool = True, max_side: int | None = None,
-          devices: Sequence[str] | None = None) -> SearchStrategy[Case]:
+def cases(
+    target: Signature,
+    *,
+    dtypes: Sequence[torch.dtype] | None = None,
+    layout_features: Sequence[str] | None = LAYOUT_FEATURES,
+    alias: bool = True,
+    require_alias: bool = False,
+    specials: bool = True,
+    max_side: int | None = None,
+    devices: Sequence[str] | None = None,
+) -> SearchStrategy[Case]:
     """Cases for ``target``: shapes from its spec, then per argument values, a
     layout and (for functional targets) aliasing. Shrinks toward small,
     contiguous, unaliased float64 cases. With ``require_alias`` every case has
     at least one argument that is a view or shares memory with another.
     ``devices`` (default: cpu, and cuda when available and the target takes
     it) is drawn when several."""
-    return _draw_case(case_plan(target, dtypes=dtypes, layout_features=layout_features, alias=alias,
-                                require_alias=require_alias, specials=specials, max_side=max_side,
-                                devices=devices))
+    return _draw_case(
+        case_plan(
+            target,
+            dtypes=dtypes,
+            layout_features=layout_features,
+            alias=alias,
+            require_alias=require_alias,
+            specials=specials,
+            max_side=max_side,
+            devices=devices,
+        )
+    )
 
 
-def case_plan(target: Signature, *, dtypes: Sequence[torch.dtype] | None = None,
-              layout_features: Sequence[str] | None = LAYOUT_FEATURES, alias: bool = True,
-              require_alias: bool = False, specials: bool = True, max_side: int | None = None,
-              devices: Sequence[str] | None = None) -> CasePlan:
+def case_plan(
+    target: Signature,
+    *,
+    dtypes: Sequence[torch.dtype] | None = None,
+    layout_features: Sequence[str] | None = LAYOUT_FEATURES,
+    alias: bool = True,
+    require_alias: bool = False,
+    specials: bool = True,
+    max_side: int | None = None,
+    devices: Sequence[str] | None = None,
+) -> CasePlan:
     """``cases()``'s arguments validated and resolved: ``draw_case`` draws
     from it with a caller's ``draw`` (fuzzdiff.runner draws a case and a
     check's params in one composite)."""
@@ -155,19 +184,25 @@ def case_plan(target: Signature, *, dtypes: Sequence[torch.dtype] | None = None,
     if devices is None:
         devices = tuple(d for d in target.devices if d == "cpu" or torch.cuda.is_available())
     elif not devices or not {torch.device(d).type for d in devices} <= set(target.devices):
-        raise InvalidArgument(f"target {target.name!r} takes devices {target.devices}, not "
-                              f"{tuple(devices)}" + (f" ({target.cpu_only})" if target.cpu_only else ""))
+        raise InvalidArgument(
+            f"target {target.name!r} takes devices {target.devices}, not "
+            f"{tuple(devices)}" + (f" ({target.cpu_only})" if target.cpu_only else "")
+        )
     args = []
     for spec in target.args:
         diff = target.differentiable(spec.name)
         kind = target.kinds.get(spec.name)
         vals = None if isinstance(kind, Index) else _arg_values(target, spec.name, {}, specials)
-        group = ((target.domain.get(spec.name), target.sample.get(spec.name))
-                 if diff and kind is None and alias and target.functional else None)
+        group = (
+            (target.domain.get(spec.name), target.sample.get(spec.name))
+            if diff and kind is None and alias and target.functional
+            else None
+        )
         args.append(ArgPlan(spec.name, vals, "leaf" if diff else "none", group))
     dtype = allowed[0] if len(allowed) == 1 else dtype_strategy(allowed)
-    return CasePlan(target, dtype, tuple(args), features, side, alias and target.functional,
-                    require_alias, specials, tuple(devices))
+    return CasePlan(
+        target, dtype, tuple(args), features, side, alias and target.functional, require_alias, specials, tuple(devices)
+    )
 
 
 # Module level: st.composite inspects the function's source when it decorates,
@@ -201,5 +236,6 @@ def draw_case(draw, plan: CasePlan) -> Case:
         groups.append(arg.alias_group)
     if plan.alias:
         args = list(draw_aliasing(draw, tuple(args), tuple(groups), require=plan.require_alias))
-    return Case(target.ref, tuple(args), str(dtype).removeprefix("torch."), device,
-                kwargs=draw_kwargs(draw, target, shapes))
+    return Case(
+        target.ref, tuple(args), str(dtype).removeprefix("torch."), device, kwargs=draw_kwargs(draw, target, shapes)
+    )

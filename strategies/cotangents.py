@@ -41,8 +41,7 @@ def draw_probe_dicts(draw, keys: tuple[str, ...]) -> dict[str, dict]:
     """One probe per key, as the dict a case stores, from one integer of 32
     bits per probe (one draw instead of one per probe); 0 gives the plainest."""
     code = draw(integers(0, 2 ** (32 * len(keys)) - 1))
-    return {k: probe_from_code(code >> (32 * i) & 0xFFFF_FFFF).__dict__.copy()
-            for i, k in enumerate(keys)}
+    return {k: probe_from_code(code >> (32 * i) & 0xFFFF_FFFF).__dict__.copy() for i, k in enumerate(keys)}
 
 
 @st.composite

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from hypothesis import strategies as st
@@ -10,8 +10,7 @@ from hypothesis.errors import InvalidArgument
 
 __all__ = ["dtypes", "DIFFERENTIABLE_DTYPES"]
 
-DIFFERENTIABLE_DTYPES = (torch.float64, torch.float32, torch.complex128, torch.complex64,
-                         torch.bfloat16, torch.float16)
+DIFFERENTIABLE_DTYPES = (torch.float64, torch.float32, torch.complex128, torch.complex64, torch.bfloat16, torch.float16)
 
 
 def dtypes(allowed: Sequence[torch.dtype] = (torch.float64, torch.float32)):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -23,9 +23,15 @@ __all__ = ["strided", "layouts", "check_layout_features", "LAYOUT_FEATURES"]
 LAYOUT_FEATURES = ("permuted", "sliced", "offset", "expanded", "channels_last")
 
 
-def strided(shape: Sequence[int], *, perm: Sequence[int] | None = None,
-            steps: Sequence[int] | None = None, offset: int = 0,
-            expand: Sequence[int] = (), tail: int = 0) -> Layout:
+def strided(
+    shape: Sequence[int],
+    *,
+    perm: Sequence[int] | None = None,
+    steps: Sequence[int] | None = None,
+    offset: int = 0,
+    expand: Sequence[int] = (),
+    tail: int = 0,
+) -> Layout:
     """The layout that stores dims in ``perm`` order (outermost first), every
     ``steps[d]``-th element along dim d, from ``offset``, with ``expand`` dims at stride 0."""
     rank = len(shape)
@@ -62,8 +68,14 @@ def check_layout_features(features: Sequence[str]) -> None:
         raise InvalidArgument(f"unknown layout features {sorted(unknown)}; expected {LAYOUT_FEATURES}")
 
 
-def layouts(shape: Sequence[int], *, features: Sequence[str] = LAYOUT_FEATURES,
-            max_step: int = 3, max_offset: int = 5, expandable: Sequence[int] | None = None):
+def layouts(
+    shape: Sequence[int],
+    *,
+    features: Sequence[str] = LAYOUT_FEATURES,
+    max_step: int = 3,
+    max_offset: int = 5,
+    expandable: Sequence[int] | None = None,
+):
     """Layouts for ``shape`` combining any of ``features``; shrinks to contiguous.
 
     Include "expanded" (stride 0) only for arguments the target never writes:
@@ -74,8 +86,7 @@ def layouts(shape: Sequence[int], *, features: Sequence[str] = LAYOUT_FEATURES,
     check_layout_features(features)
     check_int(max_step, "max_step", min_value=1)
     check_int(max_offset, "max_offset", min_value=0)
-    dims = tuple(range(len(shape))) if expandable is None else tuple(
-        sorted(set(expandable) & set(range(len(shape)))))
+    dims = tuple(range(len(shape))) if expandable is None else tuple(sorted(set(expandable) & set(range(len(shape)))))
     return _layout_strategy(shape, tuple(features), max_step, max_offset, dims)
 
 
@@ -89,13 +100,20 @@ def _layout_strategy(shape, features, max_step, max_offset, expandable):
 # Module level: st.composite inspects the function's source when it decorates,
 # which costs milliseconds, so it must not run once per draw.
 @st.composite
-def _draw_layout(draw, shape: tuple[int, ...], features: tuple[str, ...], max_step: int,
-                 max_offset: int, expandable: tuple[int, ...]) -> Layout:
+def _draw_layout(
+    draw, shape: tuple[int, ...], features: tuple[str, ...], max_step: int, max_offset: int, expandable: tuple[int, ...]
+) -> Layout:
     return draw_layout(draw, shape, features, max_step, max_offset, expandable)
 
 
-def draw_layout(draw, shape: tuple[int, ...], features: tuple[str, ...], max_step: int = 3,
-                max_offset: int = 5, expandable: tuple[int, ...] | None = None) -> Layout:
+def draw_layout(
+    draw,
+    shape: tuple[int, ...],
+    features: tuple[str, ...],
+    max_step: int = 3,
+    max_offset: int = 5,
+    expandable: tuple[int, ...] | None = None,
+) -> Layout:
     """The draws of ``layouts(...)`` made with a caller's ``draw`` (cases() calls
     this inside its own composite rather than drawing a nested strategy).
 
@@ -120,7 +138,7 @@ def draw_layout(draw, shape: tuple[int, ...], features: tuple[str, ...], max_ste
         perm = _nth_permutation(rank, draw(integers(0, math.factorial(rank) - 1)))
     steps = (1,) * rank
     if "sliced" in on:
-        steps = _digits(draw(integers(0, max_step ** rank - 1)), max_step, rank)
+        steps = _digits(draw(integers(0, max_step**rank - 1)), max_step, rank)
     offset = 0
     if "offset" in on:
         offset = draw(integers(1, max(1, max_offset)))
@@ -143,8 +161,13 @@ def _feature_code(rank: int, features: tuple[str, ...], expandable: bool):
     shrinking drops a dim the code still means the same layout features.
     """
     bits = tuple(f for f in LAYOUT_FEATURES if f in features)
-    applies = {"channels_last": rank == 4, "permuted": rank >= 2, "sliced": rank >= 1,
-               "offset": True, "expanded": expandable}
+    applies = {
+        "channels_last": rank == 4,
+        "permuted": rank >= 2,
+        "sliced": rank >= 1,
+        "offset": True,
+        "expanded": expandable,
+    }
     live = tuple(f if applies[f] else None for f in bits)
     return live, integers(0, (TAILS << len(bits)) - 1)
 

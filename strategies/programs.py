@@ -13,7 +13,7 @@ views are where compiled programs differ from eager ones.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from hypothesis import strategies as st
@@ -31,8 +31,14 @@ BOUNDS = (-1.0, -0.5, 0.0, 0.5, 1.0)
 _BY_KIND = {k: tuple(name for name, op in OPS.items() if op.kind == k) for k in KINDS}
 
 
-def programs(shapes: Sequence[Sequence[int]], *, min_size: int = 3, max_size: int = 8,
-             kinds: Sequence[str] = KINDS, functions: Sequence[str] | None = None):
+def programs(
+    shapes: Sequence[Sequence[int]],
+    *,
+    min_size: int = 3,
+    max_size: int = 8,
+    kinds: Sequence[str] = KINDS,
+    functions: Sequence[str] | None = None,
+):
     """Programs (as ``Program``) over inputs of ``shapes``, with ``min_size`` to
     ``max_size`` statements, each of one of ``kinds`` ("view", "inplace",
     "functional"); ``functions`` restricts the functional ops (default: all of
@@ -48,10 +54,8 @@ def programs(shapes: Sequence[Sequence[int]], *, min_size: int = 3, max_size: in
         raise InvalidArgument(f"kinds must be a non-empty subset of {KINDS}, got {kinds!r}")
     functions = tuple(FUNCTIONS) if functions is None else tuple(functions)
     if not functions or set(functions) - set(FUNCTIONS):
-        raise InvalidArgument(f"functions must be a non-empty subset of {tuple(FUNCTIONS)}, "
-                              f"got {functions!r}")
-    return _programs(tuple(tuple(int(n) for n in s) for s in shapes), min_size, max_size,
-                     kinds, functions)
+        raise InvalidArgument(f"functions must be a non-empty subset of {tuple(FUNCTIONS)}, got {functions!r}")
+    return _programs(tuple(tuple(int(n) for n in s) for s in shapes), min_size, max_size, kinds, functions)
 
 
 @st.composite
@@ -79,16 +83,23 @@ def _pick(draw, candidates: list[int]) -> int | None:
 def _view(draw, values, views, functions):
     op = draw(st.sampled_from(_BY_KIND["view"]))
     rank = {"slice": 1, "select": 1, "transpose": 2, "view": 0, "expand": 0}[op]
-    x = _pick(draw, [k for k, v in enumerate(values) if v.dim() >= rank
-                     and (op != "select" or any(n > 0 for n in v.shape))])
+    x = _pick(
+        draw, [k for k, v in enumerate(values) if v.dim() >= rank and (op != "select" or any(n > 0 for n in v.shape))]
+    )
     if x is None:
         return None
     shape = list(values[x].shape)
     if op == "slice":
         dim = draw(st.integers(0, len(shape) - 1))
         start = draw(st.integers(0, max(shape[dim] - 1, 0)))
-        return {"op": op, "x": x, "dim": dim, "start": start,
-                "stop": draw(st.none() | st.integers(start, shape[dim])), "step": draw(st.integers(1, 2))}
+        return {
+            "op": op,
+            "x": x,
+            "dim": dim,
+            "start": start,
+            "stop": draw(st.none() | st.integers(start, shape[dim])),
+            "step": draw(st.integers(1, 2)),
+        }
     if op == "select":
         dim = draw(st.sampled_from([d for d, n in enumerate(shape) if n > 0]))
         return {"op": op, "x": x, "dim": dim, "index": draw(st.integers(-shape[dim], shape[dim] - 1))}
@@ -136,8 +147,7 @@ def _inplace(draw, values, views, functions):
         other = _pick(draw, others)
         return None if other is None else {"op": op, "x": x, "other": other}
     other = _pick(draw, others) if others and draw(COIN) else None
-    return {"op": op, "x": x, "other": other, "scalar": None if other is not None
-            else draw(st.sampled_from(SCALARS))}
+    return {"op": op, "x": x, "other": other, "scalar": None if other is not None else draw(st.sampled_from(SCALARS))}
 
 
 def _functional(draw, values, views, functions):

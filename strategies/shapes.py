@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Mapping
+from collections.abc import Mapping
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -20,19 +20,20 @@ def shapes(*, min_rank: int = 0, max_rank: int = 4, min_side: int = 0, max_side:
     """Tuples of ``min_rank..max_rank`` sizes in ``min_side..max_side``; shrink toward ()."""
     check_range(min_rank, max_rank, "min_rank", "max_rank")
     check_range(min_side, max_side, "min_side", "max_side")
-    return hnp.array_shapes(min_dims=min_rank, max_dims=max_rank,
-                            min_side=min_side, max_side=max_side).map(tuple)
+    return hnp.array_shapes(min_dims=min_rank, max_dims=max_rank, min_side=min_side, max_side=max_side).map(tuple)
 
 
-def broadcastable_shapes(shape, *, min_rank: int = 0, max_rank: int | None = None,
-                         min_side: int = 0, max_side: int | None = None):
+def broadcastable_shapes(
+    shape, *, min_rank: int = 0, max_rank: int | None = None, min_side: int = 0, max_side: int | None = None
+):
     """Shapes that broadcast against ``shape`` (some dims 1 or missing)."""
     if not isinstance(shape, tuple) or not all(isinstance(s, int) and s >= 0 for s in shape):
         raise InvalidArgument(f"shape={shape!r} must be a tuple of non-negative ints")
     max_rank = len(shape) if max_rank is None else max_rank
     check_range(min_rank, max_rank, "min_rank", "max_rank")
-    return hnp.broadcastable_shapes(shape, min_dims=min_rank, max_dims=max_rank,
-                                    min_side=min_side, max_side=max_side).map(tuple)
+    return hnp.broadcastable_shapes(
+        shape, min_dims=min_rank, max_dims=max_rank, min_side=min_side, max_side=max_side
+    ).map(tuple)
 
 
 @st.composite
@@ -40,8 +41,9 @@ def _spec_shapes(draw, args: tuple[ArgSpec, ...], min_side, max_side, max_variad
     return draw_spec_shapes(draw, args, min_side, max_side, max_variadic, fixed)
 
 
-def draw_spec_shapes(draw, args: tuple[ArgSpec, ...], min_side: int, max_side: int,
-                     max_variadic: int = 2, fixed=()) -> dict[str, tuple[int, ...]]:
+def draw_spec_shapes(
+    draw, args: tuple[ArgSpec, ...], min_side: int, max_side: int, max_variadic: int = 2, fixed=()
+) -> dict[str, tuple[int, ...]]:
     """The draws of ``spec_shapes(...)`` made with a caller's ``draw`` (cases()
     calls this inside its own composite); ``fixed`` is a mapping or pairs."""
     sizes: dict[str, int] = dict(fixed)
@@ -83,8 +85,14 @@ def _keeps(n: int):
     return eager(st.lists(st.booleans(), min_size=n, max_size=n))
 
 
-def spec_shapes(spec: str | tuple[ArgSpec, ...], *, min_side: int = 0, max_side: int = 4,
-                max_variadic: int = 2, fixed: Mapping[str, int] | None = None):
+def spec_shapes(
+    spec: str | tuple[ArgSpec, ...],
+    *,
+    min_side: int = 0,
+    max_side: int = 4,
+    max_variadic: int = 2,
+    fixed: Mapping[str, int] | None = None,
+):
     """``{argument name: shape}`` for a DESIGN.md section 3 spec.
 
     A named dim has one size for every argument that names it; ``#`` dims may
@@ -98,8 +106,7 @@ def spec_shapes(spec: str | tuple[ArgSpec, ...], *, min_side: int = 0, max_side:
             raise InvalidArgument(f"spec={e.spec!r} is malformed: {e.reason}") from None
     check_range(min_side, max_side, "min_side", "max_side")
     check_int(max_variadic, "max_variadic", min_value=0)
-    return _spec_shapes_strategy(tuple(spec), min_side, max_side, max_variadic,
-                                 tuple(sorted((fixed or {}).items())))
+    return _spec_shapes_strategy(tuple(spec), min_side, max_side, max_variadic, tuple(sorted((fixed or {}).items())))
 
 
 @functools.lru_cache(maxsize=1024)

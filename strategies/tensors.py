@@ -19,7 +19,7 @@ layout that still fails.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from hypothesis import reject
@@ -58,10 +58,16 @@ def _materialize(args: tuple[Arg, ...], dtype: torch.dtype) -> list[torch.Tensor
     return case.materialize(requires_grad=False).args
 
 
-def tensors(shape: Sequence[int] | None = None, *, dtype: torch.dtype = torch.float64,
-            layout_features: Sequence[str] = LAYOUT_FEATURES,
-            domain: tuple[float | None, float | None] = (None, None), specials: bool = False,
-            max_rank: int = 4, max_side: int = 4) -> st.SearchStrategy[torch.Tensor]:
+def tensors(
+    shape: Sequence[int] | None = None,
+    *,
+    dtype: torch.dtype = torch.float64,
+    layout_features: Sequence[str] = LAYOUT_FEATURES,
+    domain: tuple[float | None, float | None] = (None, None),
+    specials: bool = False,
+    max_rank: int = 4,
+    max_side: int = 4,
+) -> st.SearchStrategy[torch.Tensor]:
     """Tensors of ``shape`` (default: drawn, rank up to ``max_rank``, sides
     0..``max_side``) and ``dtype`` on the CPU, values in ``domain`` (open ends
     None), in a drawn layout with any of ``layout_features`` (``()``:
@@ -87,9 +93,13 @@ def tensors(shape: Sequence[int] | None = None, *, dtype: torch.dtype = torch.fl
     return eager(draw())
 
 
-def aliased(*shapes: Sequence[int], dtype: torch.dtype = torch.float64,
-            kinds: Sequence[str] = ALIAS_KINDS, domain: tuple[float | None, float | None] = (None, None),
-            layout_features: Sequence[str] = LAYOUT_FEATURES) -> st.SearchStrategy[tuple[torch.Tensor, ...]]:
+def aliased(
+    *shapes: Sequence[int],
+    dtype: torch.dtype = torch.float64,
+    kinds: Sequence[str] = ALIAS_KINDS,
+    domain: tuple[float | None, float | None] = (None, None),
+    layout_features: Sequence[str] = LAYOUT_FEATURES,
+) -> st.SearchStrategy[tuple[torch.Tensor, ...]]:
     """One tensor per shape in ``shapes`` (at least two), at least two of them
     sharing memory: the same tensor (``"same"``: needs equal shapes), or
     overlapping or disjoint views of one storage. Shrinks toward the simplest

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -44,12 +44,25 @@ def sampling_interval(domain: tuple[float | None, float | None] = (None, None)) 
     return -2.0, 2.0
 
 
-def values_plan(*, low: float = -2.0, high: float = 2.0, specials: bool | Sequence[str] = False,
-                avoid: Sequence[float] = (), margin: float = 0.05, distinct: bool = False,
-                max_specials: int = 3, kind: str = "float") -> ValuesPlan:
+def values_plan(
+    *,
+    low: float = -2.0,
+    high: float = 2.0,
+    specials: bool | Sequence[str] = False,
+    avoid: Sequence[float] = (),
+    margin: float = 0.05,
+    distinct: bool = False,
+    max_specials: int = 3,
+    kind: str = "float",
+) -> ValuesPlan:
     """``values(...)``'s arguments validated and resolved into a ``ValuesPlan``."""
-    if not (isinstance(low, (int, float)) and isinstance(high, (int, float))
-            and math.isfinite(low) and math.isfinite(high) and low <= high):
+    if not (
+        isinstance(low, (int, float))
+        and isinstance(high, (int, float))
+        and math.isfinite(low)
+        and math.isfinite(high)
+        and low <= high
+    ):
         raise InvalidArgument(f"need finite low <= high, got low={low!r}, high={high!r}")
     if kind not in ("float", "int", "bool"):
         raise InvalidArgument(f"kind={kind!r} must be 'float', 'int' or 'bool'")
@@ -59,21 +72,40 @@ def values_plan(*, low: float = -2.0, high: float = 2.0, specials: bool | Sequen
         raise InvalidArgument(f"unknown special values {sorted(bad)}; expected a subset of {SPECIALS}")
     if margin < 0:
         raise InvalidArgument(f"margin={margin!r} must be non-negative")
-    return _plan(float(low), float(high), names, tuple(map(float, avoid)), float(margin),
-                 bool(distinct), max_specials, kind)
+    return _plan(
+        float(low), float(high), names, tuple(map(float, avoid)), float(margin), bool(distinct), max_specials, kind
+    )
 
 
-def values(*, low: float = -2.0, high: float = 2.0, specials: bool | Sequence[str] = False,
-           avoid: Sequence[float] = (), margin: float = 0.05, distinct: bool = False,
-           max_specials: int = 3, kind: str = "float") -> st.SearchStrategy[Values]:
+def values(
+    *,
+    low: float = -2.0,
+    high: float = 2.0,
+    specials: bool | Sequence[str] = False,
+    avoid: Sequence[float] = (),
+    margin: float = 0.05,
+    distinct: bool = False,
+    max_specials: int = 3,
+    kind: str = "float",
+) -> st.SearchStrategy[Values]:
     """Values in ``[low, high]``; with ``specials``, a few positions hold special values.
 
     ``specials=True`` means the finite ones (±0, tiny, subnormal, huge); pass names
     (e.g. ``("inf", "nan")``) for non-finite ones, which derivative checks cannot judge.
     Shrinks toward seed 0, the coarse grid and no specials.
     """
-    return _strategy(values_plan(low=low, high=high, specials=specials, avoid=avoid, margin=margin,
-                                 distinct=distinct, max_specials=max_specials, kind=kind))
+    return _strategy(
+        values_plan(
+            low=low,
+            high=high,
+            specials=specials,
+            avoid=avoid,
+            margin=margin,
+            distinct=distinct,
+            max_specials=max_specials,
+            kind=kind,
+        )
+    )
 
 
 @functools.lru_cache(maxsize=512)
@@ -94,17 +126,26 @@ class ValuesPlan:
 
 
 @functools.lru_cache(maxsize=512)
-def _plan(low: float, high: float, names: tuple[str, ...], avoid: tuple[float, ...],
-          margin: float, distinct: bool, max_specials: int, kind: str) -> ValuesPlan:
+def _plan(
+    low: float,
+    high: float,
+    names: tuple[str, ...],
+    avoid: tuple[float, ...],
+    margin: float,
+    distinct: bool,
+    max_specials: int,
+    kind: str,
+) -> ValuesPlan:
     grids = None if distinct or kind != "float" else _GRID_CHOICE
-    special_lists = (eager(st.lists(st.tuples(st.integers(0, 1 << 16), st.sampled_from(names)),
-                                    max_size=max_specials).map(tuple)) if names else None)
-    fixed = dict(low=low, high=high, avoid=avoid, margin=margin if avoid else 0.0,
-                 distinct=distinct, kind=kind)
+    special_lists = (
+        eager(st.lists(st.tuples(st.integers(0, 1 << 16), st.sampled_from(names)), max_size=max_specials).map(tuple))
+        if names
+        else None
+    )
+    fixed = dict(low=low, high=high, avoid=avoid, margin=margin if avoid else 0.0, distinct=distinct, kind=kind)
     defaults = Values()
     # Only what differs from Values' defaults: the repr of a drawn Values stays short.
-    return ValuesPlan(grids, special_lists,
-                      tuple((k, v) for k, v in fixed.items() if v != getattr(defaults, k)))
+    return ValuesPlan(grids, special_lists, tuple((k, v) for k, v in fixed.items() if v != getattr(defaults, k)))
 
 
 _SEEDS = integers(0, 2**32 - 1)

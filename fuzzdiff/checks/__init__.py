@@ -35,8 +35,9 @@ def validate(target: Target) -> Target:
     otherwise silently skip nothing, or allow nothing."""
     unknown = sorted(target.check_names() - set(CHECKS))
     if unknown:
-        raise UnknownCheck(f"target {target.name!r} names unknown check(s) {unknown}; "
-                           f"expected names among {', '.join(CHECKS)}")
+        raise UnknownCheck(
+            f"target {target.name!r} names unknown check(s) {unknown}; expected names among {', '.join(CHECKS)}"
+        )
     return target
 
 
@@ -53,8 +54,10 @@ _register(dtype.CHECK)
 _register(vmap.CHECK)
 _register(opcheck.CHECK)
 from fuzzdiff.checks import per_sample  # noqa: E402
+
 _register(per_sample.CHECK)
 _register(compile_.CHECK)
 _register(backend.CHECK)
 from fuzzdiff.checks import device  # noqa: E402
+
 _register(device.CHECK)

@@ -14,10 +14,10 @@ import torch
 from fuzzdiff.case import Case, Layout
 from fuzzdiff.checks.check import Check, probe_params
 from fuzzdiff.checks.twins import judge_twins
+from fuzzdiff.directions import probes_like
 from fuzzdiff.paths.eager import Evaluation, evaluate
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.paths.reverse import vjp
-from fuzzdiff.directions import probes_like
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 
@@ -25,8 +25,7 @@ from fuzzdiff.verdict import Verdict
 def scatter_to_storage(grad: torch.Tensor, shape, layout: Layout, out: torch.Tensor) -> None:
     """Add ``grad`` of a strided view into the flat storage gradient ``out``,
     with explicit indices rather than autograd's own as_strided backward."""
-    index = torch.arange(layout.storage_size, device=out.device).as_strided(
-        tuple(shape), layout.strides, layout.offset)
+    index = torch.arange(layout.storage_size, device=out.device).as_strided(tuple(shape), layout.strides, layout.offset)
     out.index_add_(0, index.reshape(-1), grad.reshape(-1).to(out.dtype))
 
 
@@ -35,8 +34,7 @@ def cloned(target: Target, case: Case, cast=None) -> Evaluation:
     # A fresh materialization, not the aliased run's tensors: a target that
     # (wrongly) writes into its inputs must not hand the clones clobbered values.
     f = leaf_function(target, case, cast=cast)
-    clones = [a.detach().clone().requires_grad_() if src is not None else a
-              for a, src in zip(f.args, f.inputs.sources)]
+    clones = [a.detach().clone().requires_grad_() if src is not None else a for a, src in zip(f.args, f.inputs.sources)]
     outs = f.call_args(clones)
     v = probes_like(case.params, "cotangent", outs)
     diff = [c for c, src in zip(clones, f.inputs.sources) if src is not None]
@@ -55,14 +53,18 @@ def cloned(target: Target, case: Case, cast=None) -> Evaluation:
 
 
 def run(target: Target, case: Case) -> Verdict:
-    return judge_twins("aliased arguments vs clones", target, case,
-                       lambda c, cast=None: evaluate(target, c, cast=cast),
-                       lambda c, cast=None: cloned(target, c, cast=cast), check="alias")
+    return judge_twins(
+        "aliased arguments vs clones",
+        target,
+        case,
+        lambda c, cast=None: evaluate(target, c, cast=cast),
+        lambda c, cast=None: cloned(target, c, cast=cast),
+        check="alias",
+    )
 
 
 def _functional(target: Target) -> str | None:
     return None if target.functional else "the target mutates its inputs; aliasing changes its meaning"
 
 
-CHECK = Check("alias", run, params=probe_params("cotangent"), applies=_functional,
-              aliasing="required")
+CHECK = Check("alias", run, params=probe_params("cotangent"), applies=_functional, aliasing="required")

@@ -43,9 +43,14 @@ def on_other(target: Target, case: Case, cast=None) -> Evaluation:
 
 
 def run(target: Target, case: Case) -> Verdict:
-    return judge_twins(f"pytorch backend vs {OTHER} backend", target, case,
-                       lambda c, cast=None: on_torch(target, c, cast),
-                       lambda c, cast=None: on_other(target, c, cast), check="backend")
+    return judge_twins(
+        f"pytorch backend vs {OTHER} backend",
+        target,
+        case,
+        lambda c, cast=None: on_torch(target, c, cast),
+        lambda c, cast=None: on_other(target, c, cast),
+        check="backend",
+    )
 
 
 def applies(target: Target) -> str | None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from hypothesis.strategies import SearchStrategy
@@ -30,7 +30,7 @@ class ProbeParams:
         return _probe_dicts(self.keys)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe_dicts(keys: tuple[str, ...]) -> SearchStrategy:
     # Built once: Hypothesis validates every fresh strategy object, per draw.
     return probe_dicts(keys)

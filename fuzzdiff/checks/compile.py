@@ -44,8 +44,8 @@ from hypothesis import strategies as st
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
-from fuzzdiff.config import FuzzConfig
 from fuzzdiff.compare import Discrepancy, max_abs, worst_discrepancy
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.confirm import NUDGE
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.targets.target import Target
@@ -75,12 +75,11 @@ class CompileParams:
         if target.functional:
             return base
         groups = [0 if a.grad != "none" else None for a in case.args]
-        aliased = aliasing(case.args, groups, views=False).map(
-            lambda after: path.aliases_param(case.args, after))
+        aliased = aliasing(case.args, groups, views=False).map(lambda after: path.aliases_param(case.args, after))
         return st.tuples(base, aliased).map(lambda p: {**p[0], "aliases": p[1]} if p[1] else p[0])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _base(backends: tuple[str, ...]) -> st.SearchStrategy:
     return st.fixed_dictionaries({"backend": st.sampled_from(backends), "cotangent": _PROBE})
 
@@ -154,20 +153,27 @@ def run(target: Target, case: Case) -> Verdict:
     if d is None:
         return Verdict("pass", note.strip())
     if _values(got, rerun(case, backend), EXACT) or _values(eager, rerun(case, None), EXACT):
-        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results "
-                       "(nondeterministic)", d.summary())
+        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results (nondeterministic)", d.summary())
     if case.torch_dtype != torch.float64:
         truth = rerun(case, None, torch.float64)
         if not _further(got, eager, truth, tol):
-            return Verdict("inconclusive", f"{identity}: {d}; compiled is about as close to a "
-                           "float64 eager run as eager is (rounding)", d.summary())
+            return Verdict(
+                "inconclusive",
+                f"{identity}: {d}; compiled is about as close to a float64 eager run as eager is (rounding)",
+                d.summary(),
+            )
     nudged = case.nudged(NUDGE, seed=1)
     if _values(rerun(nudged, None), rerun(nudged, backend), tol) is None:
-        return Verdict("inconclusive", f"{identity}: {d}; vanishes at a neighbouring point "
-                       "(a tie or a kink)", d.summary())
-    return Verdict("fail", f"{identity}: {d}; confirmed by replay"
-                   + (", a float64 reference" if case.torch_dtype != torch.float64 else "")
-                   + f" and a neighbouring point{note}", d.summary())
+        return Verdict(
+            "inconclusive", f"{identity}: {d}; vanishes at a neighbouring point (a tie or a kink)", d.summary()
+        )
+    return Verdict(
+        "fail",
+        f"{identity}: {d}; confirmed by replay"
+        + (", a float64 reference" if case.torch_dtype != torch.float64 else "")
+        + f" and a neighbouring point{note}",
+        d.summary(),
+    )
 
 
 def _further(got: path.Run, eager: path.Run, truth: path.Run, tol: Tolerance) -> bool:
@@ -187,5 +193,12 @@ def _further(got: path.Run, eager: path.Run, truth: path.Run, tol: Tolerance) ->
 
 # CI: the program targets and a rotating sample of catalog targets, few cases each
 # (an inductor compile takes seconds); the nightly profile runs the whole catalog.
-CHECK = Check("compile", run, params=CompileParams(), configure=_configure, needs_grad=False,
-              ci=CiSample(targets=4, always=("program*",), max_examples=3), compiles=True)
+CHECK = Check(
+    "compile",
+    run,
+    params=CompileParams(),
+    configure=_configure,
+    needs_grad=False,
+    ci=CiSample(targets=4, always=("program*",), max_examples=3),
+    compiles=True,
+)

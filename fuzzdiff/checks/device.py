@@ -11,8 +11,8 @@ CPU may take different one-sided derivatives); otherwise it is inconclusive.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 import torch
 
@@ -39,8 +39,7 @@ def evaluate_on(target: Target, case: Case, device: str, cast: torch.dtype | Non
     return names, [t.detach().cpu() for t in tensors]
 
 
-def compare_devices(target: Target, case: Case, device: str = "cuda", *,
-                    run: Run = evaluate_on) -> Verdict:
+def compare_devices(target: Target, case: Case, device: str = "cuda", *, run: Run = evaluate_on) -> Verdict:
     """``device`` against the CPU on ``case``; ``run(target, case, device, cast)``
     is the path (a parameter so that the judging can be tested without a GPU)."""
     tol = tolerance(target, "device", case.torch_dtype)
@@ -52,23 +51,36 @@ def compare_devices(target: Target, case: Case, device: str = "cuda", *,
         return Verdict("pass")
     _, again = run(target, case, device)
     if worst_discrepancy(names, again, there, Tolerance(0.0, 0.0)):
-        return Verdict("inconclusive", f"{device} vs cpu: {d}; a {device} replay gave other results "
-                       "(nondeterministic)", d.summary())
+        return Verdict(
+            "inconclusive",
+            f"{device} vs cpu: {d}; a {device} replay gave other results (nondeterministic)",
+            d.summary(),
+        )
     _, ref = run(target, case, "cpu", torch.float64)
     slack = [MARGIN * mismatch(h, r)[0] for h, r in zip(here, ref)]
     far = worst_discrepancy(names, there, ref, tol, slack, scale_floor=floor)
     if far is None:
-        return Verdict("inconclusive", f"{device} vs cpu: {d}; {device} is no further from a float64 "
-                       "CPU run than cpu is (rounding, e.g. reassociated sums)", d.summary())
+        return Verdict(
+            "inconclusive",
+            f"{device} vs cpu: {d}; {device} is no further from a float64 "
+            "CPU run than cpu is (rounding, e.g. reassociated sums)",
+            d.summary(),
+        )
     # CPU and cuDNN may pick different one-sided derivatives at a kink (relu'(0))
     nearby = case.nudged(NUDGE, seed=1)
-    if worst_discrepancy(names, run(target, nearby, device)[1], run(target, nearby, "cpu")[1], tol,
-                         scale_floor=floor) is None:
-        return Verdict("inconclusive", f"{device} vs cpu: {d}; vanishes at a neighbouring point "
-                       "(a tie or a kink)", d.summary())
-    return Verdict("fail", f"{device} vs cpu on the same values: {d}; {device} vs float64: {far}; "
-                   "confirmed by replay and a neighbouring point",
-                   {**d.summary(), "vs_float64": far.summary()})
+    if (
+        worst_discrepancy(names, run(target, nearby, device)[1], run(target, nearby, "cpu")[1], tol, scale_floor=floor)
+        is None
+    ):
+        return Verdict(
+            "inconclusive", f"{device} vs cpu: {d}; vanishes at a neighbouring point (a tie or a kink)", d.summary()
+        )
+    return Verdict(
+        "fail",
+        f"{device} vs cpu on the same values: {d}; {device} vs float64: {far}; "
+        "confirmed by replay and a neighbouring point",
+        {**d.summary(), "vs_float64": far.summary()},
+    )
 
 
 def run(target: Target, case: Case) -> Verdict:
@@ -81,5 +93,4 @@ def applies(target: Target) -> str | None:
     return None if torch.cuda.is_available() else "no CUDA device"
 
 
-CHECK = Check("device", run, params=probe_params("cotangent"), applies=applies,
-              needs_grad=False)
+CHECK = Check("device", run, params=probe_params("cotangent"), applies=applies, needs_grad=False)

@@ -33,9 +33,15 @@ def run(target: Target, case: Case) -> Verdict:
         _, again = evaluate(target, case).tensors()
         return worst_discrepancy(names, again, low, Tolerance(0.0, 0.0)) is None
 
-    verdict = against_float64(names, low, lambda c: evaluate(target, c, cast=torch.float64).tensors()[1],
-                              case, tolerance(target, "dtype", dtype), replays=replays,
-                              unstable_fails=True)
+    verdict = against_float64(
+        names,
+        low,
+        lambda c: evaluate(target, c, cast=torch.float64).tensors()[1],
+        case,
+        tolerance(target, "dtype", dtype),
+        replays=replays,
+        unstable_fails=True,
+    )
     return Verdict("pass") if verdict.kind == "pass" else verdict
 
 

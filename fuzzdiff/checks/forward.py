@@ -48,12 +48,20 @@ def run(target: Target, case: Case) -> Verdict:
     tol = tolerance(target, "forward", dtype)
     low = dtype != torch.float64
     return worst(
-        judge("<v, J u> (forward) vs <J^T v, u> (reverse)",
-              lambda c, eps: vs_reverse(target, c, eps), case, tol,
-              measure64=(lambda c, eps: vs_reverse(target, c, eps, torch.float64)) if low else None),
-        judge("<v, J u> (forward) vs finite differences",
-              lambda c, eps: vs_numeric(target, c, eps), case, tol,
-              measure64=(lambda c, eps: vs_numeric(target, c, eps, torch.float64)) if low else None),
+        judge(
+            "<v, J u> (forward) vs <J^T v, u> (reverse)",
+            lambda c, eps: vs_reverse(target, c, eps),
+            case,
+            tol,
+            measure64=(lambda c, eps: vs_reverse(target, c, eps, torch.float64)) if low else None,
+        ),
+        judge(
+            "<v, J u> (forward) vs finite differences",
+            lambda c, eps: vs_numeric(target, c, eps),
+            case,
+            tol,
+            measure64=(lambda c, eps: vs_numeric(target, c, eps, torch.float64)) if low else None,
+        ),
     )
 
 

@@ -30,8 +30,7 @@ def _outputs(target: Target, case: Case, args) -> tuple[torch.Tensor, ...]:
     return tuple(t for t in tree_leaves(out) if differentiable(t))
 
 
-def finite_difference(target: Target, case: Case, cotangents, u, eps: float, storages=None,
-                      at: Inputs | None = None):
+def finite_difference(target: Target, case: Case, cotangents, u, eps: float, storages=None, at: Inputs | None = None):
     """``<v, J u>`` by central differences in float64, and an estimate of its error.
 
     ``storages``: the case's storages, unwritten since they were drawn (cast
@@ -44,8 +43,7 @@ def finite_difference(target: Target, case: Case, cotangents, u, eps: float, sto
     us = [d if d.dtype == l.dtype else d.to(l.dtype) for l, d in zip(leaves, u)]
     # Every point is built before the target runs at any of them: a target
     # that (wrongly) writes into its inputs cannot move the others.
-    points = [rebuild([torch.add(l, d, alpha=h) for l, d in zip(leaves, us)])
-              for h in (eps, -eps, 2 * eps, -2 * eps)]
+    points = [rebuild([torch.add(l, d, alpha=h) for l, d in zip(leaves, us)]) for h in (eps, -eps, 2 * eps, -2 * eps)]
     with torch.no_grad():
         outs = _outputs(target, case, rebuild(leaves))
         plus, minus, plus2, minus2 = [_outputs(target, case, args) for args in points]
@@ -93,10 +91,13 @@ def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
 
 def run(target: Target, case: Case) -> Verdict:
     dtype = case.torch_dtype
-    return judge("<J^T v, u> vs finite differences",
-                 lambda c, eps: measure(target, c, eps), case, tolerance(target, "grad", dtype),
-                 measure64=None if dtype == torch.float64 else
-                 lambda c, eps: measure(target, c, eps, cast=torch.float64))
+    return judge(
+        "<J^T v, u> vs finite differences",
+        lambda c, eps: measure(target, c, eps),
+        case,
+        tolerance(target, "grad", dtype),
+        measure64=None if dtype == torch.float64 else lambda c, eps: measure(target, c, eps, cast=torch.float64),
+    )
 
 
 CHECK = Check("grad", run)

@@ -103,6 +103,7 @@ def _measure(analytic_fn):
         analytic, scale, u, w = analytic_fn(target, case, cast)
         numeric, noise = first_derivative_difference(target, case, u, w, eps)
         return Measurement(analytic, numeric, scale + abs(numeric), noise)
+
     return measure
 
 
@@ -115,12 +116,24 @@ def run(target: Target, case: Case) -> Verdict:
     low = dtype != torch.float64
     # Judged one by one: a custom Function without jvp still has its
     # reverse-over-reverse derivative checked.
-    return worst(*(
-        judged(name, lambda m=m, name=name: judge(
-            name, lambda c, eps: m(target, c, eps), case, tol,
-            measure64=(lambda c, eps: m(target, c, eps, torch.float64)) if low else None))
-        for name, m in (("reverse-over-reverse vs finite differences of J^T v", rr),
-                        ("forward-over-reverse vs finite differences of J^T v", fr))))
+    return worst(
+        *(
+            judged(
+                name,
+                lambda m=m, name=name: judge(
+                    name,
+                    lambda c, eps: m(target, c, eps),
+                    case,
+                    tol,
+                    measure64=(lambda c, eps: m(target, c, eps, torch.float64)) if low else None,
+                ),
+            )
+            for name, m in (
+                ("reverse-over-reverse vs finite differences of J^T v", rr),
+                ("forward-over-reverse vs finite differences of J^T v", fr),
+            )
+        )
+    )
 
 
 CHECK = Check("gradgrad", run, params=probe_params("cotangent", "direction", "second"))

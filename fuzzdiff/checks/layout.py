@@ -21,24 +21,31 @@ from strategies.layouts import LAYOUT_FEATURES, layouts
 
 
 def params(target: Target, case: Case):
-    features = LAYOUT_FEATURES if target.functional else tuple(
-        f for f in LAYOUT_FEATURES if f != "expanded")
-    other = st.tuples(*(layouts(a.shape, features=features, expandable=a.values.constant)
-                        .map(lambda l: l.__dict__.copy()) for a in case.args))
-    return st.fixed_dictionaries({"cotangent": probes().map(lambda p: p.__dict__.copy()),
-                                  "layouts": other.map(list)})
+    features = LAYOUT_FEATURES if target.functional else tuple(f for f in LAYOUT_FEATURES if f != "expanded")
+    other = st.tuples(
+        *(
+            layouts(a.shape, features=features, expandable=a.values.constant).map(lambda l: l.__dict__.copy())
+            for a in case.args
+        )
+    )
+    return st.fixed_dictionaries({"cotangent": probes().map(lambda p: p.__dict__.copy()), "layouts": other.map(list)})
 
 
 def relayout(case: Case) -> Case:
-    return case.with_layouts([Layout(d["storage_size"], tuple(d["strides"]), d["offset"])
-                              for d in case.params["layouts"]])
+    return case.with_layouts(
+        [Layout(d["storage_size"], tuple(d["strides"]), d["offset"]) for d in case.params["layouts"]]
+    )
 
 
 def run(target: Target, case: Case) -> Verdict:
-    return judge_twins("fuzzed layout vs another layout", target, case,
-                       lambda c, cast=None: evaluate(target, c, cast=cast, wrt="args"),
-                       lambda c, cast=None: evaluate(target, relayout(c), cast=cast, wrt="args"),
-                       check="layout")
+    return judge_twins(
+        "fuzzed layout vs another layout",
+        target,
+        case,
+        lambda c, cast=None: evaluate(target, c, cast=cast, wrt="args"),
+        lambda c, cast=None: evaluate(target, relayout(c), cast=cast, wrt="args"),
+        check="layout",
+    )
 
 
 CHECK = Check("layout", run, params=params, needs_grad=False)

@@ -23,8 +23,11 @@ def metadata(t: torch.Tensor) -> tuple:
 
 
 def storage_bytes(t: torch.Tensor) -> torch.Tensor:
-    return torch.frombuffer(bytearray(bytes(t.untyped_storage())), dtype=torch.uint8) \
-        if t.untyped_storage().nbytes() else torch.empty(0, dtype=torch.uint8)
+    return (
+        torch.frombuffer(bytearray(bytes(t.untyped_storage())), dtype=torch.uint8)
+        if t.untyped_storage().nbytes()
+        else torch.empty(0, dtype=torch.uint8)
+    )
 
 
 def run(target: Target, case: Case) -> Verdict:
@@ -59,5 +62,4 @@ def _functional(target: Target) -> str | None:
     return None if target.functional else "the target mutates its inputs by design"
 
 
-CHECK = Check("mutation", run, params=probe_params("cotangent"), applies=_functional,
-              needs_grad=False)
+CHECK = Check("mutation", run, params=probe_params("cotangent"), applies=_functional, needs_grad=False)

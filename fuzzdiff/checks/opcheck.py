@@ -41,8 +41,9 @@ def _applies(target: Target) -> str | None:
 
 def structure(case: Case) -> str:
     """The case without its values: what opcheck's verdict depends on."""
-    bare = replace(case, args=tuple(replace(a, values=replace(a.values, seed=0, nudge_seed=0))
-                                    for a in case.args), params={})
+    bare = replace(
+        case, args=tuple(replace(a, values=replace(a.values, seed=0, nudge_seed=0)) for a in case.args), params={}
+    )
     return json.dumps(bare.to_json(), sort_keys=True)
 
 

@@ -58,13 +58,20 @@ _FLAG = st.booleans()
 @st.composite
 def _params(draw, shapes: tuple[tuple[int, ...], ...]) -> dict:
     batch = draw(_BATCH)
-    params = {"batch": batch, "loss_reduction": draw(_REDUCTION), "input_grad": draw(_FLAG),
-              "infer_batch": draw(_FLAG), "layouts": []}
+    params = {
+        "batch": batch,
+        "loss_reduction": draw(_REDUCTION),
+        "input_grad": draw(_FLAG),
+        "infer_batch": draw(_FLAG),
+        "layouts": [],
+    }
     for shape in shapes:
         lay = draw(layouts((batch, *shape), features=BATCHED_LAYOUT_FEATURES))
-        params["layouts"].append(None if lay.is_contiguous((batch, *shape)) else
-                                 {"storage_size": lay.storage_size, "strides": list(lay.strides),
-                                  "offset": lay.offset})
+        params["layouts"].append(
+            None
+            if lay.is_contiguous((batch, *shape))
+            else {"storage_size": lay.storage_size, "strides": list(lay.strides), "offset": lay.offset}
+        )
     params["cotangent"] = draw(probes()).__dict__.copy()
     return params
 
@@ -104,10 +111,15 @@ def _discrepancy(result: path.Result, tol: Tolerance) -> tuple[str, Discrepancy]
 
 def _replays(first: path.Result, again: path.Result) -> bool:
     exact = Tolerance(0.0, 0.0)
-    return (_mismatch(first.names, again.expanded, first.expanded, exact) is None
-            and _mismatch(first.names, again.looped, first.looped, exact) is None
-            and (first.vmapped is None or again.vmapped is None
-                 or _mismatch(first.names, again.vmapped, first.vmapped, exact) is None))
+    return (
+        _mismatch(first.names, again.expanded, first.expanded, exact) is None
+        and _mismatch(first.names, again.looped, first.looped, exact) is None
+        and (
+            first.vmapped is None
+            or again.vmapped is None
+            or _mismatch(first.names, again.vmapped, first.vmapped, exact) is None
+        )
+    )
 
 
 @contextmanager
@@ -147,11 +159,20 @@ def _run(target: Target, case: Case) -> Verdict:
         return (None if d64 is None else d64[1]), getattr(wide, side)
 
     return confirm_mismatch(
-        identity, d, replays=lambda: _replays(first, path.run(target, case)),
+        identity,
+        d,
+        replays=lambda: _replays(first, path.run(target, case)),
         agrees_nearby=lambda: _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None,
-        low=LowPrecision(case, tol, first.names, getattr(first, side), run64)
-        if case.torch_dtype in LOW else None)
+        low=LowPrecision(case, tol, first.names, getattr(first, side), run64) if case.torch_dtype in LOW else None,
+    )
 
 
-CHECK = Check("per_sample", run, params=params, applies=applies, aliasing="never",
-              needs_grad=False, ci=CiSample(targets=8, max_examples=8))
+CHECK = Check(
+    "per_sample",
+    run,
+    params=params,
+    applies=applies,
+    aliasing="never",
+    needs_grad=False,
+    ci=CiSample(targets=8, max_examples=8),
+)

@@ -7,7 +7,7 @@ when both ways run in float64 on the same values.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -23,8 +23,7 @@ __all__ = ["judge_twins"]
 Run = Callable[..., Evaluation]
 
 
-def judge_twins(identity: str, target: Target, case: Case, first: Run, second: Run, *,
-                check: str) -> Verdict:
+def judge_twins(identity: str, target: Target, case: Case, first: Run, second: Run, *, check: str) -> Verdict:
     dtype = case.torch_dtype
     tol = tolerance(target, check, dtype)
     names, a = first(case).tensors()
@@ -36,8 +35,7 @@ def judge_twins(identity: str, target: Target, case: Case, first: Run, second: R
     _, b2 = second(case).tensors()
     exact = Tolerance(0.0, 0.0)
     if worst_discrepancy(names, a2, a, exact) or worst_discrepancy(names, b2, b, exact):
-        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results (nondeterministic)",
-                       d.summary())
+        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results (nondeterministic)", d.summary())
     if dtype != torch.float64:
         # The two ways must agree in float64 on the same values; if they do,
         # what is left is rounding (summation order, conditioning), and
@@ -46,7 +44,10 @@ def judge_twins(identity: str, target: Target, case: Case, first: Run, second: R
         _, b64 = second(case, cast=torch.float64).tensors()
         d64 = worst_discrepancy(names, a64, b64, tolerance(target, check, torch.float64))
         if d64 is None:
-            return Verdict("inconclusive", f"{identity}: {d}; the two agree in float64 on the same "
-                           "values (rounding; see the dtype check)", d.summary())
+            return Verdict(
+                "inconclusive",
+                f"{identity}: {d}; the two agree in float64 on the same values (rounding; see the dtype check)",
+                d.summary(),
+            )
         d = d64
     return Verdict("fail", f"{identity}: {d}; confirmed by replay", d.summary())

@@ -38,8 +38,7 @@ from strategies.cotangents import probes
 __all__ = ["CHECK"]
 
 LOW = (torch.float32, torch.complex64, torch.bfloat16, torch.float16)
-_PROBES = st.fixed_dictionaries({k: probes().map(lambda p: p.__dict__.copy())
-                                 for k in ("cotangent", "direction")})
+_PROBES = st.fixed_dictionaries({k: probes().map(lambda p: p.__dict__.copy()) for k in ("cotangent", "direction")})
 
 
 def params(target: Target, case: Case):
@@ -73,21 +72,24 @@ def run(target: Target, case: Case) -> Verdict:
 
     def replays() -> bool:
         again, exact = path.run(target, case), Tolerance(0.0, 0.0)
-        return not (_discrepancy(path.Result(again.names, again.vmapped, first.vmapped), exact)
-                    or _discrepancy(path.Result(again.names, again.looped, first.looped), exact))
+        return not (
+            _discrepancy(path.Result(again.names, again.vmapped, first.vmapped), exact)
+            or _discrepancy(path.Result(again.names, again.looped, first.looped), exact)
+        )
 
     def run64(c: Case):
         wide = path.run(target, c, cast=torch.float64)
         return _discrepancy(wide, tol), wide.vmapped
 
     return confirm_mismatch(
-        identity, d, replays=replays,
+        identity,
+        d,
+        replays=replays,
         agrees_nearby=lambda: _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None,
-        low=LowPrecision(case, tol, first.names, first.vmapped, run64)
-        if case.torch_dtype in LOW else None)
+        low=LowPrecision(case, tol, first.names, first.vmapped, run64) if case.torch_dtype in LOW else None,
+    )
 
 
 # Seven compositions over the whole catalog cost more than the rest of CI: the
 # ci profile runs a rotating sample (tests/fuzz/sampling.py); other profiles all.
-CHECK = Check("vmap", run, params=params, applies=applies, aliasing="never",
-              ci=CiSample(targets=40, max_examples=8))
+CHECK = Check("vmap", run, params=params, applies=applies, aliasing="never", ci=CiSample(targets=40, max_examples=8))

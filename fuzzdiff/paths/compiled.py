@@ -28,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import json
 import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -41,8 +41,17 @@ from fuzzdiff.paths.function import differentiable, leaf_function
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 
-__all__ = ["BACKENDS", "Run", "run", "compiled", "compiles", "aliased_case", "dynamo_settings",
-           "structure", "aliases_param"]
+__all__ = [
+    "BACKENDS",
+    "Run",
+    "run",
+    "compiled",
+    "compiles",
+    "aliased_case",
+    "dynamo_settings",
+    "structure",
+    "aliases_param",
+]
 
 BACKENDS = COMPILE_BACKENDS
 
@@ -57,9 +66,13 @@ def dynamo_settings() -> Iterator[None]:
     # startup time: torch._dynamo takes seconds to import, and only compile needs it
     import torch._dynamo
     import torch._inductor.config as inductor
-    with torch._dynamo.config.patch(recompile_limit=256, accumulated_recompile_limit=1 << 20,
-                                    fail_on_recompile_limit_hit=True), \
-            inductor.patch(compile_threads=1):  # no subprocess pool per worker
+
+    with (
+        torch._dynamo.config.patch(
+            recompile_limit=256, accumulated_recompile_limit=1 << 20, fail_on_recompile_limit_hit=True
+        ),
+        inductor.patch(compile_threads=1),
+    ):  # no subprocess pool per worker
         yield
 
 
@@ -78,6 +91,7 @@ def _call(fn, kwargs):
 
     def call(*args):
         return fn(*args, **kwargs)
+
     return call
 
 
@@ -89,8 +103,12 @@ def _fresh_code(fn: Callable, n: int) -> Callable:
 
 def structure(case: Case) -> str:
     """What aot_function's trace depends on: the case without its values and probes."""
-    bare = replace(case, args=tuple(replace(a, values=replace(a.values, seed=0, nudge_seed=0, nudge=0.0))
-                                    for a in case.args), params={}, data={})
+    bare = replace(
+        case,
+        args=tuple(replace(a, values=replace(a.values, seed=0, nudge_seed=0, nudge=0.0)) for a in case.args),
+        params={},
+        data={},
+    )
     return json.dumps(bare.to_json(), sort_keys=True)
 
 
@@ -100,8 +118,7 @@ def compiled(target: Target, case: Case, backend: str, cast: torch.dtype | None 
     if backend in ("aot_eager", "inductor"):
         key = (target.ref, id(target.fn), backend, kwargs)
     else:
-        key = (target.ref, id(target.fn), backend, kwargs, structure(case), str(cast),
-               torch.is_grad_enabled())
+        key = (target.ref, id(target.fn), backend, kwargs, structure(case), str(cast), torch.is_grad_enabled())
     fn = _CACHE.get(key)
     if fn is None:
         fn = _CACHE[key] = _build(_fresh_code(_call(target.fn, dict(case.kwargs)), len(_CACHE)), backend)
@@ -119,6 +136,7 @@ def _build(call: Callable, backend: str) -> Callable:
             min_cut_rematerialization_partition,
             nop,
         )
+
         partition = min_cut_rematerialization_partition if backend.endswith("min_cut") else default_partition
         _AOT_TRACES[0] += 1
         return aot_function(call, fw_compiler=nop, bw_compiler=nop, partition_fn=partition)
@@ -129,10 +147,12 @@ def compiles() -> int:
     """Compilations so far in this process: dynamo graphs plus aot_function traces."""
     # startup time, as in dynamo_settings
     from torch._dynamo.utils import counters
+
     return int(counters["stats"]["unique_graphs"]) + _AOT_TRACES[0]
 
 
 # -- aliasing for targets that write their inputs ---------------------------------------
+
 
 def aliased_case(case: Case) -> Case:
     """The case with the aliasing drawn in ``params["aliases"]`` applied: cases()
@@ -146,23 +166,32 @@ def aliased_case(case: Case) -> Case:
     for i, spec in enumerate(aliases):
         if spec is not None:
             alias, lay = spec["alias"], spec["layout"]
-            args[i] = replace(args[i], grad=spec["grad"],
-                              alias=None if alias is None else Alias(alias["of"], alias["kind"]),
-                              layout=None if lay is None else Layout(
-                                  lay["storage_size"], tuple(lay["strides"]), lay["offset"]))
+            args[i] = replace(
+                args[i],
+                grad=spec["grad"],
+                alias=None if alias is None else Alias(alias["of"], alias["kind"]),
+                layout=None if lay is None else Layout(lay["storage_size"], tuple(lay["strides"]), lay["offset"]),
+            )
     return replace(case, args=tuple(args), data={})
 
 
 def aliases_param(before, after) -> list | None:
     """``params["aliases"]`` for arguments ``before`` made ``after`` (strategies.aliasing)."""
-    out = [None if a == b else {"alias": None if b.alias is None else {"of": b.alias.of, "kind": b.alias.kind},
-                                "grad": b.grad,
-                                "layout": None if b.layout is None else b.layout.__dict__.copy()}
-           for a, b in zip(before, after)]
+    out = [
+        None
+        if a == b
+        else {
+            "alias": None if b.alias is None else {"of": b.alias.of, "kind": b.alias.kind},
+            "grad": b.grad,
+            "layout": None if b.layout is None else b.layout.__dict__.copy(),
+        }
+        for a, b in zip(before, after)
+    ]
     return out if any(out) else None
 
 
 # -- one run ----------------------------------------------------------------------------
+
 
 @dataclass
 class Run:
@@ -170,10 +199,10 @@ class Run:
     the backward raised (eager refuses a saved tensor modified in place)."""
 
     outputs: tuple[torch.Tensor, ...]
-    inputs: list[torch.Tensor]          # the arguments after the call
-    storages: list[torch.Tensor]        # every input storage after the call, whole
-    meta: list[tuple]                   # per output, see output_meta
-    input_meta: list[tuple]             # per argument: shape, strides, offset, requires_grad
+    inputs: list[torch.Tensor]  # the arguments after the call
+    storages: list[torch.Tensor]  # every input storage after the call, whole
+    meta: list[tuple]  # per output, see output_meta
+    input_meta: list[tuple]  # per argument: shape, strides, offset, requires_grad
     grads: list[torch.Tensor] | None
     grad_error: str | None = None
 
@@ -224,8 +253,7 @@ def _copy(leaf: torch.Tensor) -> torch.Tensor:
     return out.copy_(leaf) if leaf.requires_grad else out
 
 
-def run(target: Target, case: Case, backend: str | None, *, cast: torch.dtype | None = None,
-        grads: bool = True) -> Run:
+def run(target: Target, case: Case, backend: str | None, *, cast: torch.dtype | None = None, grads: bool = True) -> Run:
     """The target at ``case`` run eagerly (``backend=None``) or compiled;
     ``grads=False`` runs it under no_grad (AOTAutograd's inference path)."""
     with contextlib.ExitStack() as stack:
@@ -236,11 +264,9 @@ def run(target: Target, case: Case, backend: str | None, *, cast: torch.dtype | 
         return _run(target, aliased_case(case), backend, cast, grads)
 
 
-def _run(target: Target, case: Case, backend: str | None, cast: torch.dtype | None,
-         grads: bool) -> Run:
+def _run(target: Target, case: Case, backend: str | None, cast: torch.dtype | None, grads: bool) -> Run:
     leaves, args = _inputs(target, case, cast)
-    fn = (_call(target.fn, case.kwargs) if backend is None
-          else compiled(target, case, backend, cast))
+    fn = _call(target.fn, case.kwargs) if backend is None else compiled(target, case, backend, cast)
     outs = tuple(t for t in tree_leaves(fn(*args)) if differentiable(t))
     meta = [output_meta(o, args) for o in outs]
     input_meta = [(tuple(a.shape), a.stride(), a.storage_offset(), a.requires_grad) for a in args]

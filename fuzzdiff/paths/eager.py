@@ -28,8 +28,7 @@ class Evaluation:
         return names, [*self.outputs, *self.grads]
 
 
-def evaluate(target: Target, case: Case, *, cast: torch.dtype | None = None,
-             wrt: str = "leaves") -> Evaluation:
+def evaluate(target: Target, case: Case, *, cast: torch.dtype | None = None, wrt: str = "leaves") -> Evaluation:
     """Run forward and backward with the case's cotangent probe.
 
     ``wrt="args"`` differentiates with respect to every differentiable argument

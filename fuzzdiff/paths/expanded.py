@@ -25,8 +25,8 @@ gradient is ``dL/dx`` (1/B of the loop's for "mean").
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import torch
 from torch.func import functional_call, grad, vmap
@@ -58,20 +58,28 @@ class Plan:
 
     batch: int
     loss_reduction: str
-    input_grad: bool            # the floating inputs require grad
-    infer_batch: bool           # batch_size=None: call_for_per_sample_grads infers it
+    input_grad: bool  # the floating inputs require grad
+    infer_batch: bool  # batch_size=None: call_for_per_sample_grads infers it
     layouts: tuple[Layout | None, ...]  # per argument, of its (B, *sample) tensor
 
     @staticmethod
-    def from_params(params: Mapping) -> "Plan":
-        lays = tuple(None if d is None else Layout(d["storage_size"], tuple(d["strides"]), d["offset"])
-                     for d in params.get("layouts", ()))
-        return Plan(int(params["batch"]), params["loss_reduction"], bool(params["input_grad"]),
-                    bool(params.get("infer_batch", False)), lays)
+    def from_params(params: Mapping) -> Plan:
+        lays = tuple(
+            None if d is None else Layout(d["storage_size"], tuple(d["strides"]), d["offset"])
+            for d in params.get("layouts", ())
+        )
+        return Plan(
+            int(params["batch"]),
+            params["loss_reduction"],
+            bool(params["input_grad"]),
+            bool(params.get("infer_batch", False)),
+            lays,
+        )
 
     def describe(self) -> str:
-        return (f"B={self.batch} loss_reduction={self.loss_reduction!r} input_grad={self.input_grad}"
-                + (" batch_size inferred" if self.infer_batch else ""))
+        return f"B={self.batch} loss_reduction={self.loss_reduction!r} input_grad={self.input_grad}" + (
+            " batch_size inferred" if self.infer_batch else ""
+        )
 
 
 @dataclass
@@ -93,10 +101,14 @@ class Batch:
     def __init__(self, target: Target, case: Case, cast: torch.dtype | None = None):
         self.target, self.case = target, case
         self.plan = Plan.from_params(case.params)
-        self.samples = [case.reseeded(e).materialize(requires_grad=False, cast=cast).args
-                        for e in range(self.plan.batch)]
-        self.diff = [i for i, a in enumerate(target.args)
-                     if target.differentiable(a.name) and self.samples[0][i].is_floating_point()]
+        self.samples = [
+            case.reseeded(e).materialize(requires_grad=False, cast=cast).args for e in range(self.plan.batch)
+        ]
+        self.diff = [
+            i
+            for i, a in enumerate(target.args)
+            if target.differentiable(a.name) and self.samples[0][i].is_floating_point()
+        ]
         self.storages = [self._laid_out(i) for i in range(len(case.args))]
         self._module: torch.nn.Module | None = None
 
@@ -130,17 +142,23 @@ class Batch:
 
 def _names(module: torch.nn.Module, outs, batch: Batch) -> list[str]:
     arg_names = [a.name for a in batch.target.args]
-    return ([f"output {k}" for k in range(len(outs))]
-            + [f"per-sample grad of {n}" for n, p in module.named_parameters() if p.requires_grad]
-            + ([f"grad of input {arg_names[i]}" for i in batch.diff] if batch.plan.input_grad else []))
+    return (
+        [f"output {k}" for k in range(len(outs))]
+        + [f"per-sample grad of {n}" for n, p in module.named_parameters() if p.requires_grad]
+        + ([f"grad of input {arg_names[i]}" for i in batch.diff] if batch.plan.input_grad else [])
+    )
 
 
 def _expanded(batch: Batch):
     plan, module = batch.plan, batch.module()
     d, _ = batch_dims(module)
     leaves, args = batch.inputs(plan.input_grad, d)
-    call = call_for_per_sample_grads(module, batch_size=None if plan.infer_batch else plan.batch,
-                                     loss_reduction=plan.loss_reduction, batch_first=d == 0)
+    call = call_for_per_sample_grads(
+        module,
+        batch_size=None if plan.infer_batch else plan.batch,
+        loss_reduction=plan.loss_reduction,
+        batch_first=d == 0,
+    )
     outs = _floating(call(*args))
     cots = probes_like(batch.case.params, "cotangent", outs)
     params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
@@ -149,12 +167,17 @@ def _expanded(batch: Batch):
         loss = sum((v * o).sum() for v, o in zip(cots, outs))
         (loss / plan.batch if plan.loss_reduction == "mean" else loss).backward()
     per_sample = []
-    for n, p in params:
+    for _n, p in params:
         g = getattr(p, "grad_sample", None)
         p.grad_sample = None
-        per_sample.append(torch.zeros((plan.batch, *p.shape), dtype=p.dtype, device=p.device) if g is None else g.detach())
-    inputs = [torch.zeros_like(leaves[i]) if leaves[i].grad is None else leaves[i].grad
-              for i in batch.diff] if plan.input_grad else []
+        per_sample.append(
+            torch.zeros((plan.batch, *p.shape), dtype=p.dtype, device=p.device) if g is None else g.detach()
+        )
+    inputs = (
+        [torch.zeros_like(leaves[i]) if leaves[i].grad is None else leaves[i].grad for i in batch.diff]
+        if plan.input_grad
+        else []
+    )
     return module, outs, cots, [o.detach() for o in outs] + per_sample + inputs
 
 
@@ -173,18 +196,16 @@ def _looped(batch: Batch, cots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         wrt = params + wrt_inputs
         if not wrt:
             continue
-        loss = sum((v.narrow(_out_dim(out_dims, k), b, 1) * t).sum()
-                   for k, (v, t) in enumerate(zip(cots, o)))
+        loss = sum((v.narrow(_out_dim(out_dims, k), b, 1) * t).sum() for k, (v, t) in enumerate(zip(cots, o)))
         grads = torch.autograd.grad(loss, wrt, allow_unused=True)
         for k, p in enumerate(params):
             per_sample[k].append(torch.zeros_like(p) if grads[k] is None else grads[k])
-        for k, g in enumerate(grads[len(params):]):
+        for k, g in enumerate(grads[len(params) :]):
             if g is not None:
                 input_grads[k] = input_grads[k] + g
     scale = 1.0 / plan.batch if plan.loss_reduction == "mean" else 1.0
     stacked = [torch.cat([o[k] for o in outs], _out_dim(out_dims, k)) for k in range(len(outs[0]))]
-    return (stacked + [torch.stack(g) for g in per_sample]
-            + [g * scale if scale != 1.0 else g for g in input_grads])
+    return stacked + [torch.stack(g) for g in per_sample] + [g * scale if scale != 1.0 else g for g in input_grads]
 
 
 def _vmapped(batch: Batch, cots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -204,8 +225,7 @@ def _vmapped(batch: Batch, cots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     in_dims = (None,) + (0,) * n_args + tuple(_out_dim(out_dims, k) for k in range(len(cots)))
     grads = vmap(grad(loss, argnums=argnums), in_dims=in_dims)(params, *leaves, *cots)
     scale = 1.0 / plan.batch if plan.loss_reduction == "mean" else 1.0
-    return ([grads[0][n] for n in params]
-            + [g * scale if scale != 1.0 else g for g in grads[1:]])
+    return [grads[0][n] for n in params] + [g * scale if scale != 1.0 else g for g in grads[1:]]
 
 
 def _vmap_unsupported(batch: Batch, error: Exception) -> str | None:
@@ -221,13 +241,14 @@ def _vmap_unsupported(batch: Batch, error: Exception) -> str | None:
     leaves, _ = batch.inputs(False, d)
     params = {n: p.detach() for n, p in module.named_parameters()}
     try:
-        vmap(lambda *xs: tuple(_floating(functional_call(module, params, tuple(x.unsqueeze(d) for x in xs)))))(
-            *leaves)
+        vmap(lambda *xs: tuple(_floating(functional_call(module, params, tuple(x.unsqueeze(d) for x in xs)))))(*leaves)
     except Exception as e:  # noqa: BLE001 - classified below
         forward = unsupported_reason(e)
         if forward is not None:
-            return (f"vmap of the forward: {forward}; vmap of grad raised "
-                    f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")
+            return (
+                f"vmap of the forward: {forward}; vmap of grad raised "
+                f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            )
     return None
 
 
@@ -247,5 +268,5 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None, vmapped: bo
                 raise
             result.vmap_skipped = why
         else:
-            result.vmapped = looped[:len(outs)] + got  # vmap(grad) gives no outputs
+            result.vmapped = looped[: len(outs)] + got  # vmap(grad) gives no outputs
     return result

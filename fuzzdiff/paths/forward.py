@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -14,15 +14,37 @@ from fuzzdiff.verdict import Unsupported
 __all__ = ["jvp", "same_layout", "NO_FORWARD_RULE"]
 
 # torch's own operator namespaces; any other is a torch.library op of a user's
-NATIVE_NAMESPACES = frozenset({
-    "aten", "prims", "prim", "quantized", "_quantized", "mkldnn", "mkl", "onednn", "_c10d_functional",
-    "c10d", "profiler", "inductor", "debugprims", "rngprims", "higher_order", "_nested_tensor",
-    "fbgemm", "_test", "cuda", "xpu", "mps"})
+NATIVE_NAMESPACES = frozenset(
+    {
+        "aten",
+        "prims",
+        "prim",
+        "quantized",
+        "_quantized",
+        "mkldnn",
+        "mkl",
+        "onednn",
+        "_c10d_functional",
+        "c10d",
+        "profiler",
+        "inductor",
+        "debugprims",
+        "rngprims",
+        "higher_order",
+        "_nested_tensor",
+        "fbgemm",
+        "_test",
+        "cuda",
+        "xpu",
+        "mps",
+    }
+)
 NO_FORWARD_RULE = (
     "forward mode through torch.library op(s) {ops}: an op whose autograd is register_autograd "
     "has no forward-mode rule, and torch gives its outputs zero tangents silently instead of "
     "raising (torch.func.jvp returns zeros; a known torch behaviour, corpus/forward/custom_sin). "
-    "Not a bug of the op: forward mode is unsupported for it")
+    "Not a bug of the op: forward mode is unsupported for it"
+)
 
 
 def same_layout(primal: torch.Tensor, tangent: torch.Tensor) -> torch.Tensor:
@@ -40,12 +62,14 @@ def same_layout(primal: torch.Tensor, tangent: torch.Tensor) -> torch.Tensor:
     out = primal.new_zeros(numel).as_strided(primal.shape, primal.stride(), primal.storage_offset())
     sizes = [min(n, 1) if s == 0 else n for n, s in zip(primal.shape, primal.stride())]
     out.as_strided(sizes, out.stride(), out.storage_offset()).copy_(
-        tangent.as_strided(sizes, tangent.stride(), tangent.storage_offset()))
+        tangent.as_strided(sizes, tangent.stride(), tangent.storage_offset())
+    )
     return out
 
 
-def jvp(f: Callable[..., Sequence[torch.Tensor]], leaves: Sequence[torch.Tensor],
-        tangents: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def jvp(
+    f: Callable[..., Sequence[torch.Tensor]], leaves: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Outputs of ``f`` at ``leaves`` and their tangents ``J u``."""
     with fwAD.dual_level():
         duals = [fwAD.make_dual(l, same_layout(l, u)) for l, u in zip(leaves, tangents)]

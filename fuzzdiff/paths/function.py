@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -42,10 +42,10 @@ class LeafFunction:
         return self.call_args(self.inputs.rebuild(leaves))
 
 
-def leaf_function(target: Target, case: Case, *, cast: torch.dtype | None = None,
-                  requires_grad: bool = True, storages=None) -> LeafFunction:
+def leaf_function(
+    target: Target, case: Case, *, cast: torch.dtype | None = None, requires_grad: bool = True, storages=None
+) -> LeafFunction:
     """Materialize ``case`` (optionally with floating storages cast, e.g. to a
     float64 reference that holds exactly the same values) as a LeafFunction.
     ``storages`` (``case.storages()``) shares one draw of the values between calls."""
-    return LeafFunction(target, case, case.materialize(requires_grad=requires_grad, cast=cast,
-                                                       storages=storages))
+    return LeafFunction(target, case, case.materialize(requires_grad=requires_grad, cast=cast, storages=storages))

@@ -14,9 +14,9 @@ from __future__ import annotations
 import itertools
 import re
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -53,20 +53,24 @@ class Level:
 @dataclass(frozen=True)
 class Plan:
     composition: str
-    levels: tuple[Level, ...]          # outermost first
+    levels: tuple[Level, ...]  # outermost first
     layouts: tuple[Layout | None, ...]  # per argument, of its batched tensor
 
     @staticmethod
-    def from_params(params: Mapping) -> "Plan":
-        levels = tuple(Level(int(l["batch"]), tuple(l["in_dims"]), tuple(l["out_dims"]))
-                       for l in params["levels"])
-        lays = tuple(None if d is None else Layout(d["storage_size"], tuple(d["strides"]), d["offset"])
-                     for d in params["batched_layouts"])
+    def from_params(params: Mapping) -> Plan:
+        levels = tuple(Level(int(l["batch"]), tuple(l["in_dims"]), tuple(l["out_dims"])) for l in params["levels"])
+        lays = tuple(
+            None if d is None else Layout(d["storage_size"], tuple(d["strides"]), d["offset"])
+            for d in params["batched_layouts"]
+        )
         return Plan(params["composition"], levels, lays)
 
     def describe(self) -> str:
-        return self.composition + " " + " / ".join(
-            f"B={l.batch} in_dims={l.in_dims} out_dims={l.out_dims}" for l in self.levels)
+        return (
+            self.composition
+            + " "
+            + " / ".join(f"B={l.batch} in_dims={l.in_dims} out_dims={l.out_dims}" for l in self.levels)
+        )
 
     @property
     def indices(self) -> list[tuple[int, ...]]:
@@ -85,11 +89,13 @@ class Plan:
         return e
 
 
-def stack(value: Callable[[tuple[int, ...]], torch.Tensor], levels: Sequence[Level],
-          dims: Sequence[int | None]) -> torch.Tensor:
+def stack(
+    value: Callable[[tuple[int, ...]], torch.Tensor], levels: Sequence[Level], dims: Sequence[int | None]
+) -> torch.Tensor:
     """One tensor of every example's ``value(index)``: level l's examples are
     stacked at ``dims[l]`` (None: the value does not vary along that level).
     The outermost level is stacked last, as vmap peels it off first."""
+
     def build(prefix: tuple[int, ...]) -> torch.Tensor:
         l = len(prefix)
         if l == len(levels):
@@ -97,6 +103,7 @@ def stack(value: Callable[[tuple[int, ...]], torch.Tensor], levels: Sequence[Lev
         if dims[l] is None:
             return build(prefix + (0,))
         return torch.stack([build(prefix + (j,)) for j in range(levels[l].batch)], dims[l])
+
     return build(())
 
 
@@ -110,8 +117,7 @@ class Batch:
     def __init__(self, target: Target, case: Case, cast: torch.dtype | None = None):
         self.target, self.case, self.cast = target, case, cast
         self.plan = Plan.from_params(case.params)
-        self.diff = [i for i, a in enumerate(case.args)
-                     if a.grad != "none" and case.arg_dtype(i).is_floating_point]
+        self.diff = [i for i, a in enumerate(case.args) if a.grad != "none" and case.arg_dtype(i).is_floating_point]
         self._examples: dict[int, list[torch.Tensor]] = {}
 
     def f(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -133,12 +139,15 @@ class Batch:
         """Each batched argument stacked along its in_dims, stored in its drawn
         layout (memory outside the view holds junk); unbatched ones as example 0."""
         out = []
-        for i, a in enumerate(self.case.args):
+        for i, _a in enumerate(self.case.args):
             if not self.plan.batched(i):
                 out.append(self.args(0)[i])
                 continue
-            t = stack(lambda index: self.args(self.plan.example(index, i))[i], self.plan.levels,
-                      [l.in_dims[i] for l in self.plan.levels])
+            t = stack(
+                lambda index: self.args(self.plan.example(index, i))[i],
+                self.plan.levels,
+                [l.in_dims[i] for l in self.plan.levels],
+            )
             out.append(self._laid_out(i, t, self.plan.layouts[i]))
         return out
 
@@ -152,44 +161,53 @@ class Batch:
 
     def split(self, args: Sequence[torch.Tensor]):
         """(differentiable args, a function putting them back among the others)."""
+
         def merge(d: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             out = list(args)
             for i, t in zip(self.diff, d):
                 out[i] = t
             return out
+
         return [args[i] for i in self.diff], merge
 
     # -- what every example computes, per composition -------------------------------
 
     def with_vjp(self, f):
         """``g(*args, *cotangents) -> (*outputs, *grads)`` by torch.func.vjp."""
+
         def g(*xs):
             n = len(self.case.args)
             d, merge = self.split(xs[:n])
             outs, pull = torch.func.vjp(lambda *d: f(*merge(d)), *d)
             return (*outs, *pull(tuple(xs[n:])))
+
         return g
 
     def with_grad(self, f):
         """``g(*args, *cotangents) -> (*grads, value)`` of ``sum_k <cotangent_k,
         output_k>`` by torch.func.grad_and_value."""
+
         def g(*xs):
             n = len(self.case.args)
             d, merge = self.split(xs[:n])
 
             def h(*d):
                 return sum((c * o).sum() for c, o in zip(xs[n:], f(*merge(d))))
+
             grads, value = torch.func.grad_and_value(h, argnums=tuple(range(len(d))))(*d)
             return (*grads, value)
+
         return g
 
     def with_jvp(self, f):
         """``g(*args, *tangents) -> (*outputs, *output tangents)`` by torch.func.jvp."""
+
         def g(*xs):
             n = len(self.case.args)
             d, merge = self.split(xs[:n])
             outs, tans = torch.func.jvp(lambda *d: f(*merge(d)), tuple(d), tuple(xs[n:]))
             return (*outs, *tans)
+
         return g
 
     def cotangents(self, index, outs) -> list[torch.Tensor]:
@@ -217,8 +235,7 @@ def _vmap(g, plan: Plan, in_dims: Sequence[Sequence[int | None]], ranks: Sequenc
         inner = len(plan.levels) - 1 - depth  # batch dims the levels inside add
         out_dims = tuple(level.out_dim(k, r + inner) for k, r in enumerate(ranks))
         anchor = next(k for k, d in enumerate(in_dims[depth]) if d is not None)
-        g = torch.func.vmap(_batched_outputs(g, out_dims, anchor), in_dims=tuple(in_dims[depth]),
-                            out_dims=out_dims)
+        g = torch.func.vmap(_batched_outputs(g, out_dims, anchor), in_dims=tuple(in_dims[depth]), out_dims=out_dims)
     return g
 
 
@@ -240,6 +257,7 @@ def _batched_outputs(g, out_dims: Sequence[int], anchor: int):
             if out_dims[k] != 0 and functorch.maybe_get_level(o) != level:
                 outs[k] = o + torch.zeros_like(xs[anchor], dtype=o.dtype).sum()
         return tuple(outs)
+
     return wrapped
 
 
@@ -251,9 +269,10 @@ def _stack_outputs(plan: Plan, per_example: dict, count: int, slot=lambda k: k) 
     """The loop's results stacked as vmap stacks them: result k at the out_dims
     of output ``slot(k)`` (jvp of vmap: a tangent where its primal is)."""
     first = per_example[plan.indices[0]]
-    return [stack(lambda index: per_example[index][k], plan.levels,
-                  _out_dims(plan, slot(k), first[k].dim()))
-            for k in range(count)]
+    return [
+        stack(lambda index: per_example[index][k], plan.levels, _out_dims(plan, slot(k), first[k].dim()))
+        for k in range(count)
+    ]
 
 
 def _names(prefix: str, count: int) -> list[str]:
@@ -295,16 +314,21 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
 
     if composition in ("vmap_jvp", "jvp_vmap"):
         tangent_dims = [level_dims[0][i] for i in b.diff]
-        want = {index: loop.with_jvp(loop.f)(
-                    *loop.args_at(index),
-                    *[loop.tangent(i, plan.example(index, i)) for i in b.diff])
-                for index in plan.indices}
-        tangents = [stack(lambda index: b.tangent(i, plan.example(index, i)), plan.levels, [d])
-                    if d is not None else b.tangent(i, 0) for i, d in zip(b.diff, tangent_dims)]
+        want = {
+            index: loop.with_jvp(loop.f)(
+                *loop.args_at(index), *[loop.tangent(i, plan.example(index, i)) for i in b.diff]
+            )
+            for index in plan.indices
+        }
+        tangents = [
+            stack(lambda index: b.tangent(i, plan.example(index, i)), plan.levels, [d])
+            if d is not None
+            else b.tangent(i, 0)
+            for i, d in zip(b.diff, tangent_dims)
+        ]
         args = b.batched_args()
         if composition == "vmap_jvp":
-            got = _vmap(b.with_jvp(b.f), plan, [level_dims[0] + tangent_dims], ranks + ranks)(
-                *args, *tangents)
+            got = _vmap(b.with_jvp(b.f), plan, [level_dims[0] + tangent_dims], ranks + ranks)(*args, *tangents)
         else:
             d, merge = b.split(args)
             vf = _vmap(b.f, plan, level_dims, ranks)
@@ -316,16 +340,19 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
 
     if composition == "vjp_vmap":
         cots = {index: loop.cotangents(index, outs[index]) for index in plan.indices}
-        want = {index: loop.with_vjp(loop.f)(*loop.args_at(index), *cots[index])
-                for index in plan.indices}
+        want = {index: loop.with_vjp(loop.f)(*loop.args_at(index), *cots[index]) for index in plan.indices}
         looped = _stack_outputs(plan, {index: w[:count] for index, w in want.items()}, count)
         for k, i in enumerate(b.diff):
             dim = level_dims[0][i]
             grads = {index: w[count + k] for index, w in want.items()}
-            looped.append(stack(grads.__getitem__, plan.levels, [dim]) if dim is not None
-                          else torch.stack(list(grads.values())).sum(0))
-        batched_cots = [stack(lambda index: cots[index][k], plan.levels, _out_dims(plan, k, ranks[k]))
-                        for k in range(count)]
+            looped.append(
+                stack(grads.__getitem__, plan.levels, [dim])
+                if dim is not None
+                else torch.stack(list(grads.values())).sum(0)
+            )
+        batched_cots = [
+            stack(lambda index: cots[index][k], plan.levels, _out_dims(plan, k, ranks[k])) for k in range(count)
+        ]
         d, merge = b.split(b.batched_args())
         vf = _vmap(b.f, plan, level_dims, ranks)
         primal, pull = torch.func.vjp(lambda *d: vf(*merge(d)), *d)
@@ -351,8 +378,7 @@ def recording_fallbacks():
         for w in caught:
             m = _FALLBACK.search(str(w.message))
             if m is None:  # not ours: shown as it would have been, once per place
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
-                                       registry=_SHOWN)
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, registry=_SHOWN)
             elif m.group(1) not in ops:
                 ops.append(m.group(1))
     finally:

@@ -18,8 +18,8 @@ import inspect
 import keyword
 import re
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import torch
 
@@ -49,15 +49,61 @@ from fuzzdiff.verdict import Verdict
 __all__ = ["standalone_script", "ScriptError", "FRAGMENTS", "register", "Fragment"]
 
 # Module-level names every script may define; target code must not clash with them.
-SCRIPT_NAMES = frozenset({
-    "math", "re", "sys", "torch", "fwAD", "inf", "nan", "call", "main", "DTYPE", "EPS", "ATOL", "RTOL",
-    "V", "V64", "U", "W", "WRT", "ARG_NAMES", "LEAF_NAMES", "make_leaves", "make_args",
-    "make_leaves_other", "make_args_other", "evaluate", "max_abs", "max_abs_error", "changed",
-    "itertools", "example_of", "args_at", "stack_examples", "out_dim", "out_dims_of",
-    "stack_outputs", "batched_outputs", "vmapped", "split_diff", "with_vjp", "with_grad",
-    "with_jvp", "EXAMPLES", "BATCHED", "COTANGENTS", "TANGENTS", "BATCH_TANGENTS", "DIFF",
-    "LEVELS", "IN_DIMS", "INDICES",
-    *HELPERS})
+SCRIPT_NAMES = frozenset(
+    {
+        "math",
+        "re",
+        "sys",
+        "torch",
+        "fwAD",
+        "inf",
+        "nan",
+        "call",
+        "main",
+        "DTYPE",
+        "EPS",
+        "ATOL",
+        "RTOL",
+        "V",
+        "V64",
+        "U",
+        "W",
+        "WRT",
+        "ARG_NAMES",
+        "LEAF_NAMES",
+        "make_leaves",
+        "make_args",
+        "make_leaves_other",
+        "make_args_other",
+        "evaluate",
+        "max_abs",
+        "max_abs_error",
+        "changed",
+        "itertools",
+        "example_of",
+        "args_at",
+        "stack_examples",
+        "out_dim",
+        "out_dims_of",
+        "stack_outputs",
+        "batched_outputs",
+        "vmapped",
+        "split_diff",
+        "with_vjp",
+        "with_grad",
+        "with_jvp",
+        "EXAMPLES",
+        "BATCHED",
+        "COTANGENTS",
+        "TANGENTS",
+        "BATCH_TANGENTS",
+        "DIFF",
+        "LEVELS",
+        "IN_DIMS",
+        "INDICES",
+        *HELPERS,
+    }
+)
 LOCAL_NAMES = frozenset({"leaves", "dtype", "requires_grad", "t", "leaf"})
 
 PROBE_DOCS = {
@@ -89,14 +135,21 @@ class Context:
 
     def wrt_constants(self) -> str:
         wrt = ", ".join(self.names[i] for i in self.wrt) or "none"
-        return (f"ARG_NAMES = {self.names!r}\nLEAF_NAMES = {self.inputs.leaf_names!r}\n"
-                f"WRT = {self.wrt!r}  # the differentiable arguments: {wrt}")
+        return (
+            f"ARG_NAMES = {self.names!r}\nLEAF_NAMES = {self.inputs.leaf_names!r}\n"
+            f"WRT = {self.wrt!r}  # the differentiable arguments: {wrt}"
+        )
 
 
-def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
-                      target: Target | None = None,
-                      storages: Mapping[int, torch.Tensor] | None = None,
-                      found_with: Mapping[str, str] | None = None) -> str:
+def standalone_script(
+    check: str,
+    case: Case,
+    verdict: Verdict | None = None,
+    *,
+    target: Target | None = None,
+    storages: Mapping[int, torch.Tensor] | None = None,
+    found_with: Mapping[str, str] | None = None,
+) -> str:
     """The source of a torch-only script that reproduces ``check`` at ``case``.
 
     ``target`` defaults to ``get_target(case.target)`` (pass it for targets
@@ -107,8 +160,7 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
     be written out.
     """
     if check not in FRAGMENTS:
-        raise ScriptError(f"no standalone script for check {check!r}; scripts exist for "
-                          f"{', '.join(FRAGMENTS)}")
+        raise ScriptError(f"no standalone script for check {check!r}; scripts exist for {', '.join(FRAGMENTS)}")
     if case.device != "cpu":
         raise ScriptError(f"standalone scripts run on the CPU; the case is on {case.device}")
     if target is None:
@@ -118,8 +170,7 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
     code = _code(target, case.kwargs, names)
     clash = code.names & SCRIPT_NAMES
     if clash:
-        raise ScriptError(f"target {target.name!r} defines {sorted(clash)}, which the script "
-                          "uses for itself")
+        raise ScriptError(f"target {target.name!r} defines {sorted(clash)}, which the script uses for itself")
     names = _arg_names(target, code)
     if code.kwargs is not None:  # the code was written for the first names (a program)
         code = _code(target, case.kwargs, names)
@@ -133,14 +184,12 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
     blocks.append(_banner("The function under test") + _definitions(code))
     blocks.append(_call(code, names, case.kwargs if code.kwargs is None else code.kwargs))
     if fragment.inputs:
-        blocks.append(_banner("The inputs") + f"DTYPE = {dtype_name(case.torch_dtype)}\n"
-                      + inputs.storages)
+        blocks.append(_banner("The inputs") + f"DTYPE = {dtype_name(case.torch_dtype)}\n" + inputs.storages)
         data.append(inputs.storages)
         blocks.append(inputs.functions)
     if fragment.other_layout:
         other = relayout(case)
-        other_inputs = inputs_code(other, other.storages(), names, suffix="_other",
-                                   what=" (the other layout)")
+        other_inputs = inputs_code(other, other.storages(), names, suffix="_other", what=" (the other layout)")
         blocks.append(other_inputs.storages)
         blocks.append(other_inputs.functions)
         data.append(other_inputs.storages)
@@ -152,15 +201,17 @@ def standalone_script(check: str, case: Case, verdict: Verdict | None = None, *,
         data.append(probes)
     tol = tolerance(target, check, case.torch_dtype)
     override = target.tolerances.get(check)
-    blocks.append(_banner("Tolerance") + f"ATOL, RTOL = {tol.atol!r}, {tol.rtol!r}  "
-                  f"# for {case.dtype} results"
-                  + (f"; widened: {override.reason}" if override else "")
-                  + f"\nEPS = {EPS!r}  # finite-difference step")
+    blocks.append(
+        _banner("Tolerance") + f"ATOL, RTOL = {tol.atol!r}, {tol.rtol!r}  "
+        f"# for {case.dtype} results"
+        + (f"; widened: {override.reason}" if override else "")
+        + f"\nEPS = {EPS!r}  # finite-difference step"
+    )
     blocks.append(_banner("Helpers") + "\n\n\n".join(helper_source(fragment.helpers)))
     if fragment.extra:
         blocks.append(fragment.extra)
         data.append(fragment.extra)
-    blocks.append("def main():\n    print(f\"torch {torch.__version__}\")\n" + fragment.body)
+    blocks.append('def main():\n    print(f"torch {torch.__version__}")\n' + fragment.body)
     blocks.append('if __name__ == "__main__":\n    sys.exit(main())')
     imports = _imports(code, fragment, any(re.search(r"\b(nan|inf)\b", d) for d in data))
     blocks.insert(1, imports)
@@ -183,15 +234,22 @@ def _code(target: Target, kwargs, names) -> TargetCode:
     owner = getattr(fn, "__self__", None)
     obj = owner if isinstance(owner, type) else fn
     module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
-    importable = (inspect.isfunction(obj) or isinstance(obj, type)) and module \
-        and module.split(".")[0] not in FORBIDDEN and "<" not in qualname
+    importable = (
+        (inspect.isfunction(obj) or isinstance(obj, type))
+        and module
+        and module.split(".")[0] not in FORBIDDEN
+        and "<" not in qualname
+    )
     if not importable:
         raise ScriptError(f"target {target.name!r} can be neither copied ({why}) nor imported")
     top = qualname.split(".")[0]
     call = qualname + (f".{fn.__name__}" if obj is not fn else "")
-    return TargetCode(call=call, imports=["import torch", f"from {module} import {top}"],
-                      names={top}, note=f"{module}.{qualname} is user code, imported here, not "
-                                       f"copied ({why})")
+    return TargetCode(
+        call=call,
+        imports=["import torch", f"from {module} import {top}"],
+        names={top},
+        note=f"{module}.{qualname} is user code, imported here, not copied ({why})",
+    )
 
 
 def _arg_names(target: Target, code: TargetCode) -> list[str]:
@@ -211,16 +269,19 @@ def _banner(title: str) -> str:
 
 def _header(target, check, case, verdict, fragment, found_with, code) -> str:
     version = (found_with or {}).get("torch") or torch.__version__
-    lines = [*textwrap.wrap(f"{target.name}: {fragment.summary} (check {check!r}, {case.dtype}).",
-                            84), "",
-             f"Found by fuzzdiff with torch {version}. Needs only torch; run it with python.",
-             "It prints both sides and ends with OK, or with MISMATCH and exit status 1."]
+    lines = [
+        *textwrap.wrap(f"{target.name}: {fragment.summary} (check {check!r}, {case.dtype}).", 84),
+        "",
+        f"Found by fuzzdiff with torch {version}. Needs only torch; run it with python.",
+        "It prints both sides and ends with OK, or with MISMATCH and exit status 1.",
+    ]
     if verdict is not None:
-        lines += ["", *textwrap.wrap(f"Recorded verdict: {verdict}", 84, break_long_words=False,
-                                     break_on_hyphens=False)]
+        lines += [
+            "",
+            *textwrap.wrap(f"Recorded verdict: {verdict}", 84, break_long_words=False, break_on_hyphens=False),
+        ]
     if code.needs:
-        lines += ["", f"Needs {', '.join(sorted(code.needs))} besides torch: the code under test "
-                  "uses it."]
+        lines += ["", f"Needs {', '.join(sorted(code.needs))} besides torch: the code under test uses it."]
     if code.note:
         lines += ["", *textwrap.wrap(code.note, 84)]
     text = "\n".join(lines).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
@@ -234,18 +295,19 @@ def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
         std.append("import re")
     if special_floats:
         std.append("from math import inf, nan")
-    torch_lines = ["import torch"] + (["import torch.autograd.forward_ad as fwAD"]
-                                      if fragment.forward_ad else [])
+    torch_lines = ["import torch"] + (["import torch.autograd.forward_ad as fwAD"] if fragment.forward_ad else [])
     other_std, other_torch, third = [], [], []
     for line in code.imports:
         if line in std or line in torch_lines:
             continue
         root = line.split()[1].split(".")[0]
         (other_torch if root == "torch" else third if root in code.needs else other_std).append(line)
-    groups = [future, sorted(set(std + other_std), key=lambda l: (l.startswith("from"), l)),
-              torch_lines + sorted({l for l in other_torch if l not in torch_lines},
-                                   key=lambda l: (l.startswith("from"), l)),
-              sorted(set(third), key=lambda l: (l.startswith("from"), l))]
+    groups = [
+        future,
+        sorted(set(std + other_std), key=lambda l: (l.startswith("from"), l)),
+        torch_lines + sorted({l for l in other_torch if l not in torch_lines}, key=lambda l: (l.startswith("from"), l)),
+        sorted(set(third), key=lambda l: (l.startswith("from"), l)),
+    ]
     return "\n\n".join("\n".join(g) for g in groups if g)
 
 
@@ -259,16 +321,18 @@ def _definitions(code: TargetCode) -> str:
 def _call(code: TargetCode, names: list[str], kwargs: Mapping) -> str:
     args = list(names)
     for k, v in kwargs.items():
-        args.append(f"{k}={value_literal(v)}" if k.isidentifier() else
-                    f"**{{{k!r}: {value_literal(v)}}}")
-    return (f"def call({', '.join(names)}):\n"
-            '    """One call of the function under test, with the fuzzed keyword arguments."""\n'
-            f"    return {code.call}({', '.join(args)})")
+        args.append(f"{k}={value_literal(v)}" if k.isidentifier() else f"**{{{k!r}: {value_literal(v)}}}")
+    return (
+        f"def call({', '.join(names)}):\n"
+        '    """One call of the function under test, with the fuzzed keyword arguments."""\n'
+        f"    return {code.call}({', '.join(args)})"
+    )
 
 
 def _probes_text(target: Target, case: Case, storages, keys, run_forward: bool = True) -> str:
     """Each probe global as literal tensors, computed exactly as the check draws them.
     The cotangents need the outputs' shapes: without ``run_forward`` they are None."""
+
     def fresh():
         return {i: t.clone() for i, t in storages.items()}
 

@@ -84,18 +84,23 @@ def _data(ctx) -> tuple[str, bool]:
     grad = eager.grad_error is None
     written = [] if target.functional else eager.inputs
     cotangents = probes_like(case.params, "cotangent", [*eager.outputs, *written])
-    blocks = [f"DTYPE = {dtype_name(case.torch_dtype)}", inputs.storages, inputs.functions,
-              f"ARG_NAMES = {ctx.names!r}\nLEAF_NAMES = {inputs.leaf_names!r}",
-              f"BACKEND = {case.params['backend']!r}",
-              f"WRITES_INPUTS = {not target.functional!r}  # the target writes its inputs: "
-              "both sides get non-leaf copies" if not target.functional else
-              "WRITES_INPUTS = False  # a functional target: the leaves are passed as they are",
-              f"GRAD = {grad!r}" + ("" if grad else "  # eager's backward raises here "
-                                     "(a saved tensor written in place): both run under no_grad"),
-              "# Cotangents: one per output, then one per argument after the call when it is written",
-              "COTANGENTS = [\n" + "".join(f"    {tensor_literal(t, indent='    ')},\n"
-                                           for t in cotangents) + "]",
-              MACHINERY]
+    blocks = [
+        f"DTYPE = {dtype_name(case.torch_dtype)}",
+        inputs.storages,
+        inputs.functions,
+        f"ARG_NAMES = {ctx.names!r}\nLEAF_NAMES = {inputs.leaf_names!r}",
+        f"BACKEND = {case.params['backend']!r}",
+        f"WRITES_INPUTS = {not target.functional!r}  # the target writes its inputs: both sides get non-leaf copies"
+        if not target.functional
+        else "WRITES_INPUTS = False  # a functional target: the leaves are passed as they are",
+        f"GRAD = {grad!r}"
+        + (
+            "" if grad else "  # eager's backward raises here (a saved tensor written in place): both run under no_grad"
+        ),
+        "# Cotangents: one per output, then one per argument after the call when it is written",
+        "COTANGENTS = [\n" + "".join(f"    {tensor_literal(t, indent='    ')},\n" for t in cotangents) + "]",
+        MACHINERY,
+    ]
     return "\n\n\n".join(blocks), grad
 
 
@@ -105,16 +110,22 @@ def compile_fragment(ctx) -> Fragment:
     extra, _ = _data(ctx)
     return Fragment(
         f"{backend} vs eager: outputs, output metadata, inputs after the call and gradients",
-        _lines("names, want, want_meta, want_args = run(call)",
-               "_, got, got_meta, got_args = run(compiled(call))",
-               "print(\"output metadata, eager:   \", want_meta)",
-               "print(\"output metadata, compiled:\", got_meta)",
-               "results = [(want_meta == got_meta, \"output metadata (views of inputs, their strides, \"",
-               "            \"requires_grad, is_leaf, dtype, shape)\"),",
-               "           (want_args == got_args, \"argument metadata after the call\")]",
-               "if len(got) != len(want):",
-               "    results.append((False, f\"{len(got)} results, eager has {len(want)}\"))",
-               "else:",
-               "    results.append(compare(names, got, want))",
-               "return finish(results)"),
-        ("outputs", "vjp", "compare", "finish"), (), extra=extra, inputs=False)
+        _lines(
+            "names, want, want_meta, want_args = run(call)",
+            "_, got, got_meta, got_args = run(compiled(call))",
+            'print("output metadata, eager:   ", want_meta)',
+            'print("output metadata, compiled:", got_meta)',
+            'results = [(want_meta == got_meta, "output metadata (views of inputs, their strides, "',
+            '            "requires_grad, is_leaf, dtype, shape)"),',
+            '           (want_args == got_args, "argument metadata after the call")]',
+            "if len(got) != len(want):",
+            '    results.append((False, f"{len(got)} results, eager has {len(want)}"))',
+            "else:",
+            "    results.append(compare(names, got, want))",
+            "return finish(results)",
+        ),
+        ("outputs", "vjp", "compare", "finish"),
+        (),
+        extra=extra,
+        inputs=False,
+    )

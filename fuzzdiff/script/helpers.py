@@ -18,7 +18,9 @@ def _helper(name: str, source: str, *needs: str) -> None:
     HELPERS[name] = (source.strip("\n"), needs)
 
 
-_helper("outputs", '''
+_helper(
+    "outputs",
+    '''
 def outputs(result):
     """The floating-point tensors in a result (a tensor, tuple, list or dict), in order."""
     if isinstance(result, torch.Tensor):
@@ -28,15 +30,22 @@ def outputs(result):
     if isinstance(result, (tuple, list)):
         return [t for r in result for t in outputs(r)]
     return []
-''')
+''',
+)
 
-_helper("f", '''
+_helper(
+    "f",
+    '''
 def f(*leaves):
     """The function under test as a function of the leaves: its floating-point outputs."""
     return outputs(call(*make_args(leaves)))
-''', "outputs")
+''',
+    "outputs",
+)
 
-_helper("dot", '''
+_helper(
+    "dot",
+    '''
 def dot(a, b):
     """sum_i <a_i, b_i> in double precision (complex: the real part of <conj(a_i), b_i>)."""
     total = 0.0
@@ -46,9 +55,12 @@ def dot(a, b):
             p = x.detach().to(wide).conj() * y.detach().to(wide)
             total += float(p.sum().real) if wide.is_complex else float(p.sum())
     return total
-''')
+''',
+)
 
-_helper("absdot", '''
+_helper(
+    "absdot",
+    '''
 def absdot(a, b):
     """sum_i <|a_i|, |b_i|>: the scale a rounding error in dot(a, b) is relative to."""
     total = 0.0
@@ -57,9 +69,12 @@ def absdot(a, b):
             wide = torch.complex128 if x.is_complex() or y.is_complex() else torch.float64
             total += float((x.detach().to(wide).abs() * y.detach().to(wide).abs()).sum())
     return total
-''')
+''',
+)
 
-_helper("vjp", '''
+_helper(
+    "vjp",
+    '''
 def vjp(outs, leaves, cotangents, create_graph=False):
     """J^T v for each leaf, by reverse mode (zeros for a leaf the outputs do not reach)."""
     pairs = [(o, v) for o, v in zip(outs, cotangents) if o.requires_grad]
@@ -68,9 +83,12 @@ def vjp(outs, leaves, cotangents, create_graph=False):
     grads = torch.autograd.grad([o for o, _ in pairs], list(leaves), [v for _, v in pairs],
                                 allow_unused=True, create_graph=create_graph)
     return [torch.zeros_like(l) if g is None else g for g, l in zip(grads, leaves)]
-''')
+''',
+)
 
-_helper("same_layout", '''
+_helper(
+    "same_layout",
+    '''
 def same_layout(primal, tangent):
     """The tangent stored with the primal's exact sizes, strides and offset.
 
@@ -87,9 +105,12 @@ def same_layout(primal, tangent):
     out.as_strided(sizes, out.stride(), out.storage_offset()).copy_(
         tangent.as_strided(sizes, tangent.stride(), tangent.storage_offset()))
     return out
-''')
+''',
+)
 
-_helper("jvp", '''
+_helper(
+    "jvp",
+    '''
 def jvp(f, leaves, tangents):
     """The outputs of f and their tangents J u, by forward mode (dual tensors)."""
     with fwAD.dual_level():
@@ -100,9 +121,13 @@ def jvp(f, leaves, tangents):
             primals.append(p)
             tans.append(torch.zeros_like(p) if t is None else t)
     return primals, tans
-''', "same_layout")
+''',
+    "same_layout",
+)
 
-_helper("central", '''
+_helper(
+    "central",
+    '''
 def central(f, leaves, directions, eps):
     """(f(x + eps u) - f(x - eps u)) / (2 eps) for each output, without autograd."""
     leaves = [l.detach() for l in leaves]
@@ -111,9 +136,12 @@ def central(f, leaves, directions, eps):
         plus = f(*[torch.add(l, u, alpha=eps) for l, u in zip(leaves, directions)])
         minus = f(*[torch.add(l, u, alpha=-eps) for l, u in zip(leaves, directions)])
     return [(p - m) / (2 * eps) for p, m in zip(plus, minus)]
-''')
+''',
+)
 
-_helper("finite_difference", '''
+_helper(
+    "finite_difference",
+    '''
 def finite_difference(v, u):
     """<v, J u> by central differences in float64 at the same values, and its error estimate:
     truncation (the change when the step doubles) plus round-off (eps_mach |f| / eps)."""
@@ -122,9 +150,16 @@ def finite_difference(v, u):
         out = f(*x64)
     d1, d2 = dot(v, central(f, x64, u, EPS)), dot(v, central(f, x64, u, 2 * EPS))
     return d1, abs(d1 - d2) + 2.0**-52 / EPS * absdot(v, out)
-''', "f", "dot", "absdot", "central")
+''',
+    "f",
+    "dot",
+    "absdot",
+    "central",
+)
 
-_helper("judge", '''
+_helper(
+    "judge",
+    '''
 def judge(identity, analytic, reference, scale, noise=0.0):
     """Print both sides of an identity; (agree, summary) with the allowed error
     ATOL + RTOL * scale + 4 * noise (noise: the reference's own error estimate)."""
@@ -141,9 +176,12 @@ def judge(identity, analytic, reference, scale, noise=0.0):
     print(f"  reference  {reference!r}")
     print(f"  abs error  {error:.3g}   rel error {relative:.3g}   allowed {allowed:.3g}")
     return error <= allowed, f"{identity}: {analytic!r} vs {reference!r} (abs error {error:.3g})"
-''')
+''',
+)
 
-_helper("compare", '''
+_helper(
+    "compare",
+    '''
 def max_abs(t):
     """The largest finite |t| (0 if none); a mask or an index counts as numbers."""
     t = t.detach()
@@ -189,9 +227,12 @@ def compare(names, got, expected, scale_floor=0.0):
             if first is None:
                 first = f"{name}{at}: abs error {error:.3g} (scale {scale:.3g})"
     return first is None, first or "all agree"
-''')
+''',
+)
 
-_helper("skip_missing_formula", f'''
+_helper(
+    "skip_missing_formula",
+    f'''
 UNSUPPORTED = re.compile({"|".join(p.pattern for p in UNSUPPORTED_PATTERNS)!r}, re.I)
 
 
@@ -203,9 +244,12 @@ def skip_missing_formula(identity, error):
     if not UNSUPPORTED.search(text):
         raise error
     print(f"{{identity}}: not supported by torch here ({{text.splitlines()[0]}})")
-''')
+''',
+)
 
-_helper("finish", '''
+_helper(
+    "finish",
+    '''
 def finish(results):
     """The last line: MISMATCH (exit status 1) or OK (exit status 0)."""
     if not results:
@@ -217,16 +261,22 @@ def finish(results):
         return 1
     print("OK: " + "; ".join(summary for _, summary in results))
     return 0
-''')
+''',
+)
 
-_helper("scatter_to_storage", '''
+_helper(
+    "scatter_to_storage",
+    '''
 def scatter_to_storage(out, grad, shape, strides, offset):
     """Add the gradient of a strided view into the flat gradient of its storage."""
     index = torch.arange(out.numel()).as_strided(shape, strides, offset)
     out.index_add_(0, index.reshape(-1), grad.reshape(-1).to(out.dtype))
-''')
+''',
+)
 
-_helper("snapshot", '''
+_helper(
+    "snapshot",
+    '''
 def snapshot(t):
     """A tensor's metadata and every byte of its storage."""
     meta = (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.requires_grad)
@@ -245,7 +295,8 @@ def changed(watched, before):
             print(f"{name} after:  {now_values.tolist()}")
             return f"the values in the storage of {name}"
     return None
-''')
+''',
+)
 
 
 def helper_source(names) -> list[str]:

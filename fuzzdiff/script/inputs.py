@@ -10,8 +10,8 @@ rebuilt from the leaves as the same tensor, a view, or a fixed input.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import torch
 
@@ -23,12 +23,12 @@ __all__ = ["InputsCode", "inputs_code"]
 
 @dataclass
 class InputsCode:
-    storages: str        # module-level storage tensors
-    functions: str       # make_leaves / make_args
+    storages: str  # module-level storage tensors
+    functions: str  # make_leaves / make_args
     leaf_names: list[str]
     arg_names: list[str]
     differentiable: list[bool]  # per argument: derivatives flow to a leaf
-    sources: list        # per argument: (leaf index, Layout or None) or None, as Inputs.sources
+    sources: list  # per argument: (leaf index, Layout or None) or None, as Inputs.sources
 
 
 def _elements(shape, lay: Layout) -> set[int]:
@@ -51,10 +51,12 @@ def describe_layout(shape: Sequence[int], lay: Layout) -> str:
     if lay.offset:
         words.append(f"storage offset {lay.offset}")
     if not zero:
-        probe = torch.empty(0).as_strided(tuple(shape), lay.strides) if math.prod(shape) == 0 else \
-            torch.empty(lay.storage_size).as_strided(tuple(shape), lay.strides, lay.offset)
-        if probe.is_contiguous(memory_format=torch.channels_last) and len(shape) == 4 \
-                and not probe.is_contiguous():
+        probe = (
+            torch.empty(0).as_strided(tuple(shape), lay.strides)
+            if math.prod(shape) == 0
+            else torch.empty(lay.storage_size).as_strided(tuple(shape), lay.strides, lay.offset)
+        )
+        if probe.is_contiguous(memory_format=torch.channels_last) and len(shape) == 4 and not probe.is_contiguous():
             words.append("channels_last")
         elif not Layout(lay.storage_size, lay.strides, 0).is_contiguous(shape):
             words.append(f"strides {tuple(lay.strides)}")
@@ -71,8 +73,9 @@ def _view(expr: str, shape, lay: Layout, base_size: int) -> str:
     return f"{expr}.as_strided({tuple(shape)!r}, {tuple(lay.strides)!r}, {lay.offset})"
 
 
-def inputs_code(case: Case, storages: Mapping[int, torch.Tensor], names: Sequence[str],
-                suffix: str = "", what: str = "") -> InputsCode:
+def inputs_code(
+    case: Case, storages: Mapping[int, torch.Tensor], names: Sequence[str], suffix: str = "", what: str = ""
+) -> InputsCode:
     """Script text that rebuilds ``case``'s leaves and arguments from ``storages``."""
     keys, steps, sources = case._plan
     args = case.args
@@ -85,8 +88,10 @@ def inputs_code(case: Case, storages: Mapping[int, torch.Tensor], names: Sequenc
     def fresh(o: int) -> str:  # a private copy of storage o, in the run's dtype
         return f"{store[o]}.clone()" if fixed[o] else f"{store[o]}.to(dtype, copy=True)"
 
-    lines = [f"# The memory each argument lives in, element by element{what}: a view may skip "
-             "elements,", "# and a correct op never reads those."]
+    lines = [
+        f"# The memory each argument lives in, element by element{what}: a view may skip elements,",
+        "# and a correct op never reads those.",
+    ]
     for o, t in sorted(storages.items()):
         lines.append(f"{store[o]} = {storage_literal(t, indent='')}")
     storage_text = "\n".join(lines)
@@ -97,33 +102,39 @@ def inputs_code(case: Case, storages: Mapping[int, torch.Tensor], names: Sequenc
         if whole:
             name = f"{names[o]}_base"
             users = [names[i] for i in range(len(args)) if case.owner(i) == o]
-            leaf_lines.append(f"    {name} = {fresh(o)}  # the whole storage: "
-                              f"{', '.join(users)} {'are views' if len(users) > 1 else 'is a view'} of it")
+            leaf_lines.append(
+                f"    {name} = {fresh(o)}  # the whole storage: "
+                f"{', '.join(users)} {'are views' if len(users) > 1 else 'is a view'} of it"
+            )
         else:
             name = names[o]
-            leaf_lines.append(f"    {name} = {_view(fresh(o), a.shape, a.strided, size(o))}  "
-                              f"# {describe_layout(a.shape, a.strided)}")
+            leaf_lines.append(
+                f"    {name} = {_view(fresh(o), a.shape, a.strided, size(o))}  # {describe_layout(a.shape, a.strided)}"
+            )
         leaf_names.append(name)
-    leaves_fn = [f"def make_leaves{suffix}(dtype=DTYPE, requires_grad=True):",
-                 '    """Fresh copies of the tensors derivatives are taken with respect to."""',
-                 *leaf_lines,
-                 f"    return [t.detach().requires_grad_(requires_grad) for t in "
-                 f"({', '.join(leaf_names)}{',' if len(leaf_names) == 1 else ''})]"]
+    leaves_fn = [
+        f"def make_leaves{suffix}(dtype=DTYPE, requires_grad=True):",
+        '    """Fresh copies of the tensors derivatives are taken with respect to."""',
+        *leaf_lines,
+        f"    return [t.detach().requires_grad_(requires_grad) for t in "
+        f"({', '.join(leaf_names)}{',' if len(leaf_names) == 1 else ''})]",
+    ]
 
     arg_lines = []
     const_owners = [o for (kind, o, *_rest) in steps if kind == "const"]
     shared = {o for o in const_owners if const_owners.count(o) > 1}
     for o in sorted(shared):
         arg_lines.append(f"    {names[o]}_memory = {fresh(o)}")
-    for i, (kind, k, shape, strides, offset) in enumerate(steps):
+    for i, (kind, k, shape, _strides, _offset) in enumerate(steps):
         a, name = args[i], names[i]
         if kind == "same":
             arg_lines.append(f"    {name} = {names[k]}  # the very same tensor as {names[k]}")
         elif kind == "const":
             src = f"{names[k]}_memory" if k in shared else fresh(k)
             note = "not differentiated" + (f", shares {names[k]}'s storage" if k != i else "")
-            arg_lines.append(f"    {name} = {_view(src, shape, a.strided, size(k))}  # {note}; "
-                             f"{describe_layout(shape, a.strided)}")
+            arg_lines.append(
+                f"    {name} = {_view(src, shape, a.strided, size(k))}  # {note}; {describe_layout(shape, a.strided)}"
+            )
         elif kind == "view":
             base = leaf_names[k]
             owner = k_owner = case.owner(i)
@@ -131,19 +142,18 @@ def inputs_code(case: Case, storages: Mapping[int, torch.Tensor], names: Sequenc
             if owner != i:
                 overlap = _elements(shape, a.strided) & _elements(args[owner].shape, args[owner].strided)
                 note += f"; {'overlaps' if overlap else 'disjoint from'} {names[owner]} in memory"
-            arg_lines.append(f"    {name} = {_view(base, shape, a.strided, size(k_owner))}  "
-                             f"# a non-leaf view: {note}")
+            arg_lines.append(f"    {name} = {_view(base, shape, a.strided, size(k_owner))}  # a non-leaf view: {note}")
         # "leaf": the argument is the leaf itself, already named
     unpack = f"({leaf_names[0]},)" if len(leaf_names) == 1 else ", ".join(leaf_names)
-    args_fn = [f"def make_args{suffix}(leaves):",
-               '    """The arguments as fuzzed (views, aliases, fixed inputs), built from the leaves."""',
-               "    dtype = leaves[0].dtype if leaves else DTYPE",
-               *([f"    {unpack} = leaves"] if leaf_names else []),
-               *arg_lines,
-               f"    return [{', '.join(names)}]"]
+    args_fn = [
+        f"def make_args{suffix}(leaves):",
+        '    """The arguments as fuzzed (views, aliases, fixed inputs), built from the leaves."""',
+        "    dtype = leaves[0].dtype if leaves else DTYPE",
+        *([f"    {unpack} = leaves"] if leaf_names else []),
+        *arg_lines,
+        f"    return [{', '.join(names)}]",
+    ]
     if not any("dtype" in line for line in arg_lines):
         del args_fn[2]
     functions = "\n".join(leaves_fn) + "\n\n\n" + "\n".join(args_fn)
-    return InputsCode(storage_text, functions, leaf_names, list(names),
-                      [s is not None for s in sources], list(sources))
-
+    return InputsCode(storage_text, functions, leaf_names, list(names), [s is not None for s in sources], list(sources))

@@ -15,8 +15,7 @@ import torch
 
 from fuzzdiff.case import Layout
 
-__all__ = ["ScriptError", "value_literal", "tensor_literal", "storage_literal", "dtype_name",
-           "INLINE_LIMIT", "WIDTH"]
+__all__ = ["ScriptError", "value_literal", "tensor_literal", "storage_literal", "dtype_name", "INLINE_LIMIT", "WIDTH"]
 
 INLINE_LIMIT = 4096  # elements; more are written compactly as float.hex strings
 WIDTH = 88
@@ -79,16 +78,21 @@ def _items(flat: torch.Tensor) -> list[str]:
         return [repr(bool(v)) for v in flat.tolist()]
     if dtype.is_complex:
         real = dtype.to_real()
-        return [f"complex({_float_text(z.real, real)}, {_float_text(z.imag, real)})"
-                for z in flat.tolist()]
+        return [f"complex({_float_text(z.real, real)}, {_float_text(z.imag, real)})" for z in flat.tolist()]
     if dtype.is_floating_point:
         return [_float_text(v, dtype) for v in flat.tolist()]
     return [repr(int(v)) for v in flat.tolist()]
 
 
 def _wrap(items: list[str], indent: str) -> str:
-    return textwrap.fill(", ".join(items), width=WIDTH, initial_indent=indent,
-                         subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+    return textwrap.fill(
+        ", ".join(items),
+        width=WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -113,16 +117,18 @@ def storage_literal(flat: torch.Tensor, indent: str = "    ") -> str:
     if flat.numel() > INLINE_LIMIT and (flat.dtype.is_floating_point or flat.dtype.is_complex):
         wide = torch.view_as_real(flat) if flat.dtype.is_complex else flat
         hexes = textwrap.fill(" ".join(float.hex(v) for v in wide.double().tolist()), width=WIDTH)
-        text = (f'torch.tensor([float.fromhex(h) for h in """\n{hexes}\n""".split()], '
-                "dtype=torch.float64)")
+        text = f'torch.tensor([float.fromhex(h) for h in """\n{hexes}\n""".split()], dtype=torch.float64)'
         if flat.dtype.is_complex:
             text = f"torch.view_as_complex({text}.reshape(-1, 2))"
         text = f"{text}.to({dtype})"
     else:
         items = _items(flat)
         inline = ", ".join(items)
-        text = (f"torch.tensor([{inline}], dtype={dtype})" if len(inline) <= 48 else
-                f"torch.tensor([\n{_wrap(items, indent + '    ')},\n{indent}], dtype={dtype})")
+        text = (
+            f"torch.tensor([{inline}], dtype={dtype})"
+            if len(inline) <= 48
+            else f"torch.tensor([\n{_wrap(items, indent + '    ')},\n{indent}], dtype={dtype})"
+        )
     # The text itself, parsed as the script will parse it (our own text: eval is safe).
     built = eval(text, {"torch": torch, "nan": math.nan, "inf": math.inf})  # noqa: S307
     if not _same_bits(built, flat):  # pragma: no cover - a bug in the formatting above
@@ -135,9 +141,11 @@ def tensor_literal(t: torch.Tensor, indent: str = "    ") -> str:
     t = t.detach().cpu()
     shape = tuple(t.shape)
     # is_contiguous() ignores the strides of size-1 dims; reshape() would not keep them
-    if t.stride() == Layout.contiguous(shape).strides and t.storage_offset() == 0 and \
-            t.untyped_storage().nbytes() == t.numel() * t.element_size():
+    if (
+        t.stride() == Layout.contiguous(shape).strides
+        and t.storage_offset() == 0
+        and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    ):
         return f"{storage_literal(t.reshape(-1), indent)}.reshape({shape!r})"
     storage = torch.tensor([], dtype=t.dtype).set_(t.untyped_storage())
-    return (f"{storage_literal(storage, indent)}.as_strided({shape!r}, {tuple(t.stride())!r}, "
-            f"{t.storage_offset()})")
+    return f"{storage_literal(storage, indent)}.as_strided({shape!r}, {tuple(t.stride())!r}, {t.storage_offset()})"

@@ -119,9 +119,27 @@ def ps_vmapped(module):
     return [grads[0][n] for n in params] + [g * scale if scale != 1.0 else g for g in grads[1:]]
 '''.strip("\n")
 
-NAMES = frozenset({"ps_floating", "ps_dims", "ps_out_dim", "ps_inputs", "ps_expanded", "ps_looped",
-                   "ps_vmapped", "PS_KWARGS", "PS_SAMPLE", "PS_BATCHED", "PS_COTANGENTS", "PS_DIFF",
-                   "PS_NAMES", "PS_BATCH", "PS_LOSS_REDUCTION", "PS_INPUT_GRAD", "PS_INFER_BATCH"})
+NAMES = frozenset(
+    {
+        "ps_floating",
+        "ps_dims",
+        "ps_out_dim",
+        "ps_inputs",
+        "ps_expanded",
+        "ps_looped",
+        "ps_vmapped",
+        "PS_KWARGS",
+        "PS_SAMPLE",
+        "PS_BATCHED",
+        "PS_COTANGENTS",
+        "PS_DIFF",
+        "PS_NAMES",
+        "PS_BATCH",
+        "PS_LOSS_REDUCTION",
+        "PS_INPUT_GRAD",
+        "PS_INFER_BATCH",
+    }
+)
 
 
 def _tensors(name: str, tensors, doc: str) -> str:
@@ -135,8 +153,10 @@ def _data(ctx) -> tuple[str, str, str]:
     build = getattr(target.fn, "module", None)
     code = target_code(target.fn, target.name)
     if build is None or build.__name__ not in code.names:
-        raise ScriptError(f"target {target.name!r}: its module builder is not part of the code "
-                          "its function refers to, so the script cannot build the module")
+        raise ScriptError(
+            f"target {target.name!r}: its module builder is not part of the code "
+            "its function refers to, so the script cannot build the module"
+        )
     clash = code.names & NAMES
     if clash:
         raise ScriptError(f"target {target.name!r} defines {sorted(clash)}, which the script uses")
@@ -155,42 +175,57 @@ def _data(ctx) -> tuple[str, str, str]:
         except Exception:  # noqa: BLE001 - the script raises the same at ExpandedWeights
             pass
     plan = batch.plan
-    block = "\n".join([
-        f"PS_KWARGS = {value_literal(dict(case.kwargs))}  # the module's hyperparameters",
-        f"PS_BATCH = {plan.batch}",
-        f"PS_LOSS_REDUCTION = {plan.loss_reduction!r}",
-        f"PS_INPUT_GRAD = {plan.input_grad!r}  # the floating inputs require grad",
-        f"PS_INFER_BATCH = {plan.infer_batch!r}  # batch_size=None: ExpandedWeights infers it",
-        f"PS_DIFF = {batch.diff!r}  # the floating (differentiable) arguments",
-        f"PS_NAMES = {names!r}",
-        "",
-        _tensors("PS_SAMPLE", batch.samples[0], "One sample (the module is built for its shapes "
-                 "and dtype)"),
-        "",
-        _tensors("PS_BATCHED", leaves, "The batch, samples stacked at dim 0, in the drawn layout "
-                 "(moved to the module's batch dim when it is not 0)"),
-        "",
-        _tensors("PS_COTANGENTS", cotangents, "Cotangents, one per output, batched"),
-    ])
+    block = "\n".join(
+        [
+            f"PS_KWARGS = {value_literal(dict(case.kwargs))}  # the module's hyperparameters",
+            f"PS_BATCH = {plan.batch}",
+            f"PS_LOSS_REDUCTION = {plan.loss_reduction!r}",
+            f"PS_INPUT_GRAD = {plan.input_grad!r}  # the floating inputs require grad",
+            f"PS_INFER_BATCH = {plan.infer_batch!r}  # batch_size=None: ExpandedWeights infers it",
+            f"PS_DIFF = {batch.diff!r}  # the floating (differentiable) arguments",
+            f"PS_NAMES = {names!r}",
+            "",
+            _tensors("PS_SAMPLE", batch.samples[0], "One sample (the module is built for its shapes and dtype)"),
+            "",
+            _tensors(
+                "PS_BATCHED",
+                leaves,
+                "The batch, samples stacked at dim 0, in the drawn layout "
+                "(moved to the module's batch dim when it is not 0)",
+            ),
+            "",
+            _tensors("PS_COTANGENTS", cotangents, "Cotangents, one per output, batched"),
+        ]
+    )
     return block, build.__name__, skipped
 
 
 @register("per_sample")
 def per_sample(ctx) -> Fragment:
     data, build, skipped = _data(ctx)
-    vmap_lines = ([f"print({'vmap(grad(functional_call)) not run: ' + skipped!r})"] if skipped else
-                  ["results.append(compare([f'vmap: {n}' for n in PS_NAMES[n_out:]],",
-                   "                       ps_vmapped(fresh()), looped[n_out:]))"])
+    vmap_lines = (
+        [f"print({'vmap(grad(functional_call)) not run: ' + skipped!r})"]
+        if skipped
+        else [
+            "results.append(compare([f'vmap: {n}' for n in PS_NAMES[n_out:]],",
+            "                       ps_vmapped(fresh()), looped[n_out:]))",
+        ]
+    )
     return Fragment(
         "ExpandedWeights per-sample gradients vs a loop over the samples vs vmap(grad)",
-        _lines("def fresh():",
-               f"    return {build}(*PS_SAMPLE, **PS_KWARGS)",
-               "",
-               "# ExpandedWeights against one gradient per sample (outputs, then each",
-               "# parameter's per-sample gradient, then the inputs' gradients).",
-               "looped = ps_looped(fresh())",
-               "results = [compare(PS_NAMES, ps_expanded(fresh()), looped)]",
-               "n_out = sum(n.startswith('output') for n in PS_NAMES)",
-               *vmap_lines,
-               "return finish(results)"),
-        ("compare", "finish"), (), extra=f"{data}\n\n\n{MACHINERY}")
+        _lines(
+            "def fresh():",
+            f"    return {build}(*PS_SAMPLE, **PS_KWARGS)",
+            "",
+            "# ExpandedWeights against one gradient per sample (outputs, then each",
+            "# parameter's per-sample gradient, then the inputs' gradients).",
+            "looped = ps_looped(fresh())",
+            "results = [compare(PS_NAMES, ps_expanded(fresh()), looped)]",
+            "n_out = sum(n.startswith('output') for n in PS_NAMES)",
+            *vmap_lines,
+            "return finish(results)",
+        ),
+        ("compare", "finish"),
+        (),
+        extra=f"{data}\n\n\n{MACHINERY}",
+    )

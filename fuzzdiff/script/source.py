@@ -36,15 +36,16 @@ IMPORTABLE = frozenset(sys.stdlib_module_names) | {"torch"}
 # Never imported by a script: their code is copied where a target uses it, or refused.
 FORBIDDEN = frozenset({"fuzzdiff", "strategies", "hypothesis", "tests", "__main__"})
 # Public namespaces searched for a torch callable, as the script writes them.
-NAMESPACES = (("torch", torch, "import torch"),
-              ("F", F, "import torch.nn.functional as F"),
-              ("torch.linalg", torch.linalg, "import torch"),
-              ("torch.special", torch.special, "import torch"),
-              ("torch.fft", torch.fft, "import torch"),
-              ("torch.Tensor", torch.Tensor, "import torch"))
+NAMESPACES = (
+    ("torch", torch, "import torch"),
+    ("F", F, "import torch.nn.functional as F"),
+    ("torch.linalg", torch.linalg, "import torch"),
+    ("torch.special", torch.special, "import torch"),
+    ("torch.fft", torch.fft, "import torch"),
+    ("torch.Tensor", torch.Tensor, "import torch"),
+)
 # Imports every script may have itself; a target importing the same is no clash.
-STANDARD_IMPORTS = frozenset({"import math", "import sys", "import torch",
-                              "import torch.autograd.forward_ad as fwAD"})
+STANDARD_IMPORTS = frozenset({"import math", "import sys", "import torch", "import torch.autograd.forward_ad as fwAD"})
 
 
 @dataclass
@@ -54,12 +55,12 @@ class TargetCode:
     call: str
     imports: list[str] = field(default_factory=list)
     definitions: list[str] = field(default_factory=list)
-    names: set[str] = field(default_factory=set)   # module-level names the definitions bind
+    names: set[str] = field(default_factory=set)  # module-level names the definitions bind
     future_annotations: bool = False
-    note: str = ""                                   # e.g. why user code is imported
-    needs: set[str] = field(default_factory=set)     # third-party packages imported besides torch
-    setup: list[str] = field(default_factory=list)   # statements to run after the imports
-    kwargs: dict | None = None                       # the call's keyword arguments, when not the case's
+    note: str = ""  # e.g. why user code is imported
+    needs: set[str] = field(default_factory=set)  # third-party packages imported besides torch
+    setup: list[str] = field(default_factory=list)  # statements to run after the imports
+    kwargs: dict | None = None  # the call's keyword arguments, when not the case's
 
 
 def _root(module_name: str | None) -> str:
@@ -89,7 +90,7 @@ class _Emitter:
 
     def __init__(self):
         self.code = TargetCode(call="")
-        self.bound: dict[str, object] = {}   # script-level name -> object it stands for
+        self.bound: dict[str, object] = {}  # script-level name -> object it stands for
         self.in_progress: set[int] = set()
 
     # -- names ------------------------------------------------------------------
@@ -99,8 +100,9 @@ class _Emitter:
         if name in self.bound:
             if self.bound[name] is obj or (_constant(obj) and self.bound[name] == obj):
                 return False
-            raise ScriptError(f"two different objects are both called {name!r} at module level "
-                              f"({self.bound[name]!r} and {obj!r})")
+            raise ScriptError(
+                f"two different objects are both called {name!r} at module level ({self.bound[name]!r} and {obj!r})"
+            )
         self.bound[name] = obj
         self.code.names.add(name)
         return True
@@ -137,13 +139,16 @@ class _Emitter:
         if callable(obj) or isinstance(obj, type):
             self.callable(name, obj, module)
             return
-        raise ScriptError(f"module-level {name!r} is a {type(obj).__name__}, which cannot be "
-                          "written into a script")
+        raise ScriptError(f"module-level {name!r} is a {type(obj).__name__}, which cannot be written into a script")
 
     def callable(self, name: str, obj, module: types.ModuleType) -> None:
         home = getattr(obj, "__module__", None)
-        if home and _root(home) not in FORBIDDEN and _root(home) != _root(module.__name__) \
-                and (inspect.isfunction(obj) or inspect.isclass(obj) or _root(home) in IMPORTABLE):
+        if (
+            home
+            and _root(home) not in FORBIDDEN
+            and _root(home) != _root(module.__name__)
+            and (inspect.isfunction(obj) or inspect.isclass(obj) or _root(home) in IMPORTABLE)
+        ):
             # torch's, the standard library's, or a third-party package's (tensorly): imported
             if _root(home) not in IMPORTABLE:
                 self.code.needs.add(_root(home))
@@ -155,8 +160,9 @@ class _Emitter:
                 self.add_import(_import_line(name, obj, module))
             return
         if isinstance(obj, types.MethodType) or not (inspect.isfunction(obj) or inspect.isclass(obj)):
-            raise ScriptError(f"{name!r} is a {type(obj).__name__} from {home}; only functions and "
-                              "classes can be copied")
+            raise ScriptError(
+                f"{name!r} is a {type(obj).__name__} from {home}; only functions and classes can be copied"
+            )
         if not self.bind(name, obj):
             return
         self.copy(obj, as_name=name)
@@ -172,8 +178,9 @@ class _Emitter:
         if module is None:
             raise ScriptError(f"the module of {obj!r} is not loaded")
         if inspect.isfunction(obj) and obj.__code__.co_freevars:
-            raise ScriptError(f"{obj.__qualname__} is a closure (it uses {obj.__code__.co_freevars} "
-                              "from an enclosing function)")
+            raise ScriptError(
+                f"{obj.__qualname__} is a closure (it uses {obj.__code__.co_freevars} from an enclosing function)"
+            )
         if obj.__name__ == "<lambda>":
             source = f"{as_name} = {_lambda_source(obj)}"
         else:
@@ -202,7 +209,7 @@ def _constant(obj) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module_imports(module_name: str) -> dict[str, str]:
     """name -> the import statement that binds it in the module's own source."""
     module = sys.modules.get(module_name)
@@ -287,13 +294,19 @@ def _lambda_source(fn) -> str:
         raise ScriptError(f"no source for a lambda: {e}") from None
     text = "".join(lines)
     code = fn.__code__
-    params = list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
-    found = [n for n in ast.walk(ast.parse(text))
-             if isinstance(n, ast.Lambda) and n.lineno == code.co_firstlineno
-             and [a.arg for a in (*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs)] == params]
+    params = list(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
+    found = [
+        n
+        for n in ast.walk(ast.parse(text))
+        if isinstance(n, ast.Lambda)
+        and n.lineno == code.co_firstlineno
+        and [a.arg for a in (*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs)] == params
+    ]
     if len(found) != 1:
-        raise ScriptError(f"{len(found)} lambdas with parameters {params} on line "
-                          f"{code.co_firstlineno}; cannot tell which is the target")
+        raise ScriptError(
+            f"{len(found)} lambdas with parameters {params} on line "
+            f"{code.co_firstlineno}; cannot tell which is the target"
+        )
     return "(" + ast.get_source_segment(text, found[0]) + ")"
 
 
@@ -302,10 +315,18 @@ def _program_code(fn, kwargs, arg_names) -> TargetCode | None:
     if getattr(fn, "__module__", None) != "fuzzdiff.programs" or getattr(fn, "__name__", "") != "run_program":
         return None
     source = Program.from_json(kwargs["program"]).source("program", list(arg_names))
-    imports = ["import torch"] + (["import torch.nn.functional as F"] if "F." in source else []) \
+    imports = (
+        ["import torch"]
+        + (["import torch.nn.functional as F"] if "F." in source else [])
         + (["import math"] if "math." in source else [])
-    return TargetCode(call="program", imports=imports, definitions=[source.rstrip()],
-                      names={"program"}, kwargs={k: v for k, v in kwargs.items() if k != "program"})
+    )
+    return TargetCode(
+        call="program",
+        imports=imports,
+        definitions=[source.rstrip()],
+        names={"program"},
+        kwargs={k: v for k, v in kwargs.items() if k != "program"},
+    )
 
 
 def _tensorly_code(fn, kwargs, arg_names) -> TargetCode | None:
@@ -328,8 +349,12 @@ def target_code(fn, what: str, kwargs=None, arg_names=()) -> TargetCode:
     """Self-contained code for calling ``fn``; ``what`` names it in errors."""
     stored = getattr(fn, "fuzzdiff_source", None)  # a record's own source (targets.user._from_source)
     if stored is not None:
-        return TargetCode(call=stored["call"], imports=list(stored["imports"]),
-                          definitions=list(stored["definitions"]), setup=list(stored["setup"]))
+        return TargetCode(
+            call=stored["call"],
+            imports=list(stored["imports"]),
+            definitions=list(stored["definitions"]),
+            setup=list(stored["setup"]),
+        )
     for special in SPECIAL:
         code = special(fn, dict(kwargs or {}), arg_names)
         if code is not None:
@@ -352,8 +377,9 @@ def target_code(fn, what: str, kwargs=None, arg_names=()) -> TargetCode:
             emitter.copy(fn, as_name=name)
             emitter.code.call = name
         else:
-            raise ScriptError(f"its function is a {type(fn).__name__}, neither a torch op, a "
-                              "Python function nor a class's .apply")
+            raise ScriptError(
+                f"its function is a {type(fn).__name__}, neither a torch op, a Python function nor a class's .apply"
+            )
     except ScriptError as e:
         raise ScriptError(f"target {what!r} cannot be written torch-only: {e}") from None
     if "torch" not in emitter.bound:

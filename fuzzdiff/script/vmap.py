@@ -132,12 +132,12 @@ def with_jvp(*xs):
 BODIES = {
     "vmap": (
         "got = vmapped(f, IN_DIMS, ranks)(*BATCHED)",
-        "names = [f\"output {k}\" for k in range(count)]",
+        'names = [f"output {k}" for k in range(count)]',
         "want = stack_outputs(outs, count)",
     ),
     "vmap_vmap": (
         "got = vmapped(f, IN_DIMS, ranks)(*BATCHED)",
-        "names = [f\"output {k}\" for k in range(count)]",
+        'names = [f"output {k}" for k in range(count)]',
         "want = stack_outputs(outs, count)",
     ),
     "vmap_vjp": (
@@ -145,7 +145,7 @@ BODIES = {
         "grad_ranks = [EXAMPLES[0][i].dim() for i in DIFF]",
         "cots = [stack_examples(lambda index: COTANGENTS[index][k], [0]) for k in range(count)]",
         "got = vmapped(with_vjp, [IN_DIMS[0] + [0] * count], ranks + grad_ranks)(*BATCHED, *cots)",
-        "names = [f\"output {k}\" for k in range(count)] + [f\"grad of {ARG_NAMES[i]}\" for i in DIFF]",
+        'names = [f"output {k}" for k in range(count)] + [f"grad of {ARG_NAMES[i]}" for i in DIFF]',
         "want = stack_outputs(per_example, len(names))",
     ),
     "vmap_grad": (
@@ -153,7 +153,7 @@ BODIES = {
         "grad_ranks = [EXAMPLES[0][i].dim() for i in DIFF]",
         "cots = [stack_examples(lambda index: COTANGENTS[index][k], [0]) for k in range(count)]",
         "got = vmapped(with_grad, [IN_DIMS[0] + [0] * count], grad_ranks + [0])(*BATCHED, *cots)",
-        "names = [f\"grad of {ARG_NAMES[i]}\" for i in DIFF] + [\"<cotangent, output>\"]",
+        'names = [f"grad of {ARG_NAMES[i]}" for i in DIFF] + ["<cotangent, output>"]',
         "want = stack_outputs(per_example, len(names))",
     ),
     "vmap_jvp": (
@@ -162,7 +162,7 @@ BODIES = {
         "tangents = [stack_examples(lambda index: BATCH_TANGENTS[index][k], [d]) if d is not None",
         "            else BATCH_TANGENTS[INDICES[0]][k] for k, d in enumerate(tangent_dims)]",
         "got = vmapped(with_jvp, [IN_DIMS[0] + tangent_dims], ranks + ranks)(*BATCHED, *tangents)",
-        "names = [f\"output {k}\" for k in range(count)] + [f\"output tangent {k}\" for k in range(count)]",
+        'names = [f"output {k}" for k in range(count)] + [f"output tangent {k}" for k in range(count)]',
         "want = stack_outputs(per_example, 2 * count)",
     ),
     "jvp_vmap": (
@@ -174,7 +174,7 @@ BODIES = {
         "vf = vmapped(f, IN_DIMS, ranks)",
         "primal, tans = torch.func.jvp(lambda *d: vf(*merge(d)), tuple(d), tuple(tangents))",
         "got = (*primal, *tans)",
-        "names = [f\"output {k}\" for k in range(count)] + [f\"output tangent {k}\" for k in range(count)]",
+        'names = [f"output {k}" for k in range(count)] + [f"output tangent {k}" for k in range(count)]',
         "want = stack_outputs(per_example, 2 * count, lambda k: k % count)",
     ),
     "vjp_vmap": (
@@ -191,7 +191,7 @@ BODIES = {
         "vf = vmapped(f, IN_DIMS, ranks)",
         "primal, pull = torch.func.vjp(lambda *d: vf(*merge(d)), *d)",
         "got = [*primal, *pull(tuple(cots))]",
-        "names = [f\"output {k}\" for k in range(count)] + [f\"grad of {ARG_NAMES[i]}\" for i in DIFF]",
+        'names = [f"output {k}" for k in range(count)] + [f"grad of {ARG_NAMES[i]}" for i in DIFF]',
     ),
 }
 
@@ -214,39 +214,44 @@ def _data(ctx) -> str:
     plan = b.plan
     examples = sorted({plan.example(index, i) for index in plan.indices for i in range(len(case.args))})
     levels = [(l.batch, list(l.in_dims), list(l.out_dims)) for l in plan.levels]
-    blocks = [f"ARG_NAMES = {ctx.names!r}",
-              f"DIFF = {b.diff!r}  # the differentiable arguments: "
-              f"{', '.join(ctx.names[i] for i in b.diff) or 'none'}",
-              "# vmap levels, outermost first: (batch size, in_dims per argument, out_dims cycled "
-              "over the outputs)",
-              f"LEVELS = {levels!r}",
-              "IN_DIMS = [in_dims for _, in_dims, _ in LEVELS]",
-              "INDICES = list(itertools.product(*(range(batch) for batch, _, _ in LEVELS)))",
-              _tensors("EXAMPLES", [(e, loop.args(e)) for e in examples],
-                       "Example e's arguments as the loop passes them (each example its own values)"),
-              "# The batched arguments as vmap gets them: the examples stacked at in_dims, in the "
-              "drawn layout",
-              "BATCHED = [\n" + "".join(f"    {tensor_literal(t, indent='    ')},\n"
-                                        for t in b.batched_args()) + "]"]
+    blocks = [
+        f"ARG_NAMES = {ctx.names!r}",
+        f"DIFF = {b.diff!r}  # the differentiable arguments: {', '.join(ctx.names[i] for i in b.diff) or 'none'}",
+        "# vmap levels, outermost first: (batch size, in_dims per argument, out_dims cycled over the outputs)",
+        f"LEVELS = {levels!r}",
+        "IN_DIMS = [in_dims for _, in_dims, _ in LEVELS]",
+        "INDICES = list(itertools.product(*(range(batch) for batch, _, _ in LEVELS)))",
+        _tensors(
+            "EXAMPLES",
+            [(e, loop.args(e)) for e in examples],
+            "Example e's arguments as the loop passes them (each example its own values)",
+        ),
+        "# The batched arguments as vmap gets them: the examples stacked at in_dims, in the drawn layout",
+        "BATCHED = [\n" + "".join(f"    {tensor_literal(t, indent='    ')},\n" for t in b.batched_args()) + "]",
+    ]
     comp = plan.composition
     if comp in ("vmap_vjp", "vmap_grad", "vjp_vmap"):
         try:
             with torch.no_grad():
-                cots = [(index, loop.cotangents(index, loop.f(*loop.args_at(index))))
-                        for index in plan.indices]
+                cots = [(index, loop.cotangents(index, loop.f(*loop.args_at(index)))) for index in plan.indices]
             blocks.append(_tensors("COTANGENTS", cots, "Per-example cotangents, one per output"))
         except Exception as e:  # noqa: BLE001 - the script raises the same in its loop
-            blocks.append(f"COTANGENTS = None  # the forward raised {type(e).__name__} when "
-                          "this was written")
+            blocks.append(f"COTANGENTS = None  # the forward raised {type(e).__name__} when this was written")
     if comp in ("vmap_jvp", "jvp_vmap"):
-        blocks.append(_tensors(
-            "TANGENTS", [(index, [loop.tangent(i, plan.example(index, i)) for i in b.diff])
-                         for index in plan.indices],
-            "Per-example tangents, one per differentiable argument, for the loop"))
-        blocks.append(_tensors(
-            "BATCH_TANGENTS", [(index, [b.tangent(i, plan.example(index, i)) for i in b.diff])
-                               for index in plan.indices],
-            "The same tangents, stacked for vmap"))
+        blocks.append(
+            _tensors(
+                "TANGENTS",
+                [(index, [loop.tangent(i, plan.example(index, i)) for i in b.diff]) for index in plan.indices],
+                "Per-example tangents, one per differentiable argument, for the loop",
+            )
+        )
+        blocks.append(
+            _tensors(
+                "BATCH_TANGENTS",
+                [(index, [b.tangent(i, plan.example(index, i)) for i in b.diff]) for index in plan.indices],
+                "The same tangents, stacked for vmap",
+            )
+        )
     return "\n\n\n".join(blocks)
 
 
@@ -255,13 +260,18 @@ def vmap(ctx) -> Fragment:
     composition = ctx.case.params["composition"]
     return Fragment(
         f"torch.func.vmap ({composition}) vs a Python loop over the batch",
-        _lines("outs = {index: f(*args_at(index)) for index in INDICES}",
-               "count = len(outs[INDICES[0]])",
-               "ranks = [o.dim() for o in outs[INDICES[0]]]",
-               f"# {composition}: vmapped, then the loop's results stacked the same way.",
-               *BODIES[composition],
-               "# Each result on its own scale.",
-               "return finish([compare(names, [t.detach() for t in got], "
-               "[t.detach() for t in want])])"),
-        ("outputs", "compare", "finish"), (), extra=f"{_data(ctx)}\n\n\n{MACHINERY}",
-        inputs=False, imports=("import itertools",))
+        _lines(
+            "outs = {index: f(*args_at(index)) for index in INDICES}",
+            "count = len(outs[INDICES[0]])",
+            "ranks = [o.dim() for o in outs[INDICES[0]]]",
+            f"# {composition}: vmapped, then the loop's results stacked the same way.",
+            *BODIES[composition],
+            "# Each result on its own scale.",
+            "return finish([compare(names, [t.detach() for t in got], [t.detach() for t in want])])",
+        ),
+        ("outputs", "compare", "finish"),
+        (),
+        extra=f"{_data(ctx)}\n\n\n{MACHINERY}",
+        inputs=False,
+        imports=("import itertools",),
+    )

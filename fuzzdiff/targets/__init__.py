@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-from typing import Iterable
+from collections.abc import Iterable
 
 from fuzzdiff.targets.target import FromShapes, Index, Mask, NoGrad, Only, Target, Tol
 from fuzzdiff.targets.user import resolve_user_target
 
-__all__ = ["Target", "Tol", "Only", "Index", "Mask", "NoGrad", "FromShapes", "UnknownTarget",
-           "register", "get_target", "all_targets", "select"]
+__all__ = [
+    "Target",
+    "Tol",
+    "Only",
+    "Index",
+    "Mask",
+    "NoGrad",
+    "FromShapes",
+    "UnknownTarget",
+    "register",
+    "get_target",
+    "all_targets",
+    "select",
+]
 
 _REGISTRY: dict[str, Target] = {}
 _LOADED = False
@@ -52,6 +64,7 @@ def get_target(name: str) -> Target:
         # startup time and an optional dependency: torch's OpInfo database needs
         # expecttest and seconds to import
         from fuzzdiff.targets.opinfo import get_opinfo_target
+
         return get_opinfo_target(name)
     if ":" in name:
         return resolve_user_target(name)
@@ -66,6 +79,7 @@ def all_targets(include_opinfo: bool = False) -> list[Target]:
     if include_opinfo:
         # startup time and an optional dependency, as in get_target
         from fuzzdiff.targets.opinfo import opinfo_targets
+
         out += opinfo_targets()
     return out
 
@@ -74,6 +88,8 @@ def select(patterns: Iterable[str] | None = None, families: Iterable[str] | None
     """Targets whose name matches any glob pattern (all when None)."""
     pats = list(patterns or ["*"])
     fams = set(families) if families else None
-    return [t for t in all_targets()
-            if any(fnmatch.fnmatchcase(t.name, p) for p in pats)
-            and (fams is None or t.family in fams)]
+    return [
+        t
+        for t in all_targets()
+        if any(fnmatch.fnmatchcase(t.name, p) for p in pats) and (fams is None or t.family in fams)
+    ]

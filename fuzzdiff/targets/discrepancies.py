@@ -19,26 +19,39 @@ STRIDE0_GRAD_DYNAMIC = Known(
     "x = torch.tensor([.75, .75]).double().as_strided((2,), (0,)).requires_grad_(); v = "
     "torch.tensor([1.5, -0.5]).double(); torch.autograd.grad(torch.compile(lambda t: "
     "t.reshape(-1), backend='aot_eager', dynamic=True)(x), x, v) -> [0.5, 0.5], eager [1.5, -0.5]",
-    features=("stride0",), params={"backend": ("aot_eager", "inductor")},
+    features=("stride0",),
+    params={"backend": ("aot_eager", "inductor")},
     message=r"^(aot_eager|inductor) vs eager: grad \d+ at",
-    records=("e0ef41dd22bf95e4", "2ece44ba7e04481c"))
+    records=("e0ef41dd22bf95e4", "2ece44ba7e04481c"),
+)
 
-NESTED_VMAP_MESSAGE = (r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"
-                       r"|shape '\[\d+, \d+\]' is invalid for input of size \d+")
+NESTED_VMAP_MESSAGE = (
+    r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"
+    r"|shape '\[\d+, \d+\]' is invalid for input of size \d+"
+)
 
 
 def _nested_vmap_loss(unbatched: int, batched: int, **known) -> Known:
     """Nested vmap of a regression loss with argument ``unbatched`` not batched
     at the inner level (batched at the outer one or not at all) and
     ``batched`` batched there."""
-    return Known("vmap", message=NESTED_VMAP_MESSAGE, raises="RuntimeError", params={
-        "composition": "vmap_vmap", f"levels.1.in_dims.{unbatched}": None,
-        f"levels.1.in_dims.{batched}": NOT_NONE}, **known)
+    return Known(
+        "vmap",
+        message=NESTED_VMAP_MESSAGE,
+        raises="RuntimeError",
+        params={
+            "composition": "vmap_vmap",
+            f"levels.1.in_dims.{unbatched}": None,
+            f"levels.1.in_dims.{batched}": NOT_NONE,
+        },
+        **known,
+    )
 
 
 NESTED_VMAP_LOSSES = (
     _nested_vmap_loss(
-        1, 0,
+        1,
+        0,
         reason="nested vmap of F.mse_loss, F.smooth_l1_loss and F.huber_loss raises when the "
         "target is not batched at the inner level and the input is (torch 2.13.0 CPU; whether "
         "or not the target is batched at the outer level; F.l1_loss, one level, or both batched "
@@ -48,9 +61,11 @@ NESTED_VMAP_LOSSES = (
         "(x, y) -> RuntimeError: The size of tensor a (12) must match the size of tensor b (4) "
         "at non-singleton dimension 1, where the loop torch.stack([torch.stack([F.mse_loss("
         "x[i, j], y[i]) for j in range(3)]) for i in range(2)]) works",
-        records=("1673357661b54a8b", "88cf21f6d1983335", "872e38faf23f0852", "eeef7772eea56ec6")),
+        records=("1673357661b54a8b", "88cf21f6d1983335", "872e38faf23f0852", "eeef7772eea56ec6"),
+    ),
     _nested_vmap_loss(
-        0, 1,
+        0,
+        1,
         reason="the same losses under nested vmap raise too the other way round: the *input* "
         "not batched at the inner level and the target batched there (torch 2.13.0 CPU; "
         "F.l1_loss works)",
@@ -59,5 +74,6 @@ NESTED_VMAP_LOSSES = (
         "(x, y) -> RuntimeError: shape '[1, 1]' is invalid for input of size 2 (with trailing "
         "dims of size 2: The size of tensor a (2) must match the size of tensor b (4)); the loop "
         "over both batches works",
-        records=("3e90340a8de4bb31",)),
+        records=("3e90340a8de4bb31",),
+    ),
 )

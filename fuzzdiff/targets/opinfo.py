@@ -38,8 +38,9 @@ import fnmatch
 import functools
 import random
 import unittest
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,17 +51,32 @@ from fuzzdiff.targets.opinfo_known import known_for
 from fuzzdiff.targets.target import Only, Target, Tol
 from strategies.values import sampling_interval
 
-__all__ = ["PREFIX", "FAMILY", "CHECKS", "SAMPLES_PER_OP", "NEAR", "EXCLUDED", "op_db", "op_key",
-           "opinfo_ops", "op_targets", "opinfo_targets", "get_opinfo_target", "select",
-           "skips_for", "samples", "OpInfoError"]
+__all__ = [
+    "PREFIX",
+    "FAMILY",
+    "CHECKS",
+    "SAMPLES_PER_OP",
+    "NEAR",
+    "EXCLUDED",
+    "op_db",
+    "op_key",
+    "opinfo_ops",
+    "op_targets",
+    "opinfo_targets",
+    "get_opinfo_target",
+    "select",
+    "skips_for",
+    "samples",
+    "OpInfoError",
+]
 
 PREFIX = "opinfo/"
 FAMILY = "opinfo"
 SEED = 0
 SAMPLES_PER_OP = 2
-MAX_NUMEL = 2048          # per sample, all fuzzed tensors together: finite differences stay cheap
-MAX_FLOAT32 = 1e3        # float32 cases only where every value is at most this large
-NEAR_SCALE = 1e-3         # near mode: |x| <= NEAR_SCALE * max(1, max |sample|)
+MAX_NUMEL = 2048  # per sample, all fuzzed tensors together: finite differences stay cheap
+MAX_FLOAT32 = 1e3  # float32 cases only where every value is at most this large
+NEAR_SCALE = 1e-3  # near mode: |x| <= NEAR_SCALE * max(1, max |sample|)
 
 # The checks issue 8 runs on OpInfo targets; every other check is skipped with this reason.
 CHECKS = ("grad", "forward", "layout", "alias", "vmap", "compile")
@@ -72,22 +88,47 @@ TESTS = {
     "grad": (("TestBwdGradients", "test_fn_grad"), ("TestGradients", "test_fn_grad")),
     "forward": (("TestFwdGradients", "test_forward_mode_AD"), ("TestGradients", "test_forward_mode_AD")),
     "layout": (("TestCommon", "test_noncontiguous_samples"),),
-    "vmap": (("TestVmapOperatorsOpInfo", "test_vmap_exhaustive"), ("TestOperators", "test_vmapvjp"),
-             ("TestOperators", "test_vmapjvpall")),
-    "compile": (("TestEagerFusionOpInfo", "test_aot_autograd_exhaustive"),
-                ("TestInductorOpInfo", "test_comprehensive")),
+    "vmap": (
+        ("TestVmapOperatorsOpInfo", "test_vmap_exhaustive"),
+        ("TestOperators", "test_vmapvjp"),
+        ("TestOperators", "test_vmapjvpall"),
+    ),
+    "compile": (
+        ("TestEagerFusionOpInfo", "test_aot_autograd_exhaustive"),
+        ("TestInductorOpInfo", "test_comprehensive"),
+    ),
 }
 
 # Ops whose samples carry structure that random values in the same range lack.
 # Matched as globs over the op key (``name`` or ``name.variant``).
-_CONDITIONING = ("samples are built with structure (positive definite, full rank, well "
-                 "separated spectrum) that random entries lack; ill-conditioned points make "
-                 "finite differences meaningless")
+_CONDITIONING = (
+    "samples are built with structure (positive definite, full rank, well "
+    "separated spectrum) that random entries lack; ill-conditioned points make "
+    "finite differences meaningless"
+)
 NEAR = {
-    **{f"linalg.{name}": _CONDITIONING for name in (
-        "cholesky*", "cond", "det", "slogdet", "eig*", "householder_product", "inv*", "lstsq*",
-        "lu*", "matrix_power", "matrix_rank*", "pinv*", "qr", "solve*", "svd*", "tensorinv",
-        "tensorsolve")},
+    **{
+        f"linalg.{name}": _CONDITIONING
+        for name in (
+            "cholesky*",
+            "cond",
+            "det",
+            "slogdet",
+            "eig*",
+            "householder_product",
+            "inv*",
+            "lstsq*",
+            "lu*",
+            "matrix_power",
+            "matrix_rank*",
+            "pinv*",
+            "qr",
+            "solve*",
+            "svd*",
+            "tensorinv",
+            "tensorsolve",
+        )
+    },
     "cholesky*": _CONDITIONING,
     "lu*": _CONDITIONING,
     "triangular_solve": _CONDITIONING,
@@ -107,25 +148,73 @@ NEAR = {
 # Ties are kinks here (order statistics, max pooling, inf-norms), and equal values in a
 # normalized group make a point of extreme curvature (zero variance): values are
 # spread apart within each argument (Target.distinct; no stride 0 then).
-DISTINCT = ("max*", "min*", "amax", "amin", "aminmax", "*sort", "topk", "kthvalue", "*median",
-            "mode", "cummax", "cummin", "nn.functional.*max_pool*", "nn.functional.max_unpool*",
-            "masked.amax", "masked.amin", "masked.median", "*norm*", "var*", "std*", "masked.var",
-            "masked.std", "nn.functional.pdist", "scatter_reduce.*", "index_reduce.*",
-            "_native_batch_norm_legit*", "_batch_norm_with_update",
-            "nn.functional.hardtanh", "nn.functional.relu6")
+DISTINCT = (
+    "max*",
+    "min*",
+    "amax",
+    "amin",
+    "aminmax",
+    "*sort",
+    "topk",
+    "kthvalue",
+    "*median",
+    "mode",
+    "cummax",
+    "cummin",
+    "nn.functional.*max_pool*",
+    "nn.functional.max_unpool*",
+    "masked.amax",
+    "masked.amin",
+    "masked.median",
+    "*norm*",
+    "var*",
+    "std*",
+    "masked.var",
+    "masked.std",
+    "nn.functional.pdist",
+    "scatter_reduce.*",
+    "index_reduce.*",
+    "_native_batch_norm_legit*",
+    "_batch_norm_with_update",
+    "nn.functional.hardtanh",
+    "nn.functional.relu6",
+)
 
 # Kinks where two *arguments* are equal: arguments drawn from one seed are equal
 # elementwise, and the confirmation's neighbouring point keeps about 5% of such
 # ties (see the report), so grad and forward would be confirmed at a kink.
-TIES = ("clamp*", "clip*", "maximum", "minimum", "fmax", "fmin", "max.binary", "min.binary",
-        "remainder", "fmod", "cdist", "dist", "nn.functional.pairwise_distance",
-        "nn.functional.l1_loss", "nn.functional.smooth_l1_loss", "nn.functional.huber_loss",
-        "nn.functional.margin_ranking_loss", "nn.functional.hinge_embedding_loss",
-        "nn.functional.triplet_margin*", "nn.functional.multilabel_margin_loss",
-        "nn.functional.multi_margin_loss", "nn.functional.soft_margin_loss", "where", "masked_*",
-        "scatter_reduce.*", "index_reduce.*")
-TIED = ("kinks where two arguments are equal; arguments drawn from one seed tie elementwise "
-        "and the neighbouring-point confirmation keeps some ties, so a kink would be confirmed")
+TIES = (
+    "clamp*",
+    "clip*",
+    "maximum",
+    "minimum",
+    "fmax",
+    "fmin",
+    "max.binary",
+    "min.binary",
+    "remainder",
+    "fmod",
+    "cdist",
+    "dist",
+    "nn.functional.pairwise_distance",
+    "nn.functional.l1_loss",
+    "nn.functional.smooth_l1_loss",
+    "nn.functional.huber_loss",
+    "nn.functional.margin_ranking_loss",
+    "nn.functional.hinge_embedding_loss",
+    "nn.functional.triplet_margin*",
+    "nn.functional.multilabel_margin_loss",
+    "nn.functional.multi_margin_loss",
+    "nn.functional.soft_margin_loss",
+    "where",
+    "masked_*",
+    "scatter_reduce.*",
+    "index_reduce.*",
+)
+TIED = (
+    "kinks where two arguments are equal; arguments drawn from one seed tie elementwise "
+    "and the neighbouring-point confirmation keeps some ties, so a kink would be confirmed"
+)
 
 # Ops left out, with the reason (besides the automatic rules in ``_excluded``).
 EXCLUDED = {
@@ -138,35 +227,50 @@ EXCLUDED = {
     "*rand*_like": "random",
     "uniform": "random",
     "as_strided*": "reads the input's memory through explicit strides: its result depends on "
-                   "the layout, which this adapter fuzzes",
+    "the layout, which this adapter fuzzes",
     "view_as_complex": "requires a last dim of stride 1 by contract",
     "view": "a view needs strides compatible with the new shape, by contract",
     "view_as": "a view needs strides compatible with the new shape, by contract",
     "native_group_norm": "aten-internal kernel whose contract is a contiguous input "
-                         "(F.group_norm makes it so); raises for any other layout",
+    "(F.group_norm makes it so); raises for any other layout",
     "empty*": "uninitialized output",
     "new_empty*": "uninitialized output",
 }
 
 
-_RUNNING_STATS = ("updates running_mean / running_var in place: vmap cannot write a batched "
-                  "update into an unbatched buffer (functorch documents this; the op raises)")
+_RUNNING_STATS = (
+    "updates running_mean / running_var in place: vmap cannot write a batched "
+    "update into an unbatched buffer (functorch documents this; the op raises)"
+)
 VMAP_SKIP = {
-    **{name: _RUNNING_STATS for name in (
-        "nn.functional.batch_norm", "nn.functional.instance_norm", "native_batch_norm",
-        "_native_batch_norm_legit*", "_batch_norm_with_update")},
+    **{
+        name: _RUNNING_STATS
+        for name in (
+            "nn.functional.batch_norm",
+            "nn.functional.instance_norm",
+            "native_batch_norm",
+            "_native_batch_norm_legit*",
+            "_batch_norm_with_update",
+        )
+    },
     "nn.functional.multi_head_attention_forward": "calls dropout (a random op) even at p=0: vmap "
-                                                  "raises in its default randomness='error' mode",
+    "raises in its default randomness='error' mode",
 }
 
 # A call that closes over tensor constants (indices, masks, running stats) cannot be
 # traced by aot_function, whose fake tensor mode rejects real tensors.
-CONSTANTS = {"compile": "the call closes over tensor constants (indices, masks, running stats), "
-                        "which aot_function's fake tensor mode rejects"}
+CONSTANTS = {
+    "compile": "the call closes over tensor constants (indices, masks, running stats), "
+    "which aot_function's fake tensor mode rejects"
+}
 
 # Tolerances of near-mode (linear algebra) targets: their samples can be ill-conditioned.
-NEAR_TOL = Tol(1e-9, 1e-5, "linear-algebra samples may be ill-conditioned (condition numbers "
-               "up to ~1e4): rounding of the analytic side grows with it")
+NEAR_TOL = Tol(
+    1e-9,
+    1e-5,
+    "linear-algebra samples may be ill-conditioned (condition numbers "
+    "up to ~1e4): rounding of the analytic side grows with it",
+)
 
 
 class OpInfoError(KeyError):
@@ -217,6 +321,7 @@ def opinfo_ops() -> list:
 
 # -- samples --------------------------------------------------------------------------------
 
+
 def samples(op) -> list:
     """The op's float64 CPU samples, the same on every call: sample_inputs draw from
     torch's, Python's and NumPy's generators, so all three are seeded (and restored)."""
@@ -233,20 +338,30 @@ def samples(op) -> list:
 
 
 def _fuzzable(t: Any) -> bool:
-    return (isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.requires_grad
-            and t.layout == torch.strided and not t.is_conj() and not t.is_neg())
+    return (
+        isinstance(t, torch.Tensor)
+        and t.dtype == torch.float64
+        and t.requires_grad
+        and t.layout == torch.strided
+        and not t.is_conj()
+        and not t.is_neg()
+    )
 
 
 def _usable(sample) -> bool:
     leaves, _ = tree_flatten((sample.input, sample.args, sample.kwargs))
     tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
     fuzzed = [t for t in tensors if _fuzzable(t)]
-    return (bool(fuzzed) and all(t.layout == torch.strided and t.device.type == "cpu" for t in tensors)
-            and sum(t.numel() for t in fuzzed) <= MAX_NUMEL
-            and all(torch.isfinite(t).all() for t in fuzzed))  # -inf masks are values we cannot draw
+    return (
+        bool(fuzzed)
+        and all(t.layout == torch.strided and t.device.type == "cpu" for t in tensors)
+        and sum(t.numel() for t in fuzzed) <= MAX_NUMEL
+        and all(torch.isfinite(t).all() for t in fuzzed)
+    )  # -inf masks are values we cannot draw
 
 
 # -- one target per chosen sample -------------------------------------------------------------
+
 
 @dataclass(frozen=True, eq=False)
 class Call:
@@ -258,17 +373,19 @@ class Call:
     """
 
     op: Any
-    spec: Any                      # the pytree spec of (input, args, kwargs)
-    leaves: tuple                  # the sample's leaves; fuzzed positions are replaced
-    positions: tuple[int, ...]     # leaf index of each fuzzed argument
+    spec: Any  # the pytree spec of (input, args, kwargs)
+    leaves: tuple  # the sample's leaves; fuzzed positions are replaced
+    positions: tuple[int, ...]  # leaf index of each fuzzed argument
     near: tuple
     output_fn: Callable
 
     def __call__(self, *tensors):
         # Fresh constants per call: some ops update them in place (batch_norm's running stats).
         dtype = tensors[0].dtype if tensors else torch.float64
-        leaves = [(t.to(dtype) if t.is_floating_point() else t).clone() if isinstance(t, torch.Tensor)
-                  else t for t in self.leaves]  # fuzzed positions hold None
+        leaves = [
+            (t.to(dtype) if t.is_floating_point() else t).clone() if isinstance(t, torch.Tensor) else t
+            for t in self.leaves
+        ]  # fuzzed positions hold None
         for pos, t, s in zip(self.positions, tensors, self.near):
             leaves[pos] = t if s is None else t + s.to(t.dtype)
         inp, args, kwargs = tree_unflatten(leaves, self.spec)
@@ -306,8 +423,7 @@ def _range_intervals(op, fuzzed: list[torch.Tensor]) -> list[tuple[float, float]
 
 def _finite(value) -> bool:
     leaves, _ = tree_flatten(value)
-    return all(torch.isfinite(t).all().item() for t in leaves
-               if isinstance(t, torch.Tensor) and t.is_floating_point())
+    return all(torch.isfinite(t).all().item() for t in leaves if isinstance(t, torch.Tensor) and t.is_floating_point())
 
 
 def _valid_at(call: Call, points: list[torch.Tensor]) -> bool:
@@ -401,15 +517,16 @@ def skips_for(op, near: bool, complex_out: bool = False) -> dict[str, str]:
     if any(fnmatch.fnmatchcase(op_key(op), p) for p in TIES):
         skip["grad"] = skip["forward"] = TIED
     if complex_out:
-        skip["vmap"] = ("complex outputs: the vmap check's vjp compositions need real outputs "
-                        "(fuzzdiff.paths.vmap)")
+        skip["vmap"] = "complex outputs: the vmap check's vjp compositions need real outputs (fuzzdiff.paths.vmap)"
     if _match(op_key(op), VMAP_SKIP):
         skip["vmap"] = _match(op_key(op), VMAP_SKIP)
     flags = {
         "forward": (op.supports_forward_ad, "OpInfo supports_forward_ad=False"),
-        "vmap": (op.check_batched_grad and (op.check_batched_forward_grad or not op.supports_forward_ad),
-                 "OpInfo check_batched_grad / check_batched_forward_grad is False: "
-                 "its gradients are not batchable with vmap"),
+        "vmap": (
+            op.check_batched_grad and (op.check_batched_forward_grad or not op.supports_forward_ad),
+            "OpInfo check_batched_grad / check_batched_forward_grad is False: "
+            "its gradients are not batchable with vmap",
+        ),
     }
     for check, (ok, why) in flags.items():
         if not ok:
@@ -419,8 +536,9 @@ def skips_for(op, near: bool, complex_out: bool = False) -> dict[str, str]:
         if hit and check not in skip:
             skip[check] = f"OpInfo skips or expects failure of {hit} (float64, cpu)"
     if near:
-        skip["alias"] = ("values are pinned near the sample (each argument is sample + x): "
-                         "aliasing of x never reaches the op")
+        skip["alias"] = (
+            "values are pinned near the sample (each argument is sample + x): aliasing of x never reaches the op"
+        )
     return skip
 
 
@@ -451,8 +569,9 @@ def _target(op, index: int, sample) -> Target | None:
     leaves, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
     positions = tuple(k for k, t in enumerate(leaves) if _fuzzable(t))
     fuzzed = [leaves[k].detach() for k in positions]
-    leaves = tuple(None if k in positions else t.detach() if isinstance(t, torch.Tensor) else t
-                   for k, t in enumerate(leaves))
+    leaves = tuple(
+        None if k in positions else t.detach() if isinstance(t, torch.Tensor) else t for k, t in enumerate(leaves)
+    )
     constants = any(isinstance(t, torch.Tensor) for t in leaves)
     output_fn = sample.output_process_fn_grad
     call = Call(op, spec, leaves, positions, (None,) * len(positions), output_fn)
@@ -468,30 +587,37 @@ def _target(op, index: int, sample) -> Target | None:
         near = "invalid (error or non-finite) at random points of the sample's ranges"
     if near is not None:
         call = Call(op, spec, leaves, positions, tuple(fuzzed), output_fn)
-        intervals = [(-d, d) for d in (NEAR_SCALE * max(1.0, t.abs().max().item() if t.numel() else 1.0)
-                                       for t in fuzzed)]
+        intervals = [
+            (-d, d) for d in (NEAR_SCALE * max(1.0, t.abs().max().item() if t.numel() else 1.0) for t in fuzzed)
+        ]
     with torch.no_grad():
-        complex_out = any(isinstance(o, torch.Tensor) and o.is_complex()
-                          for o in tree_flatten(call(*fuzzed))[0])
+        complex_out = any(isinstance(o, torch.Tensor) and o.is_complex() for o in tree_flatten(call(*fuzzed))[0])
     names = [f"a{i}" for i in range(len(fuzzed))]
     # float32 only at moderate magnitudes: OpInfo samples hold values up to 1e6 on purpose
     # (logsumexp), where float32 rounding of the inputs alone moves the results.
-    floats32 = (near is None and torch.float32 in op.supported_backward_dtypes("cpu")
-                and all(max(abs(lo), abs(hi)) <= MAX_FLOAT32 for lo, hi in intervals))
+    floats32 = (
+        near is None
+        and torch.float32 in op.supported_backward_dtypes("cpu")
+        and all(max(abs(lo), abs(hi)) <= MAX_FLOAT32 for lo, hi in intervals)
+    )
     name = f"{key}@{index}"
     return Target(
-        name, call, ", ".join(f"{n}: {' '.join(map(str, t.shape))}".rstrip() for n, t in zip(names, fuzzed)),
-        FAMILY, sample=dict(zip(names, intervals)),
+        name,
+        call,
+        ", ".join(f"{n}: {' '.join(map(str, t.shape))}".rstrip() for n, t in zip(names, fuzzed)),
+        FAMILY,
+        sample=dict(zip(names, intervals)),
         dtypes=(torch.float64, torch.float32) if floats32 else (torch.float64,),
         distinct=any(fnmatch.fnmatchcase(key, p) for p in DISTINCT),
         tolerances={c: NEAR_TOL for c in ("grad", "forward", "layout", "alias", "vmap")} if near else {},
         only=Only(CHECKS, OUTSIDE),
         skip={**skips_for(op, near is not None, complex_out), **(CONSTANTS if constants else {})},
         known=known_for(PREFIX + name),
-        origin=PREFIX + name)
+        origin=PREFIX + name,
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _op_targets(key: str) -> tuple[Target, ...]:
     op = _ops()[key]
     all_samples = samples(op)
@@ -521,10 +647,11 @@ def select(patterns: Iterable[str]) -> list[Target]:
     pats = list(patterns)
     keys = [p.removeprefix(PREFIX).rsplit("@", 1)[0] for p in pats]
     ops = [op for op in opinfo_ops() if any(fnmatch.fnmatchcase(op_key(op), k) for k in keys)]
-    return [t for t in opinfo_targets(ops)
-            if any(fnmatch.fnmatchcase(t.name, p) or fnmatch.fnmatchcase(t.ref, p) for p in pats)]
-
-
+    return [
+        t
+        for t in opinfo_targets(ops)
+        if any(fnmatch.fnmatchcase(t.name, p) or fnmatch.fnmatchcase(t.ref, p) for p in pats)
+    ]
 
 
 def get_opinfo_target(ref: str) -> Target:
@@ -532,12 +659,14 @@ def get_opinfo_target(ref: str) -> Target:
     key, sep, index = ref.removeprefix(PREFIX).rpartition("@")
     op = _ops().get(key) if sep and index.isdigit() else None
     if op is None:
-        raise OpInfoError(f"unknown OpInfo target {ref!r}: expected opinfo/<op>[.<variant>]@<sample "
-                          "index> of an op in torch's op_db")
+        raise OpInfoError(
+            f"unknown OpInfo target {ref!r}: expected opinfo/<op>[.<variant>]@<sample index> of an op in torch's op_db"
+        )
     why = _excluded(op)
     found = next((t for t in op_targets(op) if t.name == f"{key}@{index}"), None) if why is None else None
     if found is None:
-        raise OpInfoError(f"OpInfo {key!r} has no target for sample {index}"
-                          + (f" ({why})" if why else f"; its targets: {[t.name for t in op_targets(op)]}"))
+        raise OpInfoError(
+            f"OpInfo {key!r} has no target for sample {index}"
+            + (f" ({why})" if why else f"; its targets: {[t.name for t in op_targets(op)]}")
+        )
     return found
-

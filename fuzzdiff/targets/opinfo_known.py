@@ -26,16 +26,19 @@ _CHANNELS_LAST = Known(
     "-> RuntimeError: required rank 4 tensor to use channels_last format; the loop "
     "[x.to(memory_format=torch.channels_last) for x in xs] works. The same for "
     "x.double(memory_format=...), .float, .half, .bfloat16, .cfloat, .cdouble, .chalf",
-    raises="RuntimeError", message=r"required rank 4 tensor to use channels_last format")
+    raises="RuntimeError",
+    message=r"required rank 4 tensor to use channels_last format",
+)
 
 _KRON = Known(
     ("grad", "forward", "layout", "alias", "vmap", "compile"),
-    "torch.kron raises when exactly one of two 2-d operands is transposed (torch 2.13.0 CPU), "
-    "in the forward itself",
+    "torch.kron raises when exactly one of two 2-d operands is transposed (torch 2.13.0 CPU), in the forward itself",
     "torch.kron(torch.randn(2, 2), torch.randn(2, 2).t()) -> RuntimeError: view size is not "
     "compatible with input tensor's size and stride (at least one dimension spans across "
     "two contiguous subspaces). Use .reshape(...) instead.; with .contiguous() it works",
-    raises="RuntimeError", message=_VIEW_SIZE)
+    raises="RuntimeError",
+    message=_VIEW_SIZE,
+)
 
 _GRID_SAMPLE = Known(
     "vmap",
@@ -44,7 +47,8 @@ _GRID_SAMPLE = Known(
     "from torch.func import vmap; f = lambda a, g: torch.grid_sampler_2d(a, g, 0, 0, False); "
     "vmap(f, in_dims=(0, 1))(torch.randn(1, 2, 3, 5, 5), torch.rand(2, 1, 13, 10, 2) * 2 - 1)"
     ".shape == [2, 1, 3, 13, 10]; the loop over the batch gives [1, 2, 3, 13, 10]",
-    params={"levels.0.in_dims.0": NOT_NONE, "levels.0.in_dims.1": NOT_NONE})
+    params={"levels.0.in_dims.0": NOT_NONE, "levels.0.in_dims.1": NOT_NONE},
+)
 
 _GRID_SAMPLE_BATCH_LAST = Known(
     "vmap",
@@ -55,8 +59,10 @@ _GRID_SAMPLE_BATCH_LAST = Known(
     "vmap(f, in_dims=(0, -1))(torch.randn(1, 2, 3, 5, 20, dtype=torch.float64), "
     "torch.rand(2, 13, 10, 2, 1, dtype=torch.float64) * 2 - 1) -> RuntimeError: shape[src] % "
     "size1 == 0 INTERNAL ASSERT FAILED at aten/src/ATen/functorch/BatchRulesHelper.cpp:119",
-    raises="RuntimeError", message=r"shape\[src\] % size1 == 0 INTERNAL ASSERT FAILED",
-    records=("42bd33bcc676d162",))
+    raises="RuntimeError",
+    message=r"shape\[src\] % size1 == 0 INTERNAL ASSERT FAILED",
+    records=("42bd33bcc676d162",),
+)
 
 # The misplaced batch dim above, seen from vmap's vjp compositions: the cotangent
 # has the loop's shape, the vmapped output another.
@@ -70,8 +76,10 @@ _GRID_SAMPLE_VJP = Known(
     "vjp(vmap(f, in_dims=(0, 1)), a, g) -> out.shape [2, 1, 3, 5, 5], the loop's [1, 2, 3, 5, "
     "5]; inside vmap of a vjp: RuntimeError: Mismatch in shape: grad_output[0] has a shape of "
     "torch.Size([2, 3, 5, 5]) and output[0] has a shape of torch.Size([1, 3, 5, 5])",
-    raises="RuntimeError", message=r"Mismatch in shape: grad_output\[0\] has a shape of",
-    params={"levels.0.in_dims.0": NOT_NONE, "levels.0.in_dims.1": NOT_NONE})
+    raises="RuntimeError",
+    message=r"Mismatch in shape: grad_output\[0\] has a shape of",
+    params={"levels.0.in_dims.0": NOT_NONE, "levels.0.in_dims.1": NOT_NONE},
+)
 
 _MAX_POOL3D = Known(
     ("grad", "forward", "layout", "alias", "vmap", "compile"),
@@ -80,183 +88,266 @@ _MAX_POOL3D = Known(
     "F.max_pool3d(torch.empty_strided((2, 6, 6, 5), (180, 1, 30, 6), dtype=torch.float64)"
     ".normal_(), 2, 1, 1) -> RuntimeError: Unsupported memory format. Supports only "
     "ChannelsLast3d, Contiguous; with .contiguous() it works",
-    raises="RuntimeError", message=r"Unsupported memory format\. Supports only ChannelsLast3d, Contiguous")
+    raises="RuntimeError",
+    message=r"Unsupported memory format\. Supports only ChannelsLast3d, Contiguous",
+)
 
 KNOWN: tuple[tuple[str, Known], ...] = (
-    ("opinfo/roll@*", Known(
-        "vmap",
-        "vmap of the vjp of torch.roll on a 0-dim per-example input rolls the batch: each "
-        "example gets another example's gradient (torch 2.13.0 CPU)",
-        "from torch.func import vmap, vjp; xs, vs = torch.randn(3), torch.randn(3); "
-        "per = lambda x, v: vjp(lambda t: torch.roll(t, 1), x)[1](v)[0]; "
-        "vmap(per)(xs, vs) == vs.roll(-1), not vs (the loop [per(x, v) for x, v in zip(xs, vs)] "
-        "gives vs; torch.roll of a 0-dim tensor is the identity)",
-        features=("0:rank0",))),
-    ("opinfo/select_scatter@*", Known(
-        "vmap",
-        "vjp of vmap(torch.select_scatter) with a 0-dim per-example src sums the whole "
-        "cotangent row into src's gradient instead of the selected element (torch 2.13.0 CPU)",
-        "from torch.func import vmap, vjp; f = lambda x, s: torch.select_scatter(x, s, 0, 2); "
-        "x, s, ct = torch.randn(1, 5), torch.randn(1), torch.randn(1, 5); "
-        "vjp(vmap(f), x, s)[1](ct)[1] == ct.sum(1), expected ct[:, 2] "
-        "(vjp(f, x[0], s[0])[1](ct[0])[1] == ct[0, 2])",
-        features=("1:rank0",))),
-    ("opinfo/select_scatter@*", Known(
-        "vmap",
-        "vjp of vmap(torch.select_scatter) with src not batched gives src a wrong gradient, "
-        "for any dim and index, where the loop over the batch is right (torch 2.13.0 CPU)",
-        "from torch.func import vmap, vjp; f = lambda x, s: torch.select_scatter(x, s, 0, 0); x, s, "
-        "ct = torch.randn(1, 5, 5, 5, dtype=torch.float64), torch.randn(5, 5, dtype=torch.float64), "
-        "torch.randn(1, 5, 5, 5, dtype=torch.float64); vjp(vmap(f, in_dims=(0, None)), x, s)[1](ct)"
-        "[1] differs from vjp(lambda t: f(x[0], t), s)[1](ct[0])[0] by up to 8.8",
-        message=r"vs a loop over the batch: grad of argument 1 at", params={"levels.0.in_dims.1": None})),
-    ("opinfo/view_copy@*", Known(
-        "vmap",
-        "the forward-mode bug of torch.view_copy below, reached through vmap's jvp compositions "
-        "(torch 2.13.0 CPU)",
-        "torch.func.vmap(lambda t: torch.func.jvp(lambda u: torch.view_copy(u, (25, 5)), (t,), "
-        "(torch.ones_like(t),)))(torch.randn(1, 5, 5, 5, dtype=torch.float64).permute(0, 1, 3, 2)) "
-        "-> RuntimeError: view size is not compatible with input tensor's size and stride",
-        raises="RuntimeError", message=_VIEW_SIZE, params={"composition": ("vmap_jvp", "jvp_vmap")})),
-    ("opinfo/view_copy@*", Known(
-        "forward",
-        "forward-mode AD of torch.view_copy raises for an input whose layout a view cannot "
-        "reshape, where the primal (a copy) and reverse mode work (torch 2.13.0 CPU)",
-        "import torch.autograd.forward_ad as fwAD; x = torch.randn(5, 5, 5, dtype=torch.float64)"
-        ".permute(0, 2, 1); torch.view_copy(x, (25, 5)) works; with fwAD.dual_level(): "
-        "torch.view_copy(fwAD.make_dual(x, torch.randn_like(x)), (25, 5)) -> RuntimeError: view "
-        "size is not compatible with input tensor's size and stride (at least one dimension "
-        "spans across two contiguous subspaces). Use .reshape(...) instead.",
-        raises="RuntimeError", message=_VIEW_SIZE)),
-    ("opinfo/logcumsumexp@*", Known(
-        "forward",
-        "forward-mode AD of torch.logcumsumexp drops the tangents of the elements before a "
-        "large one (1e4, in OpInfo's own sample): the JVP is wrong, reverse mode and finite "
-        "differences agree (torch 2.13.0 CPU)",
-        "from torch.func import jvp; x = torch.randn(5, dtype=torch.float64); x[2] = 1e4; "
-        "u = torch.randn(5, dtype=torch.float64); jvp(lambda t: torch.logcumsumexp(t, 0), (x,), "
-        "(u,))[1] -> tensor([0., 0., u2, u2, u2]); the first entry must be u[0] "
-        "(logcumsumexp(x)[0] == x[0])",
-        message=r"^<v, J u> \(forward\) vs ")),
-    *((f"opinfo/nn.functional.{name}@*", known) for name in ("mse_loss", "huber_loss", "smooth_l1_loss")
-      for known in NESTED_VMAP_LOSSES),
+    (
+        "opinfo/roll@*",
+        Known(
+            "vmap",
+            "vmap of the vjp of torch.roll on a 0-dim per-example input rolls the batch: each "
+            "example gets another example's gradient (torch 2.13.0 CPU)",
+            "from torch.func import vmap, vjp; xs, vs = torch.randn(3), torch.randn(3); "
+            "per = lambda x, v: vjp(lambda t: torch.roll(t, 1), x)[1](v)[0]; "
+            "vmap(per)(xs, vs) == vs.roll(-1), not vs (the loop [per(x, v) for x, v in zip(xs, vs)] "
+            "gives vs; torch.roll of a 0-dim tensor is the identity)",
+            features=("0:rank0",),
+        ),
+    ),
+    (
+        "opinfo/select_scatter@*",
+        Known(
+            "vmap",
+            "vjp of vmap(torch.select_scatter) with a 0-dim per-example src sums the whole "
+            "cotangent row into src's gradient instead of the selected element (torch 2.13.0 CPU)",
+            "from torch.func import vmap, vjp; f = lambda x, s: torch.select_scatter(x, s, 0, 2); "
+            "x, s, ct = torch.randn(1, 5), torch.randn(1), torch.randn(1, 5); "
+            "vjp(vmap(f), x, s)[1](ct)[1] == ct.sum(1), expected ct[:, 2] "
+            "(vjp(f, x[0], s[0])[1](ct[0])[1] == ct[0, 2])",
+            features=("1:rank0",),
+        ),
+    ),
+    (
+        "opinfo/select_scatter@*",
+        Known(
+            "vmap",
+            "vjp of vmap(torch.select_scatter) with src not batched gives src a wrong gradient, "
+            "for any dim and index, where the loop over the batch is right (torch 2.13.0 CPU)",
+            "from torch.func import vmap, vjp; f = lambda x, s: torch.select_scatter(x, s, 0, 0); x, s, "
+            "ct = torch.randn(1, 5, 5, 5, dtype=torch.float64), torch.randn(5, 5, dtype=torch.float64), "
+            "torch.randn(1, 5, 5, 5, dtype=torch.float64); vjp(vmap(f, in_dims=(0, None)), x, s)[1](ct)"
+            "[1] differs from vjp(lambda t: f(x[0], t), s)[1](ct[0])[0] by up to 8.8",
+            message=r"vs a loop over the batch: grad of argument 1 at",
+            params={"levels.0.in_dims.1": None},
+        ),
+    ),
+    (
+        "opinfo/view_copy@*",
+        Known(
+            "vmap",
+            "the forward-mode bug of torch.view_copy below, reached through vmap's jvp compositions (torch 2.13.0 CPU)",
+            "torch.func.vmap(lambda t: torch.func.jvp(lambda u: torch.view_copy(u, (25, 5)), (t,), "
+            "(torch.ones_like(t),)))(torch.randn(1, 5, 5, 5, dtype=torch.float64).permute(0, 1, 3, 2)) "
+            "-> RuntimeError: view size is not compatible with input tensor's size and stride",
+            raises="RuntimeError",
+            message=_VIEW_SIZE,
+            params={"composition": ("vmap_jvp", "jvp_vmap")},
+        ),
+    ),
+    (
+        "opinfo/view_copy@*",
+        Known(
+            "forward",
+            "forward-mode AD of torch.view_copy raises for an input whose layout a view cannot "
+            "reshape, where the primal (a copy) and reverse mode work (torch 2.13.0 CPU)",
+            "import torch.autograd.forward_ad as fwAD; x = torch.randn(5, 5, 5, dtype=torch.float64)"
+            ".permute(0, 2, 1); torch.view_copy(x, (25, 5)) works; with fwAD.dual_level(): "
+            "torch.view_copy(fwAD.make_dual(x, torch.randn_like(x)), (25, 5)) -> RuntimeError: view "
+            "size is not compatible with input tensor's size and stride (at least one dimension "
+            "spans across two contiguous subspaces). Use .reshape(...) instead.",
+            raises="RuntimeError",
+            message=_VIEW_SIZE,
+        ),
+    ),
+    (
+        "opinfo/logcumsumexp@*",
+        Known(
+            "forward",
+            "forward-mode AD of torch.logcumsumexp drops the tangents of the elements before a "
+            "large one (1e4, in OpInfo's own sample): the JVP is wrong, reverse mode and finite "
+            "differences agree (torch 2.13.0 CPU)",
+            "from torch.func import jvp; x = torch.randn(5, dtype=torch.float64); x[2] = 1e4; "
+            "u = torch.randn(5, dtype=torch.float64); jvp(lambda t: torch.logcumsumexp(t, 0), (x,), "
+            "(u,))[1] -> tensor([0., 0., u2, u2, u2]); the first entry must be u[0] "
+            "(logcumsumexp(x)[0] == x[0])",
+            message=r"^<v, J u> \(forward\) vs ",
+        ),
+    ),
+    *(
+        (f"opinfo/nn.functional.{name}@*", known)
+        for name in ("mse_loss", "huber_loss", "smooth_l1_loss")
+        for known in NESTED_VMAP_LOSSES
+    ),
     ("opinfo/kron@*", _KRON),
-    *((f"opinfo/{name}@*", known) for name in ("grid_sampler_2d", "nn.functional.grid_sample")
-      for known in (_GRID_SAMPLE, _GRID_SAMPLE_VJP, _GRID_SAMPLE_BATCH_LAST)),
+    *(
+        (f"opinfo/{name}@*", known)
+        for name in ("grid_sampler_2d", "nn.functional.grid_sample")
+        for known in (_GRID_SAMPLE, _GRID_SAMPLE_VJP, _GRID_SAMPLE_BATCH_LAST)
+    ),
     ("opinfo/nn.functional.max_pool3d@*", _MAX_POOL3D),
-    ("opinfo/triangular_solve@*", Known(
-        "vmap",
-        "forward-mode AD of vmap(torch.triangular_solve) with an unbatched empty (0 x 0) matrix "
-        "raises, where the loop works (torch 2.13.0 CPU)",
-        "from torch.func import vmap, jvp; f = lambda b, A: torch.triangular_solve(b, A).solution; "
-        "b, A = torch.randn(1, 2, 2, 0, 0, dtype=torch.float64), torch.randn(2, 2, 0, 0, "
-        "dtype=torch.float64); jvp(vmap(f, in_dims=(0, None)), (b, A), (torch.randn_like(b), "
-        "torch.randn_like(A))) -> RuntimeError: Trying to set a forward gradient that has a "
-        "different size than that of the original Tensor, this is not supported. Tensor is of "
-        "size [1, 2, 2, 0, 0] while the given forward gradient is of size [2, 2, 0, 0].",
-        raises="RuntimeError",
-        message=r"Trying to set a forward gradient that has a different size than that of the original Tensor",
-        records=("051ff64ce577cd4c",))),
-    ("opinfo/nextafter@*", Known(
-        ("grad", "forward"),
-        "the derivative of torch.nextafter(a, b) is 0 where a == b (the formula "
-        "where(self != other, grad, 0), pytorch/pytorch#148820), though nextafter(x, x) = x has "
-        "derivative 1 there; reverse and forward mode agree with each other, finite differences "
-        "and gradcheck do not (torch 2.13.0 CPU). Only an aliased tie is confirmed: a tie by value "
-        "vanishes at a neighbouring point",
-        "x = torch.tensor([0.5], dtype=torch.float64, requires_grad=True); "
-        "torch.autograd.grad(torch.nextafter(x, x).sum(), x) -> [0.]; "
-        "torch.autograd.gradcheck(lambda t: torch.nextafter(t, t), (x,)) -> GradcheckError: "
-        "Jacobian mismatch ... numerical: 1.0, analytical: 0.",
-        message=r"vs finite differences: analytic", features=("1:alias:same|1:alias:view",),
-        records=("5cbf153cd1380cb6", "2bdb74096979a533"))),
-    ("opinfo/linalg.det@*", Known(
-        "compile",
-        "inductor returns the transposed gradient of torch.linalg.det when det's input is an "
-        "intermediate that eager makes column-major but inductor allocates row-major: "
-        "_linalg_det factors A^T for a contiguous A, and the traced backward picks lu_solve's "
-        "adjoint from eager's strides (torch 2.13.0 CPU; dynamic True or False; aot_eager is right)",
-        "s = torch.randn(3, 5, 5, dtype=torch.float64); x = torch.zeros(3, 5, 5, "
-        "dtype=torch.float64).mT.contiguous().mT.requires_grad_(); f = lambda x: "
-        "torch.linalg.det(x + s); torch.autograd.grad(torch.compile(f, backend='inductor')(x).sum(), "
-        "x)[0] equals torch.autograd.grad(f(x).sum(), x)[0].mT, not the eager gradient",
-        message=r"^inductor vs eager: grad \d+ at", features=("0:permuted",),
-        params={"backend": "inductor"}, records=("7be19fad1ff85290",))),
-    ("opinfo/nn.functional.adaptive_avg_pool2d@*", Known(
-        "compile",
-        "inductor with dynamic=True cannot lower aten._adaptive_avg_pool2d when the output size "
-        "is symbolic (ints passed in by closure, as a target's arguments are): its lowering asks "
-        "for the truth value of a symbolic relation (torch 2.13.0 CPU; aot_eager works)",
-        "def make(size): return lambda x: F.adaptive_avg_pool2d(x, size); x = torch.randn(1, 8, 8, "
-        "8, dtype=torch.float64, requires_grad=True); torch.compile(make((5, 7)), "
-        "backend='inductor', dynamic=True)(x).sum().backward() -> InductorError: "
-        "LoweringException: TypeError: cannot determine truth value of Relational: "
-        "(((2*s4 + 6)//s4))*(((2*s90 + 6)//s90)) > 25",
-        raises="InductorError", message=r"cannot determine truth value of Relational.*_adaptive_avg_pool2d",
-        params={"backend": "inductor"}, records=("4fe38aa0547efb89",))),
-    ("opinfo/nn.functional.conv2d@*", Known(
-        "compile",
-        "the catalog's strided conv2d bug on OpInfo's samples: inductor with dynamic=True cannot "
-        "lower convolution_backward when the conv's stride is a symbolic int (torch 2.13.0 CPU)",
-        "def conv(stride): return lambda x, w, b: F.conv2d(x, w, b, stride, [0, 0], 2); "
-        "torch.compile(conv(2), backend='inductor', dynamic=True)(x, w, b).sum().backward() with "
-        "x, w, b of shapes (1, 1, 3, 3), (2, 1, 1, 1), (2,) requiring grad -> InductorError: "
-        "LoweringException: ValueRangeError: Invalid ranges [0:-1]",
-        raises="InductorError", message=r"ValueRangeError: Invalid ranges \[0:-1\]",
-        params={"backend": "inductor"})),
-    ("opinfo/nn.functional.conv2d@*", Known(
-        "compile",
-        "inductor with dynamic=True cannot compile an unbatched conv2d (a 3-d input) with its "
-        "backward: 'cannot determine truth value of Relational' (torch 2.13.0 CPU; aot_eager and "
-        "eager work)",
-        "x, w = torch.randn(4, 5, 5, dtype=torch.float64, requires_grad=True), torch.randn(3, 4, 3, "
-        "3, dtype=torch.float64, requires_grad=True); torch.compile(lambda x, w: F.conv2d(x, w), "
-        "backend='inductor', dynamic=True)(x, w).sum().backward() -> InductorError: TypeError: "
-        "cannot determine truth value of Relational: s27*s77 < s77",
-        raises="InductorError", message=r"cannot determine truth value of Relational",
-        params={"backend": "inductor"}, records=("8199ed6aea35eab4",))),
-    ("opinfo/max_pool2d_with_indices_backward@*", Known(
-        "compile",
-        "with dynamic=True an int kernel_size or stride (a target's closure argument, so a "
-        "SymInt under dynamo) cannot be passed to aten.max_pool2d_with_indices_backward's int[2] "
-        "arguments: fake-tensor dispatch rejects the SymInt where eager broadcasts the int "
-        "(torch 2.13.0 CPU; a tuple (3, 3) or dynamic=False works)",
-        "def make(k, s): return lambda x: aten.max_pool2d_with_indices_backward.default("
-        "torch.ones_like(o := F.max_pool2d_with_indices(x, k, s, ceil_mode=True, "
-        "return_indices=True))[0], x, k, s, (0,), (1,), True, o[1]); x = torch.randn(1, 2, 3, 6, "
-        "dtype=torch.float64, requires_grad=True); torch.compile(make(3, 2), backend='aot_eager', "
-        "dynamic=True)(x) -> TorchRuntimeError: Expected a value of type 'List[int]' for argument "
-        "'kernel_size' but instead found type 'SymInt'",
-        raises="TorchRuntimeError",
-        message=r"Expected a value of type 'List\[int\]' for argument '\w+' but instead found type 'SymInt'",
-        records=("0c1e80e94e6d6bae",))),
-    ("opinfo/to_sparse@*", Known(
-        "compile",
-        "under AOTAutograd (aot_function, either partitioner) x.to_sparse(...).to_dense() returns "
-        "the right values without a grad_fn: the gradient is lost silently (torch 2.13.0 CPU; "
-        "torch's own test_aotdispatch.py xfails to_sparse; torch.compile's aot_eager is right)",
-        "from functorch.compile import aot_function, nop; x = torch.randn(5, 5, "
-        "dtype=torch.float64, requires_grad=True); aot_function(lambda t: "
-        "t.to_sparse(1).to_dense(), fw_compiler=nop, bw_compiler=nop)(x).requires_grad -> False "
-        "(eager: True)",
-        message=r"^aot_function(_min_cut)? vs eager: output \d+: requires_grad False \(eager: True\)",
-        params={"backend": ("aot_function", "aot_function_min_cut")}, records=("acd465e67dc0b94f",))),
-    ("opinfo/view_copy@*", Known(
-        "compile",
-        "inductor cannot lower torch.view_copy of an input whose layout cannot be viewed as the "
-        "new shape, where eager (a copy) and aot_eager work (torch 2.13.0 CPU; the compile "
-        "counterpart of view_copy's forward-mode entry)",
-        "torch.compile(lambda t: torch.view_copy(t, (25, 5)), backend='inductor')(torch.randn(5, 5, "
-        "5, dtype=torch.float64).permute(0, 2, 1)) -> BackendCompilerFailed: ValueError: Cannot "
-        "view a tensor with shape torch.Size([5, 5, 5]) and strides (25, 1, 5) as a tensor with "
-        "shape (25, 5)!",
-        raises="BackendCompilerFailed",
-        message=r"Cannot view a tensor with shape .* and strides .* as a tensor with shape",
-        params={"backend": "inductor"}, records=("a70624420abc5ae4",))),
+    (
+        "opinfo/triangular_solve@*",
+        Known(
+            "vmap",
+            "forward-mode AD of vmap(torch.triangular_solve) with an unbatched empty (0 x 0) matrix "
+            "raises, where the loop works (torch 2.13.0 CPU)",
+            "from torch.func import vmap, jvp; f = lambda b, A: torch.triangular_solve(b, A).solution; "
+            "b, A = torch.randn(1, 2, 2, 0, 0, dtype=torch.float64), torch.randn(2, 2, 0, 0, "
+            "dtype=torch.float64); jvp(vmap(f, in_dims=(0, None)), (b, A), (torch.randn_like(b), "
+            "torch.randn_like(A))) -> RuntimeError: Trying to set a forward gradient that has a "
+            "different size than that of the original Tensor, this is not supported. Tensor is of "
+            "size [1, 2, 2, 0, 0] while the given forward gradient is of size [2, 2, 0, 0].",
+            raises="RuntimeError",
+            message=r"Trying to set a forward gradient that has a different size than that of the original Tensor",
+            records=("051ff64ce577cd4c",),
+        ),
+    ),
+    (
+        "opinfo/nextafter@*",
+        Known(
+            ("grad", "forward"),
+            "the derivative of torch.nextafter(a, b) is 0 where a == b (the formula "
+            "where(self != other, grad, 0), pytorch/pytorch#148820), though nextafter(x, x) = x has "
+            "derivative 1 there; reverse and forward mode agree with each other, finite differences "
+            "and gradcheck do not (torch 2.13.0 CPU). Only an aliased tie is confirmed: a tie by value "
+            "vanishes at a neighbouring point",
+            "x = torch.tensor([0.5], dtype=torch.float64, requires_grad=True); "
+            "torch.autograd.grad(torch.nextafter(x, x).sum(), x) -> [0.]; "
+            "torch.autograd.gradcheck(lambda t: torch.nextafter(t, t), (x,)) -> GradcheckError: "
+            "Jacobian mismatch ... numerical: 1.0, analytical: 0.",
+            message=r"vs finite differences: analytic",
+            features=("1:alias:same|1:alias:view",),
+            records=("5cbf153cd1380cb6", "2bdb74096979a533"),
+        ),
+    ),
+    (
+        "opinfo/linalg.det@*",
+        Known(
+            "compile",
+            "inductor returns the transposed gradient of torch.linalg.det when det's input is an "
+            "intermediate that eager makes column-major but inductor allocates row-major: "
+            "_linalg_det factors A^T for a contiguous A, and the traced backward picks lu_solve's "
+            "adjoint from eager's strides (torch 2.13.0 CPU; dynamic True or False; aot_eager is right)",
+            "s = torch.randn(3, 5, 5, dtype=torch.float64); x = torch.zeros(3, 5, 5, "
+            "dtype=torch.float64).mT.contiguous().mT.requires_grad_(); f = lambda x: "
+            "torch.linalg.det(x + s); torch.autograd.grad(torch.compile(f, backend='inductor')(x).sum(), "
+            "x)[0] equals torch.autograd.grad(f(x).sum(), x)[0].mT, not the eager gradient",
+            message=r"^inductor vs eager: grad \d+ at",
+            features=("0:permuted",),
+            params={"backend": "inductor"},
+            records=("7be19fad1ff85290",),
+        ),
+    ),
+    (
+        "opinfo/nn.functional.adaptive_avg_pool2d@*",
+        Known(
+            "compile",
+            "inductor with dynamic=True cannot lower aten._adaptive_avg_pool2d when the output size "
+            "is symbolic (ints passed in by closure, as a target's arguments are): its lowering asks "
+            "for the truth value of a symbolic relation (torch 2.13.0 CPU; aot_eager works)",
+            "def make(size): return lambda x: F.adaptive_avg_pool2d(x, size); x = torch.randn(1, 8, 8, "
+            "8, dtype=torch.float64, requires_grad=True); torch.compile(make((5, 7)), "
+            "backend='inductor', dynamic=True)(x).sum().backward() -> InductorError: "
+            "LoweringException: TypeError: cannot determine truth value of Relational: "
+            "(((2*s4 + 6)//s4))*(((2*s90 + 6)//s90)) > 25",
+            raises="InductorError",
+            message=r"cannot determine truth value of Relational.*_adaptive_avg_pool2d",
+            params={"backend": "inductor"},
+            records=("4fe38aa0547efb89",),
+        ),
+    ),
+    (
+        "opinfo/nn.functional.conv2d@*",
+        Known(
+            "compile",
+            "the catalog's strided conv2d bug on OpInfo's samples: inductor with dynamic=True cannot "
+            "lower convolution_backward when the conv's stride is a symbolic int (torch 2.13.0 CPU)",
+            "def conv(stride): return lambda x, w, b: F.conv2d(x, w, b, stride, [0, 0], 2); "
+            "torch.compile(conv(2), backend='inductor', dynamic=True)(x, w, b).sum().backward() with "
+            "x, w, b of shapes (1, 1, 3, 3), (2, 1, 1, 1), (2,) requiring grad -> InductorError: "
+            "LoweringException: ValueRangeError: Invalid ranges [0:-1]",
+            raises="InductorError",
+            message=r"ValueRangeError: Invalid ranges \[0:-1\]",
+            params={"backend": "inductor"},
+        ),
+    ),
+    (
+        "opinfo/nn.functional.conv2d@*",
+        Known(
+            "compile",
+            "inductor with dynamic=True cannot compile an unbatched conv2d (a 3-d input) with its "
+            "backward: 'cannot determine truth value of Relational' (torch 2.13.0 CPU; aot_eager and "
+            "eager work)",
+            "x, w = torch.randn(4, 5, 5, dtype=torch.float64, requires_grad=True), torch.randn(3, 4, 3, "
+            "3, dtype=torch.float64, requires_grad=True); torch.compile(lambda x, w: F.conv2d(x, w), "
+            "backend='inductor', dynamic=True)(x, w).sum().backward() -> InductorError: TypeError: "
+            "cannot determine truth value of Relational: s27*s77 < s77",
+            raises="InductorError",
+            message=r"cannot determine truth value of Relational",
+            params={"backend": "inductor"},
+            records=("8199ed6aea35eab4",),
+        ),
+    ),
+    (
+        "opinfo/max_pool2d_with_indices_backward@*",
+        Known(
+            "compile",
+            "with dynamic=True an int kernel_size or stride (a target's closure argument, so a "
+            "SymInt under dynamo) cannot be passed to aten.max_pool2d_with_indices_backward's int[2] "
+            "arguments: fake-tensor dispatch rejects the SymInt where eager broadcasts the int "
+            "(torch 2.13.0 CPU; a tuple (3, 3) or dynamic=False works)",
+            "def make(k, s): return lambda x: aten.max_pool2d_with_indices_backward.default("
+            "torch.ones_like(o := F.max_pool2d_with_indices(x, k, s, ceil_mode=True, "
+            "return_indices=True))[0], x, k, s, (0,), (1,), True, o[1]); x = torch.randn(1, 2, 3, 6, "
+            "dtype=torch.float64, requires_grad=True); torch.compile(make(3, 2), backend='aot_eager', "
+            "dynamic=True)(x) -> TorchRuntimeError: Expected a value of type 'List[int]' for argument "
+            "'kernel_size' but instead found type 'SymInt'",
+            raises="TorchRuntimeError",
+            message=r"Expected a value of type 'List\[int\]' for argument '\w+' but instead found type 'SymInt'",
+            records=("0c1e80e94e6d6bae",),
+        ),
+    ),
+    (
+        "opinfo/to_sparse@*",
+        Known(
+            "compile",
+            "under AOTAutograd (aot_function, either partitioner) x.to_sparse(...).to_dense() returns "
+            "the right values without a grad_fn: the gradient is lost silently (torch 2.13.0 CPU; "
+            "torch's own test_aotdispatch.py xfails to_sparse; torch.compile's aot_eager is right)",
+            "from functorch.compile import aot_function, nop; x = torch.randn(5, 5, "
+            "dtype=torch.float64, requires_grad=True); aot_function(lambda t: "
+            "t.to_sparse(1).to_dense(), fw_compiler=nop, bw_compiler=nop)(x).requires_grad -> False "
+            "(eager: True)",
+            message=r"^aot_function(_min_cut)? vs eager: output \d+: requires_grad False \(eager: True\)",
+            params={"backend": ("aot_function", "aot_function_min_cut")},
+            records=("acd465e67dc0b94f",),
+        ),
+    ),
+    (
+        "opinfo/view_copy@*",
+        Known(
+            "compile",
+            "inductor cannot lower torch.view_copy of an input whose layout cannot be viewed as the "
+            "new shape, where eager (a copy) and aot_eager work (torch 2.13.0 CPU; the compile "
+            "counterpart of view_copy's forward-mode entry)",
+            "torch.compile(lambda t: torch.view_copy(t, (25, 5)), backend='inductor')(torch.randn(5, 5, "
+            "5, dtype=torch.float64).permute(0, 2, 1)) -> BackendCompilerFailed: ValueError: Cannot "
+            "view a tensor with shape torch.Size([5, 5, 5]) and strides (25, 1, 5) as a tensor with "
+            "shape (25, 5)!",
+            raises="BackendCompilerFailed",
+            message=r"Cannot view a tensor with shape .* and strides .* as a tensor with shape",
+            params={"backend": "inductor"},
+            records=("a70624420abc5ae4",),
+        ),
+    ),
     # AOTAutograd's, whatever the op: flatten, reshape, dsplit, slices so far
     ("opinfo/*", STRIDE0_GRAD_DYNAMIC),
-    *((f"opinfo/{name}@*", _CHANNELS_LAST)
-      for name in ("to", "double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf")),
+    *(
+        (f"opinfo/{name}@*", _CHANNELS_LAST)
+        for name in ("to", "double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf")
+    ),
 )
 
 

@@ -8,8 +8,9 @@ strategies never need an if-chain per op.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -104,11 +105,14 @@ class Target:
         for what in ("domain", "sample", "kinds"):
             unknown = set(getattr(self, what)) - names
             if unknown:
-                raise ValueError(f"target {self.name!r}: {what} names unknown argument(s) "
-                                 f"{sorted(unknown)}; the spec has {sorted(names)}")
+                raise ValueError(
+                    f"target {self.name!r}: {what} names unknown argument(s) "
+                    f"{sorted(unknown)}; the spec has {sorted(names)}"
+                )
         if not all(isinstance(k, Known) for k in self.known):
-            raise ValueError(f"target {self.name!r}: known must be a tuple of fuzzdiff.known.Known "
-                             f"signatures, got {self.known!r}")
+            raise ValueError(
+                f"target {self.name!r}: known must be a tuple of fuzzdiff.known.Known signatures, got {self.known!r}"
+            )
         for k, v in self.kinds.items():
             if isinstance(v, Index) and all(v.dim != d.name for a in self.args for d in a.dims):
                 raise ValueError(f"target {self.name!r}: Index({v.dim!r}) for {k!r} names no dim of the spec")

@@ -15,9 +15,9 @@ import site
 import sys
 import sysconfig
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import torch
 
@@ -26,9 +26,21 @@ from fuzzdiff.spec import parse_spec
 from fuzzdiff.targets.module import one_sample
 from fuzzdiff.targets.target import Target
 
-__all__ = ["resolve_user_target", "import_object", "reference", "spec_from_annotations", "user_target",
-           "definition", "from_definition", "importable", "SOURCE_FIELDS",
-           "ImportRefused", "PlannedImport", "plan_import", "is_module_name"]
+__all__ = [
+    "resolve_user_target",
+    "import_object",
+    "reference",
+    "spec_from_annotations",
+    "user_target",
+    "definition",
+    "from_definition",
+    "importable",
+    "SOURCE_FIELDS",
+    "ImportRefused",
+    "PlannedImport",
+    "plan_import",
+    "is_module_name",
+]
 
 
 def _cwd_importable() -> None:
@@ -59,14 +71,17 @@ def import_object(ref: str):
 
 # -- which modules a corpus record may have imported --------------------------------------
 
+
 class ImportRefused(ValueError):
     """A record names a module that is not the project's code and that nobody allowed."""
+
 
 @dataclass(frozen=True)
 class PlannedImport:
     """What rebuilding the target ``ref`` imports: ``module``, whose code is in
     ``origin`` (None where it cannot be told without importing), and why that
     is allowed (``reason``)."""
+
     ref: str
     module: str
     origin: str | None
@@ -105,7 +120,7 @@ def plan_import(ref: str, allow: Iterable[str] = (), root: Path | str | None = N
     if allowed is not None:
         return PlannedImport(ref, module, origin, f"allowed by name ({allowed})")
     if chain is not None and not found:  # importing it would fail: say so, as the import would
-        missing = ".".join(module.split(".")[:len(chain)])
+        missing = ".".join(module.split(".")[: len(chain)])
         raise ValueError(f"cannot import module {module!r} (from {ref!r}): no module named {missing!r}")
     root = Path(os.getcwd() if root is None else root).resolve()
     project = f"the project's code (files under the working directory {root}, outside installed packages)"
@@ -119,9 +134,11 @@ def plan_import(ref: str, allow: Iterable[str] = (), root: Path | str | None = N
         what = first.origin if first.has_location else f"{first.name} ({first.origin or 'no file'})"
         why = f"{what} is not {project}"
     where = f" (from {origin})" if origin else ""
-    raise ImportRefused(f"not importing {module}{where} to rebuild target {ref}: {why}. Loading a record "
-                        f"imports only the project's modules: read the record (fuzzdiff corpus show ID), then "
-                        f"pass --allow-import {module} (allow_import=[{module!r}] in Python) to import it anyway")
+    raise ImportRefused(
+        f"not importing {module}{where} to rebuild target {ref}: {why}. Loading a record "
+        f"imports only the project's modules: read the record (fuzzdiff corpus show ID), then "
+        f"pass --allow-import {module} (allow_import=[{module!r}] in Python) to import it anyway"
+    )
 
 
 def is_module_name(name: str) -> bool:
@@ -146,7 +163,7 @@ def _specs(module: str) -> list | None:
             return chain
         if spec.submodule_search_locations is None:  # not a package: no submodule
             return chain + [None]
-        name, parent = ".".join(parts[:i + 1]), ".".join(parts[:i])
+        name, parent = ".".join(parts[: i + 1]), ".".join(parts[:i])
         try:
             if parent in sys.modules:  # its __path__ as it is now; nothing more runs
                 spec = importlib.util.find_spec(name)
@@ -200,8 +217,10 @@ def resolve_user_target(ref: str) -> Target:
     obj = import_object(ref)
     if isinstance(obj, Target):
         return obj
-    raise ValueError(f"{ref!r} is a {type(obj).__name__}, not a fuzzdiff Target; "
-                     "wrap it with fuzzdiff.Target(name, fn, spec) to say its shapes")
+    raise ValueError(
+        f"{ref!r} is a {type(obj).__name__}, not a fuzzdiff Target; "
+        "wrap it with fuzzdiff.Target(name, fn, spec) to say its shapes"
+    )
 
 
 def reference(fn) -> str | None:
@@ -236,11 +255,16 @@ def spec_from_annotations(fn) -> str:
         params = inspect.signature(target).parameters
     except (TypeError, ValueError, NameError) as e:
         raise ValueError(f"no spec given and the annotations of {fn!r} cannot be read: {e}") from None
-    entries = [f"{name}: {hints[name].dim_str}" for name in params
-               if name in hints and isinstance(getattr(hints[name], "dim_str", None), str)]
+    entries = [
+        f"{name}: {hints[name].dim_str}"
+        for name in params
+        if name in hints and isinstance(getattr(hints[name], "dim_str", None), str)
+    ]
     if not entries:
-        raise ValueError(f"no spec given and {getattr(fn, '__qualname__', fn)!r} has no jaxtyping "
-                         "annotations (e.g. x: Float[Tensor, 'n m']); pass a spec such as \"x: n m\"")
+        raise ValueError(
+            f"no spec given and {getattr(fn, '__qualname__', fn)!r} has no jaxtyping "
+            "annotations (e.g. x: Float[Tensor, 'n m']); pass a spec such as \"x: n m\""
+        )
     return ", ".join(entries)
 
 
@@ -251,19 +275,22 @@ def module_function(module, spec: str):
     (``torch.func.functional_call``). Buffers are copied per call in the
     inputs' dtype, so running statistics never carry over between examples.
     """
-    dropout = [n for n, m in module.named_modules()
-               if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training and m.p > 0]
+    dropout = [
+        n
+        for n, m in module.named_modules()
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training and m.p > 0
+    ]
     if dropout:
-        raise ValueError(f"module has dropout in training mode ({', '.join(dropout)}): its outputs are "
-                         "random; call .eval() first")
+        raise ValueError(
+            f"module has dropout in training mode ({', '.join(dropout)}): its outputs are random; call .eval() first"
+        )
     names = [n for n, p in module.named_parameters() if p.requires_grad]
     n_params = len(names)
 
     def call(*args):
-        inputs, params = args[:len(args) - n_params], args[len(args) - n_params:]
+        inputs, params = args[: len(args) - n_params], args[len(args) - n_params :]
         dtype = params[0].dtype if params else inputs[0].dtype
-        buffers = {n: b.to(dtype, copy=True) if b.is_floating_point() else b.clone()
-                   for n, b in module.named_buffers()}
+        buffers = {n: b.to(dtype, copy=True) if b.is_floating_point() else b.clone() for n, b in module.named_buffers()}
         return torch.func.functional_call(module, {**buffers, **dict(zip(names, params))}, tuple(inputs))
 
     params = dict(module.named_parameters())
@@ -277,11 +304,14 @@ def per_sample_target(target: Target, module) -> Target:
     catalog's module targets have (fuzzdiff.paths.expanded)."""
 
     inputs = [a for a in parse_spec(target.spec) if not a.name.startswith("p_")]
-    leading = {a.dims[0].name if a.dims and a.dims[0].kind == "name" and not a.dims[0].variadic else None
-               for a in inputs}
+    leading = {
+        a.dims[0].name if a.dims and a.dims[0].kind == "name" and not a.dims[0].variadic else None for a in inputs
+    }
     if len(leading) != 1 or None in leading:
-        raise ValueError(f"per_sample needs every input of {target.name!r} to start with the same named "
-                         f"batch dim (e.g. \"x: b 3, y: b\"); the spec is {target.spec!r}")
+        raise ValueError(
+            f"per_sample needs every input of {target.name!r} to start with the same named "
+            f'batch dim (e.g. "x: b 3, y: b"); the spec is {target.spec!r}'
+        )
     sample_spec = ", ".join(f"{a.name}: {' '.join(map(str, a.dims[1:]))}".rstrip() for a in inputs)
 
     def build(*sample, **kwargs):
@@ -289,12 +319,19 @@ def per_sample_target(target: Target, module) -> Target:
 
     fn = functools.partial(one_sample, module)
     fn.module = build
-    return Target(target.name, fn, sample_spec, family="user", dtypes=target.dtypes,
-                  domain={k: v for k, v in target.domain.items() if not k.startswith("p_")})
+    return Target(
+        target.name,
+        fn,
+        sample_spec,
+        family="user",
+        dtypes=target.dtypes,
+        domain={k: v for k, v in target.domain.items() if not k.startswith("p_")},
+    )
 
 
-def user_target(fn, spec: str | None = None, *, dtypes=None, domain=None, kwargs=None,
-                sizes: tuple[int, int] | None = None) -> Target:
+def user_target(
+    fn, spec: str | None = None, *, dtypes=None, domain=None, kwargs=None, sizes: tuple[int, int] | None = None
+) -> Target:
     """A Target for the user's own callable, named so that records of it replay.
 
     ``sizes`` is ``(smallest, largest)`` for every drawn dim (default 0 to 4;
@@ -304,8 +341,7 @@ def user_target(fn, spec: str | None = None, *, dtypes=None, domain=None, kwargs
     if isinstance(fn, Target):
         return fn
     if not callable(fn):
-        raise TypeError(f"expected a callable (function, autograd.Function.apply, custom op, module), "
-                        f"got {fn!r}")
+        raise TypeError(f"expected a callable (function, autograd.Function.apply, custom op, module), got {fn!r}")
     spec = spec_from_annotations(fn.forward if isinstance(fn, torch.nn.Module) else fn) if spec is None else spec
     ref = reference(fn)
     call = fn
@@ -320,8 +356,15 @@ def user_target(fn, spec: str | None = None, *, dtypes=None, domain=None, kwargs
         if not (isinstance(low, int) and isinstance(high, int) and 0 <= low <= high):
             raise ValueError(f"sizes must be (smallest, largest) with 0 <= smallest <= largest, got {sizes!r}")
         options.update(min_side=low, max_side=high)
-    return Target(ref or getattr(fn, "__qualname__", type(fn).__name__), call, spec, family="user",
-                  domain=dict(domain or {}), kwargs=dict(kwargs or {}), **options)
+    return Target(
+        ref or getattr(fn, "__qualname__", type(fn).__name__),
+        call,
+        spec,
+        family="user",
+        domain=dict(domain or {}),
+        kwargs=dict(kwargs or {}),
+        **options,
+    )
 
 
 def _check_arity(fn, spec: str, kwargs) -> None:
@@ -336,16 +379,16 @@ def _check_arity(fn, spec: str, kwargs) -> None:
         return
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                  and p.name not in kwargs]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in kwargs]
     required = [p for p in positional if p.default is p.empty]
     n = len(parse_spec(spec))
     if not len(required) <= n <= len(positional):
-        want = (f"{len(required)}" if len(required) == len(positional)
-                else f"{len(required)} to {len(positional)}")
-        raise ValueError(f"the spec {spec!r} names {n} tensor argument(s), but "
-                         f"{getattr(target, '__qualname__', target)}{inspect.signature(target)} takes {want} "
-                         "positional argument(s)" + (f" besides kwargs {sorted(kwargs)}" if kwargs else ""))
+        want = f"{len(required)}" if len(required) == len(positional) else f"{len(required)} to {len(positional)}"
+        raise ValueError(
+            f"the spec {spec!r} names {n} tensor argument(s), but "
+            f"{getattr(target, '__qualname__', target)}{inspect.signature(target)} takes {want} "
+            "positional argument(s)" + (f" besides kwargs {sorted(kwargs)}" if kwargs else "")
+        )
 
 
 SOURCE_FIELDS = ("imports", "setup", "definitions", "call")
@@ -366,10 +409,13 @@ def definition(target: Target, source: dict | None = None) -> dict | None:
     """
     if target.family != "user" or not (importable(target) or source is not None):
         return None
-    out = {"fn": target.name, "spec": target.spec,
-           "domain": {k: list(v) for k, v in target.domain.items()},
-           "dtypes": [str(d).removeprefix("torch.") for d in target.dtypes],
-           "functional": target.functional}
+    out = {
+        "fn": target.name,
+        "spec": target.spec,
+        "domain": {k: list(v) for k, v in target.domain.items()},
+        "dtypes": [str(d).removeprefix("torch.") for d in target.dtypes],
+        "functional": target.functional,
+    }
     if not importable(target):
         out["source"] = {k: source[k] for k in SOURCE_FIELDS}
     return out
@@ -379,12 +425,14 @@ def _from_source(source, trust_source: bool):
     """The function a record's stored source defines: its code runs, so only
     when the caller says it has read it (``trust_source``)."""
     if not isinstance(source, dict) or not all(
-            isinstance(source.get(k), str if k == "call" else list) for k in SOURCE_FIELDS):
-        raise ValueError("field 'definition.source' needs lists 'imports', 'setup', 'definitions' and "
-                         "a string 'call'")
+        isinstance(source.get(k), str if k == "call" else list) for k in SOURCE_FIELDS
+    ):
+        raise ValueError("field 'definition.source' needs lists 'imports', 'setup', 'definitions' and a string 'call'")
     if not trust_source:
-        raise ValueError("the record carries its function's source code (a lambda, a local or a __main__ "
-                         "function): read it (fuzzdiff corpus show ID), then replay with --trust-source")
+        raise ValueError(
+            "the record carries its function's source code (a lambda, a local or a __main__ "
+            "function): read it (fuzzdiff corpus show ID), then replay with --trust-source"
+        )
     namespace: dict = {"__name__": "fuzzdiff_record_source"}
     exec("\n".join([*source["imports"], *source["setup"], *source["definitions"]]), namespace)  # noqa: S102
     fn = eval(source["call"], namespace)  # noqa: S307 - the caller trusts this source
@@ -409,6 +457,12 @@ def from_definition(data, *, trust_source: bool = False) -> Target:
     if unknown:
         raise ValueError(f"field 'definition.dtypes' has unknown dtype(s) {unknown}")
     dtypes = tuple(DTYPES[d] for d in data.get("dtypes", ["float64", "float32"]))
-    return Target(data["fn"], fn, data["spec"], family="user", dtypes=dtypes,
-                  domain={k: tuple(v) for k, v in domain.items()},
-                  functional=bool(data.get("functional", True)))
+    return Target(
+        data["fn"],
+        fn,
+        data["spec"],
+        family="user",
+        dtypes=dtypes,
+        domain={k: tuple(v) for k, v in domain.items()},
+        functional=bool(data.get("functional", True)),
+    )

@@ -24,20 +24,28 @@ POW_INT_EXPONENT_DYNAMIC = Known(
     "torch.compile(lambda t: torch.pow(t, **kwargs), backend='aot_eager', dynamic=True)(x)"
     ".backward() -> BackendCompilerFailed: RuntimeError: false INTERNAL ASSERT FAILED at "
     "c10/core/Scalar.h: NYI SymInt equality",
-    raises="BackendCompilerFailed", message=r"NYI SymInt equality",
-    params={"backend": ("aot_eager", "inductor")}, records=("199a65d6276cffc9",))
+    raises="BackendCompilerFailed",
+    message=r"NYI SymInt equality",
+    params={"backend": ("aot_eager", "inductor")},
+    records=("199a65d6276cffc9",),
+)
 
 register(
-    Target("add", torch.add, SAME_RANK, FAMILY,
-           kwargs={"alpha": st.sampled_from([1.0, -0.5, 2.0])}),
-    Target("sub", torch.sub, TRAILING, FAMILY,
-           kwargs={"alpha": st.sampled_from([1.0, 3.0])}),
+    Target("add", torch.add, SAME_RANK, FAMILY, kwargs={"alpha": st.sampled_from([1.0, -0.5, 2.0])}),
+    Target("sub", torch.sub, TRAILING, FAMILY, kwargs={"alpha": st.sampled_from([1.0, 3.0])}),
     Target("mul", torch.mul, SAME_RANK, FAMILY),
     # the quotient has a pole at y = 0: both operands keep away from 0
     Target("div", torch.div, SAME_RANK, FAMILY, kinks=(0.0,)),
     Target("pow", torch.pow, TRAILING, FAMILY, domain={"x": (0.0, None)}),
-    Target("pow_scalar", torch.pow, "x: ...", FAMILY, domain={"x": (0.0, None)},
-           kwargs={"exponent": st.sampled_from([2, 3, 0.5, -1.5, 0])}, known=(POW_INT_EXPONENT_DYNAMIC,)),
+    Target(
+        "pow_scalar",
+        torch.pow,
+        "x: ...",
+        FAMILY,
+        domain={"x": (0.0, None)},
+        kwargs={"exponent": st.sampled_from([2, 3, 0.5, -1.5, 0])},
+        known=(POW_INT_EXPONENT_DYNAMIC,),
+    ),
     # atan2 jumps across y = 0 for x < 0 and hypot has a cone at the origin
     Target("atan2", torch.atan2, SAME_RANK, FAMILY, kinks=(0.0,)),
     Target("hypot", torch.hypot, TRAILING, FAMILY, kinks=(0.0,)),
@@ -46,8 +54,13 @@ register(
     Target("xlogy", torch.xlogy, SAME_RANK, FAMILY, domain={"y": (0.0, None)}),
     Target("logaddexp", torch.logaddexp, SAME_RANK, FAMILY),
     Target("lerp", torch.lerp, "x: *#b, y: *#b, w: *#b", FAMILY),
-    Target("addcmul", torch.addcmul, "x: *#b, y: *#b, z: *#b", FAMILY,
-           kwargs={"value": st.sampled_from([1.0, -0.5])}),
-    Target("addcdiv", torch.addcdiv, "x: *#b, y: *#b, z: *#b", FAMILY,
-           domain={"z": (0.0, None)}, kwargs={"value": st.sampled_from([1.0, 2.0])}),
+    Target("addcmul", torch.addcmul, "x: *#b, y: *#b, z: *#b", FAMILY, kwargs={"value": st.sampled_from([1.0, -0.5])}),
+    Target(
+        "addcdiv",
+        torch.addcdiv,
+        "x: *#b, y: *#b, z: *#b",
+        FAMILY,
+        domain={"z": (0.0, None)},
+        kwargs={"value": st.sampled_from([1.0, 2.0])},
+    ),
 )

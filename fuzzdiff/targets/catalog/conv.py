@@ -43,8 +43,7 @@ def kernel(arg: str, last: int):
     return FromShapes(lambda s: st.integers(1, max(1, min(s[arg][-last:]))))
 
 
-BACKWARD_CHECKS = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "device",
-                   "compile")
+BACKWARD_CHECKS = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "device", "compile")
 CONV2D_WEIGHT_LAYOUT = Known(
     BACKWARD_CHECKS,
     "the CPU backward of F.conv2d raises when the weight is not contiguous (expanded, or a "
@@ -53,8 +52,10 @@ CONV2D_WEIGHT_LAYOUT = Known(
     "w = torch.randn(1, 1, 1, 1, dtype=torch.float64).expand(2, 1, 2, 2).detach()"
     ".requires_grad_(); F.conv2d(torch.randn(1, 1, 3, 3, dtype=torch.float64), w).sum()"
     ".backward() -> RuntimeError: slow_conv2d: grad_weight must be contiguous",
-    raises="RuntimeError", message=r"slow_conv2d: grad_weight must be contiguous",
-    records=("105e6904593562f7",))
+    raises="RuntimeError",
+    message=r"slow_conv2d: grad_weight must be contiguous",
+    records=("105e6904593562f7",),
+)
 INDUCTOR_STRIDED_CONV_BACKWARD = Known(
     "compile",
     "inductor with dynamic=True cannot lower convolution_backward when the conv's stride is a "
@@ -67,8 +68,11 @@ INDUCTOR_STRIDED_CONV_BACKWARD = Known(
     "requires_grad=True); torch.compile(conv(2), backend='inductor', dynamic=True)(x, w, b).sum()"
     ".backward() -> InductorError: LoweringException: ValueRangeError: Invalid ranges [0:-1] "
     "target: aten.convolution_backward.default",
-    raises="InductorError", message=r"ValueRangeError: Invalid ranges \[0:-1\]",
-    params={"backend": "inductor", "kwargs.stride": 2}, records=("3da4b2e534582a0b",))
+    raises="InductorError",
+    message=r"ValueRangeError: Invalid ranges \[0:-1\]",
+    params={"backend": "inductor", "kwargs.stride": 2},
+    records=("3da4b2e534582a0b",),
+)
 CONV_TRANSPOSE1D_LAYOUT = Known(
     BACKWARD_CHECKS,
     "the CPU backward of F.conv_transpose1d raises for an input and weight whose layouts "
@@ -78,14 +82,17 @@ CONV_TRANSPOSE1D_LAYOUT = Known(
     ".requires_grad_(); x = torch.randn(2, dtype=torch.float64).as_strided((1, 1, 2), "
     "(2, 1, 1)); F.conv_transpose1d(x, w).sum().backward() -> RuntimeError: grad_weight needs "
     "to be contiguous",
-    raises="RuntimeError", message=r"grad_weight needs to be contiguous")
+    raises="RuntimeError",
+    message=r"grad_weight needs to be contiguous",
+)
 CONV2D = "x: n c h v, w: o c kh kv, b: o"
 # Not a `known` entry: it crashes the process, so no check can report it.
 CONV2D_SEGFAULT = (
     "F.conv2d segfaults on CPU in float32 with a channels_last input, a bias, stride 2 and "
     "dilation 2 (torch 2.13.0): x = torch.randn(2, 2, 3, 1).contiguous(memory_format="
     "torch.channels_last); w = torch.randn(1, 2, 1, 1); b = torch.randn(1); F.conv2d(x, w, b, "
-    "2, 1, 2) -> Segmentation fault (float64, dilation 1, stride 1, no bias, or batch 1 run).")
+    "2, 1, 2) -> Segmentation fault (float64, dilation 1, stride 1, no bias, or batch 1 run)."
+)
 # Not a `known` entry either: the fault breaks the process's CUDA context, so every later
 # CUDA call in that pytest worker fails too. max_pool2d is fuzzed on the CPU only.
 MAX_POOL2D_CUDA_MISALIGNED = (
@@ -94,31 +101,80 @@ MAX_POOL2D_CUDA_MISALIGNED = (
     "not dense, e.g. x = torch.randn(37, dtype=torch.float64, device='cuda').as_strided("
     "(3, 1, 2, 2), (12, 1, 6, 1), 5) (torch 2.11.0+cu130, H100; the same values contiguous "
     "or channels_last run). Found by the layout and device checks on a lent GPU; "
-    "corpus/layout/max_pool2d.")
+    "corpus/layout/max_pool2d."
+)
 
 register(
-    Target("conv1d", conv1d, "x: n c l, w: o c k, b: o", FAMILY, min_side=1, max_side=3,
-           kwargs={"stride": STRIDE, "padding": _kw.conv_padding("x", "w", 1),
-                   "dilation": DILATION}),
+    Target(
+        "conv1d",
+        conv1d,
+        "x: n c l, w: o c k, b: o",
+        FAMILY,
+        min_side=1,
+        max_side=3,
+        kwargs={"stride": STRIDE, "padding": _kw.conv_padding("x", "w", 1), "dilation": DILATION},
+    ),
     # stride 2 with dilation 2 segfaults in float32 (CONV2D_SEGFAULT): a crash kills the
     # worker and cannot be an xfail, so that pair is fuzzed in float64 only
-    Target("conv2d", conv2d, CONV2D, FAMILY, min_side=1, max_side=3,
-           kwargs={"stride": STRIDE, "padding": _kw.conv_padding("x", "w", 2), "dilation": 1},
-           known=(CONV2D_WEIGHT_LAYOUT, INDUCTOR_STRIDED_CONV_BACKWARD)),
-    Target("conv2d_dilated", conv2d, CONV2D, FAMILY, min_side=1, max_side=3,
-           kwargs={"stride": 1, "padding": _kw.conv_padding("x", "w", 2), "dilation": 2},
-           known=(CONV2D_WEIGHT_LAYOUT,)),
-    Target("conv2d_strided_dilated", conv2d, CONV2D, FAMILY, min_side=1, max_side=3,
-           dtypes=(torch.float64,),
-           kwargs={"stride": 2, "padding": _kw.conv_padding("x", "w", 2), "dilation": 2},
-           known=(CONV2D_WEIGHT_LAYOUT, INDUCTOR_STRIDED_CONV_BACKWARD)),
-    Target("conv_transpose1d", conv_transpose1d, "x: n c l, w: c o k, b: o", FAMILY,
-           min_side=1, max_side=3, kwargs={"stride": STRIDE, "dilation": DILATION},
-           known=(CONV_TRANSPOSE1D_LAYOUT,)),
-    Target("avg_pool1d", avg_pool1d, "x: n c l", FAMILY, min_side=1,
-           kwargs={"kernel_size": kernel("x", 1), "stride": STRIDE}),
+    Target(
+        "conv2d",
+        conv2d,
+        CONV2D,
+        FAMILY,
+        min_side=1,
+        max_side=3,
+        kwargs={"stride": STRIDE, "padding": _kw.conv_padding("x", "w", 2), "dilation": 1},
+        known=(CONV2D_WEIGHT_LAYOUT, INDUCTOR_STRIDED_CONV_BACKWARD),
+    ),
+    Target(
+        "conv2d_dilated",
+        conv2d,
+        CONV2D,
+        FAMILY,
+        min_side=1,
+        max_side=3,
+        kwargs={"stride": 1, "padding": _kw.conv_padding("x", "w", 2), "dilation": 2},
+        known=(CONV2D_WEIGHT_LAYOUT,),
+    ),
+    Target(
+        "conv2d_strided_dilated",
+        conv2d,
+        CONV2D,
+        FAMILY,
+        min_side=1,
+        max_side=3,
+        dtypes=(torch.float64,),
+        kwargs={"stride": 2, "padding": _kw.conv_padding("x", "w", 2), "dilation": 2},
+        known=(CONV2D_WEIGHT_LAYOUT, INDUCTOR_STRIDED_CONV_BACKWARD),
+    ),
+    Target(
+        "conv_transpose1d",
+        conv_transpose1d,
+        "x: n c l, w: c o k, b: o",
+        FAMILY,
+        min_side=1,
+        max_side=3,
+        kwargs={"stride": STRIDE, "dilation": DILATION},
+        known=(CONV_TRANSPOSE1D_LAYOUT,),
+    ),
+    Target(
+        "avg_pool1d",
+        avg_pool1d,
+        "x: n c l",
+        FAMILY,
+        min_side=1,
+        kwargs={"kernel_size": kernel("x", 1), "stride": STRIDE},
+    ),
     # overlapping windows (stride 1) take the max of shared values: distinct
-    Target("max_pool2d", max_pool2d, "x: n c h v", FAMILY, min_side=1, max_side=3, distinct=True,
-           kwargs={"kernel_size": kernel("x", 2), "stride": STRIDE},
-           cpu_only=MAX_POOL2D_CUDA_MISALIGNED),
+    Target(
+        "max_pool2d",
+        max_pool2d,
+        "x: n c h v",
+        FAMILY,
+        min_side=1,
+        max_side=3,
+        distinct=True,
+        kwargs={"kernel_size": kernel("x", 2), "stride": STRIDE},
+        cpu_only=MAX_POOL2D_CUDA_MISALIGNED,
+    ),
 )

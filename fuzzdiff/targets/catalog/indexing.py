@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 
 from fuzzdiff.targets import Index, Mask, Target, register
-from fuzzdiff.targets.catalog import _kw
 
 FAMILY = "indexing"
 ALONG = "x: *b n, i: *b k"
@@ -74,24 +73,46 @@ def getitem(x, i):
 register(
     Target("gather", gather, ALONG, FAMILY, min_side=1, kinds={"i": Index("n")}),
     Target("take_along_dim", take_along_dim, ALONG, FAMILY, min_side=1, kinds={"i": Index("n")}),
-    Target("index_select", index_select, "x: *b n, i: k", FAMILY, min_side=1,
-           kinds={"i": Index("n")}),
-    Target("scatter", scatter, "x: *b n, i: *b n, src: *b n", FAMILY, min_side=1,
-           kinds={"i": Index("n")}, kwargs={"length": st.integers(0, 4)}),
-    Target("scatter_add", scatter_add, "x: *b n, i: *b k, src: *b k", FAMILY, min_side=1,
-           kinds={"i": Index("n")}),
+    Target("index_select", index_select, "x: *b n, i: k", FAMILY, min_side=1, kinds={"i": Index("n")}),
+    Target(
+        "scatter",
+        scatter,
+        "x: *b n, i: *b n, src: *b n",
+        FAMILY,
+        min_side=1,
+        kinds={"i": Index("n")},
+        kwargs={"length": st.integers(0, 4)},
+    ),
+    Target("scatter_add", scatter_add, "x: *b n, i: *b k, src: *b k", FAMILY, min_side=1, kinds={"i": Index("n")}),
     # sum and mean accumulate: smooth in every value, duplicates or not
-    Target("scatter_reduce", scatter_reduce, "x: *b n, i: *b k, src: *b k", FAMILY, min_side=1,
-           kinds={"i": Index("n")},
-           kwargs={"reduce": st.sampled_from(["sum", "mean"]), "include_self": st.booleans()}),
-    Target("index_add", index_add, "x: *b n, i: k, src: *b k", FAMILY, min_side=1,
-           kinds={"i": Index("n")}, kwargs={"alpha": st.sampled_from([1.0, -2.0])}),
-    Target("masked_fill", masked_fill, "x: *b, m: *#b", FAMILY, kinds={"m": Mask()},
-           kwargs={"value": st.sampled_from([0.0, -1.5])}),
-    Target("masked_fill_tensor", masked_fill_tensor, "x: *b, m: *#b, v:", FAMILY,
-           kinds={"m": Mask()}),
+    Target(
+        "scatter_reduce",
+        scatter_reduce,
+        "x: *b n, i: *b k, src: *b k",
+        FAMILY,
+        min_side=1,
+        kinds={"i": Index("n")},
+        kwargs={"reduce": st.sampled_from(["sum", "mean"]), "include_self": st.booleans()},
+    ),
+    Target(
+        "index_add",
+        index_add,
+        "x: *b n, i: k, src: *b k",
+        FAMILY,
+        min_side=1,
+        kinds={"i": Index("n")},
+        kwargs={"alpha": st.sampled_from([1.0, -2.0])},
+    ),
+    Target(
+        "masked_fill",
+        masked_fill,
+        "x: *b, m: *#b",
+        FAMILY,
+        kinds={"m": Mask()},
+        kwargs={"value": st.sampled_from([0.0, -1.5])},
+    ),
+    Target("masked_fill_tensor", masked_fill_tensor, "x: *b, m: *#b, v:", FAMILY, kinds={"m": Mask()}),
     Target("masked_select", masked_select, "x: *#b, m: *#b", FAMILY, kinds={"m": Mask()}),
     Target("embedding", embedding, "i: ..., w: n d", FAMILY, min_side=1, kinds={"i": Index("n")}),
-    Target("index_tensor", getitem, "x: *b n m, i: k", FAMILY, min_side=1, max_side=3,
-           kinds={"i": Index("n")}),
+    Target("index_tensor", getitem, "x: *b n m, i: k", FAMILY, min_side=1, max_side=3, kinds={"i": Index("n")}),
 )

@@ -99,22 +99,30 @@ def cross(x, y):
 
 
 MATRIX_EXP_BATCH = Known(
-    ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "device",
-     "compile"),
+    ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "device", "compile"),
     "torch.linalg.matrix_exp raises in the forward itself (autograd or not) for an input with "
     "two or more batch dims that cannot be flattened by a view (torch 2.13.0 CPU; .contiguous() "
     "first works; one batch dim works in any layout)",
     "torch.linalg.matrix_exp(torch.randn(2, 2, 2, 2, dtype=torch.float64).permute(1, 0, 2, 3)) "
     "-> RuntimeError: view size is not compatible with input tensor's size and stride (at least "
     "one dimension spans across two contiguous subspaces). Use .reshape(...) instead.",
-    raises="RuntimeError", message=r"view size is not compatible with input tensor's size and stride",
-    records=("7c9ae22267388f04", "ffffee608ded3872", "a99361439cde3727"))
+    raises="RuntimeError",
+    message=r"view size is not compatible with input tensor's size and stride",
+    records=("7c9ae22267388f04", "ffffee608ded3872", "a99361439cde3727"),
+)
 
 
 register(
     Target("solve", solve, "a: *b n n, r: *b n k", FAMILY, domain=UNIT, max_side=3),
-    Target("solve_triangular", solve_triangular, "a: *b n n, r: *b n k", FAMILY, domain=UNIT,
-           max_side=3, kwargs={"upper": st.booleans()}),
+    Target(
+        "solve_triangular",
+        solve_triangular,
+        "a: *b n n, r: *b n k",
+        FAMILY,
+        domain=UNIT,
+        max_side=3,
+        kwargs={"upper": st.booleans()},
+    ),
     Target("inv", inv, SQUARE, FAMILY, domain=UNIT, max_side=3),
     Target("det", det, SQUARE, FAMILY, domain=UNIT, max_side=3),
     Target("slogdet", slogdet, SQUARE, FAMILY, domain=UNIT, max_side=3),
@@ -125,9 +133,7 @@ register(
     Target("pinv", pinv, "a: *b m n", FAMILY, domain=UNIT, max_side=3),
     Target("eigvalsh", eigvalsh, SQUARE, FAMILY, domain=UNIT, max_side=3),
     # one batch dim: every layout works in eager; under vmap the batch adds one (MATRIX_EXP_BATCH)
-    Target("matrix_exp", matrix_exp, "a: _ n n", FAMILY, domain=UNIT, max_side=3,
-           known=(MATRIX_EXP_BATCH,)),
-    Target("matrix_exp_batched", matrix_exp, SQUARE, FAMILY, domain=UNIT, max_side=3,
-           known=(MATRIX_EXP_BATCH,)),
+    Target("matrix_exp", matrix_exp, "a: _ n n", FAMILY, domain=UNIT, max_side=3, known=(MATRIX_EXP_BATCH,)),
+    Target("matrix_exp_batched", matrix_exp, SQUARE, FAMILY, domain=UNIT, max_side=3, known=(MATRIX_EXP_BATCH,)),
     Target("cross", cross, "x: *#b 3, y: *#b 3", FAMILY, max_side=3),
 )

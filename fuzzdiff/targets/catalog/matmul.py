@@ -28,9 +28,14 @@ register(
     Target("outer", torch.outer, "x: n, y: m", FAMILY),
     Target("einsum", einsum_batched, "x: *b i j, y: j k", FAMILY, max_side=3),
     Target("einsum_bilinear", einsum_bilinear, "x: b i, a: i j, y: b j", FAMILY, max_side=3),
-    Target("addmm", torch.addmm, "c: #n #m, x: n k, y: k m", FAMILY,
-           kwargs={"beta": SCALES, "alpha": SCALES}),
-    Target("baddbmm", torch.baddbmm, "c: #b #n #m, x: b n k, y: b k m", FAMILY, max_side=3,
-           kwargs={"beta": SCALES, "alpha": SCALES}),
+    Target("addmm", torch.addmm, "c: #n #m, x: n k, y: k m", FAMILY, kwargs={"beta": SCALES, "alpha": SCALES}),
+    Target(
+        "baddbmm",
+        torch.baddbmm,
+        "c: #b #n #m, x: b n k, y: b k m",
+        FAMILY,
+        max_side=3,
+        kwargs={"beta": SCALES, "alpha": SCALES},
+    ),
     Target("linear", F.linear, "x: *b k, w: m k, bias: m", FAMILY, max_side=3),
 )

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fuzzdiff.known import NOT_NONE, Known
-from fuzzdiff.targets.module import one_sample
 from fuzzdiff.targets import FromShapes, Index, Target, register
 from fuzzdiff.targets.catalog import _kw
+from fuzzdiff.targets.module import one_sample
 
 FAMILY = "modules"
 SEED = st.integers(0, 2**16 - 1)
@@ -35,13 +35,12 @@ FLAG = st.booleans()
 
 SKIP = {
     "forward": "forward-mode AD of these ops is fuzzed by their functional catalog targets "
-               "(conv1d, layer_norm, group_norm, ...), with the weights as fuzzed arguments too",
+    "(conv1d, layer_norm, group_norm, ...), with the weights as fuzzed arguments too",
     "gradgrad": "double backward of these ops is fuzzed by their functional catalog targets; "
-                "through a module it costs a module build per evaluation and no new code path",
-    "alias": "one floating input: nothing to alias but a view of its own storage, which the "
-             "layout check covers",
+    "through a module it costs a module build per evaluation and no new code path",
+    "alias": "one floating input: nothing to alias but a view of its own storage, which the layout check covers",
     "vmap": "vmap of the module (vmap over grad with functional_call) is the per_sample check's "
-            "third path, compared there against a loop and ExpandedWeights",
+    "third path, compared there against a loop and ExpandedWeights",
     "compile": "a fresh module per call would recompile at every example: too slow for CI",
     "opcheck": "not a custom op",
 }
@@ -49,12 +48,14 @@ SKIP = {
 # there the weights are fuzzed arguments as well, and here they cost a module
 # build per evaluation (grad of nn_conv_block took 96 s of a loaded CI run).
 # The recurrent kinds, in no other catalog target, keep both; nn_shared_linear keeps grad.
-COVERED = {**SKIP,
-           "grad": "the input gradient of this op is fuzzed by its functional catalog target "
-                   "(weights as fuzzed arguments too), and compared here by per_sample against "
-                   "a loop and vmap",
-           "dtype": "float32 vs float64 of this op is fuzzed by its functional catalog target; "
-                    "per_sample confirms its float32 mismatches in float64"}
+COVERED = {
+    **SKIP,
+    "grad": "the input gradient of this op is fuzzed by its functional catalog target "
+    "(weights as fuzzed arguments too), and compared here by per_sample against "
+    "a loop and vmap",
+    "dtype": "float32 vs float64 of this op is fuzzed by its functional catalog target; "
+    "per_sample confirms its float32 mismatches in float64",
+}
 NO_DTYPE = {**SKIP, "dtype": COVERED["dtype"]}
 
 
@@ -93,6 +94,7 @@ def grid_parameters(seed: int, start: int, n: int) -> list[float]:
 
 # -- one builder and one per-sample function per module kind --------------------------
 
+
 def linear_module(x, out_features, bias, seed):
     return seeded(nn.Linear(x.shape[-1], out_features, bias, device="meta"), x, seed)
 
@@ -104,8 +106,9 @@ def linear(x, **kwargs):
 def conv_module(x, out_per_group, groups, geometry, bias, seed):
     """Conv1d, Conv2d or Conv3d by the sample's rank (channels first)."""
     conv = (nn.Conv1d, nn.Conv2d, nn.Conv3d)[x.dim() - 2]
-    return seeded(conv(x.shape[0], groups * out_per_group, groups=groups, bias=bias,
-                       device="meta", **geometry), x, seed)
+    return seeded(
+        conv(x.shape[0], groups * out_per_group, groups=groups, bias=bias, device="meta", **geometry), x, seed
+    )
 
 
 def conv(x, **kwargs):
@@ -134,8 +137,7 @@ def embedding(x, s, **kwargs):
 
 def layer_norm_module(x, normalized, elementwise_affine, bias, eps, seed):
     """LayerNorm over the sample's last ``normalized`` dims."""
-    return seeded(nn.LayerNorm(x.shape[x.dim() - normalized:], eps, elementwise_affine, bias,
-                               device="meta"), x, seed)
+    return seeded(nn.LayerNorm(x.shape[x.dim() - normalized :], eps, elementwise_affine, bias, device="meta"), x, seed)
 
 
 def layer_norm(x, **kwargs):
@@ -160,13 +162,19 @@ def instance_norm(x, **kwargs):
     return one_sample(instance_norm_module(x, **kwargs), x)
 
 
-def recurrent_module(x, cell, hidden_size, num_layers, bias, batch_first, bidirectional, seed,
-                     nonlinearity="tanh"):
+def recurrent_module(x, cell, hidden_size, num_layers, bias, batch_first, bidirectional, seed, nonlinearity="tanh"):
     """nn.RNN, nn.LSTM or nn.GRU over a sample of shape (sequence, features)."""
     options = {"nonlinearity": nonlinearity} if cell == "RNN" else {}
-    module = getattr(nn, cell)(x.shape[-1], hidden_size, num_layers, bias=bias,
-                               batch_first=batch_first, bidirectional=bidirectional,
-                               device="meta", **options)
+    module = getattr(nn, cell)(
+        x.shape[-1],
+        hidden_size,
+        num_layers,
+        bias=bias,
+        batch_first=batch_first,
+        bidirectional=bidirectional,
+        device="meta",
+        **options,
+    )
     return seeded(module, x, seed)
 
 
@@ -214,14 +222,22 @@ def conv_block(x, **kwargs):
     return one_sample(conv_block_module(x, **kwargs), x)
 
 
-for _fn, _build in ((linear, linear_module), (conv, conv_module), (embedding, embedding_module),
-                    (layer_norm, layer_norm_module), (group_norm, group_norm_module),
-                    (instance_norm, instance_norm_module), (recurrent, recurrent_module),
-                    (shared_linear, shared_linear_module), (conv_block, conv_block_module)):
+for _fn, _build in (
+    (linear, linear_module),
+    (conv, conv_module),
+    (embedding, embedding_module),
+    (layer_norm, layer_norm_module),
+    (group_norm, group_norm_module),
+    (instance_norm, instance_norm_module),
+    (recurrent, recurrent_module),
+    (shared_linear, shared_linear_module),
+    (conv_block, conv_block_module),
+):
     _fn.module = _build  # what makes a target a module target (fuzzdiff.paths.expanded)
 
 
 # -- hyperparameter strategies that depend on the drawn sample shape -------------------
+
 
 @st.composite
 def _geometry(draw, sizes):
@@ -245,14 +261,25 @@ def _normalized(shapes):
     or two, the normalized output is constant up to eps, and its derivatives
     are cancellations that float32 cannot resolve)."""
     x = shapes["x"]
-    options = [k for k in range(1, len(x) + 1) if math.prod(x[len(x) - k:]) >= 3]
+    options = [k for k in range(1, len(x) + 1) if math.prod(x[len(x) - k :]) >= 3]
     return st.sampled_from(options) if options else st.nothing()
 
 
-CONV = {"out_per_group": st.integers(1, 2), "groups": _kw.divisor("x", 0), "geometry": GEOMETRY,
-        "bias": FLAG, "seed": SEED}
-RECURRENT = {"hidden_size": st.integers(1, 2), "num_layers": st.integers(1, 2), "bias": FLAG,
-             "batch_first": FLAG, "bidirectional": FLAG, "seed": SEED}
+CONV = {
+    "out_per_group": st.integers(1, 2),
+    "groups": _kw.divisor("x", 0),
+    "geometry": GEOMETRY,
+    "bias": FLAG,
+    "seed": SEED,
+}
+RECURRENT = {
+    "hidden_size": st.integers(1, 2),
+    "num_layers": st.integers(1, 2),
+    "bias": FLAG,
+    "batch_first": FLAG,
+    "bidirectional": FLAG,
+    "seed": SEED,
+}
 EMBEDDING_PADDING_IDX = Known(
     "per_sample",
     "ExpandedWeights' per-sample gradient of nn.Embedding ignores padding_idx: the padding row "
@@ -264,7 +291,9 @@ EMBEDDING_PADDING_IDX = Known(
     ".backward(); e.weight.grad_sample[:, 1] is nonzero (e.g. [[0.19, 1.26], [0.52, -1.31]]) "
     "where torch.autograd.grad of each sample's loss gives [[0, 0], [0, 0]]; without "
     "padding_idx they agree exactly",
-    message=r"per-sample grad of embedding\.weight", records=("407106383a9000bf",))
+    message=r"per-sample grad of embedding\.weight",
+    records=("407106383a9000bf",),
+)
 GROUP_NORM_NONCONTIGUOUS = Known(
     "per_sample",
     "ExpandedWeights' GroupNorm raises for a noncontiguous input (transposed or sliced; a "
@@ -275,8 +304,10 @@ GROUP_NORM_NONCONTIGUOUS = Known(
     "g = nn.GroupNorm(1, 3).double(); x = torch.randn(1, 6, dtype=torch.double)[:, ::2]; g(x) "
     "works; call_for_per_sample_grads(g)(x) -> RuntimeError: Expected "
     "X.is_contiguous(memory_format) to be true, but got false.",
-    raises="RuntimeError", message=r"Expected X\.is_contiguous\(memory_format\) to be true",
-    records=("5902597c72ac3c82",))
+    raises="RuntimeError",
+    message=r"Expected X\.is_contiguous\(memory_format\) to be true",
+    records=("5902597c72ac3c82",),
+)
 GROUP_NORM_CHANNELS_LAST_SEGFAULT = Known(
     "per_sample",
     "plain F.group_norm's backward dies by SIGSEGV on a 4-d input in channels_last order "
@@ -286,8 +317,10 @@ GROUP_NORM_CHANNELS_LAST_SEGFAULT = Known(
     "x = torch.randn(101).as_strided((1, 2, 2, 3), (12, 1, 6, 2)); w = torch.ones(2, "
     "requires_grad=True); torch.autograd.grad(F.group_norm(x, 2, w).sum(), w) -> Segmentation "
     "fault",
-    params={"layouts.0.strides.1": 1, "layouts.0.strides.3": NOT_NONE}, crash=True,
-    records=("1a0640996f3cffc2",))
+    params={"layouts.0.strides.1": 1, "layouts.0.strides.3": NOT_NONE},
+    crash=True,
+    records=("1a0640996f3cffc2",),
+)
 CONV_NONCONTIGUOUS_GRAD_OUTPUT = Known(
     "per_sample",
     "ExpandedWeights' convolution backward raises when the gradient reaching the conv output is "
@@ -300,8 +333,11 @@ CONV_NONCONTIGUOUS_GRAD_OUTPUT = Known(
     "-> RuntimeError: view size is not compatible with input tensor's size and stride (at least "
     "one dimension spans across two contiguous subspaces). Use .reshape(...) instead.; with "
     "v.contiguous() it works",
-    raises="RuntimeError", message=r"view size is not compatible with input tensor's size and stride",
-    params={"cotangent.layout": ("transposed", "expanded")}, records=("7e93fc3717c573b9",))
+    raises="RuntimeError",
+    message=r"view size is not compatible with input tensor's size and stride",
+    params={"cotangent.layout": ("transposed", "expanded")},
+    records=("7e93fc3717c573b9",),
+)
 INSTANCE_NORM_NONCONTIGUOUS_INPUT = Known(
     "per_sample",
     "ExpandedWeights' InstanceNorm2d/3d returns a silently wrong input gradient for a "
@@ -313,8 +349,10 @@ INSTANCE_NORM_NONCONTIGUOUS_INPUT = Known(
     ".requires_grad_(); g = torch.randn(1, 2, 1, 3, dtype=torch.double); "
     "(call_for_per_sample_grads(m)(x) * g).sum().backward(); x.grad differs from "
     "torch.autograd.grad((m(x) * g).sum(), x)[0] by up to 2.3 (7e-15 for a contiguous x)",
-    message=r"grad of input x", params={"input_grad": True, "layouts.0": NOT_NONE},
-    records=("1647b7f321cdafce",))
+    message=r"grad of input x",
+    params={"input_grad": True, "layouts.0": NOT_NONE},
+    records=("1647b7f321cdafce",),
+)
 # The per_sample check reports this as "unsupported" (the error is ExpandedWeights'
 # own); recorded here because LSTM is meant to be supported.
 LSTM_FLOAT32_NO_INPUT_GRAD = Known(
@@ -329,57 +367,125 @@ LSTM_FLOAT32_NO_INPUT_GRAD = Known(
     "handle function mkldnn_rnn_layer.default (or '... function size')",
     raises="RuntimeError",
     message=r"Expanded Weights encountered but cannot handle function (mkldnn_rnn_layer|size)",
-    dtypes=("float32",))
+    dtypes=("float32",),
+)
 
 
 def module_target(name, fn, spec, *, kwargs, known=(), skip=COVERED, **options):
-    return Target(name, fn, spec, FAMILY, kwargs=kwargs, skip=skip, known=known,
-                  min_side=options.pop("min_side", 1), max_side=options.pop("max_side", 3),
-                  max_rank=options.pop("max_rank", 3), **options)
+    return Target(
+        name,
+        fn,
+        spec,
+        FAMILY,
+        kwargs=kwargs,
+        skip=skip,
+        known=known,
+        min_side=options.pop("min_side", 1),
+        max_side=options.pop("max_side", 3),
+        max_rank=options.pop("max_rank", 3),
+        **options,
+    )
 
 
 register(
-    module_target("nn_linear", linear, "x: *e i", max_rank=3,
-                  kwargs={"out_features": SIZE, "bias": FLAG, "seed": SEED}),
-    module_target("nn_conv1d", conv, "x: c l", kwargs=CONV,
-                  known=(CONV_NONCONTIGUOUS_GRAD_OUTPUT,)),
-    module_target("nn_conv2d", conv, "x: c h w", kwargs=CONV,
-                  known=(CONV_NONCONTIGUOUS_GRAD_OUTPUT,)),
-    module_target("nn_conv3d", conv, "x: c d h w", max_side=2, kwargs=CONV,
-                  known=(CONV_NONCONTIGUOUS_GRAD_OUTPUT,)),
-    module_target("nn_embedding", embedding, "x: l, s: l", kinds={"x": Index("l")},
-                  kwargs={"extra_rows": st.integers(0, 2), "embedding_dim": SIZE, "seed": SEED}),
-    module_target("nn_embedding_padding_idx", embedding, "x: l, s: l", kinds={"x": Index("l")},
-                  kwargs={"extra_rows": st.integers(0, 2), "embedding_dim": SIZE, "seed": SEED,
-                          "padding_idx": FromShapes(lambda s: st.integers(0, s["x"][0] - 1))},
-                  known=(EMBEDDING_PADDING_IDX,)),
-    module_target("nn_layer_norm", layer_norm, "x: *e n", distinct=True,
-                  kwargs={"normalized": FromShapes(_normalized), "elementwise_affine": FLAG,
-                          "bias": FLAG, "eps": EPS, "seed": SEED}),
+    module_target(
+        "nn_linear", linear, "x: *e i", max_rank=3, kwargs={"out_features": SIZE, "bias": FLAG, "seed": SEED}
+    ),
+    module_target("nn_conv1d", conv, "x: c l", kwargs=CONV, known=(CONV_NONCONTIGUOUS_GRAD_OUTPUT,)),
+    module_target("nn_conv2d", conv, "x: c h w", kwargs=CONV, known=(CONV_NONCONTIGUOUS_GRAD_OUTPUT,)),
+    module_target("nn_conv3d", conv, "x: c d h w", max_side=2, kwargs=CONV, known=(CONV_NONCONTIGUOUS_GRAD_OUTPUT,)),
+    module_target(
+        "nn_embedding",
+        embedding,
+        "x: l, s: l",
+        kinds={"x": Index("l")},
+        kwargs={"extra_rows": st.integers(0, 2), "embedding_dim": SIZE, "seed": SEED},
+    ),
+    module_target(
+        "nn_embedding_padding_idx",
+        embedding,
+        "x: l, s: l",
+        kinds={"x": Index("l")},
+        kwargs={
+            "extra_rows": st.integers(0, 2),
+            "embedding_dim": SIZE,
+            "seed": SEED,
+            "padding_idx": FromShapes(lambda s: st.integers(0, s["x"][0] - 1)),
+        },
+        known=(EMBEDDING_PADDING_IDX,),
+    ),
+    module_target(
+        "nn_layer_norm",
+        layer_norm,
+        "x: *e n",
+        distinct=True,
+        kwargs={
+            "normalized": FromShapes(_normalized),
+            "elementwise_affine": FLAG,
+            "bias": FLAG,
+            "eps": EPS,
+            "seed": SEED,
+        },
+    ),
     # three values per group at least (one or two: see _normalized)
-    module_target("nn_group_norm", group_norm, "x: c *s", distinct=True,
-                  kwargs={"num_groups": _kw.groups("x", 0, min_values=3), "affine": FLAG,
-                          "eps": EPS, "seed": SEED},
-                  known=(GROUP_NORM_NONCONTIGUOUS, GROUP_NORM_CHANNELS_LAST_SEGFAULT)),
+    module_target(
+        "nn_group_norm",
+        group_norm,
+        "x: c *s",
+        distinct=True,
+        kwargs={"num_groups": _kw.groups("x", 0, min_values=3), "affine": FLAG, "eps": EPS, "seed": SEED},
+        known=(GROUP_NORM_NONCONTIGUOUS, GROUP_NORM_CHANNELS_LAST_SEGFAULT),
+    ),
     # three spatial values at least (one or two: see _normalized), as size bounds rather
     # than a filter: a filter rejected most examples of several structures each
-    module_target("nn_instance_norm1d", instance_norm, "x: c l>=3", distinct=True,
-                  kwargs={"affine": FLAG, "eps": EPS, "seed": SEED}),
-    module_target("nn_instance_norm2d", instance_norm, "x: c h>=2 w>=2", distinct=True,
-                  kwargs={"affine": FLAG, "eps": EPS, "seed": SEED},
-                  known=(INSTANCE_NORM_NONCONTIGUOUS_INPUT,)),
-    module_target("nn_instance_norm3d", instance_norm, "x: c d>=1 h>=2 w>=2", distinct=True, max_side=2,
-                  kwargs={"affine": FLAG, "eps": EPS, "seed": SEED},
-                  known=(INSTANCE_NORM_NONCONTIGUOUS_INPUT,)),
-    module_target("nn_rnn", recurrent, "x: t i", skip=SKIP,
-                  kwargs={"cell": "RNN", "nonlinearity": st.sampled_from(["tanh", "relu"]),
-                          **RECURRENT}),
-    module_target("nn_lstm", recurrent, "x: t i", skip=SKIP, kwargs={"cell": "LSTM", **RECURRENT},
-                  known=(LSTM_FLOAT32_NO_INPUT_GRAD,)),
+    module_target(
+        "nn_instance_norm1d",
+        instance_norm,
+        "x: c l>=3",
+        distinct=True,
+        kwargs={"affine": FLAG, "eps": EPS, "seed": SEED},
+    ),
+    module_target(
+        "nn_instance_norm2d",
+        instance_norm,
+        "x: c h>=2 w>=2",
+        distinct=True,
+        kwargs={"affine": FLAG, "eps": EPS, "seed": SEED},
+        known=(INSTANCE_NORM_NONCONTIGUOUS_INPUT,),
+    ),
+    module_target(
+        "nn_instance_norm3d",
+        instance_norm,
+        "x: c d>=1 h>=2 w>=2",
+        distinct=True,
+        max_side=2,
+        kwargs={"affine": FLAG, "eps": EPS, "seed": SEED},
+        known=(INSTANCE_NORM_NONCONTIGUOUS_INPUT,),
+    ),
+    module_target(
+        "nn_rnn",
+        recurrent,
+        "x: t i",
+        skip=SKIP,
+        kwargs={"cell": "RNN", "nonlinearity": st.sampled_from(["tanh", "relu"]), **RECURRENT},
+    ),
+    module_target(
+        "nn_lstm",
+        recurrent,
+        "x: t i",
+        skip=SKIP,
+        kwargs={"cell": "LSTM", **RECURRENT},
+        known=(LSTM_FLOAT32_NO_INPUT_GRAD,),
+    ),
     module_target("nn_gru", recurrent, "x: t i", skip=SKIP, kwargs={"cell": "GRU", **RECURRENT}),
-    module_target("nn_shared_linear", shared_linear, "x: *e i", max_rank=3, skip=NO_DTYPE,
-                  kwargs={"bias": FLAG, "seed": SEED}),
-    module_target("nn_conv_block", conv_block, "x: c l", min_side=2,
-                  kwargs={"kernel_size": st.integers(1, 3), "num_groups": st.sampled_from([1, 2]),
-                          "seed": SEED}),
+    module_target(
+        "nn_shared_linear", shared_linear, "x: *e i", max_rank=3, skip=NO_DTYPE, kwargs={"bias": FLAG, "seed": SEED}
+    ),
+    module_target(
+        "nn_conv_block",
+        conv_block,
+        "x: c l",
+        min_side=2,
+        kwargs={"kernel_size": st.integers(1, 3), "num_groups": st.sampled_from([1, 2]), "seed": SEED},
+    ),
 )

@@ -59,7 +59,8 @@ BATCH_NORM_STRIDED_WEIGHT = Known(
     "dtype=torch.float64).as_strided((2,), (2,)), gives [[2.1213, 70.0034]] instead of "
     "[[2.1213, -0.3536]] (the 99.0 between its elements is read)",
     features=_STRIDED_WEIGHT,
-    records=("7dce7b87f07391a5", "86d88f033270e811", "9aa92962f112b240", "d65dcdb06dafbf56"))
+    records=("7dce7b87f07391a5", "86d88f033270e811", "9aa92962f112b240", "d65dcdb06dafbf56"),
+)
 
 BATCH_NORM_DOUBLE_BACKWARD_LAYOUT = Known(
     "gradgrad",
@@ -73,8 +74,10 @@ BATCH_NORM_DOUBLE_BACKWARD_LAYOUT = Known(
     "torch.randn(2, dtype=torch.float64, requires_grad=True); "
     "torch.autograd.gradgradcheck(bn, (x, w)) -> GradcheckError: Jacobian mismatch for output 0 "
     "with respect to input 1; with x.detach().contiguous().requires_grad_() it passes",
-    message=r"vs finite differences of J\^T v", features=("0:permuted",),
-    records=("61329f797982413e",))
+    message=r"vs finite differences of J\^T v",
+    features=("0:permuted",),
+    records=("61329f797982413e",),
+)
 
 GROUP_NORM_FORWARD = Known(
     ("forward", "gradgrad", "vmap"),
@@ -86,8 +89,10 @@ GROUP_NORM_FORWARD = Known(
     "with fwAD.dual_level(): F.group_norm(fwAD.make_dual(x, torch.randn_like(x)), 1) -> "
     "RuntimeError: view size is not compatible with input tensor's size and stride (at least "
     "one dimension spans across two contiguous subspaces). Use .reshape(...) instead.",
-    raises="RuntimeError", message=r"view size is not compatible with input tensor's size and stride",
-    records=("035f536cab13b86e", "9572af2a0e94aaf0", "af1c4025238f8a78"))
+    raises="RuntimeError",
+    message=r"view size is not compatible with input tensor's size and stride",
+    records=("035f536cab13b86e", "9572af2a0e94aaf0", "af1c4025238f8a78"),
+)
 
 GROUP_NORM_VMAP_GAPPED_BATCH = Known(
     "vmap",
@@ -98,8 +103,11 @@ GROUP_NORM_VMAP_GAPPED_BATCH = Known(
     "torch.func.vmap(lambda t: F.group_norm(t, 1, w, b))(xs) -> RuntimeError: Expected "
     "X.is_contiguous(memory_format) to be true, but got false.; torch.stack([F.group_norm(t, 1, "
     "w, b) for t in xs]) works",
-    raises="RuntimeError", message=r"Expected X\.is_contiguous\(memory_format\) to be true",
-    params={"batched_layouts.0": NOT_NONE}, records=("0a6a9784f9686a93",))
+    raises="RuntimeError",
+    message=r"Expected X\.is_contiguous\(memory_format\) to be true",
+    params={"batched_layouts.0": NOT_NONE},
+    records=("0a6a9784f9686a93",),
+)
 
 
 register(
@@ -110,27 +118,54 @@ register(
     # ~2e-4 absolute (layer_norm gradgrad over 2 values exceeds the float32 tolerance
     # in 12% of random points, over 3 values in none). Distinct values and groups of
     # 0 or at least 3 values keep the normalization away from that regime.
-    Target("layer_norm", layer_norm, "x: *b m n, w: m n, b: m n", FAMILY, max_side=3,
-           distinct=True,
-           kwargs={"eps": _kw.when(lambda s: math.prod(s["w"]) not in (1, 2), EPS)}),
+    Target(
+        "layer_norm",
+        layer_norm,
+        "x: *b m n, w: m n, b: m n",
+        FAMILY,
+        max_side=3,
+        distinct=True,
+        kwargs={"eps": _kw.when(lambda s: math.prod(s["w"]) not in (1, 2), EPS)},
+    ),
     # rms_norm keeps the mean: only one value (normalized to its sign) is degenerate
-    Target("rms_norm", rms_norm, "x: *b n, w: n", FAMILY,
-           kwargs={"eps": _kw.when(lambda s: s["w"] != (1,), EPS)}),
+    Target("rms_norm", rms_norm, "x: *b n, w: n", FAMILY, kwargs={"eps": _kw.when(lambda s: s["w"] != (1,), EPS)}),
     # group_norm also rejects groups of one value ("Expected more than 1 value per channel
     # when training" when n * c / g * prod(s) == 1); groups() asks for three per group
-    Target("group_norm", group_norm, "x: n c *s, w: c, b: c", FAMILY, min_side=1, max_side=3,
-           distinct=True, kwargs={"num_groups": _kw.groups("x", 1, min_values=3), "eps": EPS},
-           known=(GROUP_NORM_FORWARD, GROUP_NORM_VMAP_GAPPED_BATCH)),
+    Target(
+        "group_norm",
+        group_norm,
+        "x: n c *s, w: c, b: c",
+        FAMILY,
+        min_side=1,
+        max_side=3,
+        distinct=True,
+        kwargs={"num_groups": _kw.groups("x", 1, min_values=3), "eps": EPS},
+        known=(GROUP_NORM_FORWARD, GROUP_NORM_VMAP_GAPPED_BATCH),
+    ),
     # eval-mode batch_norm with 0 channels and a non-empty batch raises
     # "IndexError: select(): index 0 out of range" (torch 2.13): min_side=1
-    Target("batch_norm", batch_norm_eval, "x: n c *s, w: c, b: c", FAMILY, min_side=1, max_side=3,
-           kwargs={"eps": EPS},
-           known=(BATCH_NORM_STRIDED_WEIGHT, BATCH_NORM_DOUBLE_BACKWARD_LAYOUT)),
+    Target(
+        "batch_norm",
+        batch_norm_eval,
+        "x: n c *s, w: c, b: c",
+        FAMILY,
+        min_side=1,
+        max_side=3,
+        kwargs={"eps": EPS},
+        known=(BATCH_NORM_STRIDED_WEIGHT, BATCH_NORM_DOUBLE_BACKWARD_LAYOUT),
+    ),
     # |x|^p at p=1 has a kink at 0; the norm is clamped below by eps=1e-12 (never reached
     # here). A slice of one value normalizes to its sign, a constant whose float32
     # derivatives are pure cancellation: the normalized dim holds 0 or at least 2 values.
     # Equal values along the normalized dim make its derivatives exact cancellations
     # too (a float32 false alarm with stride-0 inputs): distinct, as for group_norm.
-    Target("normalize", normalize, "x: _ ...", FAMILY, kinks=(0.0,), distinct=True,
-           kwargs={"p": st.sampled_from([2.0, 1.0, 3.0]), "dim": _kw.dim_with("x", lambda n: n != 1)}),
+    Target(
+        "normalize",
+        normalize,
+        "x: _ ...",
+        FAMILY,
+        kinks=(0.0,),
+        distinct=True,
+        kwargs={"p": st.sampled_from([2.0, 1.0, 3.0]), "dim": _kw.dim_with("x", lambda n: n != 1)},
+    ),
 )

@@ -23,6 +23,7 @@ ONLY_COMPILE = "a program that writes its inputs in place: only the compile chec
 def _program(names: tuple[str, ...], kinds: tuple[str, ...]) -> FromShapes:
     def strategy(shapes):
         return programs([shapes[n] for n in names], kinds=kinds).map(lambda p: p.to_json())
+
     return FromShapes(strategy)
 
 
@@ -39,7 +40,8 @@ SYMBOLIC_VIEW_OUTPUT = Known(
     "[1., 2.5], eager stride (2,) offset 2 values [2.5, 4.5]",
     message=r"^(aot_eager|inductor) vs eager: output \d+: strides and offset ",
     params={"backend": ("aot_eager", "inductor")},
-    records=("25c92fb2a59fac38", "66cfa7d41d2fb405"))
+    records=("25c92fb2a59fac38", "66cfa7d41d2fb405"),
+)
 SYNTHETIC_BASE_VIEW_OUTPUT = Known(
     "compile",
     "aot_function with inputs sharing one storage (a synthetic base), one of them mutated and a "
@@ -50,9 +52,11 @@ SYNTHETIC_BASE_VIEW_OUTPUT = Known(
     "torch.arange(4.).double(); aot_function(f, fw_compiler=nop, bw_compiler=nop)(b.view(2, 2), "
     "b.view(2, 2)) -> AssertionError: incorrect out shape after application of ViewMeta sequence: "
     "() (actual) vs (2,) (expected)",
-    raises="AssertionError", message=r"incorrect out shape after application of ViewMeta sequence",
+    raises="AssertionError",
+    message=r"incorrect out shape after application of ViewMeta sequence",
     params={"backend": ("aot_function", "aot_function_min_cut"), "aliases": NOT_NONE},
-    records=("4345079c470612a9",))
+    records=("4345079c470612a9",),
+)
 STRIDE0_SLICE_GRAD = Known(
     "compile",
     "inductor's gradient of a stride-0 leaf sliced at a SymInt start is the mean of the "
@@ -60,8 +64,11 @@ STRIDE0_SLICE_GRAD = Known(
     "a = torch.tensor([9., .75]).double().as_strided((4, 1), (0, 1), 1).requires_grad_(); "
     "grad of torch.compile(lambda a, s: (a[s::1],), backend='inductor', dynamic=True)(a, 0) "
     "with v = randn(4, 1) is v.mean() everywhere",
-    features=("stride0",), params={"backend": "inductor"}, message=r"^inductor vs eager: grad \d+ at",
-    records=("7fcb26a892bcde12",))
+    features=("stride0",),
+    params={"backend": "inductor"},
+    message=r"^inductor vs eager: grad \d+ at",
+    records=("7fcb26a892bcde12",),
+)
 MUTATED_INPUT_BACKWARD = Known(
     "compile",
     "torch.compile (aot_eager, inductor) and aot_function with the min-cut partitioner save a "
@@ -74,29 +81,45 @@ MUTATED_INPUT_BACKWARD = Known(
     message=r"vs eager: the backward raised: one of the variables needed for gradient "
     r"computation has been modified by an inplace operation",
     params={"backend": ("aot_eager", "inductor", "aot_function_min_cut")},
-    records=("aa6f50987f2792c4",))
+    records=("aa6f50987f2792c4",),
+)
 
 
 # torch refuses an in-place write whose output overlaps an operand (an expanded
 # view, or another input sharing its memory): an invalid program, not a finding
-INTERNAL_OVERLAP = (("RuntimeError", r"unsupported operation: (some elements of the input tensor and the "
-                     r"written-to tensor refer to a single memory location|more than one element of the "
-                     r"written-to tensor refers to a single memory location)"),)
+INTERNAL_OVERLAP = (
+    (
+        "RuntimeError",
+        r"unsupported operation: (some elements of the input tensor and the "
+        r"written-to tensor refer to a single memory location|more than one element of the "
+        r"written-to tensor refers to a single memory location)",
+    ),
+)
 
 
 def _target(name: str, spec: str, kinds: tuple[str, ...], functional: bool) -> Target:
     names = tuple(part.split(":")[0].strip() for part in spec.split(","))
-    return Target(name, run_program, spec, FAMILY, kwargs={"program": _program(names, kinds)},
-                  functional=functional, min_side=1, max_side=4, max_rank=3,
-                  only=None if functional else Only(("compile",), ONLY_COMPILE),
-                  known=(STRIDE0_SLICE_GRAD,) if functional else (SYMBOLIC_VIEW_OUTPUT, SYNTHETIC_BASE_VIEW_OUTPUT, MUTATED_INPUT_BACKWARD),
-                  invalid=() if functional else INTERNAL_OVERLAP)
+    return Target(
+        name,
+        run_program,
+        spec,
+        FAMILY,
+        kwargs={"program": _program(names, kinds)},
+        functional=functional,
+        min_side=1,
+        max_side=4,
+        max_rank=3,
+        only=None if functional else Only(("compile",), ONLY_COMPILE),
+        known=(STRIDE0_SLICE_GRAD,)
+        if functional
+        else (SYMBOLIC_VIEW_OUTPUT, SYNTHETIC_BASE_VIEW_OUTPUT, MUTATED_INPUT_BACKWARD),
+        invalid=() if functional else INTERNAL_OVERLAP,
+    )
 
 
 register(
     _target("program", "a: n m, b: n m", ("view", "functional"), functional=True),
     _target("program_inplace", "a: n m", ("view", "inplace", "functional"), functional=False),
     _target("program_inplace2", "a: n m, b: n m", ("view", "inplace", "functional"), functional=False),
-    _target("program_inplace3", "a: n m, b: n m, c: m", ("view", "inplace", "functional"),
-            functional=False),
+    _target("program_inplace3", "a: n m, b: n m, c: m", ("view", "inplace", "functional"), functional=False),
 )

@@ -36,7 +36,8 @@ MEDIAN_STRIDE0 = Known(
     "torch.median(torch.tensor([1.25]).expand(3), 0).values -> 4.5611e-41 (garbage); s = "
     "torch.tensor([0.5, 1.25, -0.3, 0.7]); torch.median(s[1:2].expand(3), 0).values -> 0.7 "
     "(expected 1.25; .clone() first gives 1.25)",
-    features=("stride0",))
+    features=("stride0",),
+)
 
 
 def logcumsumexp_last(x):
@@ -51,8 +52,10 @@ LOGCUMSUMEXP_EMPTY = Known(
     "x = torch.zeros(0, dtype=torch.float64); with fwAD.dual_level(): torch.logcumsumexp("
     "fwAD.make_dual(x, torch.zeros_like(x)), 0) -> IndexError: max(): Expected reduction dim 0 "
     "to have non-zero size.",
-    raises="IndexError", message=r"max\(\): Expected reduction dim \d+ to have non-zero size",
-    records=("e4cd404aa757f86f", "0fb5de19bbb1a202", "65a68700e2686a74"))
+    raises="IndexError",
+    message=r"max\(\): Expected reduction dim \d+ to have non-zero size",
+    records=("e4cd404aa757f86f", "0fb5de19bbb1a202", "65a68700e2686a74"),
+)
 
 
 def cummax(x, dim):
@@ -60,45 +63,88 @@ def cummax(x, dim):
 
 
 register(
-    Target("sum", torch.sum, "x: _ ...", FAMILY,
-           kwargs={"dim": _kw.opt_dims(), "keepdim": _kw.keepdim}),
+    Target("sum", torch.sum, "x: _ ...", FAMILY, kwargs={"dim": _kw.opt_dims(), "keepdim": _kw.keepdim}),
     # the mean of no values is 0/0: reduced dims hold a value, or the output is empty
-    Target("mean", torch.mean, "x: _ ...", FAMILY,
-           kwargs={"dim": _kw.reduced(), "keepdim": _kw.keepdim}),
-    Target("prod", torch.prod, "x: ...", FAMILY,
-           kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim}),
+    Target("mean", torch.mean, "x: _ ...", FAMILY, kwargs={"dim": _kw.reduced(), "keepdim": _kw.keepdim}),
+    Target("prod", torch.prod, "x: ...", FAMILY, kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim}),
     # correction=1 over one value is 0/0 (nan): reduce over 2 values or more
-    Target("var", torch.var, "x: _ ...", FAMILY,
-           kwargs={"dim": _kw.reduced(min_count=2), "keepdim": _kw.keepdim,
-                   "correction": st.sampled_from([0, 1])}),
+    Target(
+        "var",
+        torch.var,
+        "x: _ ...",
+        FAMILY,
+        kwargs={"dim": _kw.reduced(min_count=2), "keepdim": _kw.keepdim, "correction": st.sampled_from([0, 1])},
+    ),
     # std is a cone (not differentiable) where every value in a slice is equal
-    Target("std", torch.std, "x: _ ...", FAMILY, distinct=True,
-           kwargs={"dim": _kw.reduced(min_count=2), "keepdim": _kw.keepdim,
-                   "correction": st.sampled_from([0, 1])}),
+    Target(
+        "std",
+        torch.std,
+        "x: _ ...",
+        FAMILY,
+        distinct=True,
+        kwargs={"dim": _kw.reduced(min_count=2), "keepdim": _kw.keepdim, "correction": st.sampled_from([0, 1])},
+    ),
     # |x|^p: a kink at 0 for p = 1, an infinite second derivative for p < 2
-    Target("norm", vector_norm, "x: _ ...", FAMILY, kinks=(0.0,),
-           kwargs={"ord": st.sampled_from([2, 1, 3, 1.5]), "dim": _kw.opt_dims(), "keepdim": _kw.keepdim}),
+    Target(
+        "norm",
+        vector_norm,
+        "x: _ ...",
+        FAMILY,
+        kinks=(0.0,),
+        kwargs={"ord": st.sampled_from([2, 1, 3, 1.5]), "dim": _kw.opt_dims(), "keepdim": _kw.keepdim},
+    ),
     # the logsumexp of no values is -inf
-    Target("logsumexp", torch.logsumexp, "x: _ ...", FAMILY,
-           kwargs={"dim": _kw.reduced(full=False), "keepdim": _kw.keepdim}),
+    Target(
+        "logsumexp",
+        torch.logsumexp,
+        "x: _ ...",
+        FAMILY,
+        kwargs={"dim": _kw.reduced(full=False), "keepdim": _kw.keepdim},
+    ),
     # amax/amin reject reducing a size-0 dim (there is no identity): min_side=1
-    Target("amax", torch.amax, "x: _ ...", FAMILY, distinct=True, min_side=1,
-           kwargs={"dim": _kw.dims(), "keepdim": _kw.keepdim}),
-    Target("amin", torch.amin, "x: _ ...", FAMILY, distinct=True, min_side=1,
-           kwargs={"dim": _kw.dims(), "keepdim": _kw.keepdim}),
-    Target("max_dim", max_dim, "x: _ ...", FAMILY, distinct=True, min_side=1,
-           kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim}),
-    Target("median_dim", median_dim, "x: _ ...", FAMILY, distinct=True, min_side=1,
-           kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim},
-           known=(MEDIAN_STRIDE0,)),
+    Target(
+        "amax",
+        torch.amax,
+        "x: _ ...",
+        FAMILY,
+        distinct=True,
+        min_side=1,
+        kwargs={"dim": _kw.dims(), "keepdim": _kw.keepdim},
+    ),
+    Target(
+        "amin",
+        torch.amin,
+        "x: _ ...",
+        FAMILY,
+        distinct=True,
+        min_side=1,
+        kwargs={"dim": _kw.dims(), "keepdim": _kw.keepdim},
+    ),
+    Target(
+        "max_dim",
+        max_dim,
+        "x: _ ...",
+        FAMILY,
+        distinct=True,
+        min_side=1,
+        kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim},
+    ),
+    Target(
+        "median_dim",
+        median_dim,
+        "x: _ ...",
+        FAMILY,
+        distinct=True,
+        min_side=1,
+        kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim},
+        known=(MEDIAN_STRIDE0,),
+    ),
     Target("cumsum", torch.cumsum, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
     Target("cumprod", torch.cumprod, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
     # forward AD raises on a scan over a size-0 dim: here the scanned dim is
     # non-empty, and logcumsumexp_empty below holds the discrepancy
-    Target("logcumsumexp", torch.logcumsumexp, "x: ...", FAMILY,
-           kwargs={"dim": _kw.nonempty_dim()}),
-    Target("logcumsumexp_empty", logcumsumexp_last, "x: ... 0", FAMILY,
-           known=(LOGCUMSUMEXP_EMPTY,)),
+    Target("logcumsumexp", torch.logcumsumexp, "x: ...", FAMILY, kwargs={"dim": _kw.nonempty_dim()}),
+    Target("logcumsumexp_empty", logcumsumexp_last, "x: ... 0", FAMILY, known=(LOGCUMSUMEXP_EMPTY,)),
     Target("cummax", cummax, "x: ...", FAMILY, distinct=True, kwargs={"dim": _kw.dim()}),
     Target("trace", torch.trace, "x: n m", FAMILY),
 )

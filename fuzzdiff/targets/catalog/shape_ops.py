@@ -112,15 +112,20 @@ ROLL_SCALAR_VMAP = Known(
     "rank >= 1 examples are right)",
     "s = torch.tensor([1., 2., 3.]); torch.func.vmap(lambda a: torch.roll(a, 1))(s) -> "
     "tensor([3., 1., 2.]), torch.stack([torch.roll(a, 1) for a in s]) -> tensor([1., 2., 3.])",
-    features=("0:rank0",), records=("3214ab70f1038e18",))
+    features=("0:rank0",),
+    records=("3214ab70f1038e18",),
+)
 SQUEEZE_SCALAR_VMAP = Known(
     "vmap",
     "vmap of torch.squeeze(x, -1) on 0-dim examples raises while eager torch.squeeze("
     "torch.tensor(1.), -1) returns the scalar (torch 2.13.0 CPU; dim=0 works under vmap)",
     "torch.func.vmap(lambda a: torch.squeeze(a, -1))(torch.tensor([1., 2., 3.])) -> "
     "IndexError: Dimension is out of range (expected to be in range of [-1, 0], but got [-1]",
-    raises="RuntimeError", message=r"Dimension is out of range \(expected to be in range of \[-1, 0\]",
-    features=("0:rank0",), records=("7b67c8fb783e4256",))
+    raises="RuntimeError",
+    message=r"Dimension is out of range \(expected to be in range of \[-1, 0\]",
+    features=("0:rank0",),
+    records=("7b67c8fb783e4256",),
+)
 CLAMP_BROADCAST = Known(
     ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "device", "compile"),
     "the backward of torch.clamp(x, min, max) with tensor bounds raises when x is smaller than "
@@ -130,57 +135,98 @@ CLAMP_BROADCAST = Known(
     ".requires_grad_(); hi = torch.rand(1, dtype=torch.float64) + 0.2; torch.clamp(x, lo, hi)"
     ".sum().backward() -> RuntimeError: output with shape [1] doesn't match the broadcast shape "
     "[2] (also x (3, 1), lo (3, 3), hi (3, 1) with only hi requiring grad)",
-    raises="RuntimeError", message=r"output with shape \[[\d, ]*\] doesn't match the broadcast shape",
-    records=("7ebad3fdcb8a4d46", "bec2a76a0a7578f2", "1c2b70e3e623e6de", "e544e834e21f9d54",
-             "b638ef04207a5a4e", "230f726fdcb8a2df", "2029008803594165"))
+    raises="RuntimeError",
+    message=r"output with shape \[[\d, ]*\] doesn't match the broadcast shape",
+    records=(
+        "7ebad3fdcb8a4d46",
+        "bec2a76a0a7578f2",
+        "1c2b70e3e623e6de",
+        "e544e834e21f9d54",
+        "b638ef04207a5a4e",
+        "230f726fdcb8a2df",
+        "2029008803594165",
+    ),
+)
 
 
 register(
-    Target("reshape", reshape, "x: ...", FAMILY, kwargs={"shape": _kw.reshape_sizes()},
-           known=(STRIDE0_GRAD_DYNAMIC,)),
+    Target("reshape", reshape, "x: ...", FAMILY, kwargs={"shape": _kw.reshape_sizes()}, known=(STRIDE0_GRAD_DYNAMIC,)),
     Target("flatten", torch.flatten, "x: ...", FAMILY, known=(STRIDE0_GRAD_DYNAMIC,)),
     Target("permute", permute, "x: _ ...", FAMILY, kwargs={"dims": _kw.permutation()}),
-    Target("transpose", transpose, "x: _ ...", FAMILY,
-           kwargs={"dim0": _kw.dim(), "dim1": _kw.dim()}),
-    Target("movedim", movedim, "x: _ ...", FAMILY,
-           kwargs={"source": _kw.dim(), "destination": _kw.dim()}),
-    Target("squeeze", squeeze, "x: ...", FAMILY, max_side=2, kwargs={"dim": _kw.dim()},
-           known=(SQUEEZE_SCALAR_VMAP,)),
+    Target("transpose", transpose, "x: _ ...", FAMILY, kwargs={"dim0": _kw.dim(), "dim1": _kw.dim()}),
+    Target("movedim", movedim, "x: _ ...", FAMILY, kwargs={"source": _kw.dim(), "destination": _kw.dim()}),
+    Target("squeeze", squeeze, "x: ...", FAMILY, max_side=2, kwargs={"dim": _kw.dim()}, known=(SQUEEZE_SCALAR_VMAP,)),
     Target("unsqueeze", unsqueeze, "x: ...", FAMILY, kwargs={"dim": _kw.dim(extra=1)}),
     Target("expand", expand, "x: ...", FAMILY, max_side=2, kwargs={"size": _kw.expand_sizes()}),
-    Target("repeat", repeat, "x: ...", FAMILY, max_side=3,
-           kwargs={"repeats": FromShapes(lambda s: st.lists(
-               st.integers(0, 2), min_size=len(s["x"]), max_size=len(s["x"]) + 1))}),
-    Target("repeat_interleave", repeat_interleave, "x: _ ...", FAMILY, max_side=3,
-           kwargs={"repeats": st.integers(0, 3), "dim": _kw.dim()}),
+    Target(
+        "repeat",
+        repeat,
+        "x: ...",
+        FAMILY,
+        max_side=3,
+        kwargs={
+            "repeats": FromShapes(lambda s: st.lists(st.integers(0, 2), min_size=len(s["x"]), max_size=len(s["x"]) + 1))
+        },
+    ),
+    Target(
+        "repeat_interleave",
+        repeat_interleave,
+        "x: _ ...",
+        FAMILY,
+        max_side=3,
+        kwargs={"repeats": st.integers(0, 3), "dim": _kw.dim()},
+    ),
     Target("narrow", narrow, "x: _ ...", FAMILY, kwargs={"span": _kw.span()}),
     Target("unfold", unfold, "x: _ ...", FAMILY, kwargs={"window": _kw.window()}),
-    Target("split", split, "x: _ ...", FAMILY,
-           kwargs={"size": st.integers(1, 3), "dim": _kw.dim()}),
+    Target("split", split, "x: _ ...", FAMILY, kwargs={"size": st.integers(1, 3), "dim": _kw.dim()}),
     Target("cat", cat, "x: *b n, y: *b m, z: *b k", FAMILY, max_side=3),
     Target("stack", stack, "x: *b, y: *b", FAMILY, kwargs={"dim": _kw.dim(extra=1)}),
     Target("where", where, "c: *#b, x: *#b, y: *#b", FAMILY, kinds={"c": Mask()}),
-    Target("clamp", clamp, "x: ...", FAMILY, kinks=(-0.5, 0.5),
-           kwargs={"bounds": st.sampled_from([[-0.5, 0.5], [-0.5, None], [None, 0.5]])}),
+    Target(
+        "clamp",
+        clamp,
+        "x: ...",
+        FAMILY,
+        kinks=(-0.5, 0.5),
+        kwargs={"bounds": st.sampled_from([[-0.5, 0.5], [-0.5, None], [None, 0.5]])},
+    ),
     # x == lo or x == hi are kinks; only the values' own grid could tie them
-    Target("clamp_tensor", torch.clamp, "x: *b, lo: *#b, hi: *#b", FAMILY,
-           sample={"lo": (-2.0, -0.1), "hi": (0.1, 2.0)}),
+    Target(
+        "clamp_tensor", torch.clamp, "x: *b, lo: *#b, hi: *#b", FAMILY, sample={"lo": (-2.0, -0.1), "hi": (0.1, 2.0)}
+    ),
     # the same, with x broadcast too (the output is larger than x)
-    Target("clamp_tensor_broadcast", torch.clamp, "x: *#b, lo: *#b, hi: *#b", FAMILY,
-           sample={"lo": (-2.0, -0.1), "hi": (0.1, 2.0)},
-           known=(CLAMP_BROADCAST,)),
+    Target(
+        "clamp_tensor_broadcast",
+        torch.clamp,
+        "x: *#b, lo: *#b, hi: *#b",
+        FAMILY,
+        sample={"lo": (-2.0, -0.1), "hi": (0.1, 2.0)},
+        known=(CLAMP_BROADCAST,),
+    ),
     Target("flip", flip, "x: _ ...", FAMILY, kwargs={"dims": _kw.dims()}),
-    Target("roll", roll, "x: ...", FAMILY,
-           kwargs={"shifts": st.integers(-3, 3), "dims": FromShapes(
-               lambda s: st.one_of(st.none(), _kw.dim().fn(s)) if s["x"] else st.none())},
-           known=(ROLL_SCALAR_VMAP,)),
+    Target(
+        "roll",
+        roll,
+        "x: ...",
+        FAMILY,
+        kwargs={
+            "shifts": st.integers(-3, 3),
+            "dims": FromShapes(lambda s: st.one_of(st.none(), _kw.dim().fn(s)) if s["x"] else st.none()),
+        },
+        known=(ROLL_SCALAR_VMAP,),
+    ),
     Target("tril", tril, "x: *b n m", FAMILY, max_side=3, kwargs={"diagonal": st.integers(-2, 2)}),
-    Target("diagonal", diagonal, "x: *b n m", FAMILY, max_side=3,
-           kwargs={"offset": st.integers(-2, 2)}),
-    Target("sort", sort, "x: _ ...", FAMILY, distinct=True,
-           kwargs={"dim": _kw.dim(), "descending": st.booleans()}),
-    Target("pad", pad, "x: *b n m", FAMILY, max_side=3,
-           kwargs={"pad": st.sampled_from([2, 4]).flatmap(
-                   lambda n: st.lists(st.integers(0, 2), min_size=n, max_size=n)),
-                   "mode": st.just("constant")}),
+    Target("diagonal", diagonal, "x: *b n m", FAMILY, max_side=3, kwargs={"offset": st.integers(-2, 2)}),
+    Target("sort", sort, "x: _ ...", FAMILY, distinct=True, kwargs={"dim": _kw.dim(), "descending": st.booleans()}),
+    Target(
+        "pad",
+        pad,
+        "x: *b n m",
+        FAMILY,
+        max_side=3,
+        kwargs={
+            "pad": st.sampled_from([2, 4]).flatmap(lambda n: st.lists(st.integers(0, 2), min_size=n, max_size=n)),
+            "mode": st.just("constant"),
+        },
+    ),
 )

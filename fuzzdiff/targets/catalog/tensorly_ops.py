@@ -9,9 +9,9 @@ function here is a multilinear contraction, so size adds cost, not coverage.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
 
 import tensorly as tl
 from hypothesis import strategies as st
@@ -51,7 +51,7 @@ class TensorlyCall:
         with backend(self.name):
             return self.body(*args, **kwargs)
 
-    def cross_backend(self, name: str) -> "TensorlyCall":
+    def cross_backend(self, name: str) -> TensorlyCall:
         return TensorlyCall(self.body, name)
 
 
@@ -124,12 +124,10 @@ def unfolding_dot_khatri_rao(x, w, a, b, c, mode):
 
 # Compiling tensorly's Python-level dispatch takes 10-100 s per target on a CPU
 # runner (and dynamo raised InternalTorchDynamoError on mode_dot): out of CI's reach.
-SKIP = {"compile": "tensorly's backend dispatch takes dynamo 10-100 s to compile per target; "
-                   "too slow for the suite"}
+SKIP = {"compile": "tensorly's backend dispatch takes dynamo 10-100 s to compile per target; too slow for the suite"}
 
 KRON = Known(
-    ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "backend",
-     "per_sample", "device"),
+    ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "backend", "per_sample", "device"),
     "torch.kron raises when exactly one of two 2-d operands is transposed (torch 2.13.0 CPU), "
     "forward only, no autograd needed. tenalg.kronecker on the pytorch backend is torch.kron, "
     "so every check can draw it",
@@ -137,16 +135,25 @@ KRON = Known(
     "compatible with input tensor's size and stride (at least one dimension spans across two "
     "contiguous subspaces). Use .reshape(...) instead.; torch.kron(torch.randn(2, 2), "
     "torch.randn(2, 2).t().contiguous()) works",
-    raises="RuntimeError", message=r"view size is not compatible with input tensor's size and stride",
-    records=("ad865ff3e07c5324", "9adbf0ef8558ad74", "5fd69a3f11cd0c51", "473b97fe20fccd45",
-             "8142a93e72530cff", "d215b13efb6af267", "527b5b480aa4c681", "ef16b74038e31354"))
+    raises="RuntimeError",
+    message=r"view size is not compatible with input tensor's size and stride",
+    records=(
+        "ad865ff3e07c5324",
+        "9adbf0ef8558ad74",
+        "5fd69a3f11cd0c51",
+        "473b97fe20fccd45",
+        "8142a93e72530cff",
+        "d215b13efb6af267",
+        "527b5b480aa4c681",
+        "ef16b74038e31354",
+    ),
+)
 
 
 def _t(name, body, spec, **options):
     # min_side=1: tensorly reshapes with -1, which is ambiguous for 0 elements
     # ("cannot reshape tensor of 0 elements into shape [0, -1]"): a tensorly limitation.
-    return Target(name, TensorlyCall(body), spec, FAMILY, min_side=1, max_side=SIDE, skip=SKIP,
-                  **options)
+    return Target(name, TensorlyCall(body), spec, FAMILY, min_side=1, max_side=SIDE, skip=SKIP, **options)
 
 
 MODE3 = {"mode": st.integers(0, 2)}
@@ -158,8 +165,7 @@ register(
     _t("tl_mode_dot", mode_dot, "x: n n n, m: r n", kwargs=MODE3),
     _t("tl_multi_mode_dot", multi_mode_dot, "x: i j k, a: r i, b: s j, c: t k"),
     _t("tl_khatri_rao", khatri_rao, "a: i r, b: j r, c: k r"),
-    _t("tl_kronecker", kronecker, "a: i j, b: k l",
-       known=(KRON,)),
+    _t("tl_kronecker", kronecker, "a: i j, b: k l", known=(KRON,)),
     _t("tl_inner", inner, "x: i j, y: i j"),
     _t("tl_inner_mode", inner_mode, "x: i j, y: j k"),
     _t("tl_outer", outer, "x: i, y: j, z: k"),

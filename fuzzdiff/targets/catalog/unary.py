@@ -51,22 +51,24 @@ register(
     # lgamma, digamma, polygamma have poles at 0, -1, -2, ...
     Target("lgamma", torch.lgamma, "x: ...", FAMILY, domain=POSITIVE),
     Target("digamma", torch.digamma, "x: ...", FAMILY, domain=POSITIVE),
-    Target("polygamma", polygamma, "x: ...", FAMILY, domain=POSITIVE,
-           kwargs={"n": st.integers(1, 2)}),
+    Target("polygamma", polygamma, "x: ...", FAMILY, domain=POSITIVE, kwargs={"n": st.integers(1, 2)}),
     # piecewise: kinks where the pieces meet
     Target("abs", torch.abs, "x: ...", FAMILY, kinks=(0.0,)),
     Target("relu", torch.relu, "x: ...", FAMILY, kinks=(0.0,)),
-    Target("leaky_relu", F.leaky_relu, "x: ...", FAMILY, kinks=(0.0,),
-           kwargs={"negative_slope": st.sampled_from([0.01, 0.2, 1.5])}),
+    Target(
+        "leaky_relu",
+        F.leaky_relu,
+        "x: ...",
+        FAMILY,
+        kinks=(0.0,),
+        kwargs={"negative_slope": st.sampled_from([0.01, 0.2, 1.5])},
+    ),
     # elu is C1 at 0 for alpha=1 but its second derivative jumps there
-    Target("elu", F.elu, "x: ...", FAMILY, kinks=(0.0,),
-           kwargs={"alpha": st.sampled_from([1.0, 0.5])}),
+    Target("elu", F.elu, "x: ...", FAMILY, kinks=(0.0,), kwargs={"alpha": st.sampled_from([1.0, 0.5])}),
     Target("hardtanh", F.hardtanh, "x: ...", FAMILY, kinks=(-1.0, 1.0)),
     # smooth activations
-    Target("softplus", F.softplus, "x: ...", FAMILY,
-           kwargs={"beta": st.sampled_from([1.0, 2.0])}),
+    Target("softplus", F.softplus, "x: ...", FAMILY, kwargs={"beta": st.sampled_from([1.0, 2.0])}),
     Target("silu", F.silu, "x: ...", FAMILY),
-    Target("gelu", F.gelu, "x: ...", FAMILY,
-           kwargs={"approximate": st.sampled_from(["none", "tanh"])}),
+    Target("gelu", F.gelu, "x: ...", FAMILY, kwargs={"approximate": st.sampled_from(["none", "tanh"])}),
     Target("logsigmoid", F.logsigmoid, "x: ...", FAMILY),
 )
