@@ -1,4 +1,4 @@
-"""``fuzzdiff.check`` and ``fuzzdiff.assert_ok``: fuzz the user's own code (DESIGN.md section 3)."""
+"""``fuzzdiff.check`` and ``fuzzdiff.assert_ok``: fuzz the user's own code (docs/pages/design.md, contract 3)."""
 
 from __future__ import annotations
 

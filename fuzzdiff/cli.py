@@ -1,4 +1,4 @@
-"""The ``fuzzdiff`` command (DESIGN.md section 5).
+"""The ``fuzzdiff`` command (docs/pages/design.md, contract 5).
 
 Exit status: 0 no failure, 1 failures found, 2 usage or input error.
 This module only parses the command line; the handlers are in fuzzdiff.commands.
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fuzz (target, check) pairs in batches, round by round: every pair "
         "gets one batch before any gets a second, then batches go to the "
         "pairs whose runs show near-misses, inconclusive verdicts, new input "
-        "features or time-outs (the score is in the README).",
+        "features or time-outs (the score is in docs/pages/campaigns.md).",
     )
     run.add_argument("--checks", nargs="+", metavar="CHECK", help="checks to run (default: all)")
     run.add_argument(

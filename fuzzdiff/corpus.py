@@ -1,4 +1,4 @@
-"""Corpus records: shrunk failures as plain JSON files (DESIGN.md section 4).
+"""Corpus records: shrunk failures as plain JSON files (docs/pages/design.md, contract 4).
 
 One record per distinct failure at ``<root>/<check>/<target>/<id>.json``. The
 id is a hash of the failure's signature (target, check, verdict kind and the

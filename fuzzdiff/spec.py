@@ -1,4 +1,4 @@
-"""The shape-spec mini-language (DESIGN.md section 3).
+"""The shape-spec mini-language (docs/pages/design.md, contract 3).
 
 A spec names each positional tensor argument and its dims in jaxtyping's syntax,
 so that one string says both which sizes are shared across arguments and which

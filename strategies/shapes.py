@@ -93,7 +93,7 @@ def spec_shapes(
     max_variadic: int = 2,
     fixed: Mapping[str, int] | None = None,
 ):
-    """``{argument name: shape}`` for a DESIGN.md section 3 spec.
+    """``{argument name: shape}`` for a spec (docs/pages/design.md, contract 3).
 
     A named dim has one size for every argument that names it; ``#`` dims may
     be 1 instead; ``*name`` groups are shared; ``_`` and ``...`` are drawn per

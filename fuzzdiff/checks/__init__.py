@@ -1,4 +1,4 @@
-"""The checks, by their stable names (DESIGN.md section 3).
+"""The checks, by their stable names (docs/pages/design.md, contract 3).
 
 A new check is one module defining ``CHECK`` plus one line here.
 """

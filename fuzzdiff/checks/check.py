@@ -58,7 +58,7 @@ class CiSample:
 
 @dataclass(frozen=True)
 class Check:
-    """name:     the stable check name (DESIGN.md section 3).
+    """name:     the stable check name (docs/pages/design.md, contract 3).
     run:      the identity, ``run(target, case) -> Verdict``; pure, no Hypothesis.
     params:   ``params(target, case)`` -> strategy for the check's own draws
               (probes, alternative layouts, ...), stored in ``case.params``.

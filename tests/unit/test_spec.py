@@ -1,4 +1,4 @@
-"""The shape-spec mini-language (DESIGN.md section 3) and spec_shapes()."""
+"""The shape-spec mini-language (docs/pages/design.md, contract 3) and spec_shapes()."""
 
 from __future__ import annotations
 
