@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from fuzzdiff.known import NOT_NONE, Known
 
-__all__ = ["STRIDE0_GRAD_DYNAMIC", "NESTED_VMAP_LOSSES"]
+__all__ = [
+    "STRIDE0_GRAD_DYNAMIC",
+    "NESTED_VMAP_LOSSES",
+    "GROUP_NORM_VMAP_GAPPED_BATCH",
+    "DET_GRAD_TRANSPOSED_PERMUTED",
+    "DET_GRAD_TRANSPOSED_STRIDE0",
+]
 
 STRIDE0_GRAD_DYNAMIC = Known(
     "compile",
@@ -76,4 +82,50 @@ NESTED_VMAP_LOSSES = (
         "over both batches works",
         records=("3e90340a8de4bb31",),
     ),
+)
+
+GROUP_NORM_VMAP_GAPPED_BATCH = Known(
+    "vmap",
+    "vmap of F.group_norm raises for a batched input whose batch dim leaves gaps between the "
+    "examples, where the loop over the batch works (torch 2.13.0 CPU)",
+    "w, b = torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64); xs = "
+    "torch.randn(21, dtype=torch.float64).as_strided((2, 1, 3), (18, 6, 1)); "
+    "torch.func.vmap(lambda t: F.group_norm(t, 1, w, b))(xs) -> RuntimeError: Expected "
+    "X.is_contiguous(memory_format) to be true, but got false.; torch.stack([F.group_norm(t, 1, "
+    "w, b) for t in xs]) works",
+    raises="RuntimeError",
+    message=r"Expected X\.is_contiguous\(memory_format\) to be true",
+    params={"batched_layouts.0": NOT_NONE},
+    records=("0a6a9784f9686a93", "ce660369f65928bc"),
+)
+
+DET_GRAD_TRANSPOSED_PERMUTED = Known(
+    "compile",
+    "inductor returns the transposed gradient of torch.linalg.det and torch.logdet when their "
+    "input is an intermediate that eager makes column-major but inductor allocates row-major: "
+    "_linalg_det factors A^T for a contiguous A, and the traced backward picks lu_solve's "
+    "adjoint from eager's strides (torch 2.13.0 CPU; dynamic True or False; aot_eager is right)",
+    "s = torch.randn(3, 5, 5, dtype=torch.float64); x = torch.zeros(3, 5, 5, "
+    "dtype=torch.float64).mT.contiguous().mT.requires_grad_(); f = lambda x: "
+    "torch.linalg.det(x + s) (or torch.logdet(x + s) with x + s of positive determinant); "
+    "torch.autograd.grad(torch.compile(f, backend='inductor')(x).sum(), x)[0] equals "
+    "torch.autograd.grad(f(x).sum(), x)[0].mT, not the eager gradient",
+    message=r"^inductor vs eager: grad \d+ at",
+    features=("0:permuted",),
+    params={"backend": "inductor"},
+    records=("7be19fad1ff85290", "3e9251956d1c9e22"),
+)
+
+DET_GRAD_TRANSPOSED_STRIDE0 = Known(
+    "compile",
+    "aot_function (either partitioner) returns the transposed gradient of det, slogdet and "
+    "logdet for a stride-0 leaf (torch 2.13.0 CPU; eager and contiguous leaves are right)",
+    "x = torch.tensor([.3, -.2], dtype=torch.float64).as_strided((1, 2, 2), (1, 0, 1))"
+    ".requires_grad_(); f = lambda a: torch.linalg.slogdet(a + 2 * torch.eye(2, dtype=a.dtype))[1]; "
+    "torch.autograd.grad(aot_function(f, fw_compiler=nop, bw_compiler=nop)(x).sum(), x)[0] is "
+    "[[.4286, .0476], [-.0714, .5476]], eager [[.4286, -.0714], [.0476, .5476]] (det, logdet too)",
+    message=r"^aot_function(_min_cut)? vs eager: grad \d+ at",
+    features=("0:stride0",),
+    params={"backend": ("aot_function", "aot_function_min_cut")},
+    records=("fdd5a62c47c7c49f",),
 )

@@ -12,7 +12,12 @@ from __future__ import annotations
 import fnmatch
 
 from fuzzdiff.known import NOT_NONE, Known
-from fuzzdiff.targets.discrepancies import NESTED_VMAP_LOSSES, STRIDE0_GRAD_DYNAMIC
+from fuzzdiff.targets.discrepancies import (
+    DET_GRAD_TRANSPOSED_PERMUTED,
+    GROUP_NORM_VMAP_GAPPED_BATCH,
+    NESTED_VMAP_LOSSES,
+    STRIDE0_GRAD_DYNAMIC,
+)
 
 __all__ = ["KNOWN", "known_for"]
 
@@ -123,14 +128,17 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         "opinfo/select_scatter@*",
         Known(
             "vmap",
-            "vjp of vmap(torch.select_scatter) with src not batched gives src a wrong gradient, "
-            "for any dim and index, where the loop over the batch is right (torch 2.13.0 CPU)",
+            "vjp of vmap(torch.select_scatter) gives src a wrong gradient, batched or not, for any "
+            "dim and index, where the loop over the batch is right (torch 2.13.0 CPU)",
             "from torch.func import vmap, vjp; f = lambda x, s: torch.select_scatter(x, s, 0, 0); x, s, "
             "ct = torch.randn(1, 5, 5, 5, dtype=torch.float64), torch.randn(5, 5, dtype=torch.float64), "
             "torch.randn(1, 5, 5, 5, dtype=torch.float64); vjp(vmap(f, in_dims=(0, None)), x, s)[1](ct)"
-            "[1] differs from vjp(lambda t: f(x[0], t), s)[1](ct[0])[0] by up to 8.8",
+            "[1] differs from vjp(lambda t: f(x[0], t), s)[1](ct[0])[0] by up to 8.8; with s batched "
+            "(s = torch.randn(1, 5, 5), in_dims=(0, 0)) vjp(vmap(f), x, s)[1](ct)[1][0] differs from "
+            "vjp(f, x[0], s[0])[1](ct[0])[1] by up to 8.8 too (dims 1 and 2: 10.5, 11.3)",
             message=r"vs a loop over the batch: grad of argument 1 at",
-            params={"levels.0.in_dims.1": None},
+            params={"composition": "vjp_vmap"},
+            records=("3e461163479a71b2",),
         ),
     ),
     (
@@ -222,24 +230,9 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             records=("5cbf153cd1380cb6", "2bdb74096979a533"),
         ),
     ),
-    (
-        "opinfo/linalg.det@*",
-        Known(
-            "compile",
-            "inductor returns the transposed gradient of torch.linalg.det when det's input is an "
-            "intermediate that eager makes column-major but inductor allocates row-major: "
-            "_linalg_det factors A^T for a contiguous A, and the traced backward picks lu_solve's "
-            "adjoint from eager's strides (torch 2.13.0 CPU; dynamic True or False; aot_eager is right)",
-            "s = torch.randn(3, 5, 5, dtype=torch.float64); x = torch.zeros(3, 5, 5, "
-            "dtype=torch.float64).mT.contiguous().mT.requires_grad_(); f = lambda x: "
-            "torch.linalg.det(x + s); torch.autograd.grad(torch.compile(f, backend='inductor')(x).sum(), "
-            "x)[0] equals torch.autograd.grad(f(x).sum(), x)[0].mT, not the eager gradient",
-            message=r"^inductor vs eager: grad \d+ at",
-            features=("0:permuted",),
-            params={"backend": "inductor"},
-            records=("7be19fad1ff85290",),
-        ),
-    ),
+    ("opinfo/linalg.det@*", DET_GRAD_TRANSPOSED_PERMUTED),
+    ("opinfo/logdet@*", DET_GRAD_TRANSPOSED_PERMUTED),
+    ("opinfo/nn.functional.group_norm@*", GROUP_NORM_VMAP_GAPPED_BATCH),
     (
         "opinfo/nn.functional.adaptive_avg_pool2d@*",
         Known(

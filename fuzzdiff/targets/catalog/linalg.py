@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
+from fuzzdiff.targets.discrepancies import DET_GRAD_TRANSPOSED_STRIDE0
 
 FAMILY = "linalg"
 UNIT = {"a": (-1.0, 1.0)}
@@ -124,9 +125,9 @@ register(
         kwargs={"upper": st.booleans()},
     ),
     Target("inv", inv, SQUARE, FAMILY, domain=UNIT, max_side=3),
-    Target("det", det, SQUARE, FAMILY, domain=UNIT, max_side=3),
-    Target("slogdet", slogdet, SQUARE, FAMILY, domain=UNIT, max_side=3),
-    Target("logdet", logdet, SQUARE, FAMILY, domain=UNIT, max_side=3),
+    Target("det", det, SQUARE, FAMILY, domain=UNIT, max_side=3, known=(DET_GRAD_TRANSPOSED_STRIDE0,)),
+    Target("slogdet", slogdet, SQUARE, FAMILY, domain=UNIT, max_side=3, known=(DET_GRAD_TRANSPOSED_STRIDE0,)),
+    Target("logdet", logdet, SQUARE, FAMILY, domain=UNIT, max_side=3, known=(DET_GRAD_TRANSPOSED_STRIDE0,)),
     Target("cholesky", cholesky, SQUARE, FAMILY, domain=UNIT, max_side=3),
     Target("qr", qr, SQUARE, FAMILY, domain=UNIT, max_side=3),
     Target("svdvals", svdvals, "a: *b m n", FAMILY, domain=UNIT, max_side=3),

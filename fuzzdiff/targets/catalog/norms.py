@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from fuzzdiff.known import NOT_NONE, Known
+from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
+from fuzzdiff.targets.discrepancies import GROUP_NORM_VMAP_GAPPED_BATCH
 
 FAMILY = "norms"
 EPS = st.sampled_from([1e-5, 0.1])
@@ -92,21 +93,6 @@ GROUP_NORM_FORWARD = Known(
     raises="RuntimeError",
     message=r"view size is not compatible with input tensor's size and stride",
     records=("035f536cab13b86e", "9572af2a0e94aaf0", "af1c4025238f8a78"),
-)
-
-GROUP_NORM_VMAP_GAPPED_BATCH = Known(
-    "vmap",
-    "vmap of F.group_norm raises for a batched input whose batch dim leaves gaps between the "
-    "examples, where the loop over the batch works (torch 2.13.0 CPU)",
-    "w, b = torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64); xs = "
-    "torch.randn(21, dtype=torch.float64).as_strided((2, 1, 3), (18, 6, 1)); "
-    "torch.func.vmap(lambda t: F.group_norm(t, 1, w, b))(xs) -> RuntimeError: Expected "
-    "X.is_contiguous(memory_format) to be true, but got false.; torch.stack([F.group_norm(t, 1, "
-    "w, b) for t in xs]) works",
-    raises="RuntimeError",
-    message=r"Expected X\.is_contiguous\(memory_format\) to be true",
-    params={"batched_layouts.0": NOT_NONE},
-    records=("0a6a9784f9686a93",),
 )
 
 

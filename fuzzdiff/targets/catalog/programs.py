@@ -57,6 +57,22 @@ SYNTHETIC_BASE_VIEW_OUTPUT = Known(
     params={"backend": ("aot_function", "aot_function_min_cut"), "aliases": NOT_NONE},
     records=("4345079c470612a9",),
 )
+SYNTHETIC_BASE_VIEW_INDEX = Known(
+    "compile",
+    "aot_function with two inputs that are views of one storage (a synthetic base), one written "
+    "through a strided slice that is returned, replays the output's ViewMeta sequence on a base "
+    "of the wrong rank and raises IndexError (torch 2.13.0 CPU; the AssertionError signature "
+    "above is the same mechanism on other programs)",
+    "def f(a, b, c): v = b[:, 0::2]; v.add_(0.5); return v, a[0::1]; x = torch.tensor([1.75], "
+    "dtype=torch.float64, requires_grad=True).clone(); a = torch.tensor([[1.75]], "
+    "dtype=torch.float64, requires_grad=True).clone(); aot_function(f, fw_compiler=nop, "
+    "bw_compiler=nop)(a, x.view(1, 1), x.view(1)) -> IndexError: Dimension out of range "
+    "(expected to be in range of [-1, 0], but got 1)",
+    raises="IndexError",
+    message=r"Dimension out of range",
+    params={"backend": ("aot_function", "aot_function_min_cut"), "aliases": NOT_NONE},
+    records=("f1b5da92c45c21d3",),
+)
 STRIDE0_SLICE_GRAD = Known(
     "compile",
     "inductor's gradient of a stride-0 leaf sliced at a SymInt start is the mean of the "
@@ -112,7 +128,7 @@ def _target(name: str, spec: str, kinds: tuple[str, ...], functional: bool) -> T
         only=None if functional else Only(("compile",), ONLY_COMPILE),
         known=(STRIDE0_SLICE_GRAD,)
         if functional
-        else (SYMBOLIC_VIEW_OUTPUT, SYNTHETIC_BASE_VIEW_OUTPUT, MUTATED_INPUT_BACKWARD),
+        else (SYMBOLIC_VIEW_OUTPUT, SYNTHETIC_BASE_VIEW_OUTPUT, SYNTHETIC_BASE_VIEW_INDEX, MUTATED_INPUT_BACKWARD),
         invalid=() if functional else INTERNAL_OVERLAP,
     )
 
