@@ -62,7 +62,7 @@ def _reverse(target: Target, case: Case, cast, storages):
     v = probes_like(case.params, "cotangent", outs)
     grads = vjp(outs, leaves, v)
     u = directions(case.params, leaves)
-    return *dot_and_scale(grads, u), v, u, inputs
+    return *dot_and_scale(grads, u), v, u, inputs, outs
 
 
 def reverse_dot(target: Target, case: Case, cast=None, storages=None):
@@ -73,7 +73,8 @@ def reverse_dot(target: Target, case: Case, cast=None, storages=None):
 def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
     storages = case.storages()
     versions = [t._version for t in storages.values()]
-    analytic, scale, v, u, inputs = _reverse(target, case, cast, storages)
+    analytic, scale, v, u, inputs, outs = _reverse(target, case, cast, storages)
+    defined = all(bool(torch.isfinite(o).all()) for o in outs)
     at = None
     if any(t._version != n for t, n in zip(storages.values(), versions)):
         # The target wrote into its inputs (the mutation check's finding): the
@@ -86,7 +87,7 @@ def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
         # the finite differences cast the untouched storages again.)
         at = Inputs(inputs.args, [l.detach() for l in inputs.leaves], inputs.rebuild, inputs.sources)
     numeric, noise = finite_difference(target, case, v, u, eps, storages, at)
-    return Measurement(analytic, numeric, scale + abs(numeric), noise)
+    return Measurement(analytic, numeric, scale + abs(numeric), noise, defined)
 
 
 def run(target: Target, case: Case) -> Verdict:

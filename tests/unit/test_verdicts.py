@@ -167,3 +167,46 @@ class _WrongSecondOrder(_Square):
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         return g * 2 * x.detach() * (1 + 0 * x)  # detached: double backward misses 2g
+
+
+# -- a function that is not finite at the point has no derivative there to check ---------
+
+def _corrcoef_rows(x):
+    return torch.corrcoef(x)
+
+
+def _constant(value: float) -> Case:
+    return Case("corrcoef_rows", (Arg((2, 3), Values(seed=1, low=value, high=value)),),
+                params={"cotangent": {"seed": 1}, "direction": {"seed": 2}})
+
+
+class NanBackward(torch.autograd.Function):
+    """exp with a nan gradient where the function is perfectly finite."""
+
+    @staticmethod
+    def forward(x):
+        return x.exp()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y * torch.nan
+
+
+def test_nan_where_the_function_itself_is_nan_is_inconclusive():
+    # Constant rows: corrcoef is 0/0 = nan here, finite an eps away (the finite
+    # differences see 0), so autograd's nan is no wrong derivative.
+    verdict = run_check("grad", Target("corrcoef_rows", _corrcoef_rows, "x: 2 3"), _constant(0.75))
+    assert verdict.kind == "inconclusive", verdict
+    assert "not finite at this input" in verdict.message
+
+
+def test_a_nan_gradient_of_a_finite_function_is_still_a_failure():
+    target = Target("nan_backward", NanBackward.apply, "x: n")
+    case = Case("nan_backward", (Arg((3,), Values(seed=1)),), params={"cotangent": {"seed": 1}, "direction": {"seed": 2}})
+    verdict = run_check("grad", target, case)
+    assert verdict.kind == "fail", verdict
