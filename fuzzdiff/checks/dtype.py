@@ -17,15 +17,13 @@ from fuzzdiff.compare import worst_discrepancy
 from fuzzdiff.confirm import against_float64
 from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import Tolerance, tolerance
+from fuzzdiff.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
-
-LOW = (torch.float32, torch.complex64, torch.bfloat16, torch.float16)
 
 
 def run(target: Target, case: Case) -> Verdict:
     dtype = case.torch_dtype
-    if dtype not in LOW:
+    if dtype not in LOW_PRECISION:
         return Verdict("unsupported", f"the dtype check needs a low-precision case, not {dtype}")
     names, low = evaluate(target, case).tensors()
 
@@ -45,4 +43,4 @@ def run(target: Target, case: Case) -> Verdict:
     return Verdict("pass") if verdict.kind == "pass" else verdict
 
 
-CHECK = Check("dtype", run, params=probe_params("cotangent"), dtypes=LOW)
+CHECK = Check("dtype", run, params=probe_params("cotangent"), dtypes=LOW_PRECISION)

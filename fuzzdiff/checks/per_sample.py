@@ -40,7 +40,7 @@ from fuzzdiff.compare import Discrepancy, worst_discrepancy
 from fuzzdiff.confirm import NUDGE, LowPrecision, confirm_mismatch
 from fuzzdiff.paths import expanded as path
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import Tolerance, tolerance
+from fuzzdiff.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
 from strategies.batching import BATCHED_LAYOUT_FEATURES
 from strategies.cotangents import probes
@@ -49,7 +49,6 @@ from strategies.layouts import layouts
 __all__ = ["CHECK", "MAX_BATCH"]
 
 MAX_BATCH = 8
-LOW = (torch.float32, torch.float16, torch.bfloat16)
 _BATCH = st.integers(1, MAX_BATCH)
 _REDUCTION = st.sampled_from(path.REDUCTIONS)
 _FLAG = st.booleans()
@@ -163,7 +162,9 @@ def _run(target: Target, case: Case) -> Verdict:
         d,
         replays=lambda: _replays(first, path.run(target, case)),
         agrees_nearby=lambda: _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None,
-        low=LowPrecision(case, tol, first.names, getattr(first, side), run64) if case.torch_dtype in LOW else None,
+        low=LowPrecision(case, tol, first.names, getattr(first, side), run64)
+        if case.torch_dtype in LOW_PRECISION
+        else None,
     )
 
 

@@ -30,14 +30,13 @@ from fuzzdiff.compare import Discrepancy, worst_discrepancy
 from fuzzdiff.confirm import NUDGE, LowPrecision, confirm_mismatch
 from fuzzdiff.paths import vmap as path
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import Tolerance, tolerance
+from fuzzdiff.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
 from strategies.batching import batching
 from strategies.cotangents import probes
 
 __all__ = ["CHECK"]
 
-LOW = (torch.float32, torch.complex64, torch.bfloat16, torch.float16)
 _PROBES = st.fixed_dictionaries({k: probes().map(lambda p: p.__dict__.copy()) for k in ("cotangent", "direction")})
 
 
@@ -86,7 +85,7 @@ def run(target: Target, case: Case) -> Verdict:
         d,
         replays=replays,
         agrees_nearby=lambda: _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None,
-        low=LowPrecision(case, tol, first.names, first.vmapped, run64) if case.torch_dtype in LOW else None,
+        low=LowPrecision(case, tol, first.names, first.vmapped, run64) if case.torch_dtype in LOW_PRECISION else None,
     )
 
 
