@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from fuzzdiff import draws
 from fuzzdiff.case import Case
 from fuzzdiff.compare import Discrepancy, max_abs, mismatch, worst_discrepancy
+from fuzzdiff.ladder import Doubt, Ladder, Step, Survived
 from fuzzdiff.tolerance import Tolerance
 from fuzzdiff.unsupported import unsupported_reason
 from fuzzdiff.verdict import Verdict
@@ -36,6 +37,8 @@ __all__ = [
     "judged",
     "worst",
     "confirm_mismatch",
+    "FD_LADDER",
+    "MISMATCH_LADDER",
     "LowPrecision",
     "against_float64",
     "RoundingNoise",
@@ -87,10 +90,14 @@ class Measurement(NamedTuple):
 Measure = Callable[[Case, float], Measurement]
 
 
+# The finite-difference identities' ladder (grad, forward, gradgrad).
+FD_LADDER = Ladder(("replay", "eps", "jitter", "neighbours", "float64"))
+
+
 def judge(
     identity: str, measure: Measure, case: Case, tol: Tolerance, *, measure64: Measure | None = None, eps: float = EPS
 ) -> Verdict:
-    """Pass, or confirm the discrepancy of ``measure`` at ``case`` step by step.
+    """Pass, or climb FD_LADDER with the discrepancy of ``measure`` at ``case``.
 
     ``measure64`` is the same identity with the analytic side computed in
     float64 on the case's exact values; it is given for low-precision cases.
@@ -106,73 +113,74 @@ def judge(
         # e.g. corrcoef of constant rows: nan at the point, finite around it
         return _unsure(identity, "the function itself is not finite at this input: no derivative to check", first)
 
-    again = measure(case, eps)
-    if not _same(again.analytic, first.analytic):
-        return _unsure(
-            identity, f"replay gave {again.analytic!r}, first run {first.analytic!r} (nondeterministic)", first
-        )
-    for other_eps in (eps / 8, eps * 8):
-        m = measure(case, other_eps)
-        if m.within(tol):
-            return _unsure(identity, f"agrees at eps={other_eps:g}: finite differences are unreliable here", first)
-    # Rounding noise no step size removes (a function computed with
-    # cancellation): steps JITTER apart leave the truncation error alone but
-    # move the points far past the rounding pattern, so the reference moves
-    # by its own noise. Counted as the reference's error, may it explain all?
-    spread = max(abs(measure(case, eps * (1 + j)).reference - first.reference) for j in JITTER)
-    if first._replace(noise=first.noise + spread).within(tol):
-        return _unsure(
-            identity,
-            f"the reference moves by {spread:.3g} when eps changes by {JITTER[0]:.1%}: it is rounding noise here",
-            first,
-        )
-    for k in (1, 2):
-        m = measure(case.nudged(NUDGE, seed=k), eps)
-        if m.within(tol):
-            return _unsure(identity, "vanishes at a neighbouring point (a kink or a tie)", first)
+    def replay() -> Doubt | None:
+        again = measure(case, eps)
+        if _same(again.analytic, first.analytic):
+            return None
+        return Doubt(f"replay gave {again.analytic!r}, first run {first.analytic!r} (nondeterministic)")
 
-    confirmed = (
-        "confirmed by replay, eps/8, 8*eps, a steady reference under eps*(1 +- "
-        f"{JITTER[0]:g}) and two neighbouring points"
-    )
-    if measure64 is not None:
+    def other_eps() -> Doubt | None:
+        for other in (eps / 8, eps * 8):
+            if measure(case, other).within(tol):
+                return Doubt(f"agrees at eps={other:g}: finite differences are unreliable here")
+        return None
+
+    def jitter() -> Doubt | None:
+        # Rounding noise no step size removes (a function computed with
+        # cancellation): steps JITTER apart leave the truncation error alone but
+        # move the points far past the rounding pattern, so the reference moves
+        # by its own noise. Counted as the reference's error, may it explain all?
+        spread = max(abs(measure(case, eps * (1 + j)).reference - first.reference) for j in JITTER)
+        if first._replace(noise=first.noise + spread).within(tol):
+            return Doubt(
+                f"the reference moves by {spread:.3g} when eps changes by {JITTER[0]:.1%}: it is rounding noise here"
+            )
+        return None
+
+    def neighbours() -> Doubt | Survived:
+        for k in (1, 2):
+            if measure(case.nudged(NUDGE, seed=k), eps).within(tol):
+                return Doubt("vanishes at a neighbouring point (a kink or a tie)")
+        return Survived("two neighbouring points")
+
+    def float64() -> Doubt | Survived:
+        assert measure64 is not None
         m64 = measure64(case, eps)
-        if m64.within(tol):
-            # The identity holds in float64 on the same values: whether the low-
-            # precision analytic side is wrong is a question of precision, judged
-            # against float64's analytic side and the problem's conditioning.
-            def analytic64(c: Case) -> list[torch.Tensor]:
-                return [_scalar(measure64(c, eps).analytic)]
+        if not m64.within(tol):
+            return Survived("float64 too")
 
-            low = against_float64(
-                ["the analytic side"],
-                [_scalar(first.analytic)],
-                analytic64,
-                case,
-                tol,
-                ref=[_scalar(m64.analytic)],
-                scales=[m64.scale],
-            )
-            if low.kind != "fail":
-                return _unsure(identity, f"float64 agrees on the same values, and {low.message}", first)
-            return Verdict(
-                "fail",
-                f"{identity}: analytic {first.analytic!r} vs reference "
-                f"{first.reference!r} (abs error {first.error:.3g}), {confirmed}; float64 "
-                f"agrees, but {low.message}",
-                {**first.summary(), "vs_float64": low.errors},
-            )
-    allowed = tol.allowed(first.scale, first.noise)
+        # The identity holds in float64 on the same values: whether the low-
+        # precision analytic side is wrong is a question of precision, judged
+        # against float64's analytic side and the problem's conditioning.
+        def analytic64(c: Case) -> list[torch.Tensor]:
+            return [_scalar(measure64(c, eps).analytic)]
+
+        low = against_float64(
+            ["the analytic side"],
+            [_scalar(first.analytic)],
+            analytic64,
+            case,
+            tol,
+            ref=[_scalar(m64.analytic)],
+            scales=[m64.scale],
+        )
+        if low.kind != "fail":
+            return Doubt(f"float64 agrees on the same values, and {low.message}")
+        return Survived(f"a float64 run (float64 agrees, but {low.message})", {"vs_float64": low.errors})
+
     bound = (
         f"allowed {allowed:.3g}"
         if math.isfinite(allowed)
         else "no tolerance applies: the reference's scale is not finite"
     )
-    return Verdict(
-        "fail",
-        f"{identity}: analytic {first.analytic!r} vs reference {first.reference!r} "
-        f"(abs error {first.error:.3g}, {bound}); {confirmed}",
+    steps: dict[str, Step] = {"replay": replay, "eps": other_eps, "jitter": jitter, "neighbours": neighbours}
+    if measure64 is not None:
+        steps["float64"] = float64
+    return FD_LADDER.climb(
+        identity,
+        f"analytic {first.analytic!r} vs reference {first.reference!r} (abs error {first.error:.3g}, {bound})",
         first.summary(),
+        steps,
     )
 
 
@@ -321,6 +329,10 @@ class LowPrecision:
     run64: Callable[[Case], tuple[Discrepancy | None, Tensors]]
 
 
+# The whole-result comparisons' ladder (vmap, per_sample).
+MISMATCH_LADDER = Ladder(("replay", "float64", "neighbours"))
+
+
 def confirm_mismatch(
     identity: str,
     d: Discrepancy,
@@ -329,40 +341,28 @@ def confirm_mismatch(
     agrees_nearby: Callable[[], bool],
     low: LowPrecision | None = None,
 ) -> Verdict:
-    """The confirmation every whole-result check shares, for a mismatch ``d``:
-    it must replay and persist at a neighbouring point; for low precision
-    (``low``), either persist in float64 too, or, where float64 agrees, the
+    """MISMATCH_LADDER for a mismatch ``d`` of two whole results: it must
+    replay and persist at a neighbouring point; for low precision (``low``),
+    either persist in float64 too, or, where float64 agrees, the
     low-precision side must be wrong against float64 (against_float64)."""
-    if not replays():
-        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results (nondeterministic)", d.summary())
-    wrong = None  # where float64 agrees: the low-precision side against float64
-    if low is not None:
+
+    def float64() -> Doubt | Survived:
+        assert low is not None
         d64, ref = low.run64(low.case)
-        if d64 is None:
-            wrong = against_float64(low.names, low.low, lambda c: low.run64(c)[1], low.case, low.tol, ref=ref)
-            if wrong.kind != "fail":
-                return Verdict(
-                    "inconclusive",
-                    f"{identity}: {d}; float64 agrees on the same values, and {wrong.message}",
-                    d.summary(),
-                )
-    if agrees_nearby():
-        return Verdict(
-            "inconclusive", f"{identity}: {d}; vanishes at a neighbouring point (a tie or a kink)", d.summary()
-        )
-    if wrong is not None:
-        return Verdict(
-            "fail",
-            f"{identity}: {d}; float64 agrees, but {wrong.message}, and at a neighbouring point",
-            {**d.summary(), "vs_float64": wrong.errors},
-        )
-    return Verdict(
-        "fail",
-        f"{identity}: {d}; confirmed by replay"
-        + (", float64" if low is not None else "")
-        + " and a neighbouring point",
-        d.summary(),
-    )
+        if d64 is not None:
+            return Survived("float64 too")
+        wrong = against_float64(low.names, low.low, lambda c: low.run64(c)[1], low.case, low.tol, ref=ref)
+        if wrong.kind != "fail":
+            return Doubt(f"float64 agrees on the same values, and {wrong.message}")
+        return Survived(f"a float64 run (float64 agrees, but {wrong.message})", {"vs_float64": wrong.errors})
+
+    steps: dict[str, Step] = {
+        "replay": lambda: None if replays() else Doubt("a replay gave other results (nondeterministic)"),
+        "neighbours": lambda: Doubt("vanishes at a neighbouring point (a tie or a kink)") if agrees_nearby() else None,
+    }
+    if low is not None:
+        steps["float64"] = float64
+    return MISMATCH_LADDER.climb(identity, str(d), d.summary(), steps)
 
 
 def _same(a: float, b: float) -> bool:

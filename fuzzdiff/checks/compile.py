@@ -47,6 +47,7 @@ from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import Discrepancy, max_abs, worst_discrepancy
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.confirm import NUDGE
+from fuzzdiff.ladder import MARGIN, Doubt, Ladder, Step
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
@@ -55,9 +56,12 @@ from fuzzdiff.verdict import Verdict
 from strategies.aliasing import aliasing
 from strategies.cotangents import probes
 
-__all__ = ["CHECK", "CompileParams", "MARGIN"]
+__all__ = ["CHECK", "CompileParams", "LADDER", "METADATA_LADDER"]
 
-MARGIN = 10.0  # low precision: compiled must be this many times further from float64 than eager
+# compiled against eager: replayed, judged against a float64 eager run in low
+# precision (MARGIN), and tried at a neighbouring point; metadata is exact
+LADDER = Ladder(("replay", "float64", "neighbours"))
+METADATA_LADDER = Ladder(("replay",))
 EXACT = Tolerance(0.0, 0.0)
 _PROBE = probes().map(lambda p: p.__dict__.copy())
 
@@ -146,34 +150,36 @@ def run(target: Target, case: Case) -> Verdict:
     identity = f"{backend} vs eager"
     meta = _metadata(eager, got)
     if meta is not None:
-        if _metadata(rerun(case, None), rerun(case, backend)) != meta:
-            return Verdict("inconclusive", f"{identity}: {meta}; a replay differed")
-        return Verdict("fail", f"{identity}: {meta}; confirmed by replay{note}", {"metadata": meta})
+
+        def replay_meta() -> Doubt | None:
+            same = _metadata(rerun(case, None), rerun(case, backend)) == meta
+            return None if same else Doubt("a replay differed")
+
+        return METADATA_LADDER.climb(identity, meta + note, {"metadata": meta}, {"replay": replay_meta})
     d = _values(eager, got, tol)
     if d is None:
         return Verdict("pass", note.strip())
-    if _values(got, rerun(case, backend), EXACT) or _values(eager, rerun(case, None), EXACT):
-        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results (nondeterministic)", d.summary())
+
+    def replay() -> Doubt | None:
+        if _values(got, rerun(case, backend), EXACT) or _values(eager, rerun(case, None), EXACT):
+            return Doubt("a replay gave other results (nondeterministic)")
+        return None
+
+    def float64() -> Doubt | None:
+        if _further(got, eager, rerun(case, None, torch.float64), tol):
+            return None
+        return Doubt("compiled is about as close to a float64 eager run as eager is (rounding)")
+
+    def neighbours() -> Doubt | None:
+        nudged = case.nudged(NUDGE, seed=1)
+        if _values(rerun(nudged, None), rerun(nudged, backend), tol) is None:
+            return Doubt("vanishes at a neighbouring point (a tie or a kink)")
+        return None
+
+    steps: dict[str, Step] = {"replay": replay, "neighbours": neighbours}
     if case.torch_dtype != torch.float64:
-        truth = rerun(case, None, torch.float64)
-        if not _further(got, eager, truth, tol):
-            return Verdict(
-                "inconclusive",
-                f"{identity}: {d}; compiled is about as close to a float64 eager run as eager is (rounding)",
-                d.summary(),
-            )
-    nudged = case.nudged(NUDGE, seed=1)
-    if _values(rerun(nudged, None), rerun(nudged, backend), tol) is None:
-        return Verdict(
-            "inconclusive", f"{identity}: {d}; vanishes at a neighbouring point (a tie or a kink)", d.summary()
-        )
-    return Verdict(
-        "fail",
-        f"{identity}: {d}; confirmed by replay"
-        + (", a float64 reference" if case.torch_dtype != torch.float64 else "")
-        + f" and a neighbouring point{note}",
-        d.summary(),
-    )
+        steps["float64"] = float64
+    return LADDER.climb(identity, str(d) + note, d.summary(), steps)
 
 
 def _further(got: path.Run, eager: path.Run, truth: path.Run, tol: Tolerance) -> bool:

@@ -20,14 +20,18 @@ from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
 from fuzzdiff.compare import max_abs, mismatch, worst_discrepancy
 from fuzzdiff.confirm import NUDGE
+from fuzzdiff.ladder import MARGIN, Doubt, Ladder, Step, Survived
 from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["CHECK", "evaluate_on", "compare_devices", "MARGIN"]
+__all__ = ["CHECK", "evaluate_on", "compare_devices", "LADDER"]
 
-MARGIN = 8.0  # how much further from float64 the device side must be than the CPU side
+# the device side against the CPU's: replayed, judged against a float64 CPU
+# run (MARGIN: the device must be that much further from it than the CPU is),
+# and tried at a neighbouring point
+LADDER = Ladder(("replay", "float64", "neighbours"))
 
 Run = Callable[..., tuple[list[str], list[torch.Tensor]]]
 
@@ -49,38 +53,33 @@ def compare_devices(target: Target, case: Case, device: str = "cuda", *, run: Ru
     d = worst_discrepancy(names, there, here, tol, scale_floor=floor)
     if d is None:
         return Verdict("pass")
-    _, again = run(target, case, device)
-    if worst_discrepancy(names, again, there, Tolerance(0.0, 0.0)):
-        return Verdict(
-            "inconclusive",
-            f"{device} vs cpu: {d}; a {device} replay gave other results (nondeterministic)",
-            d.summary(),
-        )
-    _, ref = run(target, case, "cpu", torch.float64)
-    slack = [MARGIN * mismatch(h, r)[0] for h, r in zip(here, ref)]
-    far = worst_discrepancy(names, there, ref, tol, slack, scale_floor=floor)
-    if far is None:
-        return Verdict(
-            "inconclusive",
-            f"{device} vs cpu: {d}; {device} is no further from a float64 "
-            "CPU run than cpu is (rounding, e.g. reassociated sums)",
-            d.summary(),
-        )
-    # CPU and cuDNN may pick different one-sided derivatives at a kink (relu'(0))
-    nearby = case.nudged(NUDGE, seed=1)
-    if (
-        worst_discrepancy(names, run(target, nearby, device)[1], run(target, nearby, "cpu")[1], tol, scale_floor=floor)
-        is None
-    ):
-        return Verdict(
-            "inconclusive", f"{device} vs cpu: {d}; vanishes at a neighbouring point (a tie or a kink)", d.summary()
-        )
-    return Verdict(
-        "fail",
-        f"{device} vs cpu on the same values: {d}; {device} vs float64: {far}; "
-        "confirmed by replay and a neighbouring point",
-        {**d.summary(), "vs_float64": far.summary()},
-    )
+
+    def replay() -> Doubt | None:
+        _, again = run(target, case, device)
+        if worst_discrepancy(names, again, there, Tolerance(0.0, 0.0)):
+            return Doubt(f"a {device} replay gave other results (nondeterministic)")
+        return None
+
+    def float64() -> Doubt | Survived:
+        _, ref = run(target, case, "cpu", torch.float64)
+        slack = [MARGIN * mismatch(h, r)[0] for h, r in zip(here, ref)]
+        far = worst_discrepancy(names, there, ref, tol, slack, scale_floor=floor)
+        if far is None:
+            return Doubt(
+                f"{device} is no further from a float64 CPU run than cpu is (rounding, e.g. reassociated sums)"
+            )
+        return Survived(f"a float64 reference ({device} vs float64: {far})", {"vs_float64": far.summary()})
+
+    def neighbours() -> Doubt | None:
+        # CPU and cuDNN may pick different one-sided derivatives at a kink (relu'(0))
+        nearby = case.nudged(NUDGE, seed=1)
+        there_ = run(target, nearby, device)[1]
+        if worst_discrepancy(names, there_, run(target, nearby, "cpu")[1], tol, scale_floor=floor) is None:
+            return Doubt("vanishes at a neighbouring point (a tie or a kink)")
+        return None
+
+    steps: dict[str, Step] = {"replay": replay, "float64": float64, "neighbours": neighbours}
+    return LADDER.climb(f"{device} vs cpu", f"on the same values: {d}", d.summary(), steps)
 
 
 def run(target: Target, case: Case) -> Verdict:

@@ -13,14 +13,20 @@ import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.compare import worst_discrepancy
+from fuzzdiff.ladder import Doubt, Ladder, Step, Survived
 from fuzzdiff.paths.eager import Evaluation
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["judge_twins"]
+__all__ = ["judge_twins", "TWINS_LADDER"]
 
 Run = Callable[..., Evaluation]
+
+
+# Two ways of one computation agree or not: no finite differences, no kink to
+# look for (both ways see the same point), so a replay and float64 decide.
+TWINS_LADDER = Ladder(("replay", "float64"))
 
 
 def judge_twins(identity: str, target: Target, case: Case, first: Run, second: Run, *, check: str) -> Verdict:
@@ -31,12 +37,16 @@ def judge_twins(identity: str, target: Target, case: Case, first: Run, second: R
     d = worst_discrepancy(names, a, b, tol)
     if d is None:
         return Verdict("pass")
-    _, a2 = first(case).tensors()
-    _, b2 = second(case).tensors()
-    exact = Tolerance(0.0, 0.0)
-    if worst_discrepancy(names, a2, a, exact) or worst_discrepancy(names, b2, b, exact):
-        return Verdict("inconclusive", f"{identity}: {d}; a replay gave other results (nondeterministic)", d.summary())
-    if dtype != torch.float64:
+
+    def replay() -> Doubt | None:
+        _, a2 = first(case).tensors()
+        _, b2 = second(case).tensors()
+        exact = Tolerance(0.0, 0.0)
+        if worst_discrepancy(names, a2, a, exact) or worst_discrepancy(names, b2, b, exact):
+            return Doubt("a replay gave other results (nondeterministic)")
+        return None
+
+    def float64() -> Doubt | Survived:
         # The two ways must agree in float64 on the same values; if they do,
         # what is left is rounding (summation order, conditioning), and
         # precision is the dtype check's question.
@@ -44,10 +54,10 @@ def judge_twins(identity: str, target: Target, case: Case, first: Run, second: R
         _, b64 = second(case, cast=torch.float64).tensors()
         d64 = worst_discrepancy(names, a64, b64, tolerance(target, check, torch.float64))
         if d64 is None:
-            return Verdict(
-                "inconclusive",
-                f"{identity}: {d}; the two agree in float64 on the same values (rounding; see the dtype check)",
-                d.summary(),
-            )
-        d = d64
-    return Verdict("fail", f"{identity}: {d}; confirmed by replay", d.summary())
+            return Doubt("the two agree in float64 on the same values (rounding; see the dtype check)")
+        return Survived(f"float64 ({d64})", {"float64": d64.summary()})
+
+    steps: dict[str, Step] = {"replay": replay}
+    if dtype != torch.float64:
+        steps["float64"] = float64
+    return TWINS_LADDER.climb(identity, str(d), d.summary(), steps)

@@ -1,0 +1,91 @@
+"""The confirmation ladder: the steps a mismatch must survive, in order,
+before it is reported as a failure.
+
+Every check declares its ladder as data (``Ladder(("replay", "float64",
+"neighbours"))``) and hands ``climb`` one function per step; ``climb`` runs
+them in the ladder's order and stops at the first that casts doubt. The
+verdict says which step decided: "inconclusive: ...; vanishes at a
+neighbouring point", or "confirmed: survived replay, a float64 reference and
+a neighbouring point".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fuzzdiff.verdict import Verdict
+
+__all__ = ["Ladder", "Doubt", "Survived", "Step", "STEPS", "MARGIN"]
+
+# What surviving each step says about a mismatch, in a verdict's words.
+STEPS = {
+    "replay": "replay",
+    "eps": "eps/8 and 8*eps",
+    "jitter": "a steady reference under eps*(1 +- 0.001)",
+    "float64": "a float64 reference",
+    "neighbours": "a neighbouring point",
+}
+
+# Low precision, where two computations of the same thing both round: the side
+# under test must be this many times further from a float64 run than the side
+# it is compared with, before its distance is its own error.
+MARGIN = 10.0
+
+
+@dataclass(frozen=True)
+class Doubt:
+    """A step's reason to call the mismatch inconclusive."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Survived:
+    """A step survived, in the step's own words (``label``), with evidence."""
+
+    label: str
+    errors: Mapping[str, Any] = field(default_factory=dict)
+
+
+Step = Callable[[], "Doubt | Survived | None"]  # None: survived, in STEPS' words
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """A check's confirmation, as data: the names of its steps, in order. A
+    step the caller gives no function for does not apply to this case (the
+    float64 step of a float64 case) and is left out of the verdict."""
+
+    steps: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.steps if s not in STEPS]
+        if unknown or not self.steps:
+            raise ValueError(f"a ladder's steps are some of {list(STEPS)}, got {list(self.steps)}")
+
+    def climb(self, identity: str, finding: str, evidence: Mapping[str, Any], steps: Mapping[str, Step]) -> Verdict:
+        """The verdict on ``finding`` (a mismatch of ``identity``): "fail" once
+        every step survives, else "inconclusive" with the deciding step's doubt."""
+        unknown = set(steps) - set(self.steps)
+        if unknown:
+            raise ValueError(f"steps {sorted(unknown)} are not on the ladder {list(self.steps)}")
+        survived: list[str] = []
+        errors = dict(evidence)
+        for name in self.steps:
+            if name not in steps:
+                continue
+            result = steps[name]()
+            if isinstance(result, Doubt):
+                return Verdict("inconclusive", f"{identity}: {finding}; {result.why}", {**errors, "decided_by": name})
+            if isinstance(result, Survived):
+                survived.append(result.label)
+                errors.update(result.errors)
+            else:
+                survived.append(STEPS[name])
+        return Verdict("fail", f"{identity}: {finding}; confirmed: survived {_words(survived)}", errors)
+
+
+def _words(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

@@ -1,0 +1,46 @@
+"""The confirmation ladder: steps run in the declared order, the first doubt
+decides, and a failure says every step it survived."""
+
+import pytest
+
+from fuzzdiff.ladder import Doubt, Ladder, Survived
+
+
+def test_a_mismatch_that_survives_every_step_fails_and_says_so():
+    ran = []
+    ladder = Ladder(("replay", "float64", "neighbours"))
+    verdict = ladder.climb("a vs b", "output 0 differs", {"abs_error": 1.0}, {
+        "replay": lambda: ran.append("replay"),
+        "float64": lambda: ran.append("float64") or Survived("float64 too", {"vs_float64": 2.0}),
+        "neighbours": lambda: ran.append("neighbours"),
+    })
+    assert ran == ["replay", "float64", "neighbours"]
+    assert verdict.kind == "fail"
+    assert verdict.message == ("a vs b: output 0 differs; confirmed: survived replay, float64 too and "
+                               "a neighbouring point")
+    assert verdict.errors == {"abs_error": 1.0, "vs_float64": 2.0}
+
+
+def test_the_first_doubt_decides_and_later_steps_do_not_run():
+    ran = []
+    ladder = Ladder(("replay", "eps", "neighbours"))
+    verdict = ladder.climb("grad", "off by 1", {}, {
+        "replay": lambda: ran.append("replay"),
+        "eps": lambda: ran.append("eps") or Doubt("agrees at eps=1e-7"),
+        "neighbours": lambda: ran.append("neighbours"),
+    })
+    assert ran == ["replay", "eps"]
+    assert verdict.kind == "inconclusive" and verdict.message == "grad: off by 1; agrees at eps=1e-7"
+    assert verdict.errors["decided_by"] == "eps"
+
+
+def test_a_step_left_out_does_not_apply_and_is_not_claimed():
+    verdict = Ladder(("replay", "float64")).climb("x", "y", {}, {"replay": lambda: None})
+    assert verdict.kind == "fail" and verdict.message == "x: y; confirmed: survived replay"
+
+
+def test_a_ladder_names_known_steps_and_gets_no_stray_step():
+    with pytest.raises(ValueError, match="steps are some of"):
+        Ladder(("replay", "prayer"))
+    with pytest.raises(ValueError, match="not on the ladder"):
+        Ladder(("replay",)).climb("x", "y", {}, {"replay": lambda: None, "neighbours": lambda: None})
