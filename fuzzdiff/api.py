@@ -11,7 +11,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -71,7 +71,7 @@ class Report:
     tallies: dict[str, Tally] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
-    warnings: Counter = field(default_factory=Counter)  # warnings raised inside the runs, by text
+    warnings: Counter[str] = field(default_factory=Counter)  # warnings raised inside the runs, by text
 
     @property
     def ok(self) -> bool:
@@ -163,7 +163,7 @@ def _checks(checks: Iterable[str] | str | None) -> list[str]:
 
 
 def check(
-    fn: Callable | Target,
+    fn: Callable[..., Any] | Target,
     spec: str | None = None,
     checks: Iterable[str] | None = None,
     dtypes: Iterable[torch.dtype] = (torch.float64, torch.float32),
@@ -293,7 +293,7 @@ def check(
 DOMAIN = "input-domain"  # Failure.check of an input where the function itself raises
 
 
-def _recipe(target: Target, fn) -> dict | None:
+def _recipe(target: Target, fn: Callable[..., Any]) -> dict[str, Any] | None:
     """The record's recipe of a user target: its ``module:qualname``, or where
     that does not import back in a fresh process (a lambda, a local function,
     ``__main__``), its self-contained source. Warns once when neither works."""
@@ -320,7 +320,7 @@ def _recipe(target: Target, fn) -> dict | None:
     )
 
 
-def _case_options(layouts: Iterable[str] | None, alias: bool) -> dict:
+def _case_options(layouts: Iterable[str] | None, alias: bool) -> dict[str, Any]:
 
     options: dict[str, Any] = {}
     if layouts is not None:
@@ -352,12 +352,12 @@ def _plain_call_error(target: Target, case: Case) -> Exception | None:
     return None
 
 
-def _rejecting(fn: Callable, outside: tuple[type[BaseException], ...]) -> Callable:
+def _rejecting(fn: Callable[..., Any], outside: tuple[type[BaseException], ...]) -> Callable[..., Any]:
     """``fn``, with its exceptions of the types in ``outside`` turned into a
     rejected example (Hypothesis draws another), not a failure."""
 
     @functools.wraps(fn)
-    def call(*args, **kwargs):
+    def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except outside:
@@ -367,7 +367,7 @@ def _rejecting(fn: Callable, outside: tuple[type[BaseException], ...]) -> Callab
 
 
 @contextlib.contextmanager
-def _progress(show: bool | None, total: int):
+def _progress(show: bool | None, total: int) -> Iterator[Callable[[str], None]]:
     """``step(check)`` for each check: a live line on a terminal, nothing elsewhere."""
     if show is None:
         show = sys.stderr.isatty()
@@ -394,7 +394,7 @@ def _progress(show: bool | None, total: int):
         yield step
 
 
-def assert_ok(fn: Callable | Target, spec: str | None = None, **options) -> Report:
+def assert_ok(fn: Callable[..., Any] | Target, spec: str | None = None, **options: Any) -> Report:
     """``check`` inside the user's own test: AssertionError with the shrunk repro on failure."""
     report = check(fn, spec, **options)
     if not report.ok:

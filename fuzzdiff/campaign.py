@@ -395,7 +395,7 @@ def _worker(conn, opts: dict) -> None:
 class _Slot:
     proc: Any
     conn: Any
-    job: tuple | None = None  # (pair index, batch, started)
+    job: tuple[int, int, float] | None = None  # (pair index, batch, started)
 
 
 @dataclass(frozen=True)
@@ -494,8 +494,9 @@ def run_campaign(
     if any(p.ref.startswith("opinfo/") for p in todo):
         preload.append("torch.testing._internal.common_methods_invocations")  # op_db: seconds, once
     ctx.set_forkserver_preload(preload)
-    slots: list[_Slot | None] = [None] * min(jobs, len(todo))
-    start = end = None
+    slots: list[_Slot] = []
+    start: float | None = None
+    end: float | None = None
     stopping = False
 
     def spawn() -> _Slot:
@@ -506,7 +507,9 @@ def run_campaign(
         return _Slot(proc, parent)
 
     def finish(k: int, batch: PairResult) -> None:
-        index, number, _ = slots[k].job
+        job = slots[k].job
+        assert job is not None and start is not None  # a batch of a busy slot, once the workers are up
+        index, number, _ = job
         slots[k].job = None
         pair = todo[index]
         batch.ref, batch.family = pair.ref, pair.family
@@ -524,12 +527,13 @@ def run_campaign(
             on_batch(campaign, total, batch)
 
     try:
-        for k in range(len(slots)):
-            slots[k] = spawn()
+        for _ in range(min(jobs, len(todo))):
+            slots.append(spawn())
         # The budget is fuzzing time: it starts once the workers are up (the
         # forkserver's first start imports torch, seconds on a busy machine).
         start = time.monotonic()
         end = None if budget is None else start + budget
+        hard_end = None if end is None or grace is None else end + grace  # grace is set whenever budget is
         while True:
             now = time.monotonic()
             stopping = stopping or (end is not None and now >= end)
@@ -576,6 +580,7 @@ def run_campaign(
                         continue
                 if slot.proc.sentinel in ready or not slot.proc.is_alive():
                     slot.proc.join(timeout=5)
+                    assert slot.job is not None  # busy
                     index, _, started = slot.job
                     if _stopped(slot.proc.exitcode):  # its batch ends there, as if cut by its deadline
                         _forget_inflight(corpus, slot.proc.pid)
@@ -604,7 +609,7 @@ def run_campaign(
                             seconds=time.monotonic() - started,
                         ),
                     )
-            if end is not None and time.monotonic() > end + grace:
+            if hard_end is not None and time.monotonic() > hard_end:
                 for k, slot in enumerate(slots):
                     if slot.job is not None:
                         index, _, started = slot.job
@@ -623,8 +628,6 @@ def run_campaign(
                         )
     finally:
         for slot in slots:
-            if slot is None:
-                continue
             if slot.proc.is_alive():
                 if slot.job is None:
                     try:

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -110,7 +110,10 @@ def _tensor(x: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     return torch.from_numpy(x if x.dtype == to else x.astype(to))
 
 
-def _evolve(obj, **changes):
+_T = TypeVar("_T")
+
+
+def _evolve(obj: _T, **changes: Any) -> _T:
     """``dataclasses.replace`` for the frozen, validation-free dataclasses here,
     without re-running ``__init__`` (several times faster). Everything in the
     instance's ``__dict__`` is carried over, cached properties included: only
@@ -212,9 +215,10 @@ class Values:
             x += lo
         else:
             z = draws.words(self.seed, n, draws.VALUES, start)
-            first, last = (math.ceil(lo / self.grid), math.floor(hi / self.grid)) if self.grid else (1, 0)
-            if first <= last:  # grid points in [lo, hi], uniformly
-                x = np.multiply(draws.integers(z, first, last), self.grid, dtype=np.float64)
+            grid = self.grid
+            first, last = (math.ceil(lo / grid), math.floor(hi / grid)) if grid else (1, 0)
+            if grid and first <= last:  # grid points in [lo, hi], uniformly
+                x = np.multiply(draws.integers(z, first, last), grid, dtype=np.float64)
             else:  # no grid, or no grid point inside the interval
                 x = draws.uniform(z, lo, hi)
         if self.nudge:
@@ -386,6 +390,10 @@ class Inputs:
     sources: list[tuple[int, Layout | None] | None]
 
 
+# How Case fills one storage: (i, shape, layout, dtype, how, sizes, narrow, bad); see Case._fills.
+_Fill = tuple[int, tuple[int, ...], Layout, torch.dtype, str, tuple[int, ...], tuple[int, ...], str | None]
+
+
 @dataclass(frozen=True)
 class Case:
     target: str
@@ -497,12 +505,12 @@ class Case:
 
     def owner(self, i: int) -> int:
         """The argument whose storage argument ``i`` lives in."""
-        while self.args[i].alias is not None:
-            i = self.args[i].alias.of
+        while (alias := self.args[i].alias) is not None:
+            i = alias.of
         return i
 
     @cached_property
-    def _fills(self):
+    def _fills(self) -> tuple[_Fill, ...]:
         """How each storage is filled, checked once per structure (reseeded
         variants share it): ``(i, shape, layout, dtype, how, sizes, narrow, bad)``
         per storage-owning argument ``i``. ``how`` is "flat" (the view is the
@@ -544,7 +552,7 @@ class Case:
             raise CaseError(f"args[{i}] does not own a storage")
         return self._filled(fill)
 
-    def _filled(self, fill) -> torch.Tensor:
+    def _filled(self, fill: _Fill) -> torch.Tensor:
         i, shape, lay, dtype, how, sizes, narrow, bad = fill
         if i in self.data:
             pinned = self.data[i]
@@ -604,6 +612,7 @@ class Case:
         for o, view in leaf_views:
             t = (storages[o] if view is None else storages[o].as_strided(*view)).detach()
             leaves.append(t.requires_grad_(True) if requires_grad else t)  # detach(): no grad
+        rebuild: Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]
         if direct == "identity":
             rebuild = list  # argument i is leaf i: the common case, rebuilt six times per example
         elif direct is not None:  # every argument is a leaf itself: no views to rebuild
@@ -638,7 +647,9 @@ class Case:
         for o, whole in keys:
             lay = self.args[o].strided
             views.append((o, None if whole else (self.args[o].shape, lay.strides, lay.offset)))
-        direct = tuple(k for _, k, *_ in steps) if all(step[0] == "leaf" for step in steps) else None
+        direct: tuple[int, ...] | str | None = (
+            tuple(k for _, k, *_ in steps) if all(step[0] == "leaf" for step in steps) else None
+        )
         if direct == tuple(range(len(steps))):
             direct = "identity"
         return tuple(views), direct
@@ -654,7 +665,8 @@ class Case:
             if a.grad == "view" or (a.alias is not None and a.alias.kind == "view")
         }
         leaf_of = {o: k for k, o in enumerate(differentiable)}
-        steps, sources = [], []
+        steps: list[tuple[str, int, tuple[int, ...] | None, tuple[int, ...] | None, int | None]] = []
+        sources: list[tuple[int, Layout | None] | None] = []
         for i, a in enumerate(self.args):
             o, lay = owners[i], a.strided
             if a.alias is not None and a.alias.kind == "same":
@@ -674,14 +686,14 @@ class Case:
 
     # -- JSON ---------------------------------------------------------------------
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The recipe; pinned ``data`` is not part of it (corpus records store it)."""
         out = _jsonable(asdict(replace(self, data={})))
         del out["data"]
         return out
 
     @staticmethod
-    def from_json(data: Mapping) -> Case:
+    def from_json(data: Mapping[str, Any]) -> Case:
         return case_from_json(data)
 
 
@@ -692,7 +704,7 @@ def _mix(seed: int, k: int) -> int:
     return (z ^ (z >> 31)) & 0xFFFF_FFFF
 
 
-def _jsonable(x):
+def _jsonable(x: Any) -> Any:
     if isinstance(x, float):
         if math.isfinite(x):
             return x
@@ -721,7 +733,7 @@ def decode_floats(x: Any) -> Any:
     return x
 
 
-def _get(data: Mapping, key: str, where: str, types, default=...):
+def _get(data: Mapping[str, Any], key: str, where: str, types: Any, default: Any = ...) -> Any:
     if not isinstance(data, Mapping):
         raise CaseError(f"{where}: expected an object, got {type(data).__name__}")
     if key not in data:
@@ -736,19 +748,19 @@ def _get(data: Mapping, key: str, where: str, types, default=...):
     return value
 
 
-def _ints(value, where: str) -> tuple[int, ...]:
+def _ints(value: Any, where: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise CaseError(f"{where}: expected a list of integers, got {value!r}")
     return tuple(value)
 
 
-def _floats(value: list, where: str) -> tuple[float, ...]:
+def _floats(value: list[Any], where: str) -> tuple[float, ...]:
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
         raise CaseError(f"{where}: expected a list of numbers, got {value!r}")
     return tuple(float(v) for v in value)
 
 
-def _values(d: Mapping, where: str) -> Values:
+def _values(d: Mapping[str, Any], where: str) -> Values:
     specials = []
     for k, item in enumerate(_get(d, "specials", where, list, [])):
         if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], int) or item[1] not in SPECIALS:
@@ -777,7 +789,7 @@ def _values(d: Mapping, where: str) -> Values:
     )
 
 
-def _arg(d: Mapping, where: str) -> Arg:
+def _arg(d: Mapping[str, Any], where: str) -> Arg:
     shape = _ints(_get(d, "shape", where, list), f"{where}.shape")
     if any(s < 0 for s in shape):
         raise CaseError(f"{where}.shape: negative size in {list(shape)}")
@@ -806,7 +818,7 @@ def _arg(d: Mapping, where: str) -> Arg:
     return Arg(shape, _values(_get(d, "values", where, dict, {}), f"{where}.values"), layout, alias, grad, dtype)
 
 
-def case_from_json(data: Mapping, where: str = "case") -> Case:
+def case_from_json(data: Mapping[str, Any], where: str = "case") -> Case:
     data = decode_floats(data)
     args = _get(data, "args", where, list)
     dtype = _get(data, "dtype", where, str, "float64")

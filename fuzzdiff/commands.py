@@ -165,7 +165,7 @@ def _run_table(campaign):
     table.add_column("coverage", justify="right")
     for title, _ in RUN_COLUMNS:
         table.add_column(title, justify="right")
-    total = Counter()
+    total: Counter[str] = Counter()
     for check, row in campaign.per_check().items():
         total.update(row)
         table.add_row(check, f"{row['targets']}/{row['applicable']}", *(str(row[k]) for _, k in RUN_COLUMNS))
@@ -190,7 +190,7 @@ class _Live:
     def __init__(self, console, jobs: int):
         self.console = console
         self.campaign = None
-        self.started = None
+        self.started: float | None = None
         self.workers: list[str] = [""] * jobs
         self.failures = 0
 
@@ -278,7 +278,7 @@ def cmd_run(args) -> int:
     if dtypes is not None:
         pairs = [(t, c) for t, c in pairs if case_options(t, c, dtypes) is not None]
         if not pairs:
-            raise UsageError(f"no selected (target, check) pair takes {', '.join(_split(args.dtypes))}")
+            raise UsageError(f"no selected (target, check) pair takes {', '.join(_split(args.dtypes) or ())}")
     if shard is not None:
         pairs = shard.select(pairs, key=lambda p: f"{p[1].name}/{p[0].ref}")
     if args.corpus is None:
@@ -307,7 +307,7 @@ def cmd_run(args) -> int:
         + (f", budget {args.budget:g}s" if args.budget else "")
         + (f", {args.rounds} round(s)" if args.rounds else "")
         + (f", shard {shard.index}/{shard.count}" if shard else "")
-        + (f", dtypes {' '.join(_split(args.dtypes))}" if dtypes else "")
+        + (f", dtypes {' '.join(_split(args.dtypes) or ())}" if dtypes else "")
         + (f", device {device}" if device else "")
     )
     # Interrupted, the campaign kills its busy workers and forgets their cases in flight.
@@ -351,14 +351,15 @@ def cmd_run(args) -> int:
         for known, n in r.tally.known.items():
             print(f"\nknown discrepancy, {r.check} {r.target}, {n} example(s): {known[:300]}")
     for r in campaign.failures:
-        print(f"\n{r.check} {r.target}: {r.error or r.failure.verdict.message}")
+        message = r.error or (r.failure.verdict.message if r.failure is not None else "")
+        print(f"\n{r.check} {r.target}: {message}")
         if r.failure is not None:
             print(f"  case: {json.dumps(r.failure.case.to_json(), sort_keys=True)}")
             if r.failure.record_path:
                 state = "new record" if r.failure.record_created else "already recorded"
                 print(f"  {state}: {r.failure.record_path}")
-        for path in r.crash_records:
-            print(f"  new crash record: {path}")
+        for crash_record in r.crash_records:
+            print(f"  new crash record: {crash_record}")
     if args.report:
         meta = {
             "budget": args.budget,

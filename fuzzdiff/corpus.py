@@ -28,7 +28,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -273,7 +273,7 @@ def write_record(
         made_data = _publish(folder, data_file, blob)
     text = json.dumps(record.to_json(storages, data_file), indent=1, sort_keys=True) + "\n"
     created = _publish(folder, path.name, text.encode())
-    if not created and made_data and data_file not in path.read_text():
+    if not created and made_data and data_file is not None and data_file not in path.read_text():
         (folder / data_file).unlink(missing_ok=True)  # the winner's record has its own data
     return path, created
 
@@ -300,7 +300,7 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
 
-def _field(data: Mapping, key: str, path: Path, types, where: str = ""):
+def _field(data: Mapping, key: str, path: Path, types: type | tuple[type, ...], where: str = "") -> Any:
     name = f"{where}.{key}" if where else key
     if not isinstance(data, Mapping):
         raise CorpusError(f"{path}: field {where!r} must be an object")
@@ -455,7 +455,7 @@ def find_record(root: Path | str, ref: str) -> Path:
     raise CorpusError(f"id {ref!r} is ambiguous under {root}: " + ", ".join(p.stem for p in matches[:5]))
 
 
-def iter_records(root: Path | str):
+def iter_records(root: Path | str) -> Iterator[Path]:
     """Every ``*.json`` record under ``root``, sorted by path (README files skipped)."""
     yield from sorted(Path(root).glob("*/*/*.json"))
 

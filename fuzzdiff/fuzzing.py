@@ -14,6 +14,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import hypothesis
 from hypothesis import given
@@ -43,7 +44,7 @@ class FuzzFailure(AssertionError):
     def __init__(self, check: str, target: str, case: Case, verdict: Verdict):
         self.check, self.target, self.case, self.verdict = check, target, case, verdict
         self.tally: Tally | None = None
-        self.record_path = None
+        self.record_path: Path | None = None
         self.record_created = False
         self.shrink_cut = False  # shrinking stopped at its time bound (fuzz's shrink_seconds)
         super().__init__(
@@ -322,7 +323,10 @@ def fuzz(
 
     # One example-database key per (check, target): every fuzz() call shares the
     # source of property_, and saved failures must replay only where they failed.
-    property_.hypothesis.inner_test._hypothesis_internal_add_digest = f"{check.name}/{target.ref}".encode()
+    # (``.hypothesis`` is the handle @given attaches; hypothesis types the test as a plain callable)
+    property_.hypothesis.inner_test._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]
+        f"{check.name}/{target.ref}".encode()
+    )
     # No deadline unless asked for: an example runs several structures at every
     # variant, and a hang is the per-example timeout's job.
     property_ = (hsettings(deadline=None) if settings is None else settings)(property_)
@@ -334,7 +338,7 @@ def fuzz(
         if corpus is not None:
             journal = Journal(corpus, check.name, target.name, timeout)
         if timeout > 0:
-            watch = Watchdog(timeout, journal and journal.hang_path)
+            watch = Watchdog(timeout, None if journal is None else journal.hang_path)
         try:
             property_()
         except ExampleTimeout as stop:
@@ -345,7 +349,9 @@ def fuzz(
                 {"timeout": timeout},
             )
             tally.add(verdict)
-            raise FuzzFailure(check.name, target.name, inflight[0], verdict) from None
+            timed_out = inflight[0]
+            assert timed_out is not None  # the watchdog runs only around a variant's run
+            raise FuzzFailure(check.name, target.name, timed_out, verdict) from None
         except FlakyFailure as group:
             # The failure did not reproduce every time (e.g. a kernel reading
             # uninitialized memory): still a confirmed failure of one case.

@@ -129,7 +129,7 @@ class Journal:
         stem = f"{_STEM_HOST}-{pid}-{secrets.token_hex(4)}"
         self.path = folder / f"{stem}.json"
         self.hang_path = folder / f"{stem}.hang"
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         os.pwrite(self._fd, IDLE, 0)
         self._header = mmap.mmap(self._fd, HEADER)  # MAP_SHARED: stores reach the file's pages
         parent = os.getppid()
@@ -153,10 +153,12 @@ class Journal:
 
     def begin_case(self, case) -> None:
         """Write the drawn case (idle until ``begin``: a torn body is never read)."""
+        fd = self._fd
+        assert fd is not None, "the journal is closed"
         body = self._prefix + case_json(case).encode() + b"}\n"
-        os.pwrite(self._fd, body, HEADER)
+        os.pwrite(fd, body, HEADER)
         if HEADER + len(body) < self._size:
-            os.ftruncate(self._fd, HEADER + len(body))
+            os.ftruncate(fd, HEADER + len(body))
         self._size = HEADER + len(body)
 
     def begin(self, k: int) -> None:

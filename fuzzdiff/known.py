@@ -33,7 +33,8 @@ NOT_NONE = "<not None>"  # a params condition: the entry is present and not None
 class Known:
     """One torch discrepancy, as the failures it explains look.
 
-    checks:   the checks that can report it.
+    checks:   the checks that can report it (one check's name alone stands for
+              a tuple of it).
     reason:   what torch does wrong, and under which torch.
     evidence: a standalone torch snippet that shows it.
     raises:   the exception's type name; None for a wrong value (then only
@@ -50,7 +51,7 @@ class Known:
     crash:    the discrepancy kills the process: matching cases are not run.
     """
 
-    checks: tuple[str, ...]
+    checks: tuple[str, ...] | str  # a str becomes (str,) in __post_init__
     reason: str
     evidence: str
     raises: str | None = None
@@ -61,7 +62,7 @@ class Known:
     records: tuple[str, ...] = ()
     crash: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.checks, str):
             object.__setattr__(self, "checks", (self.checks,))
         if not (self.reason.strip() and self.evidence.strip()):

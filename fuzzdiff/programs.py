@@ -165,7 +165,7 @@ class Program:
             raise ProgramError(f"inputs must be a positive integer, got {self.inputs!r}")
         for k, s in enumerate(self.body):
             where = f"statement {k}"
-            op = OPS.get(s.get("op")) if isinstance(s, Mapping) else None
+            op = OPS.get(s.get("op", "")) if isinstance(s, Mapping) else None
             if op is None:
                 raise ProgramError(f"{where}: unknown op {s!r}; expected one of {sorted(OPS)}")
             refs = [s.get("x"), *([s["other"]] if s.get("other") is not None else [])]
@@ -235,4 +235,4 @@ def _bind(program: Mapping) -> Program:
 
 # fuzzdiff.paths.compiled compiles ``run_program.bind(**kwargs)``: the program's
 # statements, not the parsing and validation of its JSON.
-run_program.bind = _bind
+run_program.bind = _bind  # type: ignore[attr-defined]  # a function attribute, read by getattr

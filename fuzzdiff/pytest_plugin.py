@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -31,7 +32,7 @@ from fuzzdiff.journal import forget, recover
 
 __all__ = ["PROFILES", "VARIANTS", "STRUCTURES", "profile_settings", "fuzz_options", "default_profile"]
 
-PROFILES = {
+PROFILES: dict[str, dict[str, Any]] = {
     "ci": dict(max_examples=12, derandomize=True, database=None),
     "dev": dict(max_examples=40),
     "nightly": dict(max_examples=1000),
@@ -44,7 +45,7 @@ VARIANTS = {"ci": 4, "dev": 8, "nightly": 16}
 STRUCTURES = {"ci": 1, "dev": 1, "nightly": 8}
 # No explain phase: it re-runs a shrunk failure ~20x to annotate lines, and a
 # fuzzdiff failure already carries its own verdict and case.
-_COMMON = dict(
+_COMMON: dict[str, Any] = dict(
     deadline=None,
     print_blob=True,
     phases=[p for p in Phase if p != Phase.explain],
@@ -62,7 +63,7 @@ def profile_settings(name: str, redis_url: str | None = None) -> settings:
     defaults, never from whatever profile a session has loaded."""
     if name not in PROFILES:
         raise ValueError(f"unknown fuzzdiff profile {name!r}; expected one of {', '.join(PROFILES)}")
-    options = {**_COMMON, **PROFILES[name]}
+    options: dict[str, Any] = {**_COMMON, **PROFILES[name]}
     if redis_url:
         options["database"] = example_database(redis_url)
     return settings(settings.get_profile("default"), **options)

@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,7 @@ def write_report(
     """Write ``results.json``, ``heatmap.html`` and ``heatmap.png`` into ``directory``."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    results = {
+    results: dict[str, Any] = {
         "format": FORMAT,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "meta": dict(meta or {}),

@@ -244,6 +244,8 @@ def regression_test(record: Record, folder: Path | str, xfail: bool = False) -> 
     Returns ``(file name, source)``. With ``xfail`` (for an open upstream bug)
     the test is a strict expected failure: an upstream fix shows as XPASS.
     """
+    if record.path is None:
+        raise ValueError(f"record {record.id} has no file for the test to replay: write it to a corpus first")
     folder = Path(folder)
     slug = re.sub(r"\W+", "_", record.target).strip("_").lower()
     name = f"test_{record.check}_{slug}_{record.id[:8]}"
@@ -266,7 +268,7 @@ def regression_test(record: Record, folder: Path | str, xfail: bool = False) -> 
     return f"{name}.py", source
 
 
-def _display(path) -> str:
+def _display(path: Path | str) -> str:
     try:
         return str(Path(path).resolve().relative_to(Path.cwd()))
     except ValueError:

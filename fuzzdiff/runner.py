@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
@@ -78,7 +79,7 @@ def _verdict(check: Check, target: Target, case: Case) -> Verdict:
 
 def case_strategy(check: Check, target: Target, **case_options) -> st.SearchStrategy[Case]:
     """Cases for ``target`` with the check's own params drawn and stored."""
-    options = dict(
+    options: dict[str, Any] = dict(
         dtypes=target.dtypes if check.dtypes is None else tuple(d for d in target.dtypes if d in check.dtypes),
         alias=check.aliasing != "never",
         require_alias=check.aliasing == "required",

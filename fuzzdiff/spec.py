@@ -47,6 +47,7 @@ class Dim:
             return str(self.size)
         if self.kind == "anon":
             return "..." if self.variadic else "_"
+        assert self.name is not None  # neither "fixed" nor "anon": a named dim
         bounds = ("" if self.low is None else f">={self.low}") + ("" if self.high is None else f"<={self.high}")
         return ("*" if self.variadic else "") + ("#" if self.broadcast else "") + self.name + bounds
 
@@ -154,7 +155,7 @@ def _shared_bounds(spec: str, args: tuple[ArgSpec, ...]) -> tuple[ArgSpec, ...]:
     high: dict[str, int] = {}
     for arg in args:
         for d in arg.dims:
-            if d.kind == "name":
+            if d.kind == "name" and d.name is not None:
                 if d.low is not None:
                     low[d.name] = max(low.get(d.name, d.low), d.low)
                 if d.high is not None:
@@ -169,7 +170,10 @@ def _shared_bounds(spec: str, args: tuple[ArgSpec, ...]) -> tuple[ArgSpec, ...]:
     return tuple(
         ArgSpec(
             a.name,
-            tuple(replace(d, low=low.get(d.name), high=high.get(d.name)) if d.kind == "name" else d for d in a.dims),
+            tuple(
+                replace(d, low=low.get(d.name), high=high.get(d.name)) if d.kind == "name" and d.name is not None else d
+                for d in a.dims
+            ),
         )
         for a in args
     )

@@ -101,7 +101,7 @@ class Watchdog:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._previous)
             self.soft = False
-        if self._hang_path is not None and not self._hang.closed:
+        if self._hang_path is not None and not isinstance(self._hang, int) and not self._hang.closed:
             self._hang.close()
             self._hang_path.unlink(missing_ok=True)
 

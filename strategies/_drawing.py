@@ -1,14 +1,17 @@
 """Strategies drawn many times per example, made cheap to draw."""
 
 import functools
+from typing import TypeVar
 
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 __all__ = ["eager", "COIN", "integers"]
 
+T = TypeVar("T")
 
-def eager(strategy: SearchStrategy) -> SearchStrategy:
+
+def eager(strategy: SearchStrategy[T]) -> SearchStrategy[T]:
     """The strategy that ``strategy`` lazily stands for, built now.
 
     Hypothesis's public constructors (``st.integers``, ``st.booleans``,

@@ -1,9 +1,11 @@
 """Argument checks shared by the strategies, raising Hypothesis's InvalidArgument."""
 
+from typing import Any
+
 from hypothesis.errors import InvalidArgument
 
 
-def check_int(value, name: str, *, min_value: int | None = None) -> None:
+def check_int(value: Any, name: str, *, min_value: int | None = None) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidArgument(f"{name}={value!r} must be an integer")
     if min_value is not None and value < min_value:

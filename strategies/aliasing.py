@@ -11,9 +11,11 @@ import functools
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
+from hypothesis.strategies import DrawFn, SearchStrategy
 
 from fuzzdiff.case import Alias, Arg, Layout
 from strategies._drawing import COIN, eager, integers
@@ -39,7 +41,7 @@ def aliasing(
     kinds: Sequence[str] = ALIAS_KINDS,
     views: bool = True,
     require: bool = False,
-):
+) -> SearchStrategy[tuple[Arg, ...]]:
     """``args`` with some of them made to share storage.
 
     ``groups[i]`` is None for an argument that must not alias; arguments alias
@@ -61,15 +63,20 @@ def aliasing(
 # which costs milliseconds, so it must not run once per draw.
 @st.composite
 def _draw_aliasing(
-    draw, args: tuple[Arg, ...], groups: tuple, kinds: tuple[str, ...], views: bool, require: bool
+    draw: DrawFn,
+    args: tuple[Arg, ...],
+    groups: tuple[Hashable | None, ...],
+    kinds: tuple[str, ...],
+    views: bool,
+    require: bool,
 ) -> tuple[Arg, ...]:
     return draw_aliasing(draw, args, groups, kinds, views, require)
 
 
 def draw_aliasing(
-    draw,
+    draw: DrawFn,
     args: tuple[Arg, ...],
-    groups: tuple,
+    groups: tuple[Hashable | None, ...],
     kinds: tuple[str, ...] = ALIAS_KINDS,
     views: bool = True,
     require: bool = False,
@@ -123,10 +130,10 @@ def draw_aliasing(
 
 
 @functools.lru_cache(maxsize=1024)
-def _choice(options: tuple):
+def _choice(options: tuple[Any, ...]) -> SearchStrategy[Any]:
     return st.sampled_from(options)
 
 
 @functools.lru_cache(maxsize=256)
-def _permutations(items: tuple):
+def _permutations(items: tuple[int, ...]) -> SearchStrategy[list[int]]:
     return eager(st.permutations(items))

@@ -11,9 +11,11 @@ batch size 1, contiguous inputs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
+from hypothesis.strategies import DrawFn, SearchStrategy
 
 from strategies._validation import check_int, check_range
 from strategies.layouts import LAYOUT_FEATURES, layouts
@@ -46,14 +48,14 @@ def _fits(dim: int | None, rank: int) -> bool:
     return dim is None or -(rank + 1) <= dim <= rank
 
 
-def batch_sizes(min_size: int = 1, max_size: int = 5):
+def batch_sizes(min_size: int = 1, max_size: int = 5) -> SearchStrategy[int]:
     """Batch sizes; shrinks toward ``min_size``."""
     check_range(min_size, max_size, "min_size", "max_size")
     check_int(min_size, "min_size", min_value=1)
     return st.integers(min_size, max_size)
 
 
-def in_dims(ranks: Sequence[int], *, choices: Sequence[int | None] = IN_DIMS):
+def in_dims(ranks: Sequence[int], *, choices: Sequence[int | None] = IN_DIMS) -> SearchStrategy[tuple[int | None, ...]]:
     """One batch dim per argument, from ``choices`` where it fits the argument's
     rank (1 needs rank >= 1); at least one argument is batched."""
     ranks = tuple(ranks)
@@ -71,7 +73,7 @@ def in_dims(ranks: Sequence[int], *, choices: Sequence[int | None] = IN_DIMS):
 
 
 @st.composite
-def _draw_in_dims(draw, options: tuple[tuple[int | None, ...], ...]) -> tuple[int | None, ...]:
+def _draw_in_dims(draw: DrawFn, options: tuple[tuple[int | None, ...], ...]) -> tuple[int | None, ...]:
     dims = [draw(st.sampled_from(o)) for o in options]
     if all(d is None for d in dims):
         k = draw(st.sampled_from([k for k, o in enumerate(options) if any(c is not None for c in o)]))
@@ -79,7 +81,7 @@ def _draw_in_dims(draw, options: tuple[tuple[int | None, ...], ...]) -> tuple[in
     return tuple(dims)
 
 
-def out_dims(*, max_outputs: int = 3, choices: Sequence[int] = OUT_DIMS):
+def out_dims(*, max_outputs: int = 3, choices: Sequence[int] = OUT_DIMS) -> SearchStrategy[tuple[int, ...]]:
     """Output batch dims, cycled over the outputs (their number is known only
     at run time); a dim that does not fit an output's rank means 0 there."""
     check_int(max_outputs, "max_outputs", min_value=1)
@@ -89,7 +91,7 @@ def out_dims(*, max_outputs: int = 3, choices: Sequence[int] = OUT_DIMS):
     return st.lists(st.sampled_from(choices), min_size=1, max_size=max_outputs).map(tuple)
 
 
-def compositions(choices: Sequence[str] = COMPOSITIONS):
+def compositions(choices: Sequence[str] = COMPOSITIONS) -> SearchStrategy[str]:
     choices = tuple(choices)
     unknown = set(choices) - set(COMPOSITIONS)
     if not choices or unknown:
@@ -117,35 +119,42 @@ def batching(
     max_batch: int = 5,
     in_dim_choices: Sequence[int | None] = IN_DIMS,
     layout_features: Sequence[str] = BATCHED_LAYOUT_FEATURES,
-):
+) -> SearchStrategy[dict[str, Any]]:
     """A batching plan for arguments of ``shapes``: ``{"composition", "levels",
     "batched_layouts"}``. ``levels`` lists each vmap level, outermost first, as
     ``{"batch", "in_dims", "out_dims"}``; ``batched_layouts[i]`` is the layout of argument
     i's batched tensor (a Layout's fields), or None where no level batches it."""
-    shapes = tuple(tuple(s) for s in shapes)
-    if not shapes:
+    sizes = tuple(tuple(s) for s in shapes)
+    if not sizes:
         raise InvalidArgument("vmap needs at least one argument to batch")
     check_int(max_batch, "max_batch", min_value=1)
     bad = set(layout_features) - set(BATCHED_LAYOUT_FEATURES)
     if bad:
         raise InvalidArgument(f"layout_features {sorted(bad)} are not among {BATCHED_LAYOUT_FEATURES}")
     compositions(choices)  # validates
-    in_dims([len(s) for s in shapes], choices=in_dim_choices)  # validates
-    return _draw_batching(shapes, tuple(choices), max_batch, tuple(in_dim_choices), tuple(layout_features))
+    in_dims([len(s) for s in sizes], choices=in_dim_choices)  # validates
+    return _draw_batching(sizes, tuple(choices), max_batch, tuple(in_dim_choices), tuple(layout_features))
 
 
 @st.composite
-def _draw_batching(draw, shapes, choices, max_batch, in_dim_choices, features) -> dict:
+def _draw_batching(
+    draw: DrawFn,
+    shapes: tuple[tuple[int, ...], ...],
+    choices: tuple[str, ...],
+    max_batch: int,
+    in_dim_choices: tuple[int | None, ...],
+    features: tuple[str, ...],
+) -> dict[str, Any]:
     composition = draw(compositions(choices))
     ranks = [len(s) for s in shapes]
-    levels = []  # drawn innermost first: an outer level sees the inner batch dims
+    levels: list[dict[str, Any]] = []  # drawn innermost first: an outer level sees the inner batch dims
     for _ in range(NESTED.get(composition, 1)):
         dims = draw(in_dims(ranks, choices=in_dim_choices))
         levels.insert(
             0, {"batch": draw(batch_sizes(1, max_batch)), "in_dims": list(dims), "out_dims": list(draw(out_dims()))}
         )
         ranks = [r + (d is not None) for r, d in zip(ranks, dims)]
-    lays = []
+    lays: list[dict[str, Any] | None] = []
     for k, shape in enumerate(shapes):
         per_level = [(l["batch"], l["in_dims"][k]) for l in levels]
         if all(d is None for _, d in per_level):

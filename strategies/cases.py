@@ -9,7 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
-from hypothesis.strategies import SearchStrategy
+from hypothesis.strategies import DrawFn, SearchStrategy
 
 from fuzzdiff.arguments import ArgKind, FromShapes, Index, Mask
 from fuzzdiff.case import Arg, Case, Layout, Values
@@ -27,22 +27,50 @@ __all__ = ["cases", "case_plan", "CasePlan", "ArgPlan", "Signature", "draw_case"
 class Signature(Protocol):
     """What ``cases()`` reads of a target: its arguments and where their values
     may lie. ``fuzzdiff.targets.target.Target`` is one; strategies never import
-    the targets."""
+    the targets. Every member is read-only (properties): a frozen dataclass's
+    fields satisfy them."""
 
-    name: str
-    spec: str
-    domain: Mapping[str, tuple[float | None, float | None]]
-    sample: Mapping[str, tuple[float, float]]
-    dtypes: tuple[torch.dtype, ...]
-    kinds: Mapping[str, ArgKind]
-    kwargs: Mapping[str, Any]
-    kinks: tuple[float, ...]
-    distinct: bool
-    functional: bool
-    specials: bool | tuple[str, ...]
-    min_side: int
-    max_side: int
-    cpu_only: str | None
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def spec(self) -> str: ...
+
+    @property
+    def domain(self) -> Mapping[str, tuple[float | None, float | None]]: ...
+
+    @property
+    def sample(self) -> Mapping[str, tuple[float, float]]: ...
+
+    @property
+    def dtypes(self) -> tuple[torch.dtype, ...]: ...
+
+    @property
+    def kinds(self) -> Mapping[str, ArgKind]: ...
+
+    @property
+    def kwargs(self) -> Mapping[str, Any]: ...
+
+    @property
+    def kinks(self) -> tuple[float, ...]: ...
+
+    @property
+    def distinct(self) -> bool: ...
+
+    @property
+    def functional(self) -> bool: ...
+
+    @property
+    def specials(self) -> bool | tuple[str, ...]: ...
+
+    @property
+    def min_side(self) -> int: ...
+
+    @property
+    def max_side(self) -> int: ...
+
+    @property
+    def cpu_only(self) -> str | None: ...
 
     @property
     def args(self) -> tuple[ArgSpec, ...]: ...
@@ -64,7 +92,7 @@ class ArgPlan:
     name: str
     values: tuple[ValuesPlan, str | None] | None
     grad: str
-    alias_group: tuple | None
+    alias_group: tuple[Any, ...] | None
 
 
 @dataclass(frozen=True)
@@ -73,7 +101,7 @@ class CasePlan:
     resolved (and validated) once per strategy rather than once per example."""
 
     target: Signature
-    dtype: torch.dtype | SearchStrategy
+    dtype: torch.dtype | SearchStrategy[torch.dtype]
     args: tuple[ArgPlan, ...]
     layout_features: tuple[str, ...]
     max_side: int
@@ -83,7 +111,7 @@ class CasePlan:
     devices: tuple[str, ...]
 
 
-def draw_kwargs(draw, target: Signature, shapes) -> dict:
+def draw_kwargs(draw: DrawFn, target: Signature, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
     """Resolve a target's keyword arguments: constants, strategies, or FromShapes."""
     out = {}
     for key, v in target.kwargs.items():
@@ -93,7 +121,9 @@ def draw_kwargs(draw, target: Signature, shapes) -> dict:
     return out
 
 
-def _arg_values(target: Signature, name: str, shapes, specials: bool) -> tuple[ValuesPlan, str | None]:
+def _arg_values(
+    target: Signature, name: str, shapes: Mapping[str, tuple[int, ...]], specials: bool
+) -> tuple[ValuesPlan, str | None]:
     """The values plan and dtype override of one argument."""
     kind = target.kinds.get(name)
     if isinstance(kind, Index):
@@ -111,7 +141,7 @@ def _arg_values(target: Signature, name: str, shapes, specials: bool) -> tuple[V
     ), None
 
 
-def _dim_size(target: Signature, shapes, dim: str) -> int:
+def _dim_size(target: Signature, shapes: Mapping[str, tuple[int, ...]], dim: str) -> int:
     for a in target.args:
         if any(d.variadic for d in a.dims):
             continue
@@ -208,11 +238,11 @@ def case_plan(
 # Module level: st.composite inspects the function's source when it decorates,
 # which costs milliseconds, so it must not run once per strategy.
 @st.composite
-def _draw_case(draw, plan: CasePlan) -> Case:
+def _draw_case(draw: DrawFn, plan: CasePlan) -> Case:
     return draw_case(draw, plan)
 
 
-def laid_out(shape: tuple[int, ...], values: Values, layout: Layout | None, **fields) -> Arg:
+def laid_out(shape: tuple[int, ...], values: Values, layout: Layout | None, **fields: Any) -> Arg:
     """An argument in ``layout``: along a stride-0 dim its values repeat, as
     the memory they are read from does."""
     if layout is not None and 0 in layout.strides:
@@ -220,7 +250,7 @@ def laid_out(shape: tuple[int, ...], values: Values, layout: Layout | None, **fi
     return Arg(shape, values, layout, **fields)
 
 
-def draw_case(draw, plan: CasePlan) -> Case:
+def draw_case(draw: DrawFn, plan: CasePlan) -> Case:
     """The draws of ``cases(...)`` made with a caller's ``draw``, for a
     ``case_plan``: every nested strategy draw costs time of its own."""
     target = plan.target

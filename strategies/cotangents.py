@@ -5,8 +5,10 @@ came from; these never are all ones.
 """
 
 import functools
+from typing import Any
 
 from hypothesis import strategies as st
+from hypothesis.strategies import DrawFn, SearchStrategy
 
 from fuzzdiff.case import Probe
 from strategies._drawing import integers
@@ -24,7 +26,7 @@ def probe_from_code(code: int) -> Probe:
 
 
 @functools.cache
-def probes():
+def probes() -> SearchStrategy[Probe]:
     """A Probe: a recipe for a tensor shaped like an output known only at run time.
 
     A single draw (probes are drawn two or three times per example, and each
@@ -37,7 +39,7 @@ def probes():
 PROBE_CODES = integers(0, 2**32 - 1)
 
 
-def draw_probe_dicts(draw, keys: tuple[str, ...]) -> dict[str, dict]:
+def draw_probe_dicts(draw: DrawFn, keys: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """One probe per key, as the dict a case stores, from one integer of 32
     bits per probe (one draw instead of one per probe); 0 gives the plainest."""
     code = draw(integers(0, 2 ** (32 * len(keys)) - 1))
@@ -45,6 +47,6 @@ def draw_probe_dicts(draw, keys: tuple[str, ...]) -> dict[str, dict]:
 
 
 @st.composite
-def probe_dicts(draw, keys: tuple[str, ...]) -> dict[str, dict]:
+def probe_dicts(draw: DrawFn, keys: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """``draw_probe_dicts`` as a strategy: the params of a check that draws only probes."""
     return draw_probe_dicts(draw, keys)

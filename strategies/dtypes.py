@@ -13,7 +13,7 @@ __all__ = ["dtypes", "DIFFERENTIABLE_DTYPES"]
 DIFFERENTIABLE_DTYPES = (torch.float64, torch.float32, torch.complex128, torch.complex64, torch.bfloat16, torch.float16)
 
 
-def dtypes(allowed: Sequence[torch.dtype] = (torch.float64, torch.float32)):
+def dtypes(allowed: Sequence[torch.dtype] = (torch.float64, torch.float32)) -> st.SearchStrategy[torch.dtype]:
     """One of ``allowed``, shrinking toward the first (float64 by default)."""
     allowed = tuple(allowed)
     if not allowed:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
+from hypothesis.strategies import DrawFn, SearchStrategy
 
 from fuzzdiff.case import Layout
 from strategies._drawing import integers
@@ -75,7 +76,7 @@ def layouts(
     max_step: int = 3,
     max_offset: int = 5,
     expandable: Sequence[int] | None = None,
-):
+) -> SearchStrategy[Layout]:
     """Layouts for ``shape`` combining any of ``features``; shrinks to contiguous.
 
     Include "expanded" (stride 0) only for arguments the target never writes:
@@ -91,7 +92,9 @@ def layouts(
 
 
 @functools.lru_cache(maxsize=4096)
-def _layout_strategy(shape, features, max_step, max_offset, expandable):
+def _layout_strategy(
+    shape: tuple[int, ...], features: tuple[str, ...], max_step: int, max_offset: int, expandable: tuple[int, ...]
+) -> SearchStrategy[Layout]:
     # Cached: cases() asks for one per argument on every draw, and Hypothesis
     # validates each fresh strategy object again.
     return _draw_layout(shape, features, max_step, max_offset, expandable)
@@ -101,13 +104,18 @@ def _layout_strategy(shape, features, max_step, max_offset, expandable):
 # which costs milliseconds, so it must not run once per draw.
 @st.composite
 def _draw_layout(
-    draw, shape: tuple[int, ...], features: tuple[str, ...], max_step: int, max_offset: int, expandable: tuple[int, ...]
+    draw: DrawFn,
+    shape: tuple[int, ...],
+    features: tuple[str, ...],
+    max_step: int,
+    max_offset: int,
+    expandable: tuple[int, ...],
 ) -> Layout:
     return draw_layout(draw, shape, features, max_step, max_offset, expandable)
 
 
 def draw_layout(
-    draw,
+    draw: DrawFn,
     shape: tuple[int, ...],
     features: tuple[str, ...],
     max_step: int = 3,
@@ -153,7 +161,9 @@ TAILS = 3  # storage elements past the view: 0, 1 or 2
 
 
 @functools.lru_cache(maxsize=256)
-def _feature_code(rank: int, features: tuple[str, ...], expandable: bool):
+def _feature_code(
+    rank: int, features: tuple[str, ...], expandable: bool
+) -> tuple[tuple[str | None, ...], SearchStrategy[int]]:
     """The feature that each bit of the code stands for, and the code's strategy.
 
     A feature keeps its bit at every rank (one that does not apply at this

@@ -13,11 +13,13 @@ views are where compiled programs differ from eager ones.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
+from hypothesis.strategies import DrawFn, SearchStrategy
 
 from fuzzdiff.programs import FUNCTIONS, OPS, Program
 from strategies._drawing import COIN
@@ -28,6 +30,7 @@ __all__ = ["programs", "KINDS"]
 KINDS = ("view", "inplace", "functional")
 SCALARS = (0.5, -1.5, 2.0, -0.25)
 BOUNDS = (-1.0, -0.5, 0.0, 0.5, 1.0)
+Statement = dict[str, Any]  # one JSON statement (fuzzdiff.programs)
 _BY_KIND = {k: tuple(name for name, op in OPS.items() if op.kind == k) for k in KINDS}
 
 
@@ -38,7 +41,7 @@ def programs(
     max_size: int = 8,
     kinds: Sequence[str] = KINDS,
     functions: Sequence[str] | None = None,
-):
+) -> SearchStrategy[Program]:
     """Programs (as ``Program``) over inputs of ``shapes``, with ``min_size`` to
     ``max_size`` statements, each of one of ``kinds`` ("view", "inplace",
     "functional"); ``functions`` restricts the functional ops (default: all of
@@ -59,10 +62,17 @@ def programs(
 
 
 @st.composite
-def _programs(draw, shapes, min_size, max_size, kinds, functions) -> Program:
+def _programs(
+    draw: DrawFn,
+    shapes: tuple[tuple[int, ...], ...],
+    min_size: int,
+    max_size: int,
+    kinds: tuple[str, ...],
+    functions: tuple[str, ...],
+) -> Program:
     values = [torch.empty(s, device="meta") for s in shapes]
     views: set[int] = set()
-    body = []
+    body: list[Statement] = []
     while len(body) < max_size and (len(body) < min_size or draw(COIN)):
         kind = draw(st.sampled_from(kinds))
         s = _DRAW[kind](draw, values, views, functions)
@@ -76,11 +86,11 @@ def _programs(draw, shapes, min_size, max_size, kinds, functions) -> Program:
     return Program(len(shapes), tuple(body))
 
 
-def _pick(draw, candidates: list[int]) -> int | None:
+def _pick(draw: DrawFn, candidates: list[int]) -> int | None:
     return draw(st.sampled_from(candidates)) if candidates else None
 
 
-def _view(draw, values, views, functions):
+def _view(draw: DrawFn, values: list[torch.Tensor], views: set[int], functions: tuple[str, ...]) -> Statement | None:
     op = draw(st.sampled_from(_BY_KIND["view"]))
     rank = {"slice": 1, "select": 1, "transpose": 2, "view": 0, "expand": 0}[op]
     x = _pick(
@@ -108,14 +118,15 @@ def _view(draw, values, views, functions):
         return {"op": op, "x": x, "dim0": d0, "dim1": draw(st.integers(0, len(shape) - 1))}
     if op == "view":  # insert or remove a size-1 dim: a view at any strides
         ones = [d for d, n in enumerate(shape) if n == 1]
-        if ones and draw(COIN):
+        # bool(): after "ones and", mypy would read draw(COIN) as drawing a list of ints
+        if bool(ones) and draw(COIN):
             del shape[draw(st.sampled_from(ones))]
         else:
             shape.insert(draw(st.integers(0, len(shape))), 1)
         return {"op": op, "x": x, "shape": shape}
     # expand: a new leading dim, or a size-1 dim broadcast
     ones = [d for d, n in enumerate(shape) if n == 1]
-    if ones and draw(COIN):
+    if bool(ones) and draw(COIN):
         shape[draw(st.sampled_from(ones))] = draw(st.integers(2, 3))
     else:
         shape.insert(0, draw(st.integers(1, 3)))
@@ -133,7 +144,7 @@ def _broadcasts_to(src: torch.Tensor, dst: torch.Tensor) -> bool:
         return False
 
 
-def _inplace(draw, values, views, functions):
+def _inplace(draw: DrawFn, values: list[torch.Tensor], views: set[int], functions: tuple[str, ...]) -> Statement | None:
     op = draw(st.sampled_from(_BY_KIND["inplace"]))
     writable = [k for k, v in enumerate(values) if _writable(v)]
     x = _pick(draw, sorted(writable, key=lambda k: (k not in views, k)))
@@ -146,11 +157,11 @@ def _inplace(draw, values, views, functions):
     if op == "copy_":
         other = _pick(draw, others)
         return None if other is None else {"op": op, "x": x, "other": other}
-    other = _pick(draw, others) if others and draw(COIN) else None
+    other = _pick(draw, others) if bool(others) and draw(COIN) else None
     return {"op": op, "x": x, "other": other, "scalar": None if other is not None else draw(st.sampled_from(SCALARS))}
 
 
-def _functional(draw, values, views, functions):
+def _functional(draw: DrawFn, values: list[torch.Tensor], views: set[int], functions: tuple[str, ...]) -> Statement:
     fn = draw(st.sampled_from(functions))
     x = draw(st.integers(0, len(values) - 1))
     if FUNCTIONS[fn][2] == 1:
@@ -167,4 +178,8 @@ def _broadcastable(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
 
 
-_DRAW = {"view": _view, "inplace": _inplace, "functional": _functional}
+_DRAW: dict[str, Callable[[DrawFn, list[torch.Tensor], set[int], tuple[str, ...]], Statement | None]] = {
+    "view": _view,
+    "inplace": _inplace,
+    "functional": _functional,
+}

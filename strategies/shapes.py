@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.extra import numpy as hnp
+from hypothesis.strategies import DrawFn, SearchStrategy
 
 from fuzzdiff.spec import ArgSpec, Dim, SpecError, parse_spec
 from strategies._drawing import COIN, eager, integers
@@ -16,7 +17,9 @@ from strategies._validation import check_int, check_range
 __all__ = ["shapes", "broadcastable_shapes", "spec_shapes"]
 
 
-def shapes(*, min_rank: int = 0, max_rank: int = 4, min_side: int = 0, max_side: int = 5):
+def shapes(
+    *, min_rank: int = 0, max_rank: int = 4, min_side: int = 0, max_side: int = 5
+) -> SearchStrategy[tuple[int, ...]]:
     """Tuples of ``min_rank..max_rank`` sizes in ``min_side..max_side``; shrink toward ()."""
     check_range(min_rank, max_rank, "min_rank", "max_rank")
     check_range(min_side, max_side, "min_side", "max_side")
@@ -24,8 +27,13 @@ def shapes(*, min_rank: int = 0, max_rank: int = 4, min_side: int = 0, max_side:
 
 
 def broadcastable_shapes(
-    shape, *, min_rank: int = 0, max_rank: int | None = None, min_side: int = 0, max_side: int | None = None
-):
+    shape: tuple[int, ...],
+    *,
+    min_rank: int = 0,
+    max_rank: int | None = None,
+    min_side: int = 0,
+    max_side: int | None = None,
+) -> SearchStrategy[tuple[int, ...]]:
     """Shapes that broadcast against ``shape`` (some dims 1 or missing)."""
     if not isinstance(shape, tuple) or not all(isinstance(s, int) and s >= 0 for s in shape):
         raise InvalidArgument(f"shape={shape!r} must be a tuple of non-negative ints")
@@ -37,12 +45,24 @@ def broadcastable_shapes(
 
 
 @st.composite
-def _spec_shapes(draw, args: tuple[ArgSpec, ...], min_side, max_side, max_variadic, fixed):
+def _spec_shapes(
+    draw: DrawFn,
+    args: tuple[ArgSpec, ...],
+    min_side: int,
+    max_side: int,
+    max_variadic: int,
+    fixed: Mapping[str, int],
+) -> dict[str, tuple[int, ...]]:
     return draw_spec_shapes(draw, args, min_side, max_side, max_variadic, fixed)
 
 
 def draw_spec_shapes(
-    draw, args: tuple[ArgSpec, ...], min_side: int, max_side: int, max_variadic: int = 2, fixed=()
+    draw: DrawFn,
+    args: tuple[ArgSpec, ...],
+    min_side: int,
+    max_side: int,
+    max_variadic: int = 2,
+    fixed: Mapping[str, int] | Iterable[tuple[str, int]] = (),
 ) -> dict[str, tuple[int, ...]]:
     """The draws of ``spec_shapes(...)`` made with a caller's ``draw`` (cases()
     calls this inside its own composite); ``fixed`` is a mapping or pairs."""
@@ -54,11 +74,13 @@ def draw_spec_shapes(
         shape: list[int] = []
         for dim in arg.dims:
             if dim.kind == "fixed":
+                assert dim.size is not None  # a "fixed" dim has its size
                 shape.append(dim.size)
             elif dim.variadic:
                 if dim.kind == "anon":
                     group = _draw_group(draw, min_side, max_side, max_variadic)
                 else:
+                    assert dim.name is not None  # a named group
                     if dim.name not in groups:
                         groups[dim.name] = _draw_group(draw, *_bounded(dim, min_side, max_side), max_variadic)
                     group = groups[dim.name]
@@ -69,6 +91,7 @@ def draw_spec_shapes(
             elif dim.kind == "anon":
                 shape.append(draw(side))
             else:
+                assert dim.name is not None  # a named dim
                 if dim.name not in sizes:
                     bounded = _bounded(dim, min_side, max_side)
                     sizes[dim.name] = draw(side if bounded == (min_side, max_side) else integers(*bounded))
@@ -81,7 +104,7 @@ def draw_spec_shapes(
 
 
 @functools.lru_cache(maxsize=64)
-def _keeps(n: int):
+def _keeps(n: int) -> SearchStrategy[list[bool]]:
     return eager(st.lists(st.booleans(), min_size=n, max_size=n))
 
 
@@ -92,7 +115,7 @@ def spec_shapes(
     max_side: int = 4,
     max_variadic: int = 2,
     fixed: Mapping[str, int] | None = None,
-):
+) -> SearchStrategy[dict[str, tuple[int, ...]]]:
     """``{argument name: shape}`` for a spec (docs/pages/design.md, contract 3).
 
     A named dim has one size for every argument that names it; ``#`` dims may
@@ -110,7 +133,9 @@ def spec_shapes(
 
 
 @functools.lru_cache(maxsize=1024)
-def _spec_shapes_strategy(spec, min_side, max_side, max_variadic, fixed):
+def _spec_shapes_strategy(
+    spec: tuple[ArgSpec, ...], min_side: int, max_side: int, max_variadic: int, fixed: tuple[tuple[str, int], ...]
+) -> SearchStrategy[dict[str, tuple[int, ...]]]:
     # Cached: cases() asks for it on every draw, and Hypothesis validates each
     # fresh strategy object again.
     return _spec_shapes(spec, min_side, max_side, max_variadic, dict(fixed))
@@ -124,11 +149,11 @@ def _bounded(dim: Dim, min_side: int, max_side: int) -> tuple[int, int]:
     return low, max(low, high)
 
 
-def _draw_group(draw, min_side: int, max_side: int, max_variadic: int) -> tuple[int, ...]:
+def _draw_group(draw: DrawFn, min_side: int, max_side: int, max_variadic: int) -> tuple[int, ...]:
     """A variadic group: a list of sizes, so that shrinking can drop any one dim."""
     return tuple(draw(_groups(min_side, max_side, max_variadic)))
 
 
 @functools.lru_cache(maxsize=256)
-def _groups(min_side: int, max_side: int, max_variadic: int):
+def _groups(min_side: int, max_side: int, max_variadic: int) -> SearchStrategy[list[int]]:
     return eager(st.lists(st.integers(min_side, max_side), max_size=max_variadic))

@@ -25,6 +25,7 @@ import torch
 from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
+from hypothesis.strategies import DrawFn
 
 from fuzzdiff.case import Arg, Case, Layout
 from strategies._drawing import eager
@@ -40,7 +41,12 @@ __all__ = ["tensors", "aliased"]
 _DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 
-def _check(dtype, layout_features, domain, max_side) -> tuple[float, float]:
+def _check(
+    dtype: torch.dtype,
+    layout_features: Sequence[str],
+    domain: tuple[float | None, float | None],
+    max_side: int,
+) -> tuple[float, float]:
     if dtype not in _DTYPES:
         raise InvalidArgument(f"dtype={dtype!r} must be one of {_DTYPES}")
     check_layout_features(layout_features)
@@ -84,7 +90,7 @@ def tensors(
     features = tuple(layout_features)
 
     @st.composite
-    def draw(draw_) -> torch.Tensor:
+    def draw(draw_: DrawFn) -> torch.Tensor:
         size = draw_(shapes)
         layout = draw_(layouts(size, features=features)) if features else Layout.contiguous(size)
         arg = laid_out(size, draw_(value_strategy), None if layout.is_contiguous(size) else layout)
@@ -120,7 +126,7 @@ def aliased(
     features = tuple(layout_features)
 
     @st.composite
-    def draw(draw_) -> tuple[torch.Tensor, ...]:
+    def draw(draw_: DrawFn) -> tuple[torch.Tensor, ...]:
         args = []
         for size in sizes:
             layout = draw_(layouts(size, features=features)) if features else Layout.contiguous(size)

@@ -12,9 +12,11 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
+from hypothesis.strategies import DrawFn
 
 from fuzzdiff.case import FINITE_SPECIALS, SPECIALS, Values
 from strategies._drawing import eager, integers
@@ -120,9 +122,9 @@ class ValuesPlan:
     """What ``draw_values`` needs, resolved once per strategy rather than once
     per example: the strategies it draws from and the fields it fixes."""
 
-    grids: st.SearchStrategy | None
-    special_lists: st.SearchStrategy | None
-    fixed: tuple[tuple[str, object], ...]
+    grids: st.SearchStrategy[float | None] | None
+    special_lists: st.SearchStrategy[tuple[tuple[int, str], ...]] | None
+    fixed: tuple[tuple[str, Any], ...]  # Values' field name -> value
 
 
 @functools.lru_cache(maxsize=512)
@@ -152,7 +154,7 @@ _SEEDS = integers(0, 2**32 - 1)
 _GRID_CHOICE = st.sampled_from(GRIDS)
 
 
-def draw_values(draw, plan: ValuesPlan) -> Values:
+def draw_values(draw: DrawFn, plan: ValuesPlan) -> Values:
     """The draws of ``values(...)`` made with a caller's ``draw``: a seed, a
     grid (shrinks toward 0.25) and specials (shrink toward none); the fixed
     fields cost no draw at all."""
@@ -163,5 +165,5 @@ def draw_values(draw, plan: ValuesPlan) -> Values:
 
 
 @st.composite
-def _draw_values(draw, plan: ValuesPlan) -> Values:
+def _draw_values(draw: DrawFn, plan: ValuesPlan) -> Values:
     return draw_values(draw, plan)

@@ -38,7 +38,10 @@ def on_other(target: Target, case: Case, cast=None) -> Evaluation:
     """numpy computes on the host; its results go back to the case's device
     so that the two sides compare there."""
     args = [a.cpu().numpy() for a in case.materialize(requires_grad=False, cast=cast).args]
-    out = target.fn.cross_backend(OTHER)(*args, **case.kwargs)
+    cross_backend = getattr(target.fn, "cross_backend", None)
+    if not callable(cross_backend):
+        raise TypeError(f"target {target.name!r} has no other backend (fn.cross_backend)")
+    out = cross_backend(OTHER)(*args, **case.kwargs)
     return Evaluation(tuple(t.to(case.device) for t in _floating(tree_leaves(out))), [], None)
 
 

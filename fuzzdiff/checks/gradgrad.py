@@ -10,6 +10,8 @@ judged against its float64 value (fuzzdiff.confirm.against_float64).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.autograd.forward_ad as fwAD
 
@@ -114,20 +116,21 @@ def run(target: Target, case: Case) -> Verdict:
     dtype = case.torch_dtype
     tol = tolerance(target, "gradgrad", dtype)
     low = dtype != torch.float64
+
+    def identity(name: str, m: Callable[..., Measurement]) -> Callable[[], Verdict]:
+        return lambda: judge(
+            name,
+            lambda c, eps: m(target, c, eps),
+            case,
+            tol,
+            measure64=(lambda c, eps: m(target, c, eps, torch.float64)) if low else None,
+        )
+
     # Judged one by one: a custom Function without jvp still has its
     # reverse-over-reverse derivative checked.
     return worst(
         *(
-            judged(
-                name,
-                lambda m=m, name=name: judge(
-                    name,
-                    lambda c, eps: m(target, c, eps),
-                    case,
-                    tol,
-                    measure64=(lambda c, eps: m(target, c, eps, torch.float64)) if low else None,
-                ),
-            )
+            judged(name, identity(name, m))
             for name, m in (
                 ("reverse-over-reverse vs finite differences of J^T v", rr),
                 ("forward-over-reverse vs finite differences of J^T v", fr),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
@@ -23,7 +24,7 @@ from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 
 UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
-_PARAMS = st.fixed_dictionaries({})
+_PARAMS: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries({})
 
 
 def custom_op(fn) -> bool:
@@ -58,7 +59,9 @@ def run(target: Target, case: Case) -> Verdict:
     # Detached views keep their strides, offsets and shared storages; opcheck
     # copies its inputs, which a non-leaf view does not allow.
     args = [a.detach().requires_grad_(a.requires_grad) for a in inputs.args]
-    torch.library.opcheck(target.fn, tuple(args), dict(case.kwargs), test_utils=UTILS)
+    op = target.fn
+    assert isinstance(op, (CustomOpDef, torch._ops.OpOverload, torch._ops.OpOverloadPacket))  # as _applies saw
+    torch.library.opcheck(op, tuple(args), dict(case.kwargs), test_utils=UTILS)
     _PASSED.add(key)  # failures are never cached: their replay must run again
     return Verdict("pass")
 

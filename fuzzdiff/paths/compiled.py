@@ -115,6 +115,7 @@ def structure(case: Case) -> str:
 def compiled(target: Target, case: Case, backend: str, cast: torch.dtype | None = None) -> Callable:
     """The target at the case's kwargs, compiled by ``backend`` (cached)."""
     kwargs = json.dumps(case.kwargs, sort_keys=True, default=repr)
+    key: tuple[object, ...]
     if backend in ("aot_eager", "inductor"):
         key = (target.ref, id(target.fn), backend, kwargs)
     else:

@@ -19,7 +19,7 @@ __all__ = ["Evaluation", "evaluate"]
 class Evaluation:
     outputs: tuple[torch.Tensor, ...]
     grads: list[torch.Tensor]
-    function: LeafFunction
+    function: LeafFunction | None  # None: outputs of no LeafFunction (another backend's)
 
     def tensors(self) -> tuple[list[str], list[torch.Tensor]]:
         """Names and tensors of everything evaluated, outputs first."""

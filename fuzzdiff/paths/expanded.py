@@ -29,13 +29,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.utils._per_sample_grad as per_sample_grad
 from torch.func import functional_call, grad, vmap
-from torch.nn.utils._per_sample_grad import call_for_per_sample_grads
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case import Case, Layout
 from fuzzdiff.directions import probes_like
-from fuzzdiff.targets.module import batch_dims, is_module_target, one_sample
+from fuzzdiff.targets.module import batch_dims, is_module_target, module_builder, one_sample
 from fuzzdiff.targets.target import Target
 from fuzzdiff.unsupported import unsupported_reason
 
@@ -128,7 +128,7 @@ class Batch:
         (a third of the time of a run) and shared by the paths, which leave
         it as they found it (ExpandedWeights' grad_sample is taken away)."""
         if self._module is None:
-            self._module = self.target.fn.module(*self.samples[0], **self.case.kwargs)
+            self._module = module_builder(self.target)(*self.samples[0], **self.case.kwargs)
         return self._module
 
     def inputs(self, requires_grad: bool, d: int):
@@ -153,7 +153,7 @@ def _expanded(batch: Batch):
     plan, module = batch.plan, batch.module()
     d, _ = batch_dims(module)
     leaves, args = batch.inputs(plan.input_grad, d)
-    call = call_for_per_sample_grads(
+    call = per_sample_grad.call_for_per_sample_grads(
         module,
         batch_size=None if plan.infer_batch else plan.batch,
         loss_reduction=plan.loss_reduction,
@@ -165,11 +165,12 @@ def _expanded(batch: Batch):
     wrt = [p for _, p in params] + [leaves[i] for i in batch.diff if plan.input_grad]
     if wrt:
         loss = sum((v * o).sum() for v, o in zip(cots, outs))
+        assert isinstance(loss, torch.Tensor)  # a module target has floating outputs
         (loss / plan.batch if plan.loss_reduction == "mean" else loss).backward()
     per_sample = []
     for _n, p in params:
         g = getattr(p, "grad_sample", None)
-        p.grad_sample = None
+        p.grad_sample = None  # type: ignore[attr-defined]  # ExpandedWeights' attribute, unknown to torch's stubs
         per_sample.append(
             torch.zeros((plan.batch, *p.shape), dtype=p.dtype, device=p.device) if g is None else g.detach()
         )
@@ -187,7 +188,8 @@ def _looped(batch: Batch, cots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     leaves, _ = batch.inputs(plan.input_grad, d)
     params = [p for p in module.parameters() if p.requires_grad]
     wrt_inputs = [leaves[i] for i in batch.diff] if plan.input_grad else []
-    outs, per_sample = [], [[] for _ in params]
+    outs: list[list[torch.Tensor]] = []
+    per_sample: list[list[torch.Tensor]] = [[] for _ in params]
     input_grads = [torch.zeros_like(t) for t in wrt_inputs]
     for b in range(plan.batch):
         sample = [t.narrow(0, b, 1).movedim(0, d) if d else t.narrow(0, b, 1) for t in leaves]
@@ -197,6 +199,7 @@ def _looped(batch: Batch, cots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if not wrt:
             continue
         loss = sum((v.narrow(_out_dim(out_dims, k), b, 1) * t).sum() for k, (v, t) in enumerate(zip(cots, o)))
+        assert isinstance(loss, torch.Tensor)  # a module target has floating outputs
         grads = torch.autograd.grad(loss, wrt, allow_unused=True)
         for k, p in enumerate(params):
             per_sample[k].append(torch.zeros_like(p) if grads[k] is None else grads[k])

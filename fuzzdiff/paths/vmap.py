@@ -100,9 +100,10 @@ def stack(
         l = len(prefix)
         if l == len(levels):
             return value(prefix)
-        if dims[l] is None:
+        dim = dims[l]
+        if dim is None:
             return build(prefix + (0,))
-        return torch.stack([build(prefix + (j,)) for j in range(levels[l].batch)], dims[l])
+        return torch.stack([build(prefix + (j,)) for j in range(levels[l].batch)], dim)
 
     return build(())
 
@@ -178,7 +179,8 @@ class Batch:
         def g(*xs):
             n = len(self.case.args)
             d, merge = self.split(xs[:n])
-            outs, pull = torch.func.vjp(lambda *d: f(*merge(d)), *d)
+            # torch.func.vjp is annotated to return has_aux's 3-tuple too
+            outs, pull = torch.func.vjp(lambda *d: f(*merge(d)), *d)  # type: ignore[misc]
             return (*outs, *pull(tuple(xs[n:])))
 
         return g
@@ -205,7 +207,8 @@ class Batch:
         def g(*xs):
             n = len(self.case.args)
             d, merge = self.split(xs[:n])
-            outs, tans = torch.func.jvp(lambda *d: f(*merge(d)), tuple(d), tuple(xs[n:]))
+            # torch.func.jvp is annotated to return has_aux's 3-tuple too
+            outs, tans = torch.func.jvp(lambda *d: f(*merge(d)), tuple(d), tuple(xs[n:]))  # type: ignore[misc]
             return (*outs, *tans)
 
         return g
@@ -332,7 +335,8 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
         else:
             d, merge = b.split(args)
             vf = _vmap(b.f, plan, level_dims, ranks)
-            primal, tans = torch.func.jvp(lambda *d: vf(*merge(d)), tuple(d), tuple(tangents))
+            # torch.func.jvp is annotated to return has_aux's 3-tuple too
+            primal, tans = torch.func.jvp(lambda *d: vf(*merge(d)), tuple(d), tuple(tangents))  # type: ignore[misc]
             got = (*primal, *tans)
         out_names = _names("output", count) + _names("output tangent", count)
         slot = (lambda k: k) if composition == "vmap_jvp" else (lambda k: k % count)
@@ -355,7 +359,8 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
         ]
         d, merge = b.split(b.batched_args())
         vf = _vmap(b.f, plan, level_dims, ranks)
-        primal, pull = torch.func.vjp(lambda *d: vf(*merge(d)), *d)
+        # torch.func.vjp is annotated to return has_aux's 3-tuple too
+        primal, pull = torch.func.vjp(lambda *d: vf(*merge(d)), *d)  # type: ignore[misc]
         return Result(_names("output", count) + grad_names, [*primal, *pull(tuple(batched_cots))], looped)
 
     raise ValueError(f"unknown composition {composition!r}; expected one of {COMPOSITIONS}")
@@ -370,7 +375,8 @@ def recording_fallbacks():
     """Collect the ops vmap ran through its slow per-example fallback (torch's
     performance warning): coverage information, not a failure."""
     ops: list[str] = []
-    torch._C._functorch._set_vmap_fallback_warning_enabled(True)
+    # a torch._C._functorch binding missing from torch's type stubs
+    torch._C._functorch._set_vmap_fallback_warning_enabled(True)  # type: ignore[attr-defined]
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -382,4 +388,4 @@ def recording_fallbacks():
             elif m.group(1) not in ops:
                 ops.append(m.group(1))
     finally:
-        torch._C._functorch._set_vmap_fallback_warning_enabled(False)
+        torch._C._functorch._set_vmap_fallback_warning_enabled(False)  # type: ignore[attr-defined]

@@ -296,7 +296,9 @@ def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
     if special_floats:
         std.append("from math import inf, nan")
     torch_lines = ["import torch"] + (["import torch.autograd.forward_ad as fwAD"] if fragment.forward_ad else [])
-    other_std, other_torch, third = [], [], []
+    other_std: list[str] = []
+    other_torch: list[str] = []
+    third: list[str] = []
     for line in code.imports:
         if line in std or line in torch_lines:
             continue
@@ -337,7 +339,7 @@ def _probes_text(target: Target, case: Case, storages, keys, run_forward: bool =
         return {i: t.clone() for i, t in storages.items()}
 
     f = leaf_function(target, case, storages=fresh())
-    values: dict[str, object] = {}
+    values: dict[str, str | list[torch.Tensor]] = {}  # literal tensors, or the code that stands for them
     if "U" in keys:
         values["U"] = directions(case.params, f.leaves)
     if "W" in keys:

@@ -75,7 +75,7 @@ def _torch_expression(obj) -> tuple[str, str] | None:
             if getattr(namespace, name, None) is obj:
                 return f"{prefix}.{name}", line
     module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-    if _root(module) == "torch" and qualname and "<" not in qualname:
+    if isinstance(module, str) and _root(module) == "torch" and qualname and "<" not in qualname:
         try:
             found = functools.reduce(getattr, qualname.split("."), sys.modules[module])
         except (KeyError, AttributeError):
@@ -213,6 +213,8 @@ def _constant(obj) -> bool:
 def _module_imports(module_name: str) -> dict[str, str]:
     """name -> the import statement that binds it in the module's own source."""
     module = sys.modules.get(module_name)
+    if module is None:
+        return {}
     try:
         tree = ast.parse(inspect.getsource(module))
     except (OSError, TypeError, SyntaxError):
@@ -307,7 +309,9 @@ def _lambda_source(fn) -> str:
             f"{len(found)} lambdas with parameters {params} on line "
             f"{code.co_firstlineno}; cannot tell which is the target"
         )
-    return "(" + ast.get_source_segment(text, found[0]) + ")"
+    segment = ast.get_source_segment(text, found[0])
+    assert segment is not None  # ast.parse gives every node its positions
+    return "(" + segment + ")"
 
 
 def _program_code(fn, kwargs, arg_names) -> TargetCode | None:

@@ -6,12 +6,15 @@ per_sample check's subject (fuzzdiff.paths.expanded); the other checks fuzz
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.targets.target import Target
 
-__all__ = ["batch_dims", "one_sample", "is_module_target"]
+__all__ = ["batch_dims", "one_sample", "is_module_target", "module_builder"]
 
 
 def batch_dims(module: torch.nn.Module) -> tuple[int, tuple[int, ...]]:
@@ -33,3 +36,11 @@ def one_sample(module: torch.nn.Module, *args: torch.Tensor) -> tuple[torch.Tens
 
 def is_module_target(target: Target) -> bool:
     return callable(getattr(target.fn, "module", None))
+
+
+def module_builder(target: Target) -> Callable[..., torch.nn.Module]:
+    """A module target's builder, ``target.fn.module``."""
+    build: Any = getattr(target.fn, "module", None)
+    if not callable(build):
+        raise TypeError(f"target {target.name!r} is not a module target: its fn has no module builder")
+    return build

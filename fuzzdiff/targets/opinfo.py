@@ -436,6 +436,7 @@ def _valid_at(call: Call, points: list[torch.Tensor]) -> bool:
             return False
         if outs:
             total = sum((torch.view_as_real(o) if o.is_complex() else o).sum() for o in outs)
+            assert isinstance(total, torch.Tensor)  # a sum of one or more tensors
             grads = torch.autograd.grad(total, xs, allow_unused=True)
             return _finite([g for g in grads if g is not None])
         return True
@@ -518,8 +519,9 @@ def skips_for(op, near: bool, complex_out: bool = False) -> dict[str, str]:
         skip["grad"] = skip["forward"] = TIED
     if complex_out:
         skip["vmap"] = "complex outputs: the vmap check's vjp compositions need real outputs (fuzzdiff.paths.vmap)"
-    if _match(op_key(op), VMAP_SKIP):
-        skip["vmap"] = _match(op_key(op), VMAP_SKIP)
+    vmap_skip = _match(op_key(op), VMAP_SKIP)
+    if vmap_skip:
+        skip["vmap"] = vmap_skip
     flags = {
         "forward": (op.supports_forward_ad, "OpInfo supports_forward_ad=False"),
         "vmap": (
@@ -566,11 +568,11 @@ def _chosen(usable: list[int]) -> list[int]:
 
 def _target(op, index: int, sample) -> Target | None:
     key = op_key(op)
-    leaves, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
-    positions = tuple(k for k, t in enumerate(leaves) if _fuzzable(t))
-    fuzzed = [leaves[k].detach() for k in positions]
+    flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    positions = tuple(k for k, t in enumerate(flat) if _fuzzable(t))
+    fuzzed = [flat[k].detach() for k in positions]
     leaves = tuple(
-        None if k in positions else t.detach() if isinstance(t, torch.Tensor) else t for k, t in enumerate(leaves)
+        None if k in positions else t.detach() if isinstance(t, torch.Tensor) else t for k, t in enumerate(flat)
     )
     constants = any(isinstance(t, torch.Tensor) for t in leaves)
     output_fn = sample.output_process_fn_grad

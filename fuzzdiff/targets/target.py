@@ -31,7 +31,7 @@ class Tol:
     rtol: float
     reason: str
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.reason.strip():
             raise ValueError("a tolerance override needs a reason")
 
@@ -45,7 +45,7 @@ class Only:
     checks: tuple[str, ...]
     reason: str
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.checks or not self.reason.strip():
             raise ValueError("Only needs at least one check and a reason")
 
@@ -76,7 +76,7 @@ class Target:
     """
 
     name: str
-    fn: Callable
+    fn: Callable[..., Any]
     spec: str
     family: str = "misc"
     domain: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
@@ -100,7 +100,7 @@ class Target:
     cpu_only: str | None = None
     invalid: tuple[tuple[str, str], ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         names = {a.name for a in self.args}
         for what in ("domain", "sample", "kinds"):
             unknown = set(getattr(self, what)) - names
@@ -149,5 +149,5 @@ class Target:
     def differentiable(self, arg: str) -> bool:
         return arg not in self.kinds
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)

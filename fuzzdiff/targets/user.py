@@ -15,9 +15,10 @@ import site
 import sys
 import sysconfig
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -114,8 +115,9 @@ def plan_import(ref: str, allow: Iterable[str] = (), root: Path | str | None = N
     if not sep or not qualname or not is_module_name(module):
         raise ValueError(f"expected MODULE:ATTR, got {ref!r}")
     chain = _specs(module)
-    found = chain is not None and chain[-1] is not None
-    origin = chain[-1].origin if found and chain[-1].has_location else None
+    last = chain[-1] if chain is not None else None
+    found = last is not None
+    origin = last.origin if last is not None and last.has_location else None
     allowed = next((a for a in allow if module == a or module.startswith(a + ".")), None)
     if allowed is not None:
         return PlannedImport(ref, module, origin, f"allowed by name ({allowed})")
@@ -161,14 +163,15 @@ def _specs(module: str) -> list | None:
     for i in range(1, len(parts)):
         if spec is None:
             return chain
-        if spec.submodule_search_locations is None:  # not a package: no submodule
+        locations = spec.submodule_search_locations
+        if locations is None:  # not a package: no submodule
             return chain + [None]
         name, parent = ".".join(parts[: i + 1]), ".".join(parts[:i])
         try:
             if parent in sys.modules:  # its __path__ as it is now; nothing more runs
                 spec = importlib.util.find_spec(name)
             else:
-                spec = _find_in(name, list(spec.submodule_search_locations))
+                spec = _find_in(name, list(locations))
         except (ImportError, ValueError):
             return None
         chain.append(spec)
@@ -183,7 +186,7 @@ def _find_in(name: str, folders: list[str]):
     portions: list[str] = []
     for folder in folders:
         finder = pkgutil.get_importer(folder)
-        spec = finder.find_spec(name) if hasattr(finder, "find_spec") else None
+        spec = finder.find_spec(name) if finder is not None and hasattr(finder, "find_spec") else None
         if spec is None:
             continue
         if spec.loader is not None:
@@ -318,7 +321,7 @@ def per_sample_target(target: Target, module) -> Target:
         return copy.deepcopy(module).to(sample[0].dtype)
 
     fn = functools.partial(one_sample, module)
-    fn.module = build
+    fn.module = build  # type: ignore[attr-defined]  # an attribute of the partial, read by getattr
     return Target(
         target.name,
         fn,
@@ -330,7 +333,13 @@ def per_sample_target(target: Target, module) -> Target:
 
 
 def user_target(
-    fn, spec: str | None = None, *, dtypes=None, domain=None, kwargs=None, sizes: tuple[int, int] | None = None
+    fn: Callable[..., Any],
+    spec: str | None = None,
+    *,
+    dtypes: Iterable[torch.dtype] | None = None,
+    domain: Mapping[str, tuple[float | None, float | None]] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    sizes: tuple[int, int] | None = None,
 ) -> Target:
     """A Target for the user's own callable, named so that records of it replay.
 
@@ -356,8 +365,9 @@ def user_target(
         if not (isinstance(low, int) and isinstance(high, int) and 0 <= low <= high):
             raise ValueError(f"sizes must be (smallest, largest) with 0 <= smallest <= largest, got {sizes!r}")
         options.update(min_side=low, max_side=high)
+    qualname: str = getattr(fn, "__qualname__", type(fn).__name__)
     return Target(
-        ref or getattr(fn, "__qualname__", type(fn).__name__),
+        ref or qualname,
         call,
         spec,
         family="user",
@@ -417,6 +427,7 @@ def definition(target: Target, source: dict | None = None) -> dict | None:
         "functional": target.functional,
     }
     if not importable(target):
+        assert source is not None  # else returned None above
         out["source"] = {k: source[k] for k in SOURCE_FIELDS}
     return out
 
@@ -440,7 +451,8 @@ def _from_source(source, trust_source: bool):
     def call(*args, **kwargs):
         return fn(*args, **kwargs)
 
-    call.fuzzdiff_source = source  # the script generator writes this source, not the wrapper
+    # the script generator writes this source, not the wrapper (a function attribute, read by getattr)
+    call.fuzzdiff_source = source  # type: ignore[attr-defined]
     return call
 
 

@@ -178,7 +178,7 @@ def reduced(
             rest = math.prod(shape[d] for d in range(r) if d not in ds)
             return count >= min_count or rest == 0
 
-        options = []
+        options: list[int | list[int] | None] = []
         if full and (ok(range(r)) if r else min_count <= 1):
             options.append(None)
         if r == 0 and min_count <= 1:

@@ -233,7 +233,8 @@ for _fn, _build in (
     (shared_linear, shared_linear_module),
     (conv_block, conv_block_module),
 ):
-    _fn.module = _build  # what makes a target a module target (fuzzdiff.paths.expanded)
+    # what makes a target a module target (fuzzdiff.targets.module)
+    _fn.module = _build  # type: ignore[union-attr]  # a function attribute, read by getattr
 
 
 # -- hyperparameter strategies that depend on the drawn sample shape -------------------
