@@ -77,7 +77,7 @@ SCRIPT_NAMES = frozenset(
         "make_args_other",
         "evaluate",
         "max_abs",
-        "max_abs_error",
+        "mismatch",
         "changed",
         "itertools",
         "example_of",

@@ -1,21 +1,68 @@
 """Small functions a script may need, as source text, each with what it needs.
 
-They restate, in plain torch, what fuzzdiff's paths compute (reverse and
-forward mode, central differences, inner products in double precision,
-tensor comparison), so that a script shows the numbers fuzzdiff saw.
+Where fuzzdiff's own computation is torch-only (reverse mode, inner products
+in double precision, tensor comparison) the script gets that very function,
+copied by source with what it refers to (``_copied``), so that it runs the
+code that found the failure. The rest restate in plain torch what a check
+does through its Case (finite differences at the case's values, forward mode
+around a dual-number spy, printing and judging).
 """
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Callable
+from typing import Any
+
+from fuzzdiff.compare import max_abs, mismatch
+from fuzzdiff.directions import absdot, dot
+from fuzzdiff.paths.reverse import vjp
+from fuzzdiff.script.literals import ScriptError
+from fuzzdiff.script.source import STANDARD_IMPORTS, target_code
 from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS
 
-__all__ = ["HELPERS", "helper_source"]
+__all__ = ["HELPERS", "helper_source", "COPIED"]
 
 HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {}
+COPIED: set[str] = set()  # helper names that are fuzzdiff's own functions, copied
 
 
 def _helper(name: str, source: str, *needs: str) -> None:
     HELPERS[name] = (source.strip("\n"), needs)
+
+
+def _copied(fn: Callable[..., Any]) -> None:
+    """``fn`` and every module-level name it refers to, each a helper of its
+    own (so shared ones are written once), annotations dropped: a script
+    imports nothing from typing."""
+    code = target_code(fn, fn.__name__)
+    extra = set(code.imports) - STANDARD_IMPORTS
+    if extra:
+        raise ScriptError(f"{fn.__qualname__} cannot be copied into a script: it needs {sorted(extra)}")
+    for definition in code.definitions:
+        tree = ast.parse(definition)
+        node = tree.body[0]
+        name = node.name if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else node.targets[0].id  # type: ignore[attr-defined]
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        needs = tuple(sorted((used & code.names) - {name}))
+        HELPERS.setdefault(name, (ast.unparse(_without_annotations(tree)), needs))
+        COPIED.add(name)
+
+
+def _without_annotations(tree: ast.Module) -> ast.Module:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+            for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
+                arg.annotation = None
+            for star in (node.args.vararg, node.args.kwarg):
+                if star is not None:
+                    star.annotation = None
+    return tree
+
+
+for _fn in (vjp, dot, absdot, max_abs, mismatch):
+    _copied(_fn)
 
 
 _helper(
@@ -43,48 +90,6 @@ def f(*leaves):
     "outputs",
 )
 
-_helper(
-    "dot",
-    '''
-def dot(a, b):
-    """sum_i <a_i, b_i> in double precision (complex: the real part of <conj(a_i), b_i>)."""
-    total = 0.0
-    for x, y in zip(a, b):
-        if x.numel():
-            wide = torch.complex128 if x.is_complex() or y.is_complex() else torch.float64
-            p = x.detach().to(wide).conj() * y.detach().to(wide)
-            total += float(p.sum().real) if wide.is_complex else float(p.sum())
-    return total
-''',
-)
-
-_helper(
-    "absdot",
-    '''
-def absdot(a, b):
-    """sum_i <|a_i|, |b_i|>: the scale a rounding error in dot(a, b) is relative to."""
-    total = 0.0
-    for x, y in zip(a, b):
-        if x.numel():
-            wide = torch.complex128 if x.is_complex() or y.is_complex() else torch.float64
-            total += float((x.detach().to(wide).abs() * y.detach().to(wide).abs()).sum())
-    return total
-''',
-)
-
-_helper(
-    "vjp",
-    '''
-def vjp(outs, leaves, cotangents, create_graph=False):
-    """J^T v for each leaf, by reverse mode (zeros for a leaf the outputs do not reach)."""
-    pairs = [(o, v) for o, v in zip(outs, cotangents) if o.requires_grad]
-    if not pairs:
-        return [torch.zeros_like(l) for l in leaves]
-    grads = torch.autograd.grad([o for o, _ in pairs], list(leaves), [v for _, v in pairs],
-                                allow_unused=True, create_graph=create_graph)
-    return [torch.zeros_like(l) if g is None else g for g, l in zip(grads, leaves)]
-''',
-)
 
 _helper(
     "same_layout",
@@ -182,30 +187,6 @@ def judge(identity, analytic, reference, scale, noise=0.0):
 _helper(
     "compare",
     '''
-def max_abs(t):
-    """The largest finite |t| (0 if none); a mask or an index counts as numbers."""
-    t = t.detach()
-    finite = (t if t.is_floating_point() or t.is_complex() else t.to(torch.float64)).abs()
-    finite = finite[torch.isfinite(finite)]
-    return float(finite.max()) if finite.numel() else 0.0
-
-
-def max_abs_error(a, b):
-    """Largest |a - b| and where; a nan or inf in one but not the other counts as infinite."""
-    a = a.detach().to(torch.complex128 if a.is_complex() else torch.float64)
-    b = b.detach().to(a.dtype)
-    if a.shape != b.shape:
-        return math.inf, ()
-    if a.numel() == 0:
-        return 0.0, ()
-    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
-    diff = torch.nan_to_num(torch.where(same, torch.zeros((), dtype=torch.float64), (a - b).abs()),
-                            nan=math.inf)
-    flat = int(diff.argmax())
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape)) if a.dim() else ()
-    return float(diff.reshape(-1)[flat]), index
-
-
 def compare(names, got, expected, scale_floor=0.0):
     """Print each pair's worst error; (agree, summary of the first pair outside
     ATOL + RTOL * scale, where scale is the largest |expected| of that pair)."""
@@ -213,7 +194,7 @@ def compare(names, got, expected, scale_floor=0.0):
         return False, f"{len(got)} tensors vs {len(expected)}"
     first = None
     for name, a, b in zip(names, got, expected):
-        error, index = max_abs_error(a, b)
+        error, index = mismatch(a, b)
         scale = max(max_abs(b), scale_floor)
         allowed = ATOL + RTOL * scale
         at = f" at {list(index)}" if index and error else ""
@@ -228,6 +209,8 @@ def compare(names, got, expected, scale_floor=0.0):
                 first = f"{name}{at}: abs error {error:.3g} (scale {scale:.3g})"
     return first is None, first or "all agree"
 ''',
+    "max_abs",
+    "mismatch",
 )
 
 _helper(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import inspect
 import io
 import json
 import math
@@ -27,6 +28,10 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 
 from fuzzdiff.case import Alias, Arg, Case, Layout, Values
+from fuzzdiff.compare import max_abs, mismatch
+from fuzzdiff.directions import absdot, dot
+from fuzzdiff.paths.reverse import vjp
+from fuzzdiff.script.helpers import COPIED, helper_source
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.checks.opcheck import custom_op
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
@@ -407,3 +412,21 @@ def test_planted_bugs_print_mismatch_and_exit_1(names, tmp_path):
                        cwd=tmp_path, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1].startswith("MISMATCH: <J^T v, u>"), r.stdout
+
+
+# -- a script runs fuzzdiff's own computations, copied, not restated -------------------
+
+def test_the_shared_helpers_are_fuzzdiffs_own_functions_copied():
+    def body(tree: ast.Module, name: str) -> str:
+        fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+        return ast.dump(ast.Module(body=fn.body, type_ignores=[]))
+
+    for fn in (vjp, dot, absdot, max_abs, mismatch):
+        assert fn.__name__ in COPIED
+        copied = ast.parse("\n\n".join(helper_source([fn.__name__])))
+        assert body(copied, fn.__name__) == body(ast.parse(textwrap.dedent(inspect.getsource(fn))), fn.__name__)
+    a, b = [torch.randn(3, 2, dtype=torch.float64)], [torch.randn(3, 2, dtype=torch.float32)]
+    ns = {"torch": torch, "math": math}
+    exec("\n\n".join(helper_source(["dot", "absdot", "mismatch"])), ns)  # noqa: S102 - fuzzdiff's own code
+    assert ns["dot"](a, b) == dot(a, b) and ns["absdot"](a, b) == absdot(a, b)
+    assert ns["mismatch"](a[0], b[0]) == mismatch(a[0], b[0])
