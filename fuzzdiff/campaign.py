@@ -506,6 +506,15 @@ def run_campaign(
         child.close()
         return _Slot(proc, parent)
 
+    def finish_cut(k: int) -> None:
+        """Slot ``k``'s batch ends where it stands, as if cut by its deadline."""
+        job = slots[k].job
+        assert job is not None  # a busy slot
+        index, _, started = job
+        finish(
+            k, PairResult(todo[index].name, todo[index].check, Tally(), cut=True, seconds=time.monotonic() - started)
+        )
+
     def finish(k: int, batch: PairResult) -> None:
         job = slots[k].job
         assert job is not None and start is not None  # a batch of a busy slot, once the workers are up
@@ -584,16 +593,7 @@ def run_campaign(
                     index, _, started = slot.job
                     if _stopped(slot.proc.exitcode):  # its batch ends there, as if cut by its deadline
                         _forget_inflight(corpus, slot.proc.pid)
-                        finish(
-                            k,
-                            PairResult(
-                                todo[index].name,
-                                todo[index].check,
-                                Tally(),
-                                cut=True,
-                                seconds=time.monotonic() - started,
-                            ),
-                        )
+                        finish_cut(k)
                         continue
                     died = _signal_name(slot.proc.exitcode)
                     if corpus is not None:  # its case in flight, recorded now with how it died
@@ -612,20 +612,10 @@ def run_campaign(
             if hard_end is not None and time.monotonic() > hard_end:
                 for k, slot in enumerate(slots):
                     if slot.job is not None:
-                        index, _, started = slot.job
                         slot.proc.kill()
                         slot.proc.join(timeout=5)
                         _forget_inflight(corpus, slot.proc.pid)
-                        finish(
-                            k,
-                            PairResult(
-                                todo[index].name,
-                                todo[index].check,
-                                Tally(),
-                                cut=True,
-                                seconds=time.monotonic() - started,
-                            ),
-                        )
+                        finish_cut(k)
     finally:
         for slot in slots:
             if slot.proc.is_alive():
