@@ -1,7 +1,7 @@
 """backend: the same call on another array backend gives the same outputs.
 
 For targets whose ``fn`` can run its body on another backend
-(``fn.cross_backend(name)``, e.g. tensorly's numpy backend): outputs on the
+(``Target.cross_backend(name)``, e.g. tensorly's numpy backend): outputs on the
 pytorch backend must match outputs on the numpy backend at the very same
 values, passed as NumPy views of the same memory (so layouts reach NumPy
 too). A mismatch must replay; a float32 one must be farther from a float64
@@ -38,10 +38,9 @@ def on_other(target: Target, case: Case, cast=None) -> Evaluation:
     """numpy computes on the host; its results go back to the case's device
     so that the two sides compare there."""
     args = [a.cpu().numpy() for a in case.materialize(requires_grad=False, cast=cast).args]
-    cross_backend = getattr(target.fn, "cross_backend", None)
-    if not callable(cross_backend):
-        raise TypeError(f"target {target.name!r} has no other backend (fn.cross_backend)")
-    out = cross_backend(OTHER)(*args, **case.kwargs)
+    if target.cross_backend is None:
+        raise TypeError(f"target {target.name!r} has no other backend (Target.cross_backend)")
+    out = target.cross_backend(OTHER)(*args, **case.kwargs)
     return Evaluation(tuple(t.to(case.device) for t in _floating(tree_leaves(out))), [], None)
 
 
@@ -57,9 +56,9 @@ def run(target: Target, case: Case) -> Verdict:
 
 
 def applies(target: Target) -> str | None:
-    if callable(getattr(target.fn, "cross_backend", None)):
+    if target.cross_backend is not None:
         return None
-    return "the target has no other backend to compare with (fn.cross_backend)"
+    return "the target has no other backend to compare with (Target.cross_backend)"
 
 
 CHECK = Check("backend", run, params=probe_params(), applies=applies, needs_grad=False)

@@ -150,7 +150,7 @@ def _tensors(name: str, tensors, doc: str) -> str:
 def _data(ctx) -> tuple[str, str, str]:
     """(the data block, the builder's name, why vmap is not run or "")."""
     target, case = ctx.target, ctx.case
-    build = getattr(target.fn, "module", None)
+    build = target.module
     code = target_code(target.fn, target.name)
     if build is None or build.__name__ not in code.names:
         raise ScriptError(

@@ -1,5 +1,5 @@
-"""A module target: a Target whose ``fn`` carries a builder,
-``fn.module(*sample, **kwargs) -> nn.Module``, and is itself ``one_sample``,
+"""A module target: a Target with a builder, ``target.module(*sample,
+**kwargs) -> nn.Module``, whose ``fn`` is ``one_sample``,
 the module on a batch of one sample. Its per-sample gradients are the
 per_sample check's subject (fuzzdiff.paths.expanded); the other checks fuzz
 ``fn``, an ordinary function of one sample."""
@@ -7,7 +7,6 @@ per_sample check's subject (fuzzdiff.paths.expanded); the other checks fuzz
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -35,12 +34,11 @@ def one_sample(module: torch.nn.Module, *args: torch.Tensor) -> tuple[torch.Tens
 
 
 def is_module_target(target: Target) -> bool:
-    return callable(getattr(target.fn, "module", None))
+    return target.module is not None
 
 
 def module_builder(target: Target) -> Callable[..., torch.nn.Module]:
-    """A module target's builder, ``target.fn.module``."""
-    build: Any = getattr(target.fn, "module", None)
-    if not callable(build):
-        raise TypeError(f"target {target.name!r} is not a module target: its fn has no module builder")
-    return build
+    """A module target's builder, ``target.module``."""
+    if target.module is None:
+        raise TypeError(f"target {target.name!r} is not a module target: it has no module builder")
+    return target.module

@@ -69,6 +69,11 @@ class Target:
                not in the catalog: cases (and corpus records) name it, so they replay.
     cpu_only:  why the target's cases stay on the CPU, e.g. a CUDA kernel fault
                that breaks the process's CUDA context, which no check can report.
+    module:    for a module target, ``module(*sample, **kwargs) -> nn.Module``
+               builds its module for one sample's shapes and dtype; ``fn`` is then
+               that module on a batch of one (fuzzdiff.targets.module).
+    cross_backend: ``cross_backend(name)`` -> the same function on another
+               backend (tensorly's numpy), for the backend check.
     invalid:   torch's refusals of an input outside the target's domain, as
                (exception type name, message regex): an eager call that raises
                one rejects the example instead of failing it (e.g. an in-place
@@ -99,6 +104,8 @@ class Target:
     origin: str | None = None
     cpu_only: str | None = None
     invalid: tuple[tuple[str, str], ...] = ()
+    module: Callable[..., Any] | None = None
+    cross_backend: Callable[[str], Callable[..., Any]] | None = None
 
     def __post_init__(self) -> None:
         names = {a.name for a in self.args}

@@ -320,15 +320,14 @@ def per_sample_target(target: Target, module) -> Target:
     def build(*sample, **kwargs):
         return copy.deepcopy(module).to(sample[0].dtype)
 
-    fn = functools.partial(one_sample, module)
-    fn.module = build  # type: ignore[attr-defined]  # an attribute of the partial, read by getattr
     return Target(
         target.name,
-        fn,
+        functools.partial(one_sample, module),
         sample_spec,
         family="user",
         dtypes=target.dtypes,
         domain={k: v for k, v in target.domain.items() if not k.startswith("p_")},
+        module=build,
     )
 
 

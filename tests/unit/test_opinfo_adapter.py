@@ -220,7 +220,8 @@ def test_cross_backend_check_passes_on_tensorly_and_catches_a_wrong_backend():
             body = self.body
             return TensorlyCall(lambda *a, **k: body(*a, **k) + 1, name)
 
-    wrong = replace(target, fn=OffByOne(target.fn.body))
+    off = OffByOne(target.fn.body)
+    wrong = replace(target, fn=off, cross_backend=off.cross_backend)
     verdict = run_check("backend", wrong, case)
     assert verdict.kind == "fail" and "numpy backend" in verdict.message
 

@@ -271,15 +271,16 @@ class _MatmulModule(nn.Module):
         return x @ self.w
 
 
+def _matmul_module(x, seed):
+    return _MatmulModule(x.shape[-1]).to(x.dtype)
+
+
 def _matmul(x, seed):
-    return path.one_sample(_matmul.module(x, seed), x)
-
-
-_matmul.module = lambda x, seed: _MatmulModule(x.shape[-1]).to(x.dtype)
+    return path.one_sample(_matmul_module(x, seed), x)
 
 
 def test_an_op_without_a_per_sample_rule_is_unsupported():
-    target = Target("unit_matmul_module", _matmul, "x: i", kwargs={"seed": 0})
+    target = Target("unit_matmul_module", _matmul, "x: i", kwargs={"seed": 0}, module=_matmul_module)
     case = replace(plain_case("nn_linear", LINEAR, (3,)), target=target.name, kwargs={"seed": 0})
     verdict = run_check(CHECK, target, case)
     assert verdict.kind == "unsupported"

@@ -4,7 +4,7 @@ Each target is one module kind, declared like an op: the spec is ONE sample
 (the check stacks a batch of 1 to 8 of them), the keyword arguments are the
 module's hyperparameters, drawn per case, plus ``seed``, from which the
 parameters are drawn. ``fn(*sample, **kwargs)`` is the module on a batch of one
-(fuzzdiff.targets.module.one_sample); ``fn.module`` builds the module itself,
+(fuzzdiff.targets.module.one_sample); ``Target.module`` builds the module itself,
 which is what marks a target as a module target. Parameters lie on a 1/64
 grid in [-1, 1], exact in float32 and float64, so a float64 recomputation and
 the dtype check see the very same module; modules are built on the meta
@@ -17,6 +17,8 @@ with reasons (SKIP, COVERED): their functional ops have catalog targets.
 """
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
@@ -222,19 +224,18 @@ def conv_block(x, **kwargs):
     return one_sample(conv_block_module(x, **kwargs), x)
 
 
-for _fn, _build in (
-    (linear, linear_module),
-    (conv, conv_module),
-    (embedding, embedding_module),
-    (layer_norm, layer_norm_module),
-    (group_norm, group_norm_module),
-    (instance_norm, instance_norm_module),
-    (recurrent, recurrent_module),
-    (shared_linear, shared_linear_module),
-    (conv_block, conv_block_module),
-):
-    # what makes a target a module target (fuzzdiff.targets.module)
-    _fn.module = _build  # type: ignore[union-attr]  # a function attribute, read by getattr
+# each module target's builder (Target.module): what makes it a module target
+BUILDERS: dict[Callable[..., Any], Callable[..., nn.Module]] = {
+    linear: linear_module,
+    conv: conv_module,
+    embedding: embedding_module,
+    layer_norm: layer_norm_module,
+    group_norm: group_norm_module,
+    instance_norm: instance_norm_module,
+    recurrent: recurrent_module,
+    shared_linear: shared_linear_module,
+    conv_block: conv_block_module,
+}
 
 
 # -- hyperparameter strategies that depend on the drawn sample shape -------------------
@@ -381,6 +382,7 @@ def module_target(name, fn, spec, *, kwargs, known=(), skip=COVERED, **options):
         kwargs=kwargs,
         skip=skip,
         known=known,
+        module=BUILDERS[fn],
         min_side=options.pop("min_side", 1),
         max_side=options.pop("max_side", 3),
         max_rank=options.pop("max_rank", 3),

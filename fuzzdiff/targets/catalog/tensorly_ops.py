@@ -153,7 +153,10 @@ KRON = Known(
 def _t(name, body, spec, **options):
     # min_side=1: tensorly reshapes with -1, which is ambiguous for 0 elements
     # ("cannot reshape tensor of 0 elements into shape [0, -1]"): a tensorly limitation.
-    return Target(name, TensorlyCall(body), spec, FAMILY, min_side=1, max_side=SIDE, skip=SKIP, **options)
+    call = TensorlyCall(body)
+    return Target(
+        name, call, spec, FAMILY, min_side=1, max_side=SIDE, skip=SKIP, cross_backend=call.cross_backend, **options
+    )
 
 
 MODE3 = {"mode": st.integers(0, 2)}
