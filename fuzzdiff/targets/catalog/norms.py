@@ -80,6 +80,23 @@ BATCH_NORM_DOUBLE_BACKWARD_LAYOUT = Known(
     records=("61329f797982413e",),
 )
 
+BATCH_NORM_BACKWARD_SIZE1_CHANNELS_LAST = Known(
+    ("grad", "forward"),
+    "eval-mode F.batch_norm's backward on CPU reads a contiguous grad_output as if it had the "
+    "input's layout when the input is channels last with a size-1 spatial dim whose stride is "
+    "not the dense one (shape (1, 2, 2, 1), strides (4, 1, 2, 1)): grad_input has cotangent "
+    "entries swapped; strides (4, 1, 2, 2) are right (torch 2.13.0 CPU). Forward mode and "
+    "finite differences agree with each other, reverse mode does not",
+    "x = torch.arange(4.).double().as_strided((1, 2, 2, 1), (4, 1, 2, 1)).requires_grad_(); "
+    "y = F.batch_norm(x, torch.tensor([-.5, .5]).double(), torch.tensor([.5, 2.]).double(), "
+    "torch.tensor([1.5, -.75]).double(), torch.zeros(2).double(), training=False); "
+    "v = torch.arange(1., 5.).double().reshape(1, 2, 2, 1); torch.autograd.grad(y, x, v)[0] is "
+    "[2.12, 6.36, -1.06, -2.12], v * w / sqrt(var + eps) is [2.12, 4.24, -1.59, -2.12]",
+    message=r"^(<J\^T v, u> vs finite differences|<v, J u> \(forward\) vs <J\^T v, u> \(reverse\))",
+    features=("0:permuted", "0:size1"),
+    records=("fc706557b92eb442",),
+)
+
 GROUP_NORM_FORWARD = Known(
     ("forward", "gradgrad", "vmap"),
     "forward-mode AD of F.group_norm raises for a 4-d input that is not contiguous, e.g. "
@@ -138,7 +155,7 @@ register(
         min_side=1,
         max_side=3,
         kwargs={"eps": EPS},
-        known=(BATCH_NORM_STRIDED_WEIGHT, BATCH_NORM_DOUBLE_BACKWARD_LAYOUT),
+        known=(BATCH_NORM_STRIDED_WEIGHT, BATCH_NORM_DOUBLE_BACKWARD_LAYOUT, BATCH_NORM_BACKWARD_SIZE1_CHANNELS_LAST),
     ),
     # |x|^p at p=1 has a kink at 0; the norm is clamped below by eps=1e-12 (never reached
     # here). A slice of one value normalizes to its sign, a constant whose float32
