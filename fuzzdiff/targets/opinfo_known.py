@@ -80,10 +80,16 @@ _GRID_SAMPLE_VJP = Known(
     "a, g = torch.randn(1, 2, 3, 5, 5), torch.rand(2, 1, 5, 5, 2) * 2 - 1; out, pull = "
     "vjp(vmap(f, in_dims=(0, 1)), a, g) -> out.shape [2, 1, 3, 5, 5], the loop's [1, 2, 3, 5, "
     "5]; inside vmap of a vjp: RuntimeError: Mismatch in shape: grad_output[0] has a shape of "
-    "torch.Size([2, 3, 5, 5]) and output[0] has a shape of torch.Size([1, 3, 5, 5])",
+    "torch.Size([2, 3, 5, 5]) and output[0] has a shape of torch.Size([1, 3, 5, 5]); "
+    "vmap(grad(lambda a, g: f(a, g).sum()), in_dims=(0, 1))(torch.randn(1, 2, 3, 5, 20), "
+    "torch.rand(2, 1, 13, 10, 2) * 2 - 1) -> RuntimeError: Function GridSampler2DBackward0 "
+    "returned an invalid gradient at index 0 - got [1, 3, 5, 20] but expected shape compatible "
+    "with [2, 3, 5, 20]",
     raises="RuntimeError",
-    message=r"Mismatch in shape: grad_output\[0\] has a shape of",
+    message=r"Mismatch in shape: grad_output\[0\] has a shape of"
+    r"|GridSampler2DBackward0 returned an invalid gradient at index 0",
     params={"levels.0.in_dims.0": NOT_NONE, "levels.0.in_dims.1": NOT_NONE},
+    records=("23e3826d4baccbed",),
 )
 
 _MAX_POOL3D = Known(

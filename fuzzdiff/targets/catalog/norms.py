@@ -63,6 +63,23 @@ BATCH_NORM_STRIDED_WEIGHT = Known(
     records=("7dce7b87f07391a5", "86d88f033270e811", "9aa92962f112b240", "d65dcdb06dafbf56"),
 )
 
+BATCH_NORM_STRIDED_WEIGHT_AOT = Known(
+    "compile",
+    "the strided-weight batch_norm kernel bug above, reached by aot_function for an input of "
+    "shape (N, C, 1, 1), where eager is right: AOTAutograd's traced backward calls the native "
+    "kernel with the step-sliced weight, which it reads as if contiguous (torch 2.13.0 CPU)",
+    "g = lambda x, w: F.batch_norm(x, torch.tensor([-.5, .5]).double(), torch.tensor([.5, "
+    "2.]).double(), w, None, training=False); x = torch.randn(1, 2, 1, 1, dtype=torch.float64, "
+    "requires_grad=True); w = torch.tensor([1.5, 99.0, -0.5]).double().as_strided((2,), (2,))"
+    ".detach().requires_grad_(); the gradient of aot_function(g, fw_compiler=nop, "
+    "bw_compiler=nop)(x, w).sum() with respect to x is [2.1213, 70.0034], eager's [2.1213, "
+    "-0.3536] (the 99.0 between the weight's elements is read)",
+    message=r"^aot_function(_min_cut)? vs eager: grad \d+ at",
+    features=_STRIDED_WEIGHT,
+    params={"backend": ("aot_function", "aot_function_min_cut")},
+    records=("3b82746acab4a1e8",),
+)
+
 BATCH_NORM_DOUBLE_BACKWARD_LAYOUT = Known(
     "gradgrad",
     "eval-mode F.batch_norm's double backward is wrong for an input of shape (1, 2, 1, 2) "
@@ -155,7 +172,12 @@ register(
         min_side=1,
         max_side=3,
         kwargs={"eps": EPS},
-        known=(BATCH_NORM_STRIDED_WEIGHT, BATCH_NORM_DOUBLE_BACKWARD_LAYOUT, BATCH_NORM_BACKWARD_SIZE1_CHANNELS_LAST),
+        known=(
+            BATCH_NORM_STRIDED_WEIGHT,
+            BATCH_NORM_STRIDED_WEIGHT_AOT,
+            BATCH_NORM_DOUBLE_BACKWARD_LAYOUT,
+            BATCH_NORM_BACKWARD_SIZE1_CHANNELS_LAST,
+        ),
     ),
     # |x|^p at p=1 has a kink at 0; the norm is clamped below by eps=1e-12 (never reached
     # here). A slice of one value normalizes to its sign, a constant whose float32
