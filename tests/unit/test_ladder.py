@@ -3,7 +3,10 @@ decides, and a failure says every step it survived."""
 
 import pytest
 
+from fuzzdiff.case import Case
+from fuzzdiff.confirm import Measurement, judge
 from fuzzdiff.ladder import Doubt, Ladder, Survived
+from fuzzdiff.tolerance import Tolerance
 
 
 def test_a_mismatch_that_survives_every_step_fails_and_says_so():
@@ -44,3 +47,16 @@ def test_a_ladder_names_known_steps_and_gets_no_stray_step():
         Ladder(("replay", "prayer"))
     with pytest.raises(ValueError, match="not on the ladder"):
         Ladder(("replay",)).climb("x", "y", {}, {"replay": lambda: None, "neighbours": lambda: None})
+
+
+def test_a_reference_that_changes_on_replay_is_nondeterminism_not_rounding_noise():
+    # e.g. forward vs reverse mode where the reverse kernel reads memory it should not
+    calls = []
+
+    def measure(case, eps):
+        calls.append(eps)
+        return Measurement(1.0, 0.1 * len(calls), 1.0)
+
+    verdict = judge("<v, J u> vs <J^T v, u>", measure, Case("exp", ()), Tolerance(1e-10, 1e-7))
+    assert verdict.kind == "inconclusive" and "nondeterministic" in verdict.message, verdict
+    assert verdict.errors["decided_by"] == "replay"
