@@ -14,14 +14,13 @@ from torch.utils._pytree import tree_leaves
 from fuzzdiff.case import Case, Inputs
 from fuzzdiff.checks.check import Check
 from fuzzdiff.confirm import Measurement, judge
-from fuzzdiff.directions import absdot, directions, dot, dot_and_scale, probes_like, widened
+from fuzzdiff.directions import directions, dot_and_scale, probes_like
 from fuzzdiff.paths.function import differentiable
+from fuzzdiff.paths.numerical import directional_difference
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
-
-ROUNDOFF64 = 2.0**-52
 
 
 def _outputs(target: Target, case: Case, args) -> tuple[torch.Tensor, ...]:
@@ -33,7 +32,8 @@ def _outputs(target: Target, case: Case, args) -> tuple[torch.Tensor, ...]:
 
 
 def finite_difference(target: Target, case: Case, cotangents, u, eps: float, storages=None, at: Inputs | None = None):
-    """``<v, J u>`` by central differences in float64, and an estimate of its error.
+    """``<v, J u>`` by central differences in float64 at the case's values
+    (paths.numerical), and an estimate of its error.
 
     ``storages``: the case's storages, unwritten since they were drawn (cast
     to float64 here); by default they are drawn here. ``at``: the float64
@@ -41,20 +41,10 @@ def finite_difference(target: Target, case: Case, cotangents, u, eps: float, sto
     """
     if at is None:
         at = case.materialize(requires_grad=False, cast=torch.float64, storages=storages)
-    leaves, rebuild = at.leaves, at.rebuild
-    us = [d if d.dtype == l.dtype else d.to(l.dtype) for l, d in zip(leaves, u)]
-    # Every point is built before the target runs at any of them: a target
-    # that (wrongly) writes into its inputs cannot move the others.
-    points = [rebuild([torch.add(l, d, alpha=h) for l, d in zip(leaves, us)]) for h in (eps, -eps, 2 * eps, -2 * eps)]
-    with torch.no_grad():
-        outs = _outputs(target, case, rebuild(leaves))
-        plus, minus, plus2, minus2 = [_outputs(target, case, args) for args in points]
-        d1 = [(p - m) / (2 * eps) for p, m in zip(plus, minus)]
-        d2 = [(p - m) / (4 * eps) for p, m in zip(plus2, minus2)]
-    v = widened(cotangents)  # once, not once per dot product
-    n1, n2 = dot(v, d1), dot(v, d2)
-    # Truncation: the step-doubling difference; round-off: eps_mach * |f| / eps.
-    return n1, abs(n1 - n2) + ROUNDOFF64 / eps * absdot(v, outs)
+    rebuild = at.rebuild
+    return directional_difference(
+        lambda *leaves: _outputs(target, case, rebuild(list(leaves))), at.leaves, u, cotangents, eps
+    )
 
 
 def _reverse(target: Target, case: Case, cast, storages):

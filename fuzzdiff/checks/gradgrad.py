@@ -21,12 +21,11 @@ from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, directions, dot, probes_like
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import LeafFunction, leaf_function
+from fuzzdiff.paths.numerical import ROUNDOFF64
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Unsupported, Verdict
-
-ROUNDOFF64 = 2.0**-52
 
 
 def _first_derivative(f: LeafFunction, leaves, params, create_graph: bool):

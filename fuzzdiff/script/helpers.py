@@ -16,6 +16,7 @@ from typing import Any
 
 from fuzzdiff.compare import max_abs, mismatch
 from fuzzdiff.directions import absdot, dot
+from fuzzdiff.paths.numerical import directional_difference
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.script.literals import ScriptError
 from fuzzdiff.script.source import STANDARD_IMPORTS, target_code
@@ -61,7 +62,7 @@ def _without_annotations(tree: ast.Module) -> ast.Module:
     return tree
 
 
-for _fn in (vjp, dot, absdot, max_abs, mismatch):
+for _fn in (vjp, dot, absdot, max_abs, mismatch, directional_difference):
     _copied(_fn)
 
 
@@ -130,36 +131,16 @@ def jvp(f, leaves, tangents):
     "same_layout",
 )
 
-_helper(
-    "central",
-    '''
-def central(f, leaves, directions, eps):
-    """(f(x + eps u) - f(x - eps u)) / (2 eps) for each output, without autograd."""
-    leaves = [l.detach() for l in leaves]
-    directions = [u.to(l.dtype) for l, u in zip(leaves, directions)]
-    with torch.no_grad():
-        plus = f(*[torch.add(l, u, alpha=eps) for l, u in zip(leaves, directions)])
-        minus = f(*[torch.add(l, u, alpha=-eps) for l, u in zip(leaves, directions)])
-    return [(p - m) / (2 * eps) for p, m in zip(plus, minus)]
-''',
-)
 
 _helper(
     "finite_difference",
     '''
 def finite_difference(v, u):
-    """<v, J u> by central differences in float64 at the same values, and its error estimate:
-    truncation (the change when the step doubles) plus round-off (eps_mach |f| / eps)."""
-    x64 = make_leaves(torch.float64, requires_grad=False)
-    with torch.no_grad():
-        out = f(*x64)
-    d1, d2 = dot(v, central(f, x64, u, EPS)), dot(v, central(f, x64, u, 2 * EPS))
-    return d1, abs(d1 - d2) + 2.0**-52 / EPS * absdot(v, out)
+    """<v, J u> by central differences in float64 at the same values, and its error estimate."""
+    return directional_difference(f, make_leaves(torch.float64, requires_grad=False), u, v, EPS)
 ''',
     "f",
-    "dot",
-    "absdot",
-    "central",
+    "directional_difference",
 )
 
 _helper(

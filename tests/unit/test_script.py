@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from fuzzdiff.case import Alias, Arg, Case, Layout, Values
 from fuzzdiff.compare import max_abs, mismatch
 from fuzzdiff.directions import absdot, dot
+from fuzzdiff.paths.numerical import directional_difference
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.script.helpers import COPIED, helper_source
 from fuzzdiff.checks import CHECKS
@@ -421,7 +422,7 @@ def test_the_shared_helpers_are_fuzzdiffs_own_functions_copied():
         fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
         return ast.dump(ast.Module(body=fn.body, type_ignores=[]))
 
-    for fn in (vjp, dot, absdot, max_abs, mismatch):
+    for fn in (vjp, dot, absdot, max_abs, mismatch, directional_difference):
         assert fn.__name__ in COPIED
         copied = ast.parse("\n\n".join(helper_source([fn.__name__])))
         assert body(copied, fn.__name__) == body(ast.parse(textwrap.dedent(inspect.getsource(fn))), fn.__name__)

@@ -1,0 +1,39 @@
+"""Finite differences: ``<v, J u>`` by central differences, with an estimate of
+their own error. Torch-only, so that a standalone script runs this very
+function (fuzzdiff.script.helpers copies it by source)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from fuzzdiff.directions import absdot, dot, widened
+
+__all__ = ["directional_difference", "ROUNDOFF64"]
+
+ROUNDOFF64 = 2.0**-52  # float64's unit roundoff, doubled: the round-off of one difference
+
+
+def directional_difference(
+    f: Callable[..., Sequence[torch.Tensor]],
+    leaves: Sequence[torch.Tensor],
+    directions: Sequence[torch.Tensor],
+    cotangents: Sequence[torch.Tensor],
+    eps: float,
+) -> tuple[float, float]:
+    """``<v, J u>`` of ``f`` at ``leaves`` along ``directions`` by central
+    differences of step ``eps``, and its error: truncation (the change when the
+    step doubles) plus round-off (``eps_mach * |f| / eps``)."""
+    us = [d if d.dtype == l.dtype else d.to(l.dtype) for l, d in zip(leaves, directions)]
+    # Every point is built before f runs at any of them: a function that
+    # (wrongly) writes into its inputs cannot move the others.
+    points = [[torch.add(l, d, alpha=h) for l, d in zip(leaves, us)] for h in (eps, -eps, 2 * eps, -2 * eps)]
+    with torch.no_grad():
+        outs = f(*leaves)
+        plus, minus, plus2, minus2 = [f(*p) for p in points]
+        d1 = [(p - m) / (2 * eps) for p, m in zip(plus, minus)]
+        d2 = [(p - m) / (4 * eps) for p, m in zip(plus2, minus2)]
+    v = widened(cotangents)  # once, not once per dot product
+    n1, n2 = dot(v, d1), dot(v, d2)
+    return n1, abs(n1 - n2) + ROUNDOFF64 / eps * absdot(v, outs)
