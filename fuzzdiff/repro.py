@@ -172,20 +172,22 @@ def mismatch(recorded: Verdict, replayed: Verdict) -> str | None:
     if replayed.kind == "inconclusive" and recorded.kind == "fail" and "nondeterministic" in replayed.message:
         return None  # a failure that shows some of the time (a kernel reading memory outside its input)
     if replayed.kind != recorded.kind:
-        return f"recorded {recorded.kind}, replayed {replayed.kind}: {replayed.message.splitlines()[0][:300]}"
+        return f"recorded {recorded.kind}, replayed {replayed.kind}: {_first_line(replayed.message)[:300]}"
     exception = recorded.errors.get("exception")
     if exception is not None and replayed.errors.get("exception") != exception:
-        return f"recorded a raised {exception}, replayed {replayed.message.splitlines()[0][:300]}"
+        return f"recorded a raised {exception}, replayed {_first_line(replayed.message)[:300]}"
     if exception is not None and error_shape(replayed) != error_shape(recorded):
         # the same type with another message is another error (fuzzdiff.corpus.signature)
-        return (
-            f"recorded {recorded.message.splitlines()[0][:300]!r}, replayed {replayed.message.splitlines()[0][:300]!r}"
-        )
+        return f"recorded {_first_line(recorded.message)[:300]!r}, replayed {_first_line(replayed.message)[:300]!r}"
     if exception is None and recorded.kind == "fail":
         identity = recorded.message.split(":", 1)[0]
         if replayed.message.split(":", 1)[0] != identity:
-            return f"recorded {identity!r}, replayed {replayed.message.splitlines()[0][:300]}"
+            return f"recorded {identity!r}, replayed {_first_line(replayed.message)[:300]}"
     return None
+
+
+def _first_line(message: str) -> str:
+    return message.splitlines()[0] if message else ""
 
 
 def describe(case: Case) -> list[str]:

@@ -37,6 +37,10 @@ def test_record(path):
     if record.case.device == "cuda" and not torch.cuda.is_available():
         pytest.skip("a CUDA record; this machine has no GPU")
     verdict = replay(record)
+    for _ in range(2):  # a kernel reading memory outside its input fails only some of the time
+        if record.status != "open" or verdict.kind != "pass":
+            break
+        verdict = replay(record)
     if record.status in ("open", "expected"):
         why = mismatch(record.verdict, verdict)
         if why is not None and record.status == "open" and _evidenced(record, verdict):

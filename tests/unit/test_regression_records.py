@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import fuzzdiff
+from fuzzdiff.repro import mismatch
+from fuzzdiff.verdict import Verdict
 
 REPO = Path(fuzzdiff.__file__).resolve().parents[1]
 
@@ -55,3 +57,7 @@ def test_corrupted_open_records_fail_and_name_themselves(tmp_path):
     assert "xfail" not in out
     for path in broken:
         assert path.stem in out
+
+
+def test_a_replay_that_passes_with_no_message_is_named_not_an_error():
+    assert mismatch(Verdict("fail", "grad: off"), Verdict("pass", "")) == "recorded fail, replayed pass: "
