@@ -26,7 +26,6 @@ from fuzzdiff import api, repro
 from fuzzdiff.campaign import BatchSize, case_options, round_one_order, run_campaign
 from fuzzdiff.case import DTYPES
 from fuzzdiff.checks import CHECKS, UnknownCheck, get_check
-from fuzzdiff.checks.vmap import CHECK as VMAP
 from fuzzdiff.corpus import (
     STATUSES,
     CorpusError,
@@ -46,7 +45,7 @@ from fuzzdiff.targets import all_targets
 from fuzzdiff.targets.opinfo import OpInfoError
 from fuzzdiff.targets.opinfo import select as select_opinfo
 from fuzzdiff.targets.user import import_object, is_module_name, user_target
-from fuzzdiff.vmap_fallbacks import fallbacks
+from fuzzdiff.vmap_fallbacks import fallback_report
 
 __all__ = [
     "CorpusError",
@@ -410,8 +409,7 @@ def cmd_list(args) -> int:
     )
     console.print(per_family)
     if args.vmap_fallbacks:
-        report = {t.name: fallbacks(t) for t in targets if VMAP.why_not(t) is None}
-        hits = {name: ops for name, ops in report.items() if ops}
+        hits = {name: ops for name, ops in fallback_report(targets).items() if ops}
         console.print(f"vmap fallbacks (ops without a batching rule, run one example at a time): {len(hits)} targets")
         for name, ops in sorted(hits.items()):
             console.print(f"  {name}: {', '.join(ops)}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FuzzConfig", "ConfigError", "ENVIRONMENT", "COMPILE_BACKENDS"]
+__all__ = ["FuzzConfig", "ConfigError", "ENVIRONMENT", "COMPILE_BACKENDS", "default_corpus"]
 
 # torch.compile backends and aot_function partitioners the compile check draws from
 COMPILE_BACKENDS = ("aot_function", "aot_function_min_cut", "aot_eager", "inductor")
@@ -87,6 +87,12 @@ class FuzzConfig:
                 continue
             out[variable] = ",".join(value) if isinstance(value, tuple) else str(value)
         return out
+
+
+def default_corpus(environ: Mapping[str, str]) -> Path:
+    """The corpus a command or a test session uses when none is named:
+    $FUZZDIFF_CORPUS, else ./corpus. (Torch-free, for the pytest plugin.)"""
+    return FuzzConfig.resolve(environ).corpus or Path("corpus")
 
 
 # setting -> the environment variable it is read from

@@ -39,7 +39,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
 from fuzzdiff.case import DTYPES, Case, CaseError, case_from_json
-from fuzzdiff.config import FuzzConfig
+from fuzzdiff.config import default_corpus
 from fuzzdiff.draws import SCHEME
 from fuzzdiff.verdict import KINDS, Verdict
 from fuzzdiff.version import __version__
@@ -72,8 +72,8 @@ class CorpusError(ValueError):
 
 
 def default_root() -> Path:
-    """The corpus a command uses when none is named: $FUZZDIFF_CORPUS (FuzzConfig), else ./corpus."""
-    return FuzzConfig.resolve(os.environ).corpus or Path("corpus")
+    """The corpus a command uses when none is named (config.default_corpus)."""
+    return default_corpus(os.environ)
 
 
 def signature(check: str, case: Case, verdict: Verdict) -> dict:

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from fuzzdiff.config import FuzzConfig
+from fuzzdiff.config import FuzzConfig, default_corpus
 from fuzzdiff.database import example_database
 from fuzzdiff.journal import forget, recover
 
@@ -123,8 +123,7 @@ def pytest_report_header(config):
 
 
 def _corpus_root() -> str:
-    # fuzzdiff.corpus.default_root() without importing torch into every pytest run
-    return str(FuzzConfig.resolve(os.environ).corpus or "corpus")
+    return str(default_corpus(os.environ))
 
 
 def _recover(cause: str | None = None) -> list:

@@ -3,8 +3,8 @@
 taking one gradient per sample, and ``torch.func.vmap`` over ``grad`` with
 ``functional_call``.
 
-A *module target* (fuzzdiff.targets.module) is a Target whose ``fn``
-carries a builder, ``fn.module(*sample, **kwargs) -> nn.Module``: the module
+A *module target* (fuzzdiff.targets.module) is a Target with a builder,
+``Target.module(*sample, **kwargs) -> nn.Module``: the module
 for one sample's shapes and dtype, its parameters drawn from ``kwargs["seed"]``
 (so a case replays from JSON). ``fn`` itself is ``one_sample``: the module on a
 batch of one, the very function whose gradients are the per-sample gradients;
