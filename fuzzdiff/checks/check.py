@@ -11,6 +11,7 @@ from hypothesis.strategies import SearchStrategy
 
 from fuzzdiff.case import Case
 from fuzzdiff.config import FuzzConfig
+from fuzzdiff.fragment import Fragment, ScriptContext
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 from strategies.cotangents import probe_dicts
@@ -69,6 +70,8 @@ class Check:
     compiles: the check compiles code, so its examples cost seconds (a first
               compile), not milliseconds: campaigns run it last and in fewer examples.
     configure: ``configure(check, config)`` -> the check under a FuzzConfig.
+    script:   ``script(ctx) -> Fragment``: the check's standalone script
+              (fuzzdiff.fragment), written beside the identity it restates.
     """
 
     name: str
@@ -81,6 +84,7 @@ class Check:
     ci: CiSample | None = None
     compiles: bool = False
     configure: Callable[[Check, FuzzConfig], Check] | None = None
+    script: Callable[[ScriptContext], Fragment] | None = None
 
     def configured(self, config: FuzzConfig) -> Check:
         """This check with the run's settings applied (the compile check's backends)."""

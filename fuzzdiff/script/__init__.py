@@ -8,8 +8,10 @@ the check drew, runs the check's two computations and prints both, ending with
 ``OK: ...`` (exit status 0) or ``MISMATCH: ...`` (exit status 1). It is meant
 to be pasted into a PyTorch bug report.
 
-Each check contributes its computation through ``fuzzdiff.script.fragments``
-(one function and one registration per check).
+Each check contributes its computation as a ``fuzzdiff.fragment.Fragment``:
+its own ``Check.script`` (written in the check's module, calling the check's
+torch-only functions, which are copied here by source), or for the older
+checks a function registered in ``fuzzdiff.script.fragments``.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ import inspect
 import keyword
 import re
 import textwrap
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 import torch
 
 from fuzzdiff.case import Case
+from fuzzdiff.checks import CHECKS
 from fuzzdiff.checks.layout import relayout
 from fuzzdiff.confirm import EPS
 from fuzzdiff.directions import directions, probes_like
@@ -32,7 +35,7 @@ from fuzzdiff.script import compile as _compile  # noqa: F401  (registers its fr
 from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
 from fuzzdiff.script import vmap as _vmap  # noqa: F401  (registers the vmap fragment)
 from fuzzdiff.script.fragments import FRAGMENTS, Fragment, register
-from fuzzdiff.script.helpers import HELPERS, helper_source
+from fuzzdiff.script.helpers import HELPERS, copies, helper_source
 from fuzzdiff.script.inputs import InputsCode, inputs_code
 from fuzzdiff.script.literals import (
     ScriptError,
@@ -159,8 +162,7 @@ def standalone_script(
     ScriptError for a check without a fragment or a target whose code cannot
     be written out.
     """
-    if check not in FRAGMENTS:
-        raise ScriptError(f"no standalone script for check {check!r}; scripts exist for {', '.join(FRAGMENTS)}")
+    write = script_writer(check)
     if case.device != "cpu":
         raise ScriptError(f"standalone scripts run on the CPU; the case is on {case.device}")
     if target is None:
@@ -177,7 +179,9 @@ def standalone_script(
     inputs = inputs_code(case, storages, names)
     crashed = verdict is not None and verdict.kind == "crash"
     ctx = Context(check, case, target, names, inputs, crashed)
-    fragment: Fragment = FRAGMENTS[check](ctx)
+    fragment: Fragment = write(ctx)
+    copied, copied_imports = copies(fragment.copies)
+    fragment = replace(fragment, helpers=(*fragment.helpers, *copied), imports=(*fragment.imports, *copied_imports))
 
     blocks = [_header(target, check, case, verdict, fragment, found_with, code)]
     data: list[str] = []
@@ -216,6 +220,17 @@ def standalone_script(
     imports = _imports(code, fragment, any(re.search(r"\b(nan|inf)\b", d) for d in data))
     blocks.insert(1, imports)
     return "\n\n\n".join(b.strip("\n") for b in blocks) + "\n"
+
+
+def script_writer(check: str) -> Callable[[Context], Fragment]:
+    """The check's own ``script`` (Check.script), else its fragment here."""
+    own = CHECKS[check].script if check in CHECKS else None
+    if own is not None:
+        return own
+    if check not in FRAGMENTS:
+        scripted = sorted({*FRAGMENTS, *(name for name, c in CHECKS.items() if c.script is not None)})
+        raise ScriptError(f"no standalone script for check {check!r}; scripts exist for {', '.join(scripted)}")
+    return FRAGMENTS[check]
 
 
 def _is_catalog(target: Target) -> bool:

@@ -10,31 +10,10 @@ confirmation steps (replay, other eps, neighbouring points) are not repeated.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from fuzzdiff.fragment import Fragment, lines
 
 __all__ = ["Fragment", "FRAGMENTS", "register"]
-
-
-@dataclass(frozen=True)
-class Fragment:
-    """summary: one line on what is compared (the script's title).
-    body:    the statements of ``main()``, indented by four spaces, ending in a return.
-    helpers: names from fuzzdiff.script.helpers the body calls.
-    probes:  probe globals the body reads: "V", "V64", "U", "W".
-    other_layout: the body also needs ``make_leaves_other``/``make_args_other``
-             for the case at the layout check's other layouts.
-    forward_ad: the body uses ``fwAD``.
-    """
-
-    summary: str
-    body: str
-    helpers: tuple[str, ...] = ()
-    probes: tuple[str, ...] = ()
-    other_layout: bool = False
-    forward_ad: bool = False
-    extra: str = ""  # module-level code the body needs (after the helpers)
-    inputs: bool = True  # the case's storages, make_leaves and make_args are needed
-    imports: tuple[str, ...] = ()  # standard-library imports the body needs
 
 
 FRAGMENTS: dict[str, Callable] = {}
@@ -48,8 +27,7 @@ def register(name: str) -> Callable:
     return deco
 
 
-def _lines(*lines: str) -> str:
-    return "\n".join("    " + line if line else "" for line in lines)
+_lines = lines
 
 
 @register("grad")

@@ -11,7 +11,8 @@ around a dual-number spy, printing and judging).
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fuzzdiff.compare import max_abs, mismatch
@@ -22,7 +23,7 @@ from fuzzdiff.script.literals import ScriptError
 from fuzzdiff.script.source import STANDARD_IMPORTS, target_code
 from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS
 
-__all__ = ["HELPERS", "helper_source", "COPIED"]
+__all__ = ["HELPERS", "helper_source", "COPIED", "copies"]
 
 HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {}
 COPIED: set[str] = set()  # helper names that are fuzzdiff's own functions, copied
@@ -32,14 +33,15 @@ def _helper(name: str, source: str, *needs: str) -> None:
     HELPERS[name] = (source.strip("\n"), needs)
 
 
-def _copied(fn: Callable[..., Any]) -> None:
+def _copied(fn: Callable[..., Any], imports: frozenset[str] = frozenset()) -> list[str]:
     """``fn`` and every module-level name it refers to, each a helper of its
     own (so shared ones are written once), annotations dropped: a script
-    imports nothing from typing."""
+    imports nothing from typing. Returns the import lines they need beyond
+    the script's own, which must be among ``imports``."""
     code = target_code(fn, fn.__name__)
-    extra = set(code.imports) - STANDARD_IMPORTS
-    if extra:
-        raise ScriptError(f"{fn.__qualname__} cannot be copied into a script: it needs {sorted(extra)}")
+    extra = sorted(set(code.imports) - STANDARD_IMPORTS)
+    if any(line not in imports for line in extra):
+        raise ScriptError(f"{fn.__qualname__} cannot be copied into a script: it needs {extra}")
     for definition in code.definitions:
         tree = ast.parse(definition)
         node = tree.body[0]
@@ -48,6 +50,31 @@ def _copied(fn: Callable[..., Any]) -> None:
         needs = tuple(sorted((used & code.names) - {name}))
         HELPERS.setdefault(name, (ast.unparse(_without_annotations(tree)), needs))
         COPIED.add(name)
+    return extra
+
+
+def copies(fns: Sequence[Callable[..., Any]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The helper names of a fragment's ``copies``, copied by source, and the
+    imports they need (any torch import; the standard library's)."""
+    imports: list[str] = []
+    for fn in fns:
+        for line in _copied(fn, _ANY_TORCH_IMPORT):
+            if line not in imports:
+                imports.append(line)
+    return tuple(fn.__name__ for fn in fns), tuple(imports)
+
+
+class _AnyTorchImport(frozenset):
+    """Import lines a copied check function may need: torch's and the standard library's."""
+
+    def __contains__(self, line: object) -> bool:
+        if not isinstance(line, str):
+            return False
+        root = line.split()[1].split(".")[0]
+        return root == "torch" or root in sys.stdlib_module_names
+
+
+_ANY_TORCH_IMPORT = _AnyTorchImport()
 
 
 def _without_annotations(tree: ast.Module) -> ast.Module:
