@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fuzzdiff.paths.result import Result
 from fuzzdiff.tolerance import Tolerance
 
 __all__ = ["Discrepancy", "worst_discrepancy", "max_abs", "mismatch"]
@@ -87,3 +88,13 @@ def worst_discrepancy(
         if not d.within(tol, slack[k] if slack else 0.0):
             return d
     return None
+
+
+def result_discrepancy(got: Result, want: Result, tol: Tolerance) -> Discrepancy | None:
+    """The first of two paths' results outside tolerance, shapes first: a wrong
+    batch dim or grad_sample shape can be garbage that must not be allocated
+    in float64, let alone compared element by element."""
+    for name, a, b in zip(want.names, got.tensors, want.tensors):
+        if a.shape != b.shape:
+            return Discrepancy(f"{name}: shape {list(a.shape)} vs {list(b.shape)}", math.inf, 0.0)
+    return worst_discrepancy(want.names, got.tensors, want.tensors, tol)

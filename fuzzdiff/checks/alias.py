@@ -15,8 +15,9 @@ from fuzzdiff.case import Case, Layout
 from fuzzdiff.checks.check import Check, probe_params
 from fuzzdiff.checks.twins import judge_twins
 from fuzzdiff.directions import probes_like
-from fuzzdiff.paths.eager import Evaluation, evaluate
+from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.paths.function import leaf_function
+from fuzzdiff.paths.result import Result, outputs_and
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
@@ -29,7 +30,7 @@ def scatter_to_storage(grad: torch.Tensor, shape, layout: Layout, out: torch.Ten
     out.index_add_(0, index.reshape(-1), grad.reshape(-1).to(out.dtype))
 
 
-def cloned(target: Target, case: Case, cast=None) -> Evaluation:
+def cloned(target: Target, case: Case, cast=None) -> Result:
     """Outputs from independent clones, and their gradients mapped onto the leaves."""
     # A fresh materialization, not the aliased run's tensors: a target that
     # (wrongly) writes into its inputs must not hand the clones clobbered values.
@@ -49,7 +50,7 @@ def cloned(target: Target, case: Case, cast=None) -> Evaluation:
             expected[k] = expected[k] + g
         else:
             scatter_to_storage(g, f.args[i].shape, layout, expected[k])
-    return Evaluation(tuple(o.detach() for o in outs), expected, f)
+    return outputs_and(outs, expected)
 
 
 def run(target: Target, case: Case) -> Verdict:

@@ -17,7 +17,7 @@ from torch.utils._pytree import tree_leaves
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
 from fuzzdiff.checks.twins import judge_twins
-from fuzzdiff.paths.eager import Evaluation
+from fuzzdiff.paths.result import Result, outputs_and
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 
@@ -29,19 +29,19 @@ def _floating(leaves) -> tuple[torch.Tensor, ...]:
     return tuple(t.detach() for t in out if t.is_floating_point() or t.is_complex())
 
 
-def on_torch(target: Target, case: Case, cast=None) -> Evaluation:
+def on_torch(target: Target, case: Case, cast=None) -> Result:
     args = case.materialize(requires_grad=False, cast=cast).args
-    return Evaluation(_floating(tree_leaves(target.fn(*args, **case.kwargs))), [], None)
+    return outputs_and(_floating(tree_leaves(target.fn(*args, **case.kwargs))), [])
 
 
-def on_other(target: Target, case: Case, cast=None) -> Evaluation:
+def on_other(target: Target, case: Case, cast=None) -> Result:
     """numpy computes on the host; its results go back to the case's device
     so that the two sides compare there."""
     args = [a.cpu().numpy() for a in case.materialize(requires_grad=False, cast=cast).args]
     if target.cross_backend is None:
         raise TypeError(f"target {target.name!r} has no other backend (Target.cross_backend)")
     out = target.cross_backend(OTHER)(*args, **case.kwargs)
-    return Evaluation(tuple(t.to(case.device) for t in _floating(tree_leaves(out))), [], None)
+    return outputs_and([t.to(case.device) for t in _floating(tree_leaves(out))], [])
 
 
 def run(target: Target, case: Case) -> Verdict:

@@ -38,8 +38,8 @@ Run = Callable[..., tuple[list[str], list[torch.Tensor]]]
 
 def evaluate_on(target: Target, case: Case, device: str, cast: torch.dtype | None = None):
     """Outputs and gradients of ``case`` materialized on ``device``, brought back
-    to the CPU: names and tensors (fuzzdiff.paths.eager.Evaluation.tensors)."""
-    names, tensors = evaluate(target, replace(case, device=device), cast=cast).tensors()
+    to the CPU: names and tensors (a fuzzdiff.paths.result.Result)."""
+    names, tensors = evaluate(target, replace(case, device=device), cast=cast)
     return names, [t.detach().cpu() for t in tensors]
 
 

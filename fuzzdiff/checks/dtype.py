@@ -25,16 +25,16 @@ def run(target: Target, case: Case) -> Verdict:
     dtype = case.torch_dtype
     if dtype not in LOW_PRECISION:
         return Verdict("unsupported", f"the dtype check needs a low-precision case, not {dtype}")
-    names, low = evaluate(target, case).tensors()
+    names, low = evaluate(target, case)
 
     def replays() -> bool:
-        _, again = evaluate(target, case).tensors()
+        _, again = evaluate(target, case)
         return worst_discrepancy(names, again, low, Tolerance(0.0, 0.0)) is None
 
     verdict = against_float64(
         names,
         low,
-        lambda c: evaluate(target, c, cast=torch.float64).tensors()[1],
+        lambda c: list(evaluate(target, c, cast=torch.float64).tensors),
         case,
         tolerance(target, "dtype", dtype),
         replays=replays,

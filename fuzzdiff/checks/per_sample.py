@@ -28,7 +28,6 @@ instance norm: worst error 4.1e-7 of that scale, 500 times below rtol.
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 
 import torch
@@ -36,7 +35,7 @@ from hypothesis import strategies as st
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
-from fuzzdiff.compare import Discrepancy, worst_discrepancy
+from fuzzdiff.compare import Discrepancy, result_discrepancy
 from fuzzdiff.confirm import NUDGE, LowPrecision, confirm_mismatch
 from fuzzdiff.paths import expanded as path
 from fuzzdiff.targets.target import Target
@@ -85,40 +84,24 @@ def applies(target: Target) -> str | None:
     return None
 
 
-def _mismatch(names, got, want, tol: Tolerance) -> Discrepancy | None:
-    # Shapes first: a wrong grad_sample shape must not be compared element-wise.
-    for name, a, b in zip(names, got, want):
-        if a.shape != b.shape:
-            return Discrepancy(f"{name}: shape {list(a.shape)} vs {list(b.shape)}", math.inf, 0.0)
-    return worst_discrepancy(names, got, want, tol)
-
-
 EXPANDED, VMAPPED = "ExpandedWeights vs a loop", "vmap(grad(functional_call)) vs a loop"
 
 
-def _discrepancy(result: path.Result, tol: Tolerance) -> tuple[str, Discrepancy] | None:
+def _discrepancy(sides: path.Sides, tol: Tolerance) -> tuple[str, Discrepancy] | None:
     """(which path, its worst mismatch) against the loop; ExpandedWeights first."""
-    d = _mismatch(result.names, result.expanded, result.looped, tol)
+    d = result_discrepancy(sides.expanded, sides.looped, tol)
     if d is not None:
         return EXPANDED, d
-    if result.vmapped is not None:
-        d = _mismatch(result.names, result.vmapped, result.looped, tol)
+    if not sides.vmapped.skipped:
+        d = result_discrepancy(sides.vmapped, sides.looped, tol)
         if d is not None:
             return VMAPPED, d
     return None
 
 
-def _replays(first: path.Result, again: path.Result) -> bool:
+def _replays(first: path.Sides, again: path.Sides) -> bool:
     exact = Tolerance(0.0, 0.0)
-    return (
-        _mismatch(first.names, again.expanded, first.expanded, exact) is None
-        and _mismatch(first.names, again.looped, first.looped, exact) is None
-        and (
-            first.vmapped is None
-            or again.vmapped is None
-            or _mismatch(first.names, again.vmapped, first.vmapped, exact) is None
-        )
-    )
+    return all(a.skipped or b.skipped or result_discrepancy(b, a, exact) is None for a, b in zip(first, again))
 
 
 @contextmanager
@@ -147,7 +130,8 @@ def _run(target: Target, case: Case) -> Verdict:
     first = path.run(target, case)
     found = _discrepancy(first, tol)
     if found is None:
-        return Verdict("pass", f"vmap reference skipped: {first.vmap_skipped}" if first.vmap_skipped else "")
+        skipped = first.vmapped.skipped
+        return Verdict("pass", f"vmap reference skipped: {skipped}" if skipped else "")
     which, d = found
     identity = f"{plan}: {which}"
     side = "expanded" if which == EXPANDED else "vmapped"
@@ -155,14 +139,14 @@ def _run(target: Target, case: Case) -> Verdict:
     def run64(c: Case):
         wide = path.run(target, c, cast=torch.float64)
         d64 = _discrepancy(wide, tol)
-        return (None if d64 is None else d64[1]), getattr(wide, side)
+        return (None if d64 is None else d64[1]), list(getattr(wide, side).tensors)
 
     return confirm_mismatch(
         identity,
         d,
         replays=lambda: _replays(first, path.run(target, case)),
         agrees_nearby=lambda: _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None,
-        low=LowPrecision(case, tol, first.names, getattr(first, side), run64)
+        low=LowPrecision(case, tol, list(first.looped.names), list(getattr(first, side).tensors), run64)
         if case.torch_dtype in LOW_PRECISION
         else None,
     )

@@ -14,14 +14,14 @@ import torch
 from fuzzdiff.case import Case
 from fuzzdiff.compare import worst_discrepancy
 from fuzzdiff.ladder import Doubt, Ladder, Step, Survived
-from fuzzdiff.paths.eager import Evaluation
+from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["judge_twins", "TWINS_LADDER"]
 
-Run = Callable[..., Evaluation]
+Run = Callable[..., Result]
 
 
 # Two ways of one computation agree or not: no finite differences, no kink to
@@ -32,15 +32,15 @@ TWINS_LADDER = Ladder(("replay", "float64"))
 def judge_twins(identity: str, target: Target, case: Case, first: Run, second: Run, *, check: str) -> Verdict:
     dtype = case.torch_dtype
     tol = tolerance(target, check, dtype)
-    names, a = first(case).tensors()
-    _, b = second(case).tensors()
+    names, a = first(case)
+    _, b = second(case)
     d = worst_discrepancy(names, a, b, tol)
     if d is None:
         return Verdict("pass")
 
     def replay() -> Doubt | None:
-        _, a2 = first(case).tensors()
-        _, b2 = second(case).tensors()
+        _, a2 = first(case)
+        _, b2 = second(case)
         exact = Tolerance(0.0, 0.0)
         if worst_discrepancy(names, a2, a, exact) or worst_discrepancy(names, b2, b, exact):
             return Doubt("a replay gave other results (nondeterministic)")
@@ -50,8 +50,8 @@ def judge_twins(identity: str, target: Target, case: Case, first: Run, second: R
         # The two ways must agree in float64 on the same values; if they do,
         # what is left is rounding (summation order, conditioning), and
         # precision is the dtype check's question.
-        _, a64 = first(case, cast=torch.float64).tensors()
-        _, b64 = second(case, cast=torch.float64).tensors()
+        _, a64 = first(case, cast=torch.float64)
+        _, b64 = second(case, cast=torch.float64)
         d64 = worst_discrepancy(names, a64, b64, tolerance(target, check, torch.float64))
         if d64 is None:
             return Doubt("the two agree in float64 on the same values (rounding; see the dtype check)")

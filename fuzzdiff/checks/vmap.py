@@ -19,14 +19,12 @@ generator differently, so their outputs are not comparable element-wise.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from hypothesis import strategies as st
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
-from fuzzdiff.compare import Discrepancy, worst_discrepancy
+from fuzzdiff.compare import result_discrepancy
 from fuzzdiff.confirm import NUDGE, LowPrecision, confirm_mismatch
 from fuzzdiff.paths import vmap as path
 from fuzzdiff.targets.target import Target
@@ -50,42 +48,32 @@ def applies(target: Target) -> str | None:
     return None
 
 
-def _discrepancy(result: path.Result, tol: Tolerance) -> Discrepancy | None:
-    # Shapes first: a wrong batch dim can give a garbage shape that must not be
-    # allocated in float64 for the comparison.
-    for name, a, b in zip(result.names, result.vmapped, result.looped):
-        if a.shape != b.shape:
-            return Discrepancy(f"{name}: shape {list(a.shape)} vs {list(b.shape)}", math.inf, 0.0)
-    return worst_discrepancy(result.names, result.vmapped, result.looped, tol)
-
-
 def run(target: Target, case: Case) -> Verdict:
     tol = tolerance(target, "vmap", case.torch_dtype)
     with path.recording_fallbacks() as ops:
-        first = path.run(target, case)
-    d = _discrepancy(first, tol)
+        vmapped, looped = path.run(target, case)
+    d = result_discrepancy(vmapped, looped, tol)
     plan = path.Plan.from_params(case.params).describe()
     if d is None:
         return Verdict("pass", f"batching fallbacks: {', '.join(ops)}" if ops else "")
     identity = f"{plan}: vmapped vs a loop over the batch"
 
     def replays() -> bool:
-        again, exact = path.run(target, case), Tolerance(0.0, 0.0)
-        return not (
-            _discrepancy(path.Result(again.names, again.vmapped, first.vmapped), exact)
-            or _discrepancy(path.Result(again.names, again.looped, first.looped), exact)
-        )
+        (vmapped2, looped2), exact = path.run(target, case), Tolerance(0.0, 0.0)
+        return not (result_discrepancy(vmapped2, vmapped, exact) or result_discrepancy(looped2, looped, exact))
 
     def run64(c: Case):
-        wide = path.run(target, c, cast=torch.float64)
-        return _discrepancy(wide, tol), wide.vmapped
+        wide, wide_looped = path.run(target, c, cast=torch.float64)
+        return result_discrepancy(wide, wide_looped, tol), list(wide.tensors)
 
     return confirm_mismatch(
         identity,
         d,
         replays=replays,
-        agrees_nearby=lambda: _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None,
-        low=LowPrecision(case, tol, first.names, first.vmapped, run64) if case.torch_dtype in LOW_PRECISION else None,
+        agrees_nearby=lambda: result_discrepancy(*path.run(target, case.nudged(NUDGE, seed=1)), tol) is None,
+        low=LowPrecision(case, tol, list(vmapped.names), list(vmapped.tensors), run64)
+        if case.torch_dtype in LOW_PRECISION
+        else None,
     )
 
 

@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.directions import probes_like
-from fuzzdiff.paths.function import LeafFunction, leaf_function
+from fuzzdiff.paths.function import leaf_function
+from fuzzdiff.paths.result import Result, outputs_and
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 
-__all__ = ["Evaluation", "evaluate"]
+__all__ = ["evaluate"]
 
 
-@dataclass
-class Evaluation:
-    outputs: tuple[torch.Tensor, ...]
-    grads: list[torch.Tensor]
-    function: LeafFunction | None  # None: outputs of no LeafFunction (another backend's)
-
-    def tensors(self) -> tuple[list[str], list[torch.Tensor]]:
-        """Names and tensors of everything evaluated, outputs first."""
-        names = [f"output {k}" for k in range(len(self.outputs))]
-        names += [f"grad {k}" for k in range(len(self.grads))]
-        return names, [*self.outputs, *self.grads]
-
-
-def evaluate(target: Target, case: Case, *, cast: torch.dtype | None = None, wrt: str = "leaves") -> Evaluation:
+def evaluate(target: Target, case: Case, *, cast: torch.dtype | None = None, wrt: str = "leaves") -> Result:
     """Run forward and backward with the case's cotangent probe.
 
     ``wrt="args"`` differentiates with respect to every differentiable argument
@@ -46,4 +32,4 @@ def evaluate(target: Target, case: Case, *, cast: torch.dtype | None = None, wrt
         raise ValueError(f"wrt must be 'leaves' or 'args', got {wrt!r}")
     v = probes_like(case.params, "cotangent", outs)
     grads = vjp(outs, inputs, v) if inputs else []
-    return Evaluation(tuple(o.detach() for o in outs), [g.detach() for g in grads], f)
+    return outputs_and(outs, grads)

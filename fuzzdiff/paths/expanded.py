@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.utils._per_sample_grad as per_sample_grad
@@ -35,11 +36,12 @@ from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case import Case, Layout
 from fuzzdiff.directions import probes_like
+from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.module import batch_dims, is_module_target, module_builder, one_sample
 from fuzzdiff.targets.target import Target
 from fuzzdiff.unsupported import unsupported_reason
 
-__all__ = ["Plan", "Result", "run", "batch_dims", "one_sample", "is_module_target", "REDUCTIONS"]
+__all__ = ["Plan", "Sides", "run", "batch_dims", "one_sample", "is_module_target", "REDUCTIONS"]
 
 REDUCTIONS = ("sum", "mean")
 
@@ -80,19 +82,6 @@ class Plan:
         return f"B={self.batch} loss_reduction={self.loss_reduction!r} input_grad={self.input_grad}" + (
             " batch_size inferred" if self.infer_batch else ""
         )
-
-
-@dataclass
-class Result:
-    """Outputs, per-sample parameter gradients and input gradients, by name,
-    from each path; ``vmapped`` is None where vmap cannot run the module
-    (``vmap_skipped`` says why)."""
-
-    names: list[str]
-    expanded: list[torch.Tensor]
-    looped: list[torch.Tensor]
-    vmapped: list[torch.Tensor] | None
-    vmap_skipped: str = ""
 
 
 class Batch:
@@ -255,13 +244,22 @@ def _vmap_unsupported(batch: Batch, error: Exception) -> str | None:
     return None
 
 
-def run(target: Target, case: Case, cast: torch.dtype | None = None, vmapped: bool = True) -> Result:
+class Sides(NamedTuple):
+    """Outputs, per-sample parameter gradients and input gradients, by name,
+    from each path; ``vmapped.skipped`` says why vmap could not run the module."""
+
+    expanded: Result
+    looped: Result
+    vmapped: Result
+
+
+def run(target: Target, case: Case, cast: torch.dtype | None = None, vmapped: bool = True) -> Sides:
     """The three paths on one batch; ``cast`` recomputes at the same values in another dtype."""
     batch = Batch(target, case, cast)
     module, outs, cots, expanded = _expanded(batch)
     names = _names(module, outs, batch)
     looped = _looped(batch, cots)
-    result = Result(names, expanded, looped, None)
+    by_vmap = Result.not_run(names, "not asked for")
     if vmapped:
         try:
             got = _vmapped(batch, cots)
@@ -269,7 +267,7 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None, vmapped: bo
             why = _vmap_unsupported(batch, e)
             if why is None:
                 raise
-            result.vmap_skipped = why
+            by_vmap = Result.not_run(names, why)
         else:
-            result.vmapped = looped[: len(outs)] + got  # vmap(grad) gives no outputs
-    return result
+            by_vmap = Result.of(names, looped[: len(outs)] + got)  # vmap(grad) gives no outputs
+    return Sides(Result.of(names, expanded), Result.of(names, looped), by_vmap)

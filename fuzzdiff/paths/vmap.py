@@ -25,10 +25,11 @@ from fuzzdiff.case import Case, Layout
 from fuzzdiff.directions import directions, probes_like
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import differentiable
+from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Unsupported
 
-__all__ = ["Level", "Plan", "Result", "run", "COMPOSITIONS", "recording_fallbacks"]
+__all__ = ["Level", "Plan", "run", "COMPOSITIONS", "recording_fallbacks"]
 
 # What run() can do; strategies.batching draws these names (a unit test holds them equal).
 COMPOSITIONS = ("vmap", "vmap_vjp", "vjp_vmap", "vmap_jvp", "jvp_vmap", "vmap_vmap", "vmap_grad")
@@ -223,13 +224,6 @@ class Batch:
         return same_layout(self.args(e)[i], u)
 
 
-@dataclass
-class Result:
-    names: list[str]
-    vmapped: list[torch.Tensor]
-    looped: list[torch.Tensor]
-
-
 def _vmap(g, plan: Plan, in_dims: Sequence[Sequence[int | None]], ranks: Sequence[int]):
     """``g`` under every level of ``plan``; ``in_dims[l]`` are level l's, ``ranks``
     the per-example ranks of g's outputs."""
@@ -282,7 +276,11 @@ def _names(prefix: str, count: int) -> list[str]:
     return [f"{prefix} {k}" for k in range(count)]
 
 
-def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
+def _sides(names: list[str], vmapped, looped) -> tuple[Result, Result]:
+    return Result.of(names, list(vmapped)), Result.of(names, list(looped))
+
+
+def run(target: Target, case: Case, cast: torch.dtype | None = None) -> tuple[Result, Result]:
     """The plan's composition, vmapped and looped, on the same examples."""
     b = Batch(target, case, cast)
     # A target that writes its inputs gets separate tensors on each side.
@@ -299,7 +297,7 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
 
     if composition in ("vmap", "vmap_vmap"):
         got = _vmap(b.f, plan, level_dims, ranks)(*b.batched_args())
-        return Result(_names("output", count), list(got), _stack_outputs(plan, outs, count))
+        return _sides(_names("output", count), got, _stack_outputs(plan, outs, count))
 
     if composition in ("vmap_vjp", "vmap_grad"):
         cots = {index: loop.cotangents(index, outs[index]) for index in plan.indices}
@@ -313,7 +311,7 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
             out_names, out_ranks = grad_names + ["<cotangent, output>"], grad_ranks + [0]
         batched_cots = [stack(lambda index: cots[index][k], plan.levels, [0]) for k in range(count)]
         got = _vmap(g, plan, [level_dims[0] + [0] * count], out_ranks)(*b.batched_args(), *batched_cots)
-        return Result(out_names, list(got), _stack_outputs(plan, want, len(out_names)))
+        return _sides(out_names, got, _stack_outputs(plan, want, len(out_names)))
 
     if composition in ("vmap_jvp", "jvp_vmap"):
         tangent_dims = [level_dims[0][i] for i in b.diff]
@@ -340,7 +338,7 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
             got = (*primal, *tans)
         out_names = _names("output", count) + _names("output tangent", count)
         slot = (lambda k: k) if composition == "vmap_jvp" else (lambda k: k % count)
-        return Result(out_names, list(got), _stack_outputs(plan, want, 2 * count, slot))
+        return _sides(out_names, got, _stack_outputs(plan, want, 2 * count, slot))
 
     if composition == "vjp_vmap":
         cots = {index: loop.cotangents(index, outs[index]) for index in plan.indices}
@@ -361,7 +359,7 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> Result:
         vf = _vmap(b.f, plan, level_dims, ranks)
         # torch.func.vjp is annotated to return has_aux's 3-tuple too
         primal, pull = torch.func.vjp(lambda *d: vf(*merge(d)), *d)  # type: ignore[misc]
-        return Result(_names("output", count) + grad_names, [*primal, *pull(tuple(batched_cots))], looped)
+        return _sides(_names("output", count) + grad_names, [*primal, *pull(tuple(batched_cots))], looped)
 
     raise ValueError(f"unknown composition {composition!r}; expected one of {COMPOSITIONS}")
 

@@ -170,8 +170,8 @@ def _data(ctx) -> tuple[str, str, str]:
     names, skipped = path._names(module, outs, batch), ""
     if not ctx.crashed:  # a crash record's case killed its process: the script runs it, not this
         try:
-            result = path.run(target, case)
-            names, skipped = result.names, result.vmap_skipped
+            sides = path.run(target, case)
+            names, skipped = list(sides.looped.names), sides.vmapped.skipped
         except Exception:  # noqa: BLE001 - the script raises the same at ExpandedWeights
             pass
     plan = batch.plan

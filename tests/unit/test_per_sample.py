@@ -66,7 +66,7 @@ def test_every_module_kind_builds_and_runs(target):
     """A drawn case of every kind builds its module and runs all three paths."""
     case = reach(case_strategy(CHECK, target), lambda c: True, max_examples=5)
     result = path.run(target, case)
-    assert result.names and len(result.expanded) == len(result.looped) == len(result.names)
+    assert result.looped.names and len(result.expanded.tensors) == len(result.looped.tensors) == len(result.looped.names)
 
 
 @pytest.mark.parametrize("name,kind", [("nn_conv1d", nn.Conv1d), ("nn_conv2d", nn.Conv2d),
@@ -140,7 +140,7 @@ def test_samples_of_a_batch_differ_and_replay_from_json():
     assert len({tuple(row.tolist()) for row in x}) == 4
     again = Case.from_json(json.loads(json.dumps(case.to_json())))
     a, b = path.run(get_target("nn_linear"), case), path.run(get_target("nn_linear"), again)
-    assert all(torch.equal(u, v) for u, v in zip(a.expanded + a.looped, b.expanded + b.looped))
+    assert all(torch.equal(u, v) for u, v in zip(a.expanded.tensors + a.looped.tensors, b.expanded.tensors + b.looped.tensors))
 
 
 # -- right and wrong per-sample paths ---------------------------------------------------
@@ -162,11 +162,11 @@ def test_correct_paths_pass(name, kwargs, shape, reduction):
 
 def test_vmap_reference_is_compared_where_it_runs_and_skipped_for_rnns():
     linear = path.run(get_target("nn_linear"), plain_case("nn_linear", LINEAR, (3,)))
-    assert linear.vmapped is not None and not linear.vmap_skipped
+    assert linear.vmapped.tensors and not linear.vmapped.skipped
     rnn = {"cell": "RNN", "nonlinearity": "tanh", "hidden_size": 2, "num_layers": 1, "bias": True,
            "batch_first": True, "bidirectional": False, "seed": 1}
     result = path.run(get_target("nn_rnn"), plain_case("nn_rnn", rnn, (3, 2)))
-    assert result.vmapped is None and "Batching rule not implemented" in result.vmap_skipped
+    assert not result.vmapped.tensors and "Batching rule not implemented" in result.vmapped.skipped
 
 
 def _unscaled(real):
