@@ -40,7 +40,7 @@ class Fragment:
     body:    the statements of ``main()``, indented by four spaces, ending in a return.
     helpers: names from fuzzdiff.script.helpers the body calls.
     copies:  fuzzdiff's own torch-only functions the body calls, copied by source.
-    probes:  probe globals the body reads: "V", "V64", "U", "W", "W2".
+    probes:  probe globals the body reads: "V", "V64", "U", "W".
     other_layout: the body also needs ``make_leaves_other``/``make_args_other``
              for the case at the layout check's other layouts.
     forward_ad: the body uses ``fwAD``.

@@ -16,8 +16,10 @@ from fuzzdiff.checks.check import Check
 from fuzzdiff.checks.grad import finite_difference, reverse_dot
 from fuzzdiff.confirm import Measurement, judge, worst
 from fuzzdiff.directions import absdot, directions, dot, probes_like
+from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.forward import jvp
 from fuzzdiff.paths.function import leaf_function
+from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
@@ -65,4 +67,31 @@ def run(target: Target, case: Case) -> Verdict:
     )
 
 
-CHECK = Check("forward", run)
+def script(ctx: ScriptContext) -> Fragment:
+    return Fragment(
+        "forward-mode <v, J u> vs reverse-mode <J^T v, u> and vs finite differences",
+        lines(
+            f"# Forward mode in {ctx.dtype}: <v, J u> from dual tensors.",
+            "_, tangents = jvp(f, make_leaves(requires_grad=False), U)",
+            "forward, forward_scale = dot(V, tangents), absdot(V, tangents)",
+            "# Reverse mode: <J^T v, u>.",
+            "leaves = make_leaves()",
+            "grads = vjp(f(*leaves), leaves, V)",
+            "reverse, reverse_scale = dot(grads, U), absdot(grads, U)",
+            "# Central finite differences in float64 at the same values.",
+            "numeric, noise = finite_difference(V, U)",
+            "return finish([",
+            '    judge("<v, J u> (forward mode) vs <J^T v, u> (reverse mode)",',
+            "          forward, reverse, forward_scale + reverse_scale),",
+            '    judge("<v, J u> (forward mode) vs finite differences",',
+            "          forward, numeric, forward_scale + abs(numeric), noise),",
+            "])",
+        ),
+        ("f", "finite_difference", "judge", "finish"),
+        ("V", "U"),
+        forward_ad=True,
+        copies=(jvp, vjp, dot, absdot),
+    )
+
+
+CHECK = Check("forward", run, script=script)

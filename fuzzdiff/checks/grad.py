@@ -14,7 +14,8 @@ from torch.utils._pytree import tree_leaves
 from fuzzdiff.case import Case, Inputs
 from fuzzdiff.checks.check import Check
 from fuzzdiff.confirm import Measurement, judge
-from fuzzdiff.directions import directions, dot_and_scale, probes_like
+from fuzzdiff.directions import absdot, directions, dot, dot_and_scale, probes_like
+from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.numerical import directional_difference
 from fuzzdiff.paths.reverse import vjp
@@ -94,4 +95,23 @@ def run(target: Target, case: Case) -> Verdict:
     )
 
 
-CHECK = Check("grad", run)
+def script(ctx: ScriptContext) -> Fragment:
+    return Fragment(
+        "reverse mode <J^T v, u> vs finite differences <v, J u> in float64",
+        lines(
+            f"# Reverse mode in {ctx.dtype}: <J^T v, u>.",
+            "leaves = make_leaves()",
+            "grads = vjp(f(*leaves), leaves, V)",
+            "analytic, scale = dot(grads, U), absdot(grads, U)",
+            "# Central finite differences in float64 at the same values: <v, J u>.",
+            "numeric, noise = finite_difference(V, U)",
+            'return finish([judge("<J^T v, u> (reverse mode) vs finite differences",',
+            "                     analytic, numeric, scale + abs(numeric), noise)])",
+        ),
+        ("f", "finite_difference", "judge", "finish"),
+        ("V", "U"),
+        copies=(vjp, dot, absdot),
+    )
+
+
+CHECK = Check("grad", run, script=script)

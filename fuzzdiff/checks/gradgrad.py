@@ -6,11 +6,14 @@ forward-over-reverse (the tangent of ``J^T v`` along ``u``, contracted with
 evaluated by first-order autograd in float64. In low precision, where an
 identity holds in float64 on the same values, the second derivative itself is
 judged against its float64 value (fuzzdiff.confirm.against_float64).
+
+The three computations are torch-only functions of ``f``, its leaves and the
+probes, which the standalone script copies (``script`` below).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -19,24 +22,18 @@ from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
 from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, directions, dot, probes_like
+from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.forward import same_layout
-from fuzzdiff.paths.function import LeafFunction, leaf_function
+from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.paths.numerical import ROUNDOFF64
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Unsupported, Verdict
 
+__all__ = ["CHECK", "reverse_over_reverse", "forward_over_reverse", "first_derivative_difference"]
 
-def _first_derivative(f: LeafFunction, leaves, params, create_graph: bool):
-    outs = f(*leaves)
-    v = probes_like(params, "cotangent", outs)
-    if create_graph:
-        # As gradgradcheck does: a cotangent that requires grad makes a
-        # backward marked once_differentiable raise instead of silently
-        # returning a constant (whose derivative would read as zero).
-        v = [t.requires_grad_() for t in v]
-    return vjp(outs, leaves, v, create_graph=create_graph), v
+Function = Callable[..., Sequence[torch.Tensor]]
 
 
 def refuse_once_differentiable(t: torch.Tensor) -> None:
@@ -54,43 +51,54 @@ def refuse_once_differentiable(t: torch.Tensor) -> None:
         stack.extend(n for n, _ in node.next_functions)
 
 
-def reverse_over_reverse(target: Target, case: Case, cast=None):
-    f = leaf_function(target, case, cast=cast)
-    g, _ = _first_derivative(f, f.leaves, case.params, create_graph=True)
-    w = probes_like(case.params, "second", f.leaves)
-    u = directions(case.params, f.leaves)
+def differentiable_vjp(f: Function, leaves: Sequence[torch.Tensor], v: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``J^T v`` with its graph kept. As gradgradcheck does, the cotangent
+    requires grad: a backward marked once_differentiable then raises instead
+    of silently returning a constant (whose derivative would read as zero)."""
+    outs = f(*leaves)
+    return vjp(outs, leaves, [t.detach().to(o.dtype).requires_grad_() for t, o in zip(v, outs)], create_graph=True)
+
+
+def reverse_over_reverse(
+    f: Function, leaves: Sequence[torch.Tensor], v: Sequence[torch.Tensor], u: Sequence[torch.Tensor], w
+) -> tuple[float, float]:
+    """``<grad h, u>`` for ``h = <J^T v, w>``, and its scale."""
+    g = differentiable_vjp(f, leaves, v)
     h = sum((gi * wi.to(gi.dtype)).sum() for gi, wi in zip(g, w) if gi.requires_grad)
     if not isinstance(h, torch.Tensor) or not h.requires_grad:
-        grad_h = [torch.zeros_like(l) for l in f.leaves]
+        grad_h = [torch.zeros_like(l) for l in leaves]
     else:
         refuse_once_differentiable(h)
-        grad_h = vjp([h], f.leaves, [torch.ones_like(h)])
-    return dot(grad_h, u), absdot(grad_h, u), u, w
+        grad_h = vjp([h], leaves, [torch.ones_like(h)])
+    return dot(grad_h, u), absdot(grad_h, u)
 
 
-def forward_over_reverse(target: Target, case: Case, cast=None):
-    f = leaf_function(target, case, cast=cast)
-    u = directions(case.params, f.leaves)
-    w = probes_like(case.params, "second", f.leaves)
+def forward_over_reverse(
+    f: Function, leaves: Sequence[torch.Tensor], v: Sequence[torch.Tensor], u: Sequence[torch.Tensor], w
+) -> tuple[float, float]:
+    """The tangent of ``J^T v`` along ``u``, contracted with ``w``, and its scale."""
     with fwAD.dual_level():
-        duals = [fwAD.make_dual(l, same_layout(l, ui)) for l, ui in zip(f.leaves, u)]
-        g, _ = _first_derivative(f, duals, case.params, create_graph=True)
+        duals = [fwAD.make_dual(l, same_layout(l, ui)) for l, ui in zip(leaves, u)]
+        g = differentiable_vjp(f, duals, v)
         for gi in g:
             refuse_once_differentiable(gi)
         tangents = []
         for gi in g:
             t = fwAD.unpack_dual(gi).tangent
             tangents.append(torch.zeros_like(gi) if t is None else t.detach())
-    return dot(tangents, w), absdot(tangents, w), u, w
+    return dot(tangents, w), absdot(tangents, w)
 
 
-def first_derivative_difference(target: Target, case: Case, u, w, eps: float):
-    """``(h(x + eps u) - h(x - eps u)) / 2 eps`` in float64, and its error estimate."""
-    ref = leaf_function(target, case, cast=torch.float64)
+def first_derivative_difference(
+    f: Function, leaves64: Sequence[torch.Tensor], v64: Sequence[torch.Tensor], u, w, eps: float
+) -> tuple[float, float]:
+    """``(h(x + eps u) - h(x - eps u)) / 2 eps`` for ``h = <J^T v, w>`` at the
+    float64 ``leaves64``, and its error estimate (the change when the step
+    doubles, plus round-off)."""
 
     def h(step: float) -> tuple[float, float]:
-        moved = [(l.detach() + step * ui.to(l.dtype)).requires_grad_() for l, ui in zip(ref.leaves, u)]
-        g, _ = _first_derivative(ref, moved, case.params, create_graph=False)
+        moved = [(l.detach() + step * ui.to(l.dtype)).requires_grad_() for l, ui in zip(leaves64, u)]
+        g = vjp(f(*moved), moved, v64)
         return dot(g, w), absdot(g, w)
 
     (p1, s), (m1, _) = h(eps), h(-eps)
@@ -99,13 +107,25 @@ def first_derivative_difference(target: Target, case: Case, u, w, eps: float):
     return n1, abs(n1 - n2) + ROUNDOFF64 / eps * s
 
 
-def _measure(analytic_fn):
+Analytic = Callable[[Function, Sequence[torch.Tensor], Sequence[torch.Tensor], Sequence[torch.Tensor], object], tuple]
+
+
+def _measure(analytic: Analytic):
     def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
-        analytic, scale, u, w = analytic_fn(target, case, cast)
-        numeric, noise = first_derivative_difference(target, case, u, w, eps)
-        return Measurement(analytic, numeric, scale + abs(numeric), noise)
+        f = leaf_function(target, case, cast=cast)
+        u = directions(case.params, f.leaves)
+        w = probes_like(case.params, "second", f.leaves)
+        value, scale = analytic(f, f.leaves, _cotangents(case, f), u, w)
+        ref = leaf_function(target, case, cast=torch.float64)
+        numeric, noise = first_derivative_difference(ref, ref.leaves, _cotangents(case, ref), u, w, eps)
+        return Measurement(value, numeric, scale + abs(numeric), noise)
 
     return measure
+
+
+def _cotangents(case: Case, f) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return probes_like(case.params, "cotangent", f(*f.leaves))
 
 
 rr, fr = _measure(reverse_over_reverse), _measure(forward_over_reverse)
@@ -138,4 +158,35 @@ def run(target: Target, case: Case) -> Verdict:
     )
 
 
-CHECK = Check("gradgrad", run, params=probe_params("cotangent", "direction", "second"))
+def script(ctx: ScriptContext) -> Fragment:
+    return Fragment(
+        "second derivatives (reverse over reverse, forward over reverse) vs finite differences of the first",
+        lines(
+            "# h(x) = <J(x)^T v, w>: the first derivative contracted with a second probe w.",
+            "# Central differences of h in float64, h by first-order reverse mode.",
+            "x64 = make_leaves(torch.float64)",
+            "numeric, noise = first_derivative_difference(f, x64, V64, U, W, EPS)",
+            "results = []",
+            "for identity, second_derivative in (",
+            f'    ("reverse over reverse ({ctx.dtype}) vs finite differences of J^T v", reverse_over_reverse),',
+            f'    ("forward over reverse ({ctx.dtype}) vs finite differences of J^T v", forward_over_reverse),',
+            "):",
+            "    try:",
+            "        analytic, scale = second_derivative(f, make_leaves(), V, U, W)",
+            "    except Unsupported as e:  # no double backward: nothing to compare",
+            '        print(f"{identity}: unsupported ({e})")',
+            "        continue",
+            "    except (NotImplementedError, RuntimeError) as e:",
+            "        skip_missing_formula(identity, e)",
+            "        continue",
+            "    results.append(judge(identity, analytic, numeric, scale + abs(numeric), noise))",
+            "return finish(results)",
+        ),
+        ("f", "judge", "skip_missing_formula", "finish"),
+        ("V", "V64", "U", "W"),
+        forward_ad=True,
+        copies=(first_derivative_difference, reverse_over_reverse, forward_over_reverse),
+    )
+
+
+CHECK = Check("gradgrad", run, params=probe_params("cotangent", "direction", "second"), script=script)

@@ -14,30 +14,29 @@ from fuzzdiff.verdict import Unsupported
 __all__ = ["jvp", "same_layout", "NO_FORWARD_RULE"]
 
 # torch's own operator namespaces; any other is a torch.library op of a user's
-NATIVE_NAMESPACES = frozenset(
-    {
-        "aten",
-        "prims",
-        "prim",
-        "quantized",
-        "_quantized",
-        "mkldnn",
-        "mkl",
-        "onednn",
-        "_c10d_functional",
-        "c10d",
-        "profiler",
-        "inductor",
-        "debugprims",
-        "rngprims",
-        "higher_order",
-        "_nested_tensor",
-        "fbgemm",
-        "_test",
-        "cuda",
-        "xpu",
-        "mps",
-    }
+# (a tuple, so that a standalone script can hold this very value)
+NATIVE_NAMESPACES = (
+    "aten",
+    "prims",
+    "prim",
+    "quantized",
+    "_quantized",
+    "mkldnn",
+    "mkl",
+    "onednn",
+    "_c10d_functional",
+    "c10d",
+    "profiler",
+    "inductor",
+    "debugprims",
+    "rngprims",
+    "higher_order",
+    "_nested_tensor",
+    "fbgemm",
+    "_test",
+    "cuda",
+    "xpu",
+    "mps",
 )
 NO_FORWARD_RULE = (
     "forward mode through torch.library op(s) {ops}: an op whose autograd is register_autograd "

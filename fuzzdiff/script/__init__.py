@@ -49,7 +49,7 @@ from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["standalone_script", "ScriptError", "FRAGMENTS", "register", "Fragment"]
+__all__ = ["standalone_script", "scripted_checks", "ScriptError", "FRAGMENTS", "register", "Fragment"]
 
 # Module-level names every script may define; target code must not clash with them.
 SCRIPT_NAMES = frozenset(
@@ -222,14 +222,18 @@ def standalone_script(
     return "\n\n\n".join(b.strip("\n") for b in blocks) + "\n"
 
 
+def scripted_checks() -> list[str]:
+    """The checks a standalone script can be written for, in registry order."""
+    return [name for name, c in CHECKS.items() if c.script is not None or name in FRAGMENTS]
+
+
 def script_writer(check: str) -> Callable[[Context], Fragment]:
     """The check's own ``script`` (Check.script), else its fragment here."""
     own = CHECKS[check].script if check in CHECKS else None
     if own is not None:
         return own
     if check not in FRAGMENTS:
-        scripted = sorted({*FRAGMENTS, *(name for name, c in CHECKS.items() if c.script is not None)})
-        raise ScriptError(f"no standalone script for check {check!r}; scripts exist for {', '.join(scripted)}")
+        raise ScriptError(f"no standalone script for check {check!r}; scripts exist for {', '.join(scripted_checks())}")
     return FRAGMENTS[check]
 
 
@@ -305,7 +309,7 @@ def _header(target, check, case, verdict, fragment, found_with, code) -> str:
 
 def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
     future = ["from __future__ import annotations"] if code.future_annotations else []
-    std = ["import math", "import sys", *fragment.imports]
+    std = ["import math", "import sys", *(line for line in fragment.imports if not _from_torch(line))]
     if "skip_missing_formula" in fragment.helpers:
         std.append("import re")
     if special_floats:
@@ -314,7 +318,7 @@ def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
     other_std: list[str] = []
     other_torch: list[str] = []
     third: list[str] = []
-    for line in code.imports:
+    for line in (*code.imports, *filter(_from_torch, fragment.imports)):
         if line in std or line in torch_lines:
             continue
         root = line.split()[1].split(".")[0]
@@ -326,6 +330,10 @@ def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
         sorted(set(third), key=lambda l: (l.startswith("from"), l)),
     ]
     return "\n\n".join("\n".join(g) for g in groups if g)
+
+
+def _from_torch(line: str) -> bool:
+    return line.split()[1].split(".")[0] == "torch"
 
 
 def _definitions(code: TargetCode) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from fuzzdiff.compare import max_abs, mismatch
 from fuzzdiff.directions import absdot, dot
+from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.numerical import directional_difference
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.script.literals import ScriptError
@@ -42,12 +43,11 @@ def _copied(fn: Callable[..., Any], imports: frozenset[str] = frozenset()) -> li
     extra = sorted(set(code.imports) - STANDARD_IMPORTS)
     if any(line not in imports for line in extra):
         raise ScriptError(f"{fn.__qualname__} cannot be copied into a script: it needs {extra}")
-    for definition in code.definitions:
-        tree = ast.parse(definition)
-        node = tree.body[0]
-        name = node.name if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else node.targets[0].id  # type: ignore[attr-defined]
+    trees = [ast.parse(definition) for definition in code.definitions]
+    names = [_defined(tree) for tree in trees]
+    for tree, name in zip(trees, names):
         used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        needs = tuple(sorted((used & code.names) - {name}))
+        needs = tuple(sorted((used & set(names)) - {name}))  # imported names come with the imports
         HELPERS.setdefault(name, (ast.unparse(_without_annotations(tree)), needs))
         COPIED.add(name)
     return extra
@@ -77,6 +77,11 @@ class _AnyTorchImport(frozenset):
 _ANY_TORCH_IMPORT = _AnyTorchImport()
 
 
+def _defined(tree: ast.Module) -> str:
+    node = tree.body[0]
+    return node.name if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else node.targets[0].id  # type: ignore[attr-defined]
+
+
 def _without_annotations(tree: ast.Module) -> ast.Module:
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -89,7 +94,7 @@ def _without_annotations(tree: ast.Module) -> ast.Module:
     return tree
 
 
-for _fn in (vjp, dot, absdot, max_abs, mismatch, directional_difference):
+for _fn in (vjp, dot, absdot, max_abs, mismatch, directional_difference, same_layout):
     _copied(_fn)
 
 
@@ -116,46 +121,6 @@ def f(*leaves):
     return outputs(call(*make_args(leaves)))
 ''',
     "outputs",
-)
-
-
-_helper(
-    "same_layout",
-    '''
-def same_layout(primal, tangent):
-    """The tangent stored with the primal's exact sizes, strides and offset.
-
-    make_dual copies a tangent with other metadata into the primal's layout; for a
-    stride-0 primal that copy is an overlapping write and raises, so the tangent
-    (constant along those dims) is handed over in that very layout instead.
-    """
-    tangent = tangent.to(primal.dtype)
-    if 0 not in primal.stride():
-        return tangent
-    numel = primal.untyped_storage().nbytes() // primal.element_size()
-    out = primal.new_zeros(numel).as_strided(primal.shape, primal.stride(), primal.storage_offset())
-    sizes = [min(n, 1) if s == 0 else n for n, s in zip(primal.shape, primal.stride())]
-    out.as_strided(sizes, out.stride(), out.storage_offset()).copy_(
-        tangent.as_strided(sizes, tangent.stride(), tangent.storage_offset()))
-    return out
-''',
-)
-
-_helper(
-    "jvp",
-    '''
-def jvp(f, leaves, tangents):
-    """The outputs of f and their tangents J u, by forward mode (dual tensors)."""
-    with fwAD.dual_level():
-        duals = [fwAD.make_dual(l, same_layout(l, u)) for l, u in zip(leaves, tangents)]
-        primals, tans = [], []
-        for o in f(*duals):
-            p, t = fwAD.unpack_dual(o)
-            primals.append(p)
-            tans.append(torch.zeros_like(p) if t is None else t)
-    return primals, tans
-''',
-    "same_layout",
 )
 
 

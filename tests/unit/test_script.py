@@ -37,7 +37,7 @@ from fuzzdiff.checks import CHECKS
 from fuzzdiff.checks.opcheck import custom_op
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.runner import case_strategy, run_check
-from fuzzdiff.script import FRAGMENTS, ScriptError, standalone_script
+from fuzzdiff.script import ScriptError, scripted_checks, standalone_script
 from fuzzdiff.script.literals import storage_literal, tensor_literal
 from fuzzdiff.targets import NoGrad, all_targets, get_target
 from fuzzdiff.targets.target import Target
@@ -48,7 +48,7 @@ from detection import fuzz_settings  # noqa: E402
 from zoo import ZOO, by_name  # noqa: E402
 
 CATALOG = all_targets()
-SCRIPTED = [c for c in CHECKS if c in FRAGMENTS]
+SCRIPTED = scripted_checks()
 # Runs scripts as programs that cannot import fuzzdiff (nor its strategies or
 # Hypothesis), one subprocess for many scripts: each result is the exit status
 # and the output of one script.
