@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -29,14 +30,15 @@ from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Unsupported
 
-__all__ = ["Level", "Plan", "run", "COMPOSITIONS", "recording_fallbacks"]
+__all__ = ["Level", "Plan", "run", "vmap_and_loop", "COMPOSITIONS", "recording_fallbacks"]
 
 # What run() can do; strategies.batching draws these names (a unit test holds them equal).
 COMPOSITIONS = ("vmap", "vmap_vjp", "vjp_vmap", "vmap_jvp", "jvp_vmap", "vmap_vmap", "vmap_grad")
 
 
-@dataclass(frozen=True)
-class Level:
+# A NamedTuple, not a dataclass: scripts copy it, and a dataclass needs its module in
+# sys.modules, which a script run by exec() may not be.
+class Level(NamedTuple):
     """One vmap level: its batch size, a batch dim per argument (None: not
     batched at this level) and output batch dims, cycled over the outputs."""
 
@@ -161,82 +163,88 @@ class Batch:
         view = junk.to(t.device, t.dtype).as_strided(t.shape, lay.strides, lay.offset)
         return view.copy_(t)
 
-    def split(self, args: Sequence[torch.Tensor]):
-        """(differentiable args, a function putting them back among the others)."""
-
-        def merge(d: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-            out = list(args)
-            for i, t in zip(self.diff, d):
-                out[i] = t
-            return out
-
-        return [args[i] for i in self.diff], merge
-
-    # -- what every example computes, per composition -------------------------------
-
-    def with_vjp(self, f):
-        """``g(*args, *cotangents) -> (*outputs, *grads)`` by torch.func.vjp."""
-
-        def g(*xs):
-            n = len(self.case.args)
-            d, merge = self.split(xs[:n])
-            # torch.func.vjp is annotated to return has_aux's 3-tuple too
-            outs, pull = torch.func.vjp(lambda *d: f(*merge(d)), *d)  # type: ignore[misc]
-            return (*outs, *pull(tuple(xs[n:])))
-
-        return g
-
-    def with_grad(self, f):
-        """``g(*args, *cotangents) -> (*grads, value)`` of ``sum_k <cotangent_k,
-        output_k>`` by torch.func.grad_and_value."""
-
-        def g(*xs):
-            n = len(self.case.args)
-            d, merge = self.split(xs[:n])
-
-            def h(*d):
-                return sum((c * o).sum() for c, o in zip(xs[n:], f(*merge(d))))
-
-            grads, value = torch.func.grad_and_value(h, argnums=tuple(range(len(d))))(*d)
-            return (*grads, value)
-
-        return g
-
-    def with_jvp(self, f):
-        """``g(*args, *tangents) -> (*outputs, *output tangents)`` by torch.func.jvp."""
-
-        def g(*xs):
-            n = len(self.case.args)
-            d, merge = self.split(xs[:n])
-            # torch.func.jvp is annotated to return has_aux's 3-tuple too
-            outs, tans = torch.func.jvp(lambda *d: f(*merge(d)), tuple(d), tuple(xs[n:]))  # type: ignore[misc]
-            return (*outs, *tans)
-
-        return g
-
     def cotangents(self, index, outs) -> list[torch.Tensor]:
         return probes_like(self.params(self.plan.example(index)), "cotangent", outs)
 
     def tangent(self, i: int, e: int) -> torch.Tensor:
         """Argument i's tangent in example e, in the layout of that example's argument."""
-        d, _ = self.split(self.args(e))
+        d, _ = split(self.args(e), self.diff)
         u = directions(self.params(e), d)[self.diff.index(i)]
         return same_layout(self.args(e)[i], u)
 
+    def tangents(self, index) -> list[torch.Tensor]:
+        """The tangents of the example at ``index``, one per differentiable argument."""
+        return [self.tangent(i, self.plan.example(index, i)) for i in self.diff]
 
-def _vmap(g, plan: Plan, in_dims: Sequence[Sequence[int | None]], ranks: Sequence[int]):
-    """``g`` under every level of ``plan``; ``in_dims[l]`` are level l's, ``ranks``
-    the per-example ranks of g's outputs."""
-    for depth in reversed(range(len(plan.levels))):
-        level = plan.levels[depth]
-        inner = len(plan.levels) - 1 - depth  # batch dims the levels inside add
-        out_dims = tuple(level.out_dim(k, r + inner) for k, r in enumerate(ranks))
-        anchor = next(k for k, d in enumerate(in_dims[depth]) if d is not None)
-        g = torch.func.vmap(_batched_outputs(g, out_dims, anchor), in_dims=tuple(in_dims[depth]), out_dims=out_dims)
+
+# -- the compositions, torch-only: a standalone script runs these very functions ------
+
+
+def split(args: Sequence[torch.Tensor], diff: Sequence[int]):
+    """(the differentiable arguments, a function putting them back among the others)."""
+
+    def merge(d: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        out = list(args)
+        for i, t in zip(diff, d):
+            out[i] = t
+        return out
+
+    return [args[i] for i in diff], merge
+
+
+def with_vjp(f, diff: Sequence[int], n: int):
+    """``g(*args, *cotangents) -> (*outputs, *grads)`` by torch.func.vjp (``n`` arguments)."""
+
+    def g(*xs):
+        d, merge = split(xs[:n], diff)
+        # torch.func.vjp is annotated to return has_aux's 3-tuple too
+        outs, pull = torch.func.vjp(lambda *d: f(*merge(d)), *d)  # type: ignore[misc]
+        return (*outs, *pull(tuple(xs[n:])))
+
     return g
 
 
-def _batched_outputs(g, out_dims: Sequence[int], anchor: int):
+def with_grad(f, diff: Sequence[int], n: int):
+    """``g(*args, *cotangents) -> (*grads, value)`` of ``sum_k <cotangent_k,
+    output_k>`` by torch.func.grad_and_value."""
+
+    def g(*xs):
+        d, merge = split(xs[:n], diff)
+
+        def h(*d):
+            return sum((c * o).sum() for c, o in zip(xs[n:], f(*merge(d))))
+
+        grads, value = torch.func.grad_and_value(h, argnums=tuple(range(len(d))))(*d)
+        return (*grads, value)
+
+    return g
+
+
+def with_jvp(f, diff: Sequence[int], n: int):
+    """``g(*args, *tangents) -> (*outputs, *output tangents)`` by torch.func.jvp."""
+
+    def g(*xs):
+        d, merge = split(xs[:n], diff)
+        # torch.func.jvp is annotated to return has_aux's 3-tuple too
+        outs, tans = torch.func.jvp(lambda *d: f(*merge(d)), tuple(d), tuple(xs[n:]))  # type: ignore[misc]
+        return (*outs, *tans)
+
+    return g
+
+
+def vmapped(g, levels: Sequence[Level], in_dims: Sequence[Sequence[int | None]], ranks: Sequence[int]):
+    """``g`` under every level; ``in_dims[l]`` are level l's, ``ranks``
+    the per-example ranks of g's outputs."""
+    for depth in reversed(range(len(levels))):
+        level = levels[depth]
+        inner = len(levels) - 1 - depth  # batch dims the levels inside add
+        out_dims = tuple(level.out_dim(k, r + inner) for k, r in enumerate(ranks))
+        anchor = next(k for k, d in enumerate(in_dims[depth]) if d is not None)
+        g = torch.func.vmap(batched_outputs(g, out_dims, anchor), in_dims=tuple(in_dims[depth]), out_dims=out_dims)
+    return g
+
+
+def batched_outputs(g, out_dims: Sequence[int], anchor: int):
     """``g``, with every output that vmap will move to a nonzero out_dim batched.
 
     torch 2.13 mishandles an output that is not batched at its vmap level (it
@@ -258,26 +266,113 @@ def _batched_outputs(g, out_dims: Sequence[int], anchor: int):
     return wrapped
 
 
-def _out_dims(plan: Plan, k: int, rank: int) -> list[int]:
-    return [l.out_dim(k, rank + len(plan.levels) - 1 - depth) for depth, l in enumerate(plan.levels)]
+def out_dims_of(levels: Sequence[Level], k: int, rank: int) -> list[int]:
+    """Output k's batch dim at each level, for examples of ``rank`` dims."""
+    return [l.out_dim(k, rank + len(levels) - 1 - depth) for depth, l in enumerate(levels)]
 
 
-def _stack_outputs(plan: Plan, per_example: dict, count: int, slot=lambda k: k) -> list[torch.Tensor]:
+def stack_outputs(levels: Sequence[Level], per_example: dict, count: int, slot=lambda k: k) -> list[torch.Tensor]:
     """The loop's results stacked as vmap stacks them: result k at the out_dims
     of output ``slot(k)`` (jvp of vmap: a tangent where its primal is)."""
-    first = per_example[plan.indices[0]]
+    first = next(iter(per_example.values()))
     return [
-        stack(lambda index: per_example[index][k], plan.levels, _out_dims(plan, slot(k), first[k].dim()))
+        stack(lambda index: per_example[index][k], levels, out_dims_of(levels, slot(k), first[k].dim()))
         for k in range(count)
     ]
 
 
-def _names(prefix: str, count: int) -> list[str]:
-    return [f"{prefix} {k}" for k in range(count)]
+def vmap_and_loop(
+    composition: str,
+    f,
+    levels: Sequence[Level],
+    diff: Sequence[int],
+    arg_names: Sequence[str],
+    args_at,
+    batched: Sequence[torch.Tensor],
+    cotangents,
+    tangents,
+    batch_tangents,
+    loop_f=None,
+):
+    """``composition`` of ``f``, vmapped over ``batched`` and looped over the
+    examples ``args_at(index)``: (names, vmapped results, looped results, stacked).
 
+    ``cotangents(index, outputs)``, ``tangents(index)`` and ``batch_tangents(index)``
+    give the example at ``index`` its probes; ``loop_f`` (default ``f``) is what
+    the loop calls, for a target that writes its inputs and needs its own copies.
+    """
+    loop_f = f if loop_f is None else loop_f
+    n = len(arg_names)
+    indices = list(itertools.product(*(range(l.batch) for l in levels)))
+    outs = {index: loop_f(*args_at(index)) for index in indices}
+    if len({tuple(o.shape for o in out) for out in outs.values()}) > 1:
+        raise Unsupported("the examples' outputs differ in shape (data-dependent): no vmap can batch them")
+    count = len(outs[indices[0]])
+    ranks = [o.dim() for o in outs[indices[0]]]
+    level_dims = [list(l.in_dims) for l in levels]
+    output_names = [f"output {k}" for k in range(count)]
+    tangent_names = [f"output tangent {k}" for k in range(count)]
+    grad_names = [f"grad of {arg_names[i]}" for i in diff]
 
-def _sides(names: list[str], vmapped, looped) -> tuple[Result, Result]:
-    return Result.of(names, list(vmapped)), Result.of(names, list(looped))
+    if composition in ("vmap", "vmap_vmap"):
+        got = vmapped(f, levels, level_dims, ranks)(*batched)
+        return output_names, list(got), stack_outputs(levels, outs, count)
+
+    if composition in ("vmap_vjp", "vmap_grad"):
+        cots = {index: cotangents(index, outs[index]) for index in indices}
+        transform = with_vjp if composition == "vmap_vjp" else with_grad
+        want = {index: transform(loop_f, diff, n)(*args_at(index), *cots[index]) for index in indices}
+        grad_ranks = [batched[i].dim() - sum(l.in_dims[i] is not None for l in levels) for i in diff]
+        if composition == "vmap_vjp":
+            names, out_ranks = output_names + grad_names, ranks + grad_ranks
+        else:
+            names, out_ranks = grad_names + ["<cotangent, output>"], grad_ranks + [0]
+        batched_cots = [stack(lambda index: cots[index][k], levels, [0]) for k in range(count)]
+        g = vmapped(transform(f, diff, n), levels, [level_dims[0] + [0] * count], out_ranks)
+        return names, list(g(*batched, *batched_cots)), stack_outputs(levels, want, len(names))
+
+    if composition in ("vmap_jvp", "jvp_vmap"):
+        tangent_dims = [level_dims[0][i] for i in diff]
+        want = {index: with_jvp(loop_f, diff, n)(*args_at(index), *tangents(index)) for index in indices}
+        batch_tans = [
+            stack(lambda index: batch_tangents(index)[k], levels, [d])
+            if d is not None
+            else batch_tangents(indices[0])[k]
+            for k, d in enumerate(tangent_dims)
+        ]
+        if composition == "vmap_jvp":
+            got = vmapped(with_jvp(f, diff, n), levels, [level_dims[0] + tangent_dims], ranks + ranks)(
+                *batched, *batch_tans
+            )
+        else:
+            d, merge = split(batched, diff)
+            vf = vmapped(f, levels, level_dims, ranks)
+            # torch.func.jvp is annotated to return has_aux's 3-tuple too
+            primal, tans = torch.func.jvp(lambda *d: vf(*merge(d)), tuple(d), tuple(batch_tans))  # type: ignore[misc]
+            got = (*primal, *tans)
+        slot = (lambda k: k) if composition == "vmap_jvp" else (lambda k: k % count)
+        return output_names + tangent_names, list(got), stack_outputs(levels, want, 2 * count, slot)
+
+    if composition == "vjp_vmap":
+        cots = {index: cotangents(index, outs[index]) for index in indices}
+        want = {index: with_vjp(loop_f, diff, n)(*args_at(index), *cots[index]) for index in indices}
+        looped = stack_outputs(levels, {index: w[:count] for index, w in want.items()}, count)
+        for k, i in enumerate(diff):
+            dim = level_dims[0][i]
+            grads = {index: w[count + k] for index, w in want.items()}
+            looped.append(
+                stack(grads.__getitem__, levels, [dim]) if dim is not None else torch.stack(list(grads.values())).sum(0)
+            )
+        batched_cots = [
+            stack(lambda index: cots[index][k], levels, out_dims_of(levels, k, ranks[k])) for k in range(count)
+        ]
+        d, merge = split(batched, diff)
+        vf = vmapped(f, levels, level_dims, ranks)
+        # torch.func.vjp is annotated to return has_aux's 3-tuple too
+        primal, pull = torch.func.vjp(lambda *d: vf(*merge(d)), *d)  # type: ignore[misc]
+        return output_names + grad_names, [*primal, *pull(tuple(batched_cots))], looped
+
+    raise ValueError(f"unknown composition {composition!r}; expected one of {COMPOSITIONS}")
 
 
 def run(target: Target, case: Case, cast: torch.dtype | None = None) -> tuple[Result, Result]:
@@ -286,82 +381,20 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> tuple[Re
     # A target that writes its inputs gets separate tensors on each side.
     loop = b if target.functional else Batch(target, case, cast)
     plan = b.plan
-    grad_names = [f"grad of argument {i}" for i in b.diff]
-    composition = plan.composition
-    outs = {index: loop.f(*loop.args_at(index)) for index in plan.indices}
-    if len({tuple(o.shape for o in out) for out in outs.values()}) > 1:
-        raise Unsupported("the examples' outputs differ in shape (data-dependent): no vmap can batch them")
-    count = len(outs[plan.indices[0]])
-    ranks = [o.dim() for o in outs[plan.indices[0]]]
-    level_dims = [list(l.in_dims) for l in plan.levels]
-
-    if composition in ("vmap", "vmap_vmap"):
-        got = _vmap(b.f, plan, level_dims, ranks)(*b.batched_args())
-        return _sides(_names("output", count), got, _stack_outputs(plan, outs, count))
-
-    if composition in ("vmap_vjp", "vmap_grad"):
-        cots = {index: loop.cotangents(index, outs[index]) for index in plan.indices}
-        per_example = loop.with_vjp(loop.f) if composition == "vmap_vjp" else loop.with_grad(loop.f)
-        want = {index: per_example(*loop.args_at(index), *cots[index]) for index in plan.indices}
-        g = b.with_vjp(b.f) if composition == "vmap_vjp" else b.with_grad(b.f)
-        grad_ranks = [len(case.args[i].shape) for i in b.diff]
-        if composition == "vmap_vjp":
-            out_names, out_ranks = _names("output", count) + grad_names, ranks + grad_ranks
-        else:
-            out_names, out_ranks = grad_names + ["<cotangent, output>"], grad_ranks + [0]
-        batched_cots = [stack(lambda index: cots[index][k], plan.levels, [0]) for k in range(count)]
-        got = _vmap(g, plan, [level_dims[0] + [0] * count], out_ranks)(*b.batched_args(), *batched_cots)
-        return _sides(out_names, got, _stack_outputs(plan, want, len(out_names)))
-
-    if composition in ("vmap_jvp", "jvp_vmap"):
-        tangent_dims = [level_dims[0][i] for i in b.diff]
-        want = {
-            index: loop.with_jvp(loop.f)(
-                *loop.args_at(index), *[loop.tangent(i, plan.example(index, i)) for i in b.diff]
-            )
-            for index in plan.indices
-        }
-        tangents = [
-            stack(lambda index: b.tangent(i, plan.example(index, i)), plan.levels, [d])
-            if d is not None
-            else b.tangent(i, 0)
-            for i, d in zip(b.diff, tangent_dims)
-        ]
-        args = b.batched_args()
-        if composition == "vmap_jvp":
-            got = _vmap(b.with_jvp(b.f), plan, [level_dims[0] + tangent_dims], ranks + ranks)(*args, *tangents)
-        else:
-            d, merge = b.split(args)
-            vf = _vmap(b.f, plan, level_dims, ranks)
-            # torch.func.jvp is annotated to return has_aux's 3-tuple too
-            primal, tans = torch.func.jvp(lambda *d: vf(*merge(d)), tuple(d), tuple(tangents))  # type: ignore[misc]
-            got = (*primal, *tans)
-        out_names = _names("output", count) + _names("output tangent", count)
-        slot = (lambda k: k) if composition == "vmap_jvp" else (lambda k: k % count)
-        return _sides(out_names, got, _stack_outputs(plan, want, 2 * count, slot))
-
-    if composition == "vjp_vmap":
-        cots = {index: loop.cotangents(index, outs[index]) for index in plan.indices}
-        want = {index: loop.with_vjp(loop.f)(*loop.args_at(index), *cots[index]) for index in plan.indices}
-        looped = _stack_outputs(plan, {index: w[:count] for index, w in want.items()}, count)
-        for k, i in enumerate(b.diff):
-            dim = level_dims[0][i]
-            grads = {index: w[count + k] for index, w in want.items()}
-            looped.append(
-                stack(grads.__getitem__, plan.levels, [dim])
-                if dim is not None
-                else torch.stack(list(grads.values())).sum(0)
-            )
-        batched_cots = [
-            stack(lambda index: cots[index][k], plan.levels, _out_dims(plan, k, ranks[k])) for k in range(count)
-        ]
-        d, merge = b.split(b.batched_args())
-        vf = _vmap(b.f, plan, level_dims, ranks)
-        # torch.func.vjp is annotated to return has_aux's 3-tuple too
-        primal, pull = torch.func.vjp(lambda *d: vf(*merge(d)), *d)  # type: ignore[misc]
-        return _sides(_names("output", count) + grad_names, [*primal, *pull(tuple(batched_cots))], looped)
-
-    raise ValueError(f"unknown composition {composition!r}; expected one of {COMPOSITIONS}")
+    names, got, want = vmap_and_loop(
+        plan.composition,
+        b.f,
+        plan.levels,
+        b.diff,
+        [f"argument {i}" for i in range(len(case.args))],
+        loop.args_at,
+        b.batched_args(),
+        loop.cotangents,
+        loop.tangents,
+        b.tangents,
+        loop_f=loop.f,
+    )
+    return Result.of(names, got), Result.of(names, want)
 
 
 _SHOWN: dict = {}

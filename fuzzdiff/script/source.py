@@ -374,6 +374,9 @@ def target_code(fn, what: str, kwargs=None, arg_names=()) -> TargetCode:
             module = sys.modules[cls.__module__]
             emitter.callable(cls.__name__, cls, module)
             emitter.code.call = f"{cls.__name__}.{fn.__name__}"
+        elif inspect.isclass(fn):  # a class a script's copied functions use (fuzzdiff.fragment)
+            emitter.callable(fn.__name__, fn, sys.modules[fn.__module__])
+            emitter.code.call = fn.__name__
         elif inspect.isfunction(fn):
             module = sys.modules[fn.__module__]
             name = "target_fn" if fn.__name__ == "<lambda>" else fn.__name__
