@@ -46,11 +46,13 @@ __all__ = ["Plan", "Sides", "run", "batch_dims", "one_sample", "is_module_target
 REDUCTIONS = ("sum", "mean")
 
 
-def _out_dim(out_dims: Sequence[int], k: int) -> int:
+def out_dim(out_dims: Sequence[int], k: int) -> int:
+    """Output k's batch dim (the last of ``out_dims`` repeats)."""
     return out_dims[min(k, len(out_dims) - 1)]
 
 
-def _floating(out) -> list[torch.Tensor]:
+def floating(out) -> list[torch.Tensor]:
+    """The floating-point tensors of a module's output, flattened."""
     return [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
@@ -82,6 +84,17 @@ class Plan:
         return f"B={self.batch} loss_reduction={self.loss_reduction!r} input_grad={self.input_grad}" + (
             " batch_size inferred" if self.infer_batch else ""
         )
+
+
+class Setup(NamedTuple):
+    """What the three paths need of a plan: plain values, so that a script can
+    copy the paths and this with them."""
+
+    batch: int
+    loss_reduction: str
+    input_grad: bool  # the floating inputs require grad
+    infer_batch: bool  # batch_size=None: call_for_per_sample_grads infers it
+    diff: tuple[int, ...]  # the floating (differentiable) arguments
 
 
 class Batch:
@@ -120,74 +133,95 @@ class Batch:
             self._module = module_builder(self.target)(*self.samples[0], **self.case.kwargs)
         return self._module
 
+    @property
+    def batched(self) -> list[torch.Tensor]:
+        """The batch in the drawn layout, junk around it; the paths take fresh copies."""
+        return [storage.as_strided(shape, strides, offset) for storage, shape, strides, offset in self.storages]
+
+    @property
+    def setup(self) -> Setup:
+        p = self.plan
+        return Setup(p.batch, p.loss_reduction, p.input_grad, p.infer_batch, tuple(self.diff))
+
     def inputs(self, requires_grad: bool, d: int):
         """(leaves in (B, *sample) form, one per argument; the arguments at batch dim ``d``)."""
-        leaves = []
-        for i, (storage, shape, strides, offset) in enumerate(self.storages):
-            t = storage.clone().as_strided(shape, strides, offset)
-            leaves.append(t.requires_grad_(requires_grad and i in self.diff))
-        return leaves, [t.movedim(0, d) if d else t for t in leaves]
+        return fresh_inputs(self.batched, self.diff, requires_grad, d)
 
 
-def _names(module: torch.nn.Module, outs, batch: Batch) -> list[str]:
+def _names(module: torch.nn.Module, n_outputs: int, batch: Batch) -> list[str]:
     arg_names = [a.name for a in batch.target.args]
     return (
-        [f"output {k}" for k in range(len(outs))]
+        [f"output {k}" for k in range(n_outputs)]
         + [f"per-sample grad of {n}" for n, p in module.named_parameters() if p.requires_grad]
         + ([f"grad of input {arg_names[i]}" for i in batch.diff] if batch.plan.input_grad else [])
     )
 
 
-def _expanded(batch: Batch):
-    plan, module = batch.plan, batch.module()
+def fresh_inputs(batched: Sequence[torch.Tensor], diff: Sequence[int], requires_grad: bool, d: int):
+    """Fresh copies of the batch (same sizes, strides, offset and storage), as
+    leaves in (B, *sample) form, and the module's arguments at batch dim ``d``."""
+    leaves = []
+    for i, t in enumerate(batched):
+        storage = t.untyped_storage().clone()
+        copy = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.shape, t.stride())
+        leaves.append(copy.requires_grad_(requires_grad and i in diff))
+    return leaves, [t.movedim(0, d) if d else t for t in leaves]
+
+
+def by_expanded_weights(module: torch.nn.Module, setup: Setup, batched: Sequence[torch.Tensor], cotangents):
+    """(cotangents, results): outputs, grad_sample of every parameter and the
+    inputs' gradients by ExpandedWeights; ``cotangents(outputs)`` draws the
+    cotangents, one per output."""
     d, _ = batch_dims(module)
-    leaves, args = batch.inputs(plan.input_grad, d)
+    leaves, args = fresh_inputs(batched, setup.diff, setup.input_grad, d)
     call = per_sample_grad.call_for_per_sample_grads(
         module,
-        batch_size=None if plan.infer_batch else plan.batch,
-        loss_reduction=plan.loss_reduction,
+        batch_size=None if setup.infer_batch else setup.batch,
+        loss_reduction=setup.loss_reduction,
         batch_first=d == 0,
     )
-    outs = _floating(call(*args))
-    cots = probes_like(batch.case.params, "cotangent", outs)
-    params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
-    wrt = [p for _, p in params] + [leaves[i] for i in batch.diff if plan.input_grad]
+    outs = floating(call(*args))
+    cots = cotangents(outs)
+    params = [p for p in module.parameters() if p.requires_grad]
+    wrt = params + [leaves[i] for i in setup.diff if setup.input_grad]
     if wrt:
         loss = sum((v * o).sum() for v, o in zip(cots, outs))
         assert isinstance(loss, torch.Tensor)  # a module target has floating outputs
-        (loss / plan.batch if plan.loss_reduction == "mean" else loss).backward()
+        (loss / setup.batch if setup.loss_reduction == "mean" else loss).backward()
     per_sample = []
-    for _n, p in params:
+    for p in params:
         g = getattr(p, "grad_sample", None)
         p.grad_sample = None  # type: ignore[attr-defined]  # ExpandedWeights' attribute, unknown to torch's stubs
         per_sample.append(
-            torch.zeros((plan.batch, *p.shape), dtype=p.dtype, device=p.device) if g is None else g.detach()
+            torch.zeros((setup.batch, *p.shape), dtype=p.dtype, device=p.device) if g is None else g.detach()
         )
     inputs = (
-        [torch.zeros_like(leaves[i]) if leaves[i].grad is None else leaves[i].grad for i in batch.diff]
-        if plan.input_grad
+        [torch.zeros_like(leaves[i]) if leaves[i].grad is None else leaves[i].grad for i in setup.diff]
+        if setup.input_grad
         else []
     )
-    return module, outs, cots, [o.detach() for o in outs] + per_sample + inputs
+    return cots, [o.detach() for o in outs] + per_sample + inputs
 
 
-def _looped(batch: Batch, cots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    plan, module = batch.plan, batch.module()
+def by_loop(
+    module: torch.nn.Module, setup: Setup, batched: Sequence[torch.Tensor], cots: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """The same, one sample at a time: the gradient of <v_b, f(x_b)> per sample."""
     d, out_dims = batch_dims(module)
-    leaves, _ = batch.inputs(plan.input_grad, d)
+    leaves, _ = fresh_inputs(batched, setup.diff, setup.input_grad, d)
     params = [p for p in module.parameters() if p.requires_grad]
-    wrt_inputs = [leaves[i] for i in batch.diff] if plan.input_grad else []
+    wrt_inputs = [leaves[i] for i in setup.diff] if setup.input_grad else []
     outs: list[list[torch.Tensor]] = []
     per_sample: list[list[torch.Tensor]] = [[] for _ in params]
     input_grads = [torch.zeros_like(t) for t in wrt_inputs]
-    for b in range(plan.batch):
+    for b in range(setup.batch):
         sample = [t.narrow(0, b, 1).movedim(0, d) if d else t.narrow(0, b, 1) for t in leaves]
-        o = _floating(module(*sample))
+        o = floating(module(*sample))
         outs.append([t.detach() for t in o])
         wrt = params + wrt_inputs
         if not wrt:
             continue
-        loss = sum((v.narrow(_out_dim(out_dims, k), b, 1) * t).sum() for k, (v, t) in enumerate(zip(cots, o)))
+        loss = sum((v.narrow(out_dim(out_dims, k), b, 1) * t).sum() for k, (v, t) in enumerate(zip(cots, o)))
         assert isinstance(loss, torch.Tensor)  # a module target has floating outputs
         grads = torch.autograd.grad(loss, wrt, allow_unused=True)
         for k, p in enumerate(params):
@@ -195,28 +229,30 @@ def _looped(batch: Batch, cots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         for k, g in enumerate(grads[len(params) :]):
             if g is not None:
                 input_grads[k] = input_grads[k] + g
-    scale = 1.0 / plan.batch if plan.loss_reduction == "mean" else 1.0
-    stacked = [torch.cat([o[k] for o in outs], _out_dim(out_dims, k)) for k in range(len(outs[0]))]
+    scale = 1.0 / setup.batch if setup.loss_reduction == "mean" else 1.0
+    stacked = [torch.cat([o[k] for o in outs], out_dim(out_dims, k)) for k in range(len(outs[0]))]
     return stacked + [torch.stack(g) for g in per_sample] + [g * scale if scale != 1.0 else g for g in input_grads]
 
 
-def _vmapped(batch: Batch, cots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    plan, module = batch.plan, batch.module()
+def by_vmap(
+    module: torch.nn.Module, setup: Setup, batched: Sequence[torch.Tensor], cots: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """Per-sample parameter and input gradients by vmap(grad(loss)) with functional_call."""
     d, out_dims = batch_dims(module)
-    leaves, _ = batch.inputs(False, d)
+    leaves, _ = fresh_inputs(batched, setup.diff, False, d)
     params = {n: p.detach() for n, p in module.named_parameters() if p.requires_grad}
     frozen = {n: p for n, p in module.named_parameters() if not p.requires_grad}
     n_args = len(leaves)
 
     def loss(ps, *xs_and_vs):
         xs, vs = xs_and_vs[:n_args], xs_and_vs[n_args:]
-        outs = _floating(functional_call(module, {**ps, **frozen}, tuple(x.unsqueeze(d) for x in xs)))
-        return sum((v * o.select(_out_dim(out_dims, k), 0)).sum() for k, (v, o) in enumerate(zip(vs, outs)))
+        outs = floating(functional_call(module, {**ps, **frozen}, tuple(x.unsqueeze(d) for x in xs)))
+        return sum((v * o.select(out_dim(out_dims, k), 0)).sum() for k, (v, o) in enumerate(zip(vs, outs)))
 
-    argnums = (0,) + (tuple(1 + i for i in batch.diff) if plan.input_grad else ())
-    in_dims = (None,) + (0,) * n_args + tuple(_out_dim(out_dims, k) for k in range(len(cots)))
+    argnums = (0,) + (tuple(1 + i for i in setup.diff) if setup.input_grad else ())
+    in_dims = (None,) + (0,) * n_args + tuple(out_dim(out_dims, k) for k in range(len(cots)))
     grads = vmap(grad(loss, argnums=argnums), in_dims=in_dims)(params, *leaves, *cots)
-    scale = 1.0 / plan.batch if plan.loss_reduction == "mean" else 1.0
+    scale = 1.0 / setup.batch if setup.loss_reduction == "mean" else 1.0
     return [grads[0][n] for n in params] + [g * scale if scale != 1.0 else g for g in grads[1:]]
 
 
@@ -233,7 +269,7 @@ def _vmap_unsupported(batch: Batch, error: Exception) -> str | None:
     leaves, _ = batch.inputs(False, d)
     params = {n: p.detach() for n, p in module.named_parameters()}
     try:
-        vmap(lambda *xs: tuple(_floating(functional_call(module, params, tuple(x.unsqueeze(d) for x in xs)))))(*leaves)
+        vmap(lambda *xs: tuple(floating(functional_call(module, params, tuple(x.unsqueeze(d) for x in xs)))))(*leaves)
     except Exception as e:  # noqa: BLE001 - classified below
         forward = unsupported_reason(e)
         if forward is not None:
@@ -256,18 +292,19 @@ class Sides(NamedTuple):
 def run(target: Target, case: Case, cast: torch.dtype | None = None, vmapped: bool = True) -> Sides:
     """The three paths on one batch; ``cast`` recomputes at the same values in another dtype."""
     batch = Batch(target, case, cast)
-    module, outs, cots, expanded = _expanded(batch)
-    names = _names(module, outs, batch)
-    looped = _looped(batch, cots)
-    by_vmap = Result.not_run(names, "not asked for")
+    module, setup, batched = batch.module(), batch.setup, batch.batched
+    cots, expanded = by_expanded_weights(module, setup, batched, lambda o: probes_like(case.params, "cotangent", o))
+    names = _names(module, len(cots), batch)
+    looped = by_loop(module, setup, batched, cots)
+    vmapped_side = Result.not_run(names, "not asked for")
     if vmapped:
         try:
-            got = _vmapped(batch, cots)
+            got = by_vmap(module, setup, batched, cots)
         except Exception as e:  # noqa: BLE001 - anything vmap does not own propagates
             why = _vmap_unsupported(batch, e)
             if why is None:
                 raise
-            by_vmap = Result.not_run(names, why)
+            vmapped_side = Result.not_run(names, why)
         else:
-            by_vmap = Result.of(names, looped[: len(outs)] + got)  # vmap(grad) gives no outputs
-    return Sides(Result.of(names, expanded), Result.of(names, looped), by_vmap)
+            vmapped_side = Result.of(names, looped[: len(cots)] + got)  # vmap(grad) gives no outputs
+    return Sides(Result.of(names, expanded), Result.of(names, looped), vmapped_side)

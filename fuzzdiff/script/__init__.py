@@ -35,7 +35,7 @@ from fuzzdiff.script import compile as _compile  # noqa: F401  (registers its fr
 from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
 from fuzzdiff.script import vmap as _vmap  # noqa: F401  (registers the vmap fragment)
 from fuzzdiff.script.fragments import FRAGMENTS, Fragment, register
-from fuzzdiff.script.helpers import HELPERS, copies, helper_source
+from fuzzdiff.script.helpers import HELPERS, copies, defines_helper, helper_names, helper_source
 from fuzzdiff.script.inputs import InputsCode, inputs_code
 from fuzzdiff.script.literals import (
     ScriptError,
@@ -182,6 +182,10 @@ def standalone_script(
     fragment: Fragment = write(ctx)
     copied, copied_imports = copies(fragment.copies)
     fragment = replace(fragment, helpers=(*fragment.helpers, *copied), imports=(*fragment.imports, *copied_imports))
+    provided = frozenset(filter(None, map(defines_helper, code.definitions)))
+    clash = (code.names & helper_names(fragment.helpers)) - provided
+    if clash:
+        raise ScriptError(f"target {target.name!r} defines {sorted(clash)}, which the script uses for itself")
 
     blocks = [_header(target, check, case, verdict, fragment, found_with, code)]
     data: list[str] = []
@@ -211,7 +215,7 @@ def standalone_script(
         + (f"; widened: {override.reason}" if override else "")
         + f"\nEPS = {EPS!r}  # finite-difference step"
     )
-    blocks.append(_banner("Helpers") + "\n\n\n".join(helper_source(fragment.helpers)))
+    blocks.append(_banner("Helpers") + "\n\n\n".join(helper_source(fragment.helpers, provided)))
     if fragment.extra:
         blocks.append(fragment.extra)
         data.append(fragment.extra)

@@ -24,7 +24,7 @@ from fuzzdiff.script.literals import ScriptError
 from fuzzdiff.script.source import STANDARD_IMPORTS, target_code
 from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS
 
-__all__ = ["HELPERS", "helper_source", "COPIED", "copies"]
+__all__ = ["HELPERS", "helper_source", "helper_names", "defines_helper", "COPIED", "copies"]
 
 HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {}
 COPIED: set[str] = set()  # helper names that are fuzzdiff's own functions, copied
@@ -255,10 +255,32 @@ def changed(watched, before):
 )
 
 
-def helper_source(names) -> list[str]:
-    """The helpers named, with what they need, each once, dependencies first."""
+def helper_names(names) -> set[str]:
+    """The helpers named and every helper they need."""
+    out: set[str] = set()
+    stack = list(names)
+    while stack:
+        name = stack.pop()
+        if name not in out:
+            out.add(name)
+            stack.extend(HELPERS[name][1])
+    return out
+
+
+def defines_helper(definition: str) -> str | None:
+    """The helper that ``definition`` (a target's copied code) is, word for word
+    once annotations are dropped, or None: a target module that imports the very
+    function a script copies (fuzzdiff.targets.module.batch_dims) defines it once."""
+    tree = _without_annotations(ast.parse(definition))
+    name = _defined(tree)
+    return name if name in HELPERS and HELPERS[name][0] == ast.unparse(tree) else None
+
+
+def helper_source(names, provided: frozenset[str] = frozenset()) -> list[str]:
+    """The helpers named, with what they need, each once, dependencies first;
+    none of ``provided`` (defined already)."""
     out: list[str] = []
-    seen: set[str] = set()
+    seen: set[str] = set(provided)
 
     def add(name: str) -> None:
         if name in seen:

@@ -234,9 +234,9 @@ def test_a_float32_rounding_difference_of_the_reference_is_not_a_failure(monkeyp
     """The loop off in float32 only, ExpandedWeights right: float64 agrees and
     ExpandedWeights matches it, so what is left is the reference's precision
     (the dtype check's question)."""
-    real = path._looped
-    monkeypatch.setattr(path, "_looped", lambda batch, cots: [
-        t * (1 + 1e-3) if t.dtype == torch.float32 else t for t in real(batch, cots)])
+    real = path.by_loop
+    monkeypatch.setattr(path, "by_loop", lambda *args: [
+        t * (1 + 1e-3) if t.dtype == torch.float32 else t for t in real(*args)])
     case = plain_case("nn_linear", LINEAR, (3,), dtype="float32")
     verdict = run_check(CHECK, get_target("nn_linear"), case)
     assert verdict.kind == "inconclusive" and "float64 agrees" in verdict.message, verdict
