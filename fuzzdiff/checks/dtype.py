@@ -15,7 +15,9 @@ from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
 from fuzzdiff.compare import worst_discrepancy
 from fuzzdiff.confirm import against_float64
+from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.eager import evaluate
+from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
@@ -43,4 +45,27 @@ def run(target: Target, case: Case) -> Verdict:
     return Verdict("pass") if verdict.kind == "pass" else verdict
 
 
-CHECK = Check("dtype", run, params=probe_params("cotangent"), dtypes=LOW_PRECISION)
+def script(ctx: ScriptContext) -> Fragment:
+    return Fragment(
+        f"{ctx.dtype} outputs and gradients vs float64 on the very same values",
+        lines(
+            f"# 1. In {ctx.dtype}.",
+            "leaves = make_leaves()",
+            "outs = f(*leaves)",
+            "low = [t.detach() for t in (*outs, *vjp(outs, leaves, V))]",
+            'names = [f"output {k}" for k in range(len(outs))] + [f"grad of {n}" for n in LEAF_NAMES]',
+            f"# 2. In float64, on the {ctx.dtype} values widened exactly.",
+            "leaves = make_leaves(torch.float64)",
+            "outs = f(*leaves)",
+            "ref = [t.detach() for t in (*outs, *vjp(outs, leaves, V64))]",
+            "# Each result on its own scale (the check also allows what conditioning explains).",
+            "return finish([compare(names, low, ref)])",
+        ),
+        ("f", "compare", "finish"),
+        ("V", "V64"),
+        extra=ctx.wrt_constants(),
+        copies=(vjp,),
+    )
+
+
+CHECK = Check("dtype", run, params=probe_params("cotangent"), dtypes=LOW_PRECISION, script=script)

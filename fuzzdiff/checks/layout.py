@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from fuzzdiff.case import Case, Layout
 from fuzzdiff.checks.check import Check
 from fuzzdiff.checks.twins import judge_twins
+from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.eager import evaluate
+from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 from strategies.cotangents import probes
@@ -48,4 +50,33 @@ def run(target: Target, case: Case) -> Verdict:
     )
 
 
-CHECK = Check("layout", run, params=params, needs_grad=False)
+EVALUATE_ARGS = '''
+def evaluate(make_leaves, make_args):
+    """Outputs, and gradients with respect to each differentiable argument as passed."""
+    args = make_args(make_leaves())
+    outs = outputs(call(*args))
+    grads = vjp(outs, [args[i] for i in WRT], V) if WRT else []
+    names = [f"output {k}" for k in range(len(outs))] + [f"grad of {ARG_NAMES[i]}" for i in WRT]
+    return names, [t.detach() for t in (*outs, *grads)]
+'''.strip("\n")
+
+
+def script(ctx: ScriptContext) -> Fragment:
+    return Fragment(
+        "the same values in two memory layouts give the same outputs and gradients",
+        lines(
+            "# 1. The arguments in the fuzzed layout.",
+            "names, got = evaluate(make_leaves, make_args)",
+            "# 2. The very same values in another layout.",
+            "_, expected = evaluate(make_leaves_other, make_args_other)",
+            "return finish([compare(names, got, expected)])",
+        ),
+        ("outputs", "compare", "finish"),
+        ("V",),
+        other_layout=True,
+        extra=f"{ctx.wrt_constants()}\n\n\n{EVALUATE_ARGS}",
+        copies=(vjp,),
+    )
+
+
+CHECK = Check("layout", run, params=params, needs_grad=False, script=script)

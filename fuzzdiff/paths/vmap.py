@@ -92,7 +92,7 @@ class Plan:
         return e
 
 
-def stack(
+def stack_examples(
     value: Callable[[tuple[int, ...]], torch.Tensor], levels: Sequence[Level], dims: Sequence[int | None]
 ) -> torch.Tensor:
     """One tensor of every example's ``value(index)``: level l's examples are
@@ -147,7 +147,7 @@ class Batch:
             if not self.plan.batched(i):
                 out.append(self.args(0)[i])
                 continue
-            t = stack(
+            t = stack_examples(
                 lambda index: self.args(self.plan.example(index, i))[i],
                 self.plan.levels,
                 [l.in_dims[i] for l in self.plan.levels],
@@ -168,7 +168,7 @@ class Batch:
 
     def tangent(self, i: int, e: int) -> torch.Tensor:
         """Argument i's tangent in example e, in the layout of that example's argument."""
-        d, _ = split(self.args(e), self.diff)
+        d, _ = split_differentiable(self.args(e), self.diff)
         u = directions(self.params(e), d)[self.diff.index(i)]
         return same_layout(self.args(e)[i], u)
 
@@ -180,7 +180,7 @@ class Batch:
 # -- the compositions, torch-only: a standalone script runs these very functions ------
 
 
-def split(args: Sequence[torch.Tensor], diff: Sequence[int]):
+def split_differentiable(args: Sequence[torch.Tensor], diff: Sequence[int]):
     """(the differentiable arguments, a function putting them back among the others)."""
 
     def merge(d: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -196,7 +196,7 @@ def with_vjp(f, diff: Sequence[int], n: int):
     """``g(*args, *cotangents) -> (*outputs, *grads)`` by torch.func.vjp (``n`` arguments)."""
 
     def g(*xs):
-        d, merge = split(xs[:n], diff)
+        d, merge = split_differentiable(xs[:n], diff)
         # torch.func.vjp is annotated to return has_aux's 3-tuple too
         outs, pull = torch.func.vjp(lambda *d: f(*merge(d)), *d)  # type: ignore[misc]
         return (*outs, *pull(tuple(xs[n:])))
@@ -209,7 +209,7 @@ def with_grad(f, diff: Sequence[int], n: int):
     output_k>`` by torch.func.grad_and_value."""
 
     def g(*xs):
-        d, merge = split(xs[:n], diff)
+        d, merge = split_differentiable(xs[:n], diff)
 
         def h(*d):
             return sum((c * o).sum() for c, o in zip(xs[n:], f(*merge(d))))
@@ -224,7 +224,7 @@ def with_jvp(f, diff: Sequence[int], n: int):
     """``g(*args, *tangents) -> (*outputs, *output tangents)`` by torch.func.jvp."""
 
     def g(*xs):
-        d, merge = split(xs[:n], diff)
+        d, merge = split_differentiable(xs[:n], diff)
         # torch.func.jvp is annotated to return has_aux's 3-tuple too
         outs, tans = torch.func.jvp(lambda *d: f(*merge(d)), tuple(d), tuple(xs[n:]))  # type: ignore[misc]
         return (*outs, *tans)
@@ -276,7 +276,7 @@ def stack_outputs(levels: Sequence[Level], per_example: dict, count: int, slot=l
     of output ``slot(k)`` (jvp of vmap: a tangent where its primal is)."""
     first = next(iter(per_example.values()))
     return [
-        stack(lambda index: per_example[index][k], levels, out_dims_of(levels, slot(k), first[k].dim()))
+        stack_examples(lambda index: per_example[index][k], levels, out_dims_of(levels, slot(k), first[k].dim()))
         for k in range(count)
     ]
 
@@ -327,7 +327,7 @@ def vmap_and_loop(
             names, out_ranks = output_names + grad_names, ranks + grad_ranks
         else:
             names, out_ranks = grad_names + ["<cotangent, output>"], grad_ranks + [0]
-        batched_cots = [stack(lambda index: cots[index][k], levels, [0]) for k in range(count)]
+        batched_cots = [stack_examples(lambda index: cots[index][k], levels, [0]) for k in range(count)]
         g = vmapped(transform(f, diff, n), levels, [level_dims[0] + [0] * count], out_ranks)
         return names, list(g(*batched, *batched_cots)), stack_outputs(levels, want, len(names))
 
@@ -335,7 +335,7 @@ def vmap_and_loop(
         tangent_dims = [level_dims[0][i] for i in diff]
         want = {index: with_jvp(loop_f, diff, n)(*args_at(index), *tangents(index)) for index in indices}
         batch_tans = [
-            stack(lambda index: batch_tangents(index)[k], levels, [d])
+            stack_examples(lambda index: batch_tangents(index)[k], levels, [d])
             if d is not None
             else batch_tangents(indices[0])[k]
             for k, d in enumerate(tangent_dims)
@@ -345,7 +345,7 @@ def vmap_and_loop(
                 *batched, *batch_tans
             )
         else:
-            d, merge = split(batched, diff)
+            d, merge = split_differentiable(batched, diff)
             vf = vmapped(f, levels, level_dims, ranks)
             # torch.func.jvp is annotated to return has_aux's 3-tuple too
             primal, tans = torch.func.jvp(lambda *d: vf(*merge(d)), tuple(d), tuple(batch_tans))  # type: ignore[misc]
@@ -360,13 +360,14 @@ def vmap_and_loop(
         for k, i in enumerate(diff):
             dim = level_dims[0][i]
             grads = {index: w[count + k] for index, w in want.items()}
-            looped.append(
-                stack(grads.__getitem__, levels, [dim]) if dim is not None else torch.stack(list(grads.values())).sum(0)
-            )
+            if dim is None:  # an unbatched argument's gradient sums over the batch
+                looped.append(torch.stack(list(grads.values())).sum(0))
+            else:
+                looped.append(stack_examples(grads.__getitem__, levels, [dim]))
         batched_cots = [
-            stack(lambda index: cots[index][k], levels, out_dims_of(levels, k, ranks[k])) for k in range(count)
+            stack_examples(lambda index: cots[index][k], levels, out_dims_of(levels, k, ranks[k])) for k in range(count)
         ]
-        d, merge = split(batched, diff)
+        d, merge = split_differentiable(batched, diff)
         vf = vmapped(f, levels, level_dims, ranks)
         # torch.func.vjp is annotated to return has_aux's 3-tuple too
         primal, pull = torch.func.vjp(lambda *d: vf(*merge(d)), *d)  # type: ignore[misc]

@@ -220,40 +220,6 @@ def finish(results):
 ''',
 )
 
-_helper(
-    "scatter_to_storage",
-    '''
-def scatter_to_storage(out, grad, shape, strides, offset):
-    """Add the gradient of a strided view into the flat gradient of its storage."""
-    index = torch.arange(out.numel()).as_strided(shape, strides, offset)
-    out.index_add_(0, index.reshape(-1), grad.reshape(-1).to(out.dtype))
-''',
-)
-
-_helper(
-    "snapshot",
-    '''
-def snapshot(t):
-    """A tensor's metadata and every byte of its storage."""
-    meta = (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.requires_grad)
-    return meta, bytes(t.untyped_storage()), t.detach().clone()
-
-
-def changed(watched, before):
-    """The first watched tensor whose metadata or storage bytes differ from before."""
-    for name, t in watched.items():
-        meta, data, values = before[name]
-        now_meta, now_data, now_values = snapshot(t)
-        if now_meta != meta:
-            return f"the metadata of {name}: {meta} -> {now_meta}"
-        if now_data != data:
-            print(f"{name} before: {values.tolist()}")
-            print(f"{name} after:  {now_values.tolist()}")
-            return f"the values in the storage of {name}"
-    return None
-''',
-)
-
 
 def helper_names(names) -> set[str]:
     """The helpers named and every helper they need."""
