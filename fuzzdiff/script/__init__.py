@@ -305,12 +305,13 @@ def _header(target, check, case, verdict, fragment, found_with, code) -> str:
 
 def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
     future = ["from __future__ import annotations"] if code.future_annotations else []
-    std = ["import math", "import sys", *fragment.imports]
+    std = ["import math", "import sys", *(l for l in fragment.imports if not _torch_import(l))]
     if "skip_missing_formula" in fragment.helpers:
         std.append("import re")
     if special_floats:
         std.append("from math import inf, nan")
     torch_lines = ["import torch"] + (["import torch.autograd.forward_ad as fwAD"] if fragment.forward_ad else [])
+    torch_lines += sorted({l for l in fragment.imports if _torch_import(l)} - set(torch_lines))
     other_std: list[str] = []
     other_torch: list[str] = []
     third: list[str] = []
@@ -326,6 +327,10 @@ def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
         sorted(set(third), key=lambda l: (l.startswith("from"), l)),
     ]
     return "\n\n".join("\n".join(g) for g in groups if g)
+
+
+def _torch_import(line: str) -> bool:
+    return line.split()[1].split(".")[0] == "torch"
 
 
 def _definitions(code: TargetCode) -> str:

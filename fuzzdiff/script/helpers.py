@@ -42,15 +42,21 @@ def _copied(fn: Callable[..., Any], imports: frozenset[str] = frozenset()) -> li
     extra = sorted(set(code.imports) - STANDARD_IMPORTS)
     if any(line not in imports for line in extra):
         raise ScriptError(f"{fn.__qualname__} cannot be copied into a script: it needs {extra}")
-    for definition in code.definitions:
-        tree = ast.parse(definition)
-        node = tree.body[0]
-        name = node.name if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else node.targets[0].id  # type: ignore[attr-defined]
+    trees = [ast.parse(definition) for definition in code.definitions]
+    names = [_defined_name(tree.body[0]) for tree in trees]
+    for name, tree in zip(names, trees):
+        # what it needs among the definitions: a name an import binds is no helper
         used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        needs = tuple(sorted((used & code.names) - {name}))
+        needs = tuple(sorted((used & set(names)) - {name}))
         HELPERS.setdefault(name, (ast.unparse(_without_annotations(tree)), needs))
         COPIED.add(name)
     return extra
+
+
+def _defined_name(node: ast.stmt) -> str:
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return node.name
+    return node.targets[0].id  # type: ignore[attr-defined]
 
 
 def copies(fns: Sequence[Callable[..., Any]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
