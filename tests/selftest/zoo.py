@@ -945,7 +945,8 @@ ZOO += [
 #     torch.utils.checkpoint restores torch's generators for the forward it
 #     recomputes during the backward, not Python's: the recomputation draws another
 #     coin, and the gradient is that of another block than the one whose output it
-#     is. The twin draws the coin from torch's default generator. Both declare
+#     is (the scale is a tensor, saved for the backward: non-reentrant checkpoint,
+#     which keeps the first forward's graph, recomputes it too). The twin draws the coin from torch's default generator. Both declare
 #     random=True: every other check calls them with their generators seeded alike.
 
 def _residual(x):
@@ -953,13 +954,14 @@ def _residual(x):
 
 
 def drop_path_python_random(x):
-    keep = random.random() >= 0.5  # BUG: Python's random, which checkpoint does not restore
-    return x + _residual(x) * (2.0 if keep else 0.0)
+    # BUG: Python's random, which checkpoint does not restore
+    scale = torch.tensor(2.0 if random.random() >= 0.5 else 0.0, dtype=x.dtype, device=x.device)
+    return x + _residual(x) * scale
 
 
 def drop_path_python_random_twin(x):
-    keep = (torch.rand(()) >= 0.5).to(x.dtype)
-    return x + _residual(x) * keep * 2
+    scale = (torch.rand(()) >= 0.5).to(x) * 2
+    return x + _residual(x) * scale
 
 
 ZOO += [
