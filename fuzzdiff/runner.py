@@ -11,6 +11,7 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
+import torch
 from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
 
@@ -18,6 +19,7 @@ from fuzzdiff import cuda_context
 from fuzzdiff.case import Case, CaseError
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.checks.check import ProbeParams
+from fuzzdiff.paths.seeded import reseeding, seeded
 from fuzzdiff.precision import cuda_present, ieee_float32
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
@@ -42,7 +44,18 @@ def run_check(check: Check | str, target: Target | str, case: Case) -> Verdict:
 def verdict_at(check: Check, target: Target, case: Case) -> Verdict:
     """``run_check`` for a check already known to apply: ``fuzz()`` asks
     ``why_not`` once per run rather than once per example. With a GPU present
-    it runs in IEEE float32 (fuzzdiff.precision: no TF32)."""
+    it runs in IEEE float32 (fuzzdiff.precision: no TF32). A random target
+    has its generators seeded alike before every call (fuzzdiff.paths.seeded),
+    unless the check seeds them itself."""
+    if target.random and not check.seeds_random:
+        seed = sum(a.values.seed for a in case.args) % 2**32
+        devices = [torch.device(case.device).index or 0] if case.device.startswith("cuda") else []
+        fixed = replace(target, fn=reseeding(target.fn, seed, devices))
+        return seeded(seed, lambda: _precise_verdict(check, fixed, case), devices)
+    return _precise_verdict(check, target, case)
+
+
+def _precise_verdict(check: Check, target: Target, case: Case) -> Verdict:
     if not cuda_present():
         return _verdict(check, target, case)
     with ieee_float32():

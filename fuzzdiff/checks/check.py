@@ -72,6 +72,10 @@ class Check:
     configure: ``configure(check, config)`` -> the check under a FuzzConfig.
     script:   ``script(ctx) -> Fragment``: the check's standalone script
               (fuzzdiff.fragment), written beside the identity it restates.
+    seeds_random: the check seeds a random target's generators itself
+              (checkpoint: once per side, since a recomputation must see the
+              draws checkpoint restores, not a reseeding). Otherwise every call
+              of a ``Target.random`` target is seeded alike (fuzzdiff.runner).
     """
 
     name: str
@@ -85,6 +89,7 @@ class Check:
     compiles: bool = False
     configure: Callable[[Check, FuzzConfig], Check] | None = None
     script: Callable[[ScriptContext], Fragment] | None = None
+    seeds_random: bool = False
 
     def configured(self, config: FuzzConfig) -> Check:
         """This check with the run's settings applied (the compile check's backends)."""

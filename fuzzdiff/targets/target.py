@@ -65,6 +65,10 @@ class Target:
                signature with its evidence (fuzzdiff.known), never a whole check.
     functional: False for targets that mutate their inputs.
     specials:  opt in to special values (±0, ±inf, nan, tiny, huge, subnormal).
+    random:    the target draws random numbers (dropout, a module in training
+               mode): the checks call it with torch's generators and Python's
+               ``random`` seeded alike before every call (fuzzdiff.runner), or
+               seed it themselves (checkpoint); vmap and compile do not apply.
     origin:    ``module:qualname`` that resolves to this Target, for one that is
                not in the catalog: cases (and corpus records) name it, so they replay.
     cpu_only:  why the target's cases stay on the CPU, e.g. a CUDA kernel fault

@@ -17,6 +17,7 @@ and the fuzz suite never see them.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
@@ -46,6 +47,7 @@ TRIGGERS = (
     "batch_size",      # vmap batches more than one example
     "fake_kernel",     # a custom op's fake kernel is wrong: only compiled runs (and opcheck) call it
     "compiled",        # the bug is in code that only runs under torch.compile
+    "recomputation",   # the bug is in a forward recomputed by torch.utils.checkpoint
 )
 
 
@@ -935,6 +937,37 @@ ZOO += [
           "gradgrad", "float32", "float32 backward computes exp(x) under no_grad: double backward is wrong"),
     _pair("soft_normalize_fast_rsqrt", SoftNormalizeFastRsqrt.apply, SoftNormalize.apply, "x: n",
           "vmap", "float32", "float32 vmap rule takes rsqrt by the bit trick (0x5f3759df)"),
+]
+
+# ---------------------------------------------------------------------------------
+# 26. recomputation: stochastic depth (a residual branch dropped at random while
+#     training, the kept one scaled by 2) with its coin drawn from Python's random.
+#     torch.utils.checkpoint restores torch's generators for the forward it
+#     recomputes during the backward, not Python's: the recomputation draws another
+#     coin, and the gradient is that of another block than the one whose output it
+#     is (the scale is a tensor, saved for the backward: non-reentrant checkpoint,
+#     which keeps the first forward's graph, recomputes it too). The twin draws the coin from torch's default generator. Both declare
+#     random=True: every other check calls them with their generators seeded alike.
+
+def _residual(x):
+    return x * torch.tanh(x)
+
+
+def drop_path_python_random(x):
+    # BUG: Python's random, which checkpoint does not restore
+    scale = torch.tensor(2.0 if random.random() >= 0.5 else 0.0, dtype=x.dtype, device=x.device)
+    return x + _residual(x) * scale
+
+
+def drop_path_python_random_twin(x):
+    scale = (torch.rand(()) >= 0.5).to(x) * 2
+    return x + _residual(x) * scale
+
+
+ZOO += [
+    _pair("drop_path_python_random", drop_path_python_random, drop_path_python_random_twin, "x: ...",
+          "checkpoint", "recomputation", "stochastic depth draws its coin from Python's random, which "
+          "checkpoint's recomputation does not restore", random=True),
 ]
 
 # Every bug and twin by name: ``fuzzdiff check tests.selftest.zoo:TARGETS.atan_offset0``.

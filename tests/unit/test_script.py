@@ -135,7 +135,7 @@ def assert_torch_only(source: str) -> None:
             continue
         # functorch ships inside the torch wheel (functorch.compile is aot_function's public home)
         assert roots <= {"torch", "functorch", "math", "sys", "re", "itertools", "dataclasses", "typing",
-                         "warnings", "__future__", *needs}, \
+                         "warnings", "random", "__future__", *needs}, \
             ast.unparse(node)
     mentions = [line for line in source.splitlines() if "fuzzdiff" in line]
     assert len(mentions) == 1 and mentions[0].startswith("Found by fuzzdiff"), mentions
@@ -413,6 +413,40 @@ def test_planted_bugs_print_mismatch_and_exit_1(names, tmp_path):
                        cwd=tmp_path, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1].startswith("MISMATCH: <J^T v, u>"), r.stdout
+
+
+# -- checkpoint: the check's own torch-only functions, copied --------------------------
+
+def test_checkpoint_scripts_print_ok_for_a_right_target_and_mismatch_for_a_planted_one(tmp_path):
+    """Both variants: the stochastic-depth zoo bug (its coin from Python's random,
+    which checkpoint's recomputation does not restore) prints MISMATCH with the
+    check's worst error; its twin and a catalog target print OK."""
+    p = by_name("drop_path_python_random")
+    runs = []
+    for reentrant in (False, True):
+        for target in (p.bug, p.twin):
+            for seed in range(8):
+                case = Case(target.ref, (Arg((3,), Values(seed=seed)),),
+                            params={"reentrant": reentrant, "rng": {"seed": seed}, "cotangent": {"seed": seed}})
+                verdict = run_check("checkpoint", target, case)
+                if target is p.twin or verdict.kind == "fail":
+                    runs.append((target, case, verdict))
+                    break
+    matmul = get_target("matmul")
+    case = first_cases("checkpoint", matmul, n=2)[-1]
+    runs.append((matmul, case, run_check("checkpoint", matmul, case)))
+    assert [v.kind for _, _, v in runs] == ["fail", "pass", "fail", "pass", "pass"]
+    sources = [standalone_script("checkpoint", c, v, target=t) for t, c, v in runs]
+    for source in sources:
+        assert_torch_only(source)
+        assert "def outputs_and_grads(" in source and "from torch.utils.checkpoint import checkpoint" in source
+    for (_, _, verdict), (code, out) in zip(runs, run_programs(sources, tmp_path)):
+        last = out.splitlines()[-1]
+        if verdict.kind == "fail":
+            assert code == 1 and last.startswith("MISMATCH: grad of x"), out
+            assert f"abs error {verdict.errors['abs_error']:.3g}" in last, (verdict, out)
+        else:
+            assert code == 0 and last.startswith("OK: "), out
 
 
 # -- a script runs fuzzdiff's own computations, copied, not restated -------------------

@@ -11,6 +11,7 @@ from fuzzdiff.targets.catalog import (  # noqa: F401
     modules,
     norms,
     programs,
+    random_layers,
     reductions,
     shape_ops,
     softmax,

@@ -43,7 +43,18 @@ def kernel(arg: str, last: int):
     return FromShapes(lambda s: st.integers(1, max(1, min(s[arg][-last:]))))
 
 
-BACKWARD_CHECKS = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "device", "compile")
+BACKWARD_CHECKS = (
+    "grad",
+    "forward",
+    "gradgrad",
+    "layout",
+    "alias",
+    "mutation",
+    "dtype",
+    "device",
+    "compile",
+    "checkpoint",
+)
 CONV2D_WEIGHT_LAYOUT = Known(
     BACKWARD_CHECKS,
     "the CPU backward of F.conv2d raises when the weight is not contiguous (expanded, or a "
