@@ -16,7 +16,7 @@ from fuzzdiff.checks.check import Check
 from fuzzdiff.confirm import Measurement, judge
 from fuzzdiff.directions import directions, dot_and_scale, probes_like
 from fuzzdiff.paths.function import differentiable
-from fuzzdiff.paths.numerical import directional_difference
+from fuzzdiff.paths.numerical import directional_difference, one_sided_differences
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
@@ -45,6 +45,21 @@ def finite_difference(target: Target, case: Case, cotangents, u, eps: float, sto
     return directional_difference(
         lambda *leaves: _outputs(target, case, rebuild(list(leaves))), at.leaves, u, cotangents, eps
     )
+
+
+def one_sided(target: Target, case: Case, eps: float) -> tuple[float, float, float]:
+    """The right and left derivatives ``<v, D_u+ f>`` and ``<v, D_u- f>`` in
+    float64 at the case's values, along the check's own probes, and their
+    round-off: fuzzdiff.confirm's kink test at a structured point."""
+    at = case.materialize(requires_grad=False, cast=torch.float64)
+    rebuild = at.rebuild
+
+    def f(*leaves: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return _outputs(target, case, rebuild(list(leaves)))
+
+    with torch.no_grad():
+        v = probes_like(case.params, "cotangent", f(*at.leaves))
+    return one_sided_differences(f, at.leaves, directions(case.params, at.leaves), v, eps)
 
 
 def _reverse(target: Target, case: Case, cast, storages):
@@ -91,6 +106,7 @@ def run(target: Target, case: Case) -> Verdict:
         case,
         tolerance(target, "grad", dtype),
         measure64=None if dtype == torch.float64 else lambda c, eps: measure(target, c, eps, cast=torch.float64),
+        sided=lambda c, eps: one_sided(target, c, eps),
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from fuzzdiff.arguments import ArgKind, FromShapes, Index, Mask, NoGrad
+from fuzzdiff.case import STRUCTURES
 from fuzzdiff.known import Known
 from fuzzdiff.spec import ArgSpec, parse_spec
 
@@ -65,6 +66,12 @@ class Target:
                signature with its evidence (fuzzdiff.known), never a whole check.
     functional: False for targets that mutate their inputs.
     specials:  opt in to special values (±0, ±inf, nan, tiny, huge, subnormal).
+    structured: the structured points that are valid inputs, drawn for every
+               floating argument (fuzzdiff.structures): "ties", "zeros",
+               "identity", "diagonal", "repeated_singular", "large", "offset".
+               Only where the target is defined there: its derivative may be
+               a kink (a tie of max), which confirmation tells from a wrong
+               formula at a smooth point (a zero of prod).
     origin:    ``module:qualname`` that resolves to this Target, for one that is
                not in the catalog: cases (and corpus records) name it, so they replay.
     cpu_only:  why the target's cases stay on the CPU, e.g. a CUDA kernel fault
@@ -97,6 +104,7 @@ class Target:
     tolerances: Mapping[str, Tol] = field(default_factory=dict)
     functional: bool = True
     specials: bool | tuple[str, ...] = False
+    structured: tuple[str, ...] = ()
     min_side: int = 0
     max_side: int = 4
     max_rank: int = 4
@@ -119,6 +127,10 @@ class Target:
         if not all(isinstance(k, Known) for k in self.known):
             raise ValueError(
                 f"target {self.name!r}: known must be a tuple of fuzzdiff.known.Known signatures, got {self.known!r}"
+            )
+        if isinstance(self.structured, str) or not set(self.structured) <= set(STRUCTURES):
+            raise ValueError(
+                f"target {self.name!r}: structured must be a tuple of names from {STRUCTURES}, got {self.structured!r}"
             )
         for k, v in self.kinds.items():
             if isinstance(v, Index) and all(v.dim != d.name for a in self.args for d in a.dims):

@@ -1,0 +1,150 @@
+"""Structured points: drawn, stored and replayed as data, shrunk away, and
+confirmed so that a kink (a tie of max) is never a failure while a wrong
+formula at a smooth structured point (a zero of cumprod) is."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import find, given, settings, strategies as st
+from hypothesis.errors import InvalidArgument, NoSuchExample
+
+from fuzzdiff.case import STRUCTURES, Arg, Case, CaseError, Values
+from fuzzdiff.fuzzing import fuzz
+from fuzzdiff.runner import run_check
+from fuzzdiff.targets import get_target
+from fuzzdiff.targets.target import Target
+from strategies import cases, values
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "selftest"))
+from zoo import by_name  # noqa: E402
+
+CUMPROD = by_name("cumprod_quotient_grad")
+
+
+def _logical(v: Values, shape, dtype=torch.float64) -> torch.Tensor:
+    return Case("t", (Arg(tuple(shape), v),), str(dtype).removeprefix("torch.")).materialize(requires_grad=False).args[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(0, 1 << 16))
+@settings(max_examples=20, deadline=None)
+def test_each_structure_is_there(dtype, seed, k):
+    shape = (2, 3, 3)
+    x = _logical(Values(seed=seed, structure=(("zeros", k),)), shape, dtype)
+    assert (x.reshape(-1)[k % x.numel()] == 0).item()
+    x = _logical(Values(seed=seed, structure=(("ties", k),)), shape, dtype)
+    assert x.unique().numel() <= 2 + k % 3
+    x = _logical(Values(seed=seed, structure=(("identity", k),)), shape, dtype)
+    assert torch.equal(x, torch.eye(3, dtype=dtype).expand(shape))
+    x = _logical(Values(seed=seed, structure=(("diagonal", k),)), shape, dtype)
+    assert torch.equal(x, torch.diag_embed(torch.diagonal(x, dim1=-2, dim2=-1)))
+    assert (torch.diagonal(x, dim1=-2, dim2=-1) != 0).all()
+    x = _logical(Values(seed=seed, structure=(("repeated_singular", k),)), shape, torch.float64)
+    s = torch.linalg.svdvals(x)
+    r = 2 + k % 2
+    torch.testing.assert_close(s[:, :r], s[:, :1].expand(2, r), rtol=1e-12, atol=0)
+    plain = _logical(Values(seed=seed), shape, dtype)
+    assert plain.abs().max() <= 2
+    assert _logical(Values(seed=seed, structure=(("large", k),)), shape, dtype).abs().max() >= 32 * plain.abs().max()
+    shifted = _logical(Values(seed=seed, structure=(("offset", k),)), shape, dtype)
+    assert shifted.abs().min() >= 250
+
+
+def test_structures_shrink_away():
+    v = find(values(structures=STRUCTURES), lambda v: True)
+    assert v.structure == ()
+    v = find(values(structures=("zeros", "ties")), lambda v: len(v.structure) >= 1)
+    assert v.structure == (("zeros", 0),)
+
+
+def test_validation():
+    with pytest.raises(InvalidArgument, match="structures"):
+        values(structures=("zeroes",)).example()
+    with pytest.raises(InvalidArgument, match="structures"):
+        values(structures="zeros").example()
+    with pytest.raises(InvalidArgument, match="structures"):
+        values(structures=("zeros",), kind="int").example()
+    with pytest.raises(ValueError, match="structured"):
+        Target("t", torch.sin, "x: n", structured=("zeroes",))
+    with pytest.raises(CaseError, match=r"args\[0\]\.values\.structure\[0\]"):
+        Case.from_json({"target": "sin", "args": [{"shape": [2], "values": {"structure": [["zeroes", 1]]}}]})
+    with pytest.raises(CaseError, match=r"structure\[0\]"):
+        Case.from_json({"target": "sin", "args": [{"shape": [2], "values": {"structure": [["zeros", -1]]}}]})
+
+
+def test_structure_is_stored_and_old_records_load():
+    case = Case("cumprod", (Arg((2, 3), Values(seed=4, structure=(("zeros", 4),))),))
+    again = Case.from_json(json.loads(json.dumps(case.to_json())))
+    assert again == case
+    assert torch.equal(again.materialize().args[0], case.materialize().args[0])
+    old = case.to_json()
+    for key in ("structure", "nudge_off"):
+        del old["args"][0]["values"][key]
+    assert Case.from_json(old).args[0].values.structure == ()
+
+
+def _pinned(case: Case) -> Case:
+    return replace(case, data=case.storages())
+
+
+@pytest.mark.parametrize("pin", [False, True])
+def test_nudged_keeps_the_structure_unless_asked(pin):
+    case = Case("cumprod", (Arg((2, 3), Values(seed=4, structure=(("zeros", 4),))),))
+    case = _pinned(case) if pin else case
+    x = case.materialize().args[0]
+    near = case.nudged(1e-3, seed=1).materialize().args[0]
+    assert near.reshape(-1)[4] == 0 and not torch.equal(near, x)
+    assert (near - x).abs().max() < 0.01
+    off = case.nudged(1e-3, seed=1, keep_structure=False).materialize().args[0]
+    assert off.reshape(-1)[4] != 0 and (off - x).abs().max() < 0.01
+
+
+def test_a_wrong_formula_at_a_smooth_structured_point_fails():
+    """cumprod is smooth at an exact zero: the quotient backward's nan there is
+    confirmed (a neighbour off the zero would have hidden it)."""
+    case = Case(CUMPROD.bug.ref, (Arg((2, 4), Values(seed=3, structure=(("zeros", 5),))),))
+    verdict = run_check("grad", CUMPROD.bug, case)
+    assert verdict.kind == "fail", verdict
+    assert "no kink along u" in verdict.message
+    assert run_check("grad", CUMPROD.twin, case).kind == "pass"
+    assert run_check("grad", CUMPROD.bug, replace(case, args=(Arg((2, 4), Values(seed=3)),))).kind == "pass"
+
+
+def test_a_tie_of_max_is_a_kink_not_a_failure():
+    """max over a dim with ties: autograd's gradient goes to one of the tied
+    elements, finite differences see both sides; the kink test says so."""
+    target = get_target("max_dim")
+    found = []
+    for seed in range(40):
+        case = Case("max_dim", (Arg((3, 4), Values(seed=seed, structure=(("ties", 0),))),),
+                    kwargs={"dim": 1, "keepdim": False})
+        verdict = run_check("grad", target, case)
+        assert verdict.kind in ("pass", "inconclusive"), verdict
+        found.append(verdict.kind)
+        if verdict.kind == "inconclusive":
+            assert "kink at the structured point" in verdict.message
+    assert "inconclusive" in found  # the ties did reach the maximum
+
+
+@pytest.mark.parametrize("name", ["max_dim", "amax", "sort", "cumprod", "prod"])
+def test_catalog_targets_with_structures_do_not_fail(name):
+    target = get_target(name)
+    assert target.structured
+    tally = fuzz("grad", target, settings=settings(max_examples=30, database=None, deadline=None),
+                 variants=2, structures=1)  # raises on a failure
+    assert tally.counts["fail"] == 0 and tally.counts["pass"] > 0
+
+
+def test_cases_draw_structures_only_when_opted_in():
+    target = get_target("cumprod")
+    drawn = find(cases(target), lambda c: any(a.values.structure for a in c.args))
+    assert drawn.args[0].values.structure == (("zeros", 0),)
+    with pytest.raises(NoSuchExample):
+        find(cases(target, structured=False), lambda c: any(a.values.structure for a in c.args),
+             settings=settings(max_examples=50))
