@@ -5,6 +5,7 @@ formula at a smooth structured point (a zero of cumprod) is."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from hypothesis.errors import InvalidArgument, NoSuchExample
 from fuzzdiff.case import STRUCTURES, Arg, Case, CaseError, Values
 from fuzzdiff.fuzzing import fuzz
 from fuzzdiff.runner import run_check
+from fuzzdiff.script import standalone_script
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from strategies import cases, values
@@ -25,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "selftest"))
 from zoo import by_name  # noqa: E402
 
 CUMPROD = by_name("cumprod_quotient_grad")
+CUMPROD_CASE = Case(CUMPROD.bug.ref, (Arg((2, 4), Values(seed=3, structure=(("zeros", 5),))),))
 
 
 def _logical(v: Values, shape, dtype=torch.float64) -> torch.Tensor:
@@ -108,7 +111,7 @@ def test_nudged_keeps_the_structure_unless_asked(pin):
 def test_a_wrong_formula_at_a_smooth_structured_point_fails():
     """cumprod is smooth at an exact zero: the quotient backward's nan there is
     confirmed (a neighbour off the zero would have hidden it)."""
-    case = Case(CUMPROD.bug.ref, (Arg((2, 4), Values(seed=3, structure=(("zeros", 5),))),))
+    case = CUMPROD_CASE
     verdict = run_check("grad", CUMPROD.bug, case)
     assert verdict.kind == "fail", verdict
     assert "no kink along u" in verdict.message
@@ -148,3 +151,22 @@ def test_cases_draw_structures_only_when_opted_in():
     with pytest.raises(NoSuchExample):
         find(cases(target, structured=False), lambda c: any(a.values.structure for a in c.args),
              settings=settings(max_examples=50))
+
+
+def test_the_script_of_a_structured_failure_reproduces_it(tmp_path):
+    """The script holds the structured values element by element: torch alone
+    shows the nan at the zero (and the twin's script passes)."""
+    case = replace(CUMPROD_CASE, params={"cotangent": {"seed": 3}, "direction": {"seed": 4}})
+    sources = []
+    for target in (CUMPROD.bug, CUMPROD.twin):
+        verdict = run_check("grad", target, case)
+        path = tmp_path / f"{target.name}.py"
+        path.write_text(standalone_script("grad", case, verdict, target=target))
+        sources.append(path)
+    codes = []
+    for path in sources:
+        r = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=300,
+                           cwd=Path(__file__).parents[2])
+        codes.append((r.returncode, "MISMATCH" in r.stdout, r.stderr[-2000:]))
+    assert codes[0][:2] == (1, True), codes[0]
+    assert codes[1][:2] == (0, False), codes[1]
