@@ -16,6 +16,7 @@ from hypothesis import find, given, settings, strategies as st
 from hypothesis.errors import InvalidArgument, NoSuchExample
 
 from fuzzdiff.case import STRUCTURES, Arg, Case, CaseError, Values
+from fuzzdiff.features import arg_features
 from fuzzdiff.fuzzing import fuzz
 from fuzzdiff.runner import run_check
 from fuzzdiff.script import standalone_script
@@ -90,6 +91,7 @@ def test_structure_is_stored_and_old_records_load():
     for key in ("structure", "nudge_off"):
         del old["args"][0]["values"][key]
     assert Case.from_json(old).args[0].values.structure == ()
+    assert "structure:zeros" in arg_features(case.args[0])  # what a Known signature can name
 
 
 def _pinned(case: Case) -> Case:
