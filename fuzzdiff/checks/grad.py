@@ -11,12 +11,13 @@ import math
 import torch
 from torch.utils._pytree import tree_leaves
 
+from fuzzdiff import draws
 from fuzzdiff.case import Case, Inputs
 from fuzzdiff.checks.check import Check
 from fuzzdiff.confirm import Measurement, judge
 from fuzzdiff.directions import directions, dot_and_scale, probes_like
 from fuzzdiff.paths.function import differentiable
-from fuzzdiff.paths.numerical import directional_difference, one_sided_differences
+from fuzzdiff.paths.numerical import directional_difference, one_sided_differences, split_differences
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
@@ -47,10 +48,15 @@ def finite_difference(target: Target, case: Case, cotangents, u, eps: float, sto
     )
 
 
-def one_sided(target: Target, case: Case, eps: float) -> tuple[float, float, float]:
-    """The right and left derivatives ``<v, D_u+ f>`` and ``<v, D_u- f>`` in
-    float64 at the case's values, along the check's own probes, and their
-    round-off: fuzzdiff.confirm's kink test at a structured point."""
+_SPLIT_SEED = 0x5EED
+SPLITS = 2  # random splits of u in the kink test: a tied group stays whole in one with chance 2^(1-k)
+
+
+def one_sided(target: Target, case: Case, eps: float) -> list[tuple[str, float, float, float]]:
+    """fuzzdiff.confirm's kink test at a structured point, in float64 at the
+    case's values along the check's own probes: the right and left
+    derivatives ``<v, D_u+ f>`` and ``<v, D_u- f>``, and the derivative
+    along u against its sum along random splits of u (paths.numerical)."""
     at = case.materialize(requires_grad=False, cast=torch.float64)
     rebuild = at.rebuild
 
@@ -59,7 +65,24 @@ def one_sided(target: Target, case: Case, eps: float) -> tuple[float, float, flo
 
     with torch.no_grad():
         v = probes_like(case.params, "cotangent", f(*at.leaves))
-    return one_sided_differences(f, at.leaves, directions(case.params, at.leaves), v, eps)
+    u = directions(case.params, at.leaves)
+    pairs = [("right and left derivatives along u", *one_sided_differences(f, at.leaves, u, v, eps))]
+    for k in range(SPLITS):
+        masks = [
+            torch.from_numpy(
+                draws.bits(draws.words(_SPLIT_SEED + 16 * k + j, l.numel(), draws.NUDGES)).astype("float64")
+            )
+            .reshape(l.shape)
+            .to(l.device)
+            for j, l in enumerate(at.leaves)
+        ]
+        pairs.append(
+            (
+                "the derivative along u and its sum along a split of u",
+                *split_differences(f, at.leaves, u, v, eps, masks),
+            )
+        )
+    return pairs
 
 
 def _reverse(target: Target, case: Case, cast, storages):

@@ -10,7 +10,7 @@ import torch
 
 from fuzzdiff.directions import absdot, dot, widened
 
-__all__ = ["directional_difference", "one_sided_differences", "ROUNDOFF64"]
+__all__ = ["directional_difference", "one_sided_differences", "split_differences", "ROUNDOFF64"]
 
 ROUNDOFF64 = 2.0**-52  # float64's unit roundoff, doubled: the round-off of one difference
 
@@ -60,3 +60,22 @@ def one_sided_differences(
         left = [(o - m) / eps for o, m in zip(outs, minus)]
     v = widened(cotangents)
     return dot(v, right), dot(v, left), 2 * ROUNDOFF64 / eps * absdot(v, outs)
+
+
+def split_differences(
+    f: Callable[..., Sequence[torch.Tensor]],
+    leaves: Sequence[torch.Tensor],
+    directions: Sequence[torch.Tensor],
+    cotangents: Sequence[torch.Tensor],
+    eps: float,
+    masks: Sequence[torch.Tensor],
+) -> tuple[float, float, float]:
+    """``<v, D_u f>`` and ``<v, D_{u m} f> + <v, D_{u (1 - m)} f>`` by central
+    differences, for 0/1 ``masks`` m, and their error: equal where ``f`` is
+    differentiable (its derivative is linear in u). At a kink whose
+    one-sided derivatives agree (the median of three tied values, an odd
+    function of u) they differ."""
+    parts = [[d * m for d, m in zip(directions, masks)], [d * (1 - m) for d, m in zip(directions, masks)]]
+    whole, noise = directional_difference(f, leaves, directions, cotangents, eps)
+    (a, na), (b, nb) = [directional_difference(f, leaves, p, cotangents, eps) for p in parts]
+    return whole, a + b, noise + na + nb
