@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from fuzzdiff import draws
-from fuzzdiff.structures import STRUCTURES, restored, structured
+from fuzzdiff.structures import STRUCTURES, restored, shift, structured
 
 __all__ = [
     "Values",
@@ -258,7 +258,7 @@ class Values:
         away from its domain's edges."""
         step = draws.normal(draws.words(seed, 2 * n, draws.NUDGES, start))
         np.clip(step, -1.0, 1.0, out=step)
-        step *= amount * max(self.high - self.low, 1.0)
+        step *= amount * max(self.high - self.low, 1.0, shift(self.structure) if self.structure else 0.0)
         return step
 
     def _pushed(self, x: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["STRUCTURES", "MATRIX_STRUCTURES", "structured", "restored"]
+__all__ = ["STRUCTURES", "MATRIX_STRUCTURES", "structured", "restored", "shift"]
 
 STRUCTURES = ("zeros", "ties", "identity", "diagonal", "repeated_singular", "large", "offset")
 # Applied to every matrix (the last two dims) of a tensor of rank 2 or more, a no-op below.
@@ -63,6 +63,14 @@ def structured(x: np.ndarray, structure: Structure, low: float, high: float) -> 
             else:
                 x = _repeated_singular(x, k)
     return x
+
+
+def shift(structure: Structure) -> float:
+    """How far ``"offset"`` moves the values (0 without it): a nudge of a
+    fraction of the range moves them by that fraction of this too, so that a
+    float32-rounding nudge (fuzzdiff.confirm's conditioning estimate) is one
+    at their magnitude."""
+    return max((2.0 ** (8 + k // 2 % 10) for name, k in structure if name == "offset"), default=0.0)
 
 
 def restored(moved: np.ndarray, original: np.ndarray, structure: Structure) -> np.ndarray:

@@ -15,7 +15,7 @@ import torch
 from hypothesis import find, given, settings, strategies as st
 from hypothesis.errors import InvalidArgument, NoSuchExample
 
-from fuzzdiff.case import STRUCTURES, Arg, Case, CaseError, Values
+from fuzzdiff.case import STRUCTURES, Arg, Case, CaseError, Layout, Values
 from fuzzdiff.features import arg_features
 from fuzzdiff.fuzzing import fuzz
 from fuzzdiff.runner import run_check
@@ -175,3 +175,19 @@ def test_the_script_of_a_structured_failure_reproduces_it(tmp_path):
         codes.append((r.returncode, "MISMATCH" in r.stdout, r.stderr[-2000:]))
     assert codes[0][:2] == (1, True), codes[0]
     assert codes[1][:2] == (0, False), codes[1]
+
+
+def test_float32_rounding_at_an_offset_is_the_inputs_conditioning():
+    """layer_norm of float32 values shifted by 1024: the inputs carry float32
+    rounding at 1024, which the dtype check's conditioning estimate must see
+    (the nudge scales with the offset), not a wrong float32 gradient."""
+    x = Values(seed=0, distinct=True, structure=(("offset", 4),))
+    lay = Layout(3, (3, 1))
+    case = Case("layer_norm", (Arg((1, 3), x, lay), Arg((1, 3), Values(distinct=True), lay),
+                               Arg((1, 3), Values(distinct=True), lay)),
+                "float32", kwargs={"eps": 1e-5}, params={"cotangent": {"layout": "contiguous", "seed": 0, "zeros": 0.0}})
+    assert case.materialize().args[0].min() > 1000
+    verdict = run_check("dtype", get_target("layer_norm"), case)
+    assert verdict.kind in ("pass", "inconclusive"), verdict
+    near = case.nudged(2.0**-22, seed=5).materialize().args[0]
+    assert (near - case.materialize().args[0]).abs().max() > 0  # moved by float32 rounding at 1024
