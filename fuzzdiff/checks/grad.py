@@ -15,9 +15,9 @@ from fuzzdiff import draws
 from fuzzdiff.case import Case, Inputs
 from fuzzdiff.checks.check import Check
 from fuzzdiff.confirm import Measurement, judge
-from fuzzdiff.directions import directions, dot_and_scale, probes_like
+from fuzzdiff.directions import absdot, directions, dot_and_scale, probes_like
 from fuzzdiff.paths.function import differentiable
-from fuzzdiff.paths.numerical import directional_difference, one_sided_differences, split_differences
+from fuzzdiff.paths.numerical import ROUNDOFF64, directional_difference, one_sided_differences, split_differences
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
@@ -92,7 +92,7 @@ def _reverse(target: Target, case: Case, cast, storages):
     v = probes_like(case.params, "cotangent", outs)
     grads = vjp(outs, leaves, v)
     u = directions(case.params, leaves)
-    return *dot_and_scale(grads, u), v, u, inputs, outs
+    return *dot_and_scale(grads, u), v, u, inputs, outs, grads
 
 
 def reverse_dot(target: Target, case: Case, cast=None, storages=None):
@@ -103,7 +103,7 @@ def reverse_dot(target: Target, case: Case, cast=None, storages=None):
 def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
     storages = case.storages()
     versions = [t._version for t in storages.values()]
-    analytic, scale, v, u, inputs, outs = _reverse(target, case, cast, storages)
+    analytic, scale, v, u, inputs, outs, grads = _reverse(target, case, cast, storages)
     # asked only when the gradient is not finite: a check per output costs time on every example
     defined = math.isfinite(analytic) or all(bool(torch.isfinite(o).all()) for o in outs)
     at = None
@@ -118,6 +118,10 @@ def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
         # the finite differences cast the untouched storages again.)
         at = Inputs(inputs.args, [l.detach() for l in inputs.leaves], inputs.rebuild, inputs.sources)
     numeric, noise = finite_difference(target, case, v, u, eps, storages, at)
+    if case.structured:
+        # Large or shifted values: x + eps u rounds at |x|'s ulp, which moves the
+        # finite differences by up to <|J^T v|, |x|> eps_mach / eps.
+        noise += ROUNDOFF64 / eps * absdot(grads, inputs.leaves)
     return Measurement(analytic, numeric, scale + abs(numeric), noise, defined)
 
 

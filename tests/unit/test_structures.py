@@ -191,3 +191,16 @@ def test_float32_rounding_at_an_offset_is_the_inputs_conditioning():
     assert verdict.kind in ("pass", "inconclusive"), verdict
     near = case.nudged(2.0**-22, seed=5).materialize().args[0]
     assert (near - case.materialize().args[0]).abs().max() > 0  # moved by float32 rounding at 1024
+
+
+def test_finite_differences_at_large_values_count_their_rounding():
+    """log_softmax at values near -2.6e5 (offset, then scaled): x + eps u
+    rounds at |x|'s ulp and moves the finite differences by ~3e-5, which the
+    reference's error estimate must hold (it is right once shifted to 0)."""
+    x = Values(seed=96, grid=0.25, constant=(0,), structure=(("offset", 1), ("large", 89)))
+    case = Case("log_softmax", (Arg((2, 3), x, Layout(4, (0, 1)), grad="view"),), kwargs={"dim": 1},
+                params={"cotangent": {"layout": "transposed", "seed": 1933602527, "zeros": 0.5},
+                        "direction": {"layout": "contiguous", "seed": 3, "zeros": 0.5}})
+    assert case.materialize().args[0].abs().min() > 2e5
+    verdict = run_check("grad", get_target("log_softmax"), case)
+    assert verdict.kind == "pass", verdict
