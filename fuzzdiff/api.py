@@ -179,6 +179,7 @@ def check(
     invalid: Iterable[type[BaseException]] = (),
     layouts: Iterable[str] | None = None,
     alias: bool = True,
+    structured: Iterable[str] = (),
     progress: bool | None = None,
     config: FuzzConfig | None = None,
 ) -> Report:
@@ -198,7 +199,10 @@ def check(
     ``layouts`` narrows the memory layouts drawn (default: all of
     strategies.layouts.LAYOUT_FEATURES: permuted, sliced, offset, expanded
     (stride 0), channels_last; ``()``: contiguous only) and ``alias=False``
-    turns off aliasing between arguments, for one run.
+    turns off aliasing between arguments, for one run. ``structured`` opts
+    into structured points where they are valid inputs (fuzzdiff.structures:
+    "ties", "zeros", "identity", "diagonal", "repeated_singular", "large",
+    "offset"), as a Target's ``structured`` field does.
     ``sizes`` is ``(smallest, largest)`` for every drawn dim (default 0 to 4;
     ``n>=1`` in the spec bounds one name). ``progress`` (default: when stderr
     is a terminal) shows the check running. A spec that does not parse or fit
@@ -209,6 +213,8 @@ def check(
     """
     config = FuzzConfig.resolve(base=config or environ_config(), variants=variants, structures=1, corpus=corpus)
     target = user_target(fn, spec, dtypes=dtypes, domain=domain, kwargs=kwargs, sizes=sizes)
+    if structured:
+        target = replace(target, structured=tuple(structured))  # validated by Target: a ValueError
     names = _checks(checks)
     hsettings = _settings(max_examples, seed)
     report = Report(target)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from fuzzdiff import draws
+from fuzzdiff.structures import STRUCTURES, restored, shift, structured
 
 __all__ = [
     "Values",
@@ -36,6 +37,7 @@ __all__ = [
     "DTYPES",
     "special_value",
     "SPECIALS",
+    "STRUCTURES",
     "probe_like",
     "case_from_json",
     "decode_floats",
@@ -110,6 +112,11 @@ def _tensor(x: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     return torch.from_numpy(x if x.dtype == to else x.astype(to))
 
 
+def _array(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's values as NumPy (which has no bfloat16)."""
+    return (t.to(torch.float64) if t.dtype == torch.bfloat16 else t).numpy()
+
+
 _T = TypeVar("_T")
 
 
@@ -134,6 +141,11 @@ class Values:
     values closer than ``margin`` are pushed away so finite differences never
     straddle a kink. ``distinct`` spreads values apart for ops where ties are
     kinks (max, sort). ``kind`` is "float", "int" (integers in [low, high]) or "bool".
+    ``structure`` lists structured points to put the values at, ``(name, k)``
+    each (fuzzdiff.structures): ties, exact zeros, identity or diagonal
+    matrices, repeated singular values, large values. A nudge keeps them (it
+    moves the values before the structure is applied), unless ``nudge_off``:
+    then it moves the structured values themselves, off their structure.
     """
 
     seed: int = 0
@@ -148,6 +160,8 @@ class Values:
     nudge: float = 0.0
     nudge_seed: int = 0
     constant: tuple[int, ...] = ()
+    structure: tuple[tuple[str, int], ...] = ()
+    nudge_off: bool = False
 
     def sample(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
         """A fresh contiguous CPU tensor of ``shape``; the same bits on every
@@ -187,6 +201,8 @@ class Values:
             if dtype.is_complex:
                 real, out = out, np.empty(n, np.complex128)
                 out.real, out.imag = real, self._reals(n, 2 * n)
+            if self.structure:
+                out = self._structured(out, shape)
             if self.specials and n:
                 for pos, name in self.specials:  # exact in float64, and after rounding to dtype
                     out[pos % n] = special_value(name, dtype)
@@ -221,9 +237,20 @@ class Values:
                 x = np.multiply(draws.integers(z, first, last), grid, dtype=np.float64)
             else:  # no grid, or no grid point inside the interval
                 x = draws.uniform(z, lo, hi)
-        if self.nudge:
+        if self.nudge and not (self.nudge_off and self.structure):
             x += self._step(n, self.nudge, self.nudge_seed, start)
         return self._pushed(x)
+
+    def _structured(self, out: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """Flat values ``out`` at their structured point (then nudged off it
+        for ``nudge_off``), flat again."""
+        x = structured(out.reshape(shape), self.structure, self.low, self.high).reshape(-1)
+        if self.nudge and self.nudge_off:
+            n = x.size
+            x = x + self._step(n, self.nudge, self.nudge_seed)
+            if np.iscomplexobj(x):
+                x = x + 1j * self._step(n, self.nudge, self.nudge_seed, 2 * n)
+        return np.ascontiguousarray(x)
 
     def _step(self, n: int, amount: float, seed: int, start: int = 0) -> np.ndarray:
         """A nudge of ``n`` values: at most ``amount`` of the span away, even
@@ -231,7 +258,7 @@ class Values:
         away from its domain's edges."""
         step = draws.normal(draws.words(seed, 2 * n, draws.NUDGES, start))
         np.clip(step, -1.0, 1.0, out=step)
-        step *= amount * max(self.high - self.low, 1.0)
+        step *= amount * max(self.high - self.low, 1.0, shift(self.structure) if self.structure else 0.0)
         return step
 
     def _pushed(self, x: np.ndarray) -> np.ndarray:
@@ -421,25 +448,34 @@ class Case:
     def with_dtype(self, dtype: torch.dtype | str) -> Case:
         return replace(self, dtype=str(dtype).removeprefix("torch."), data={})
 
-    def nudged(self, amount: float, seed: int) -> Case:
+    @property
+    def structured(self) -> bool:
+        """Some argument's values sit at a structured point (fuzzdiff.structures)."""
+        return any(a.values.structure for a in self.args)
+
+    def nudged(self, amount: float, seed: int, keep_structure: bool = True) -> Case:
         """A neighbouring point: every floating value of a differentiable
-        argument moved by at most ``amount`` of its range.
+        argument moved by at most ``amount`` of its range; structured values
+        stay structured (the ties still tie, the zeros are still zeros),
+        unless ``keep_structure`` is False.
 
         Pinned values (a record's) are moved themselves and stay pinned, so
         the neighbour is near the values the record holds, not near a redraw."""
         moves = [a.values.kind == "float" and a.grad != "none" for a in self.args]
+        off = not keep_structure
         args = tuple(
-            replace(a, values=replace(a.values, nudge=amount, nudge_seed=seed + i)) if move else a
+            replace(a, values=replace(a.values, nudge=amount, nudge_seed=seed + i, nudge_off=off)) if move else a
             for i, (a, move) in enumerate(zip(self.args, moves))
         )
-        data = {i: self._moved(i, t, amount, seed + i) if moves[i] else t for i, t in self.data.items()}
+        data = {i: self._moved(i, t, amount, seed + i, off) if moves[i] else t for i, t in self.data.items()}
         return replace(self, args=args, data=data)
 
-    def _moved(self, i: int, storage: torch.Tensor, amount: float, seed: int) -> torch.Tensor:
+    def _moved(self, i: int, storage: torch.Tensor, amount: float, seed: int, off: bool = False) -> torch.Tensor:
         """Pinned storage ``i`` nudged: each float element (each part of a
         complex one) moved as ``Values`` nudges a draw, kinks avoided again;
-        special positions keep their values and ``values.constant`` dims stay
-        constant (stride-0 dims are: their elements are one storage element)."""
+        special positions keep their values, ``values.constant`` dims stay
+        constant (stride-0 dims are: their elements are one storage element)
+        and the structure is put back unless ``off``."""
         if not (storage.dtype.is_floating_point or storage.dtype.is_complex):
             return storage
         a, values = self.args[i], self.args[i].values
@@ -455,6 +491,9 @@ class Case:
             for pos, _ in values.specials:
                 moved[where[pos % n]] = storage[where[pos % n]]
         view = lay.writable_view(moved, a.shape)
+        if values.structure and not off:
+            before = _array(lay.writable_view(storage.detach().cpu(), a.shape))
+            view.copy_(torch.from_numpy(np.asarray(restored(_array(view), before, values.structure))))
         for d in values.constant:
             if d < view.dim() and view.shape[d] > 1:
                 view.copy_(view.narrow(d, 0, 1).expand(view.shape).clone())
@@ -786,7 +825,25 @@ def _values(d: Mapping[str, Any], where: str) -> Values:
         nudge=_get(d, "nudge", where, float, 0.0),
         nudge_seed=_get(d, "nudge_seed", where, int, 0),
         constant=_ints(_get(d, "constant", where, list, []), f"{where}.constant"),
+        structure=_structure(_get(d, "structure", where, list, []), f"{where}.structure"),
+        nudge_off=_get(d, "nudge_off", where, bool, False),
     )
+
+
+def _structure(items: list[Any], where: str) -> tuple[tuple[str, int], ...]:
+    out = []
+    for k, item in enumerate(items):
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or item[0] not in STRUCTURES
+            or not isinstance(item[1], int)
+            or isinstance(item[1], bool)
+            or item[1] < 0
+        ):
+            raise CaseError(f"{where}[{k}]: expected [one of {STRUCTURES}, a non-negative integer], got {item!r}")
+        out.append((item[0], item[1]))
+    return tuple(out)
 
 
 def _arg(d: Mapping[str, Any], where: str) -> Arg:

@@ -9,6 +9,20 @@ precision, a float64 run on the same values: where the identity holds in
 float64, the low-precision computation itself is judged against float64
 (against_float64), with the problem's conditioning as the allowance.
 Anything that does not survive is "inconclusive" — never a failure.
+
+At a structured point (fuzzdiff.structures) moving to a neighbour is the
+wrong question: it moves off a tie of ``max`` (a kink: the discrepancy
+vanishes, rightly inconclusive) but also off an exact zero of ``cumprod``
+(smooth there: a backward that divides by x is wrong at the zero and right
+everywhere else, and would be hidden). So the point itself is asked whether
+it is a kink (``kink``: do the right and left derivatives along u differ, by
+a gap that does not shrink with the step?), and only then are neighbours
+tried, with the structure kept (``Case.nudged``): a tie stays a tie, a zero a
+zero. Whether a structure is a kink depends on the target (zeros are kinks of
+``abs``, not of ``prod``), so the function is asked, not the structure's name.
+An identity without a one-sided measure (forward against reverse mode, the
+second derivatives) keeps the old question, at neighbours moved off the
+structure: it may hide a bug there, never invent one.
 """
 
 from __future__ import annotations
@@ -46,6 +60,8 @@ __all__ = [
     "NUDGE",
     "F32_NUDGE",
     "CONDITIONING",
+    "Sided",
+    "kink",
 ]
 
 EPS = 1e-6  # finite-difference step in float64, along a direction of norm ~1 per element
@@ -88,6 +104,9 @@ class Measurement(NamedTuple):
 
 
 Measure = Callable[[Case, float], Measurement]
+# Pairs of derivatives of the identity's function along its probes that agree
+# wherever it is differentiable, each with its name and round-off (checks.grad.one_sided).
+Sided = Callable[[Case, float], Sequence[tuple[str, float, float, float]]]
 
 
 # The finite-difference identities' ladder (grad, forward, gradgrad).
@@ -95,12 +114,21 @@ FD_LADDER = Ladder(("replay", "eps", "jitter", "neighbours", "float64"))
 
 
 def judge(
-    identity: str, measure: Measure, case: Case, tol: Tolerance, *, measure64: Measure | None = None, eps: float = EPS
+    identity: str,
+    measure: Measure,
+    case: Case,
+    tol: Tolerance,
+    *,
+    measure64: Measure | None = None,
+    eps: float = EPS,
+    sided: Sided | None = None,
 ) -> Verdict:
     """Pass, or climb FD_LADDER with the discrepancy of ``measure`` at ``case``.
 
     ``measure64`` is the same identity with the analytic side computed in
     float64 on the case's exact values; it is given for low-precision cases.
+    ``sided`` gives the one-sided differences of the finite-difference side,
+    for the kink test at a structured point (see the module's docstring).
     """
     first = measure(case, eps)
     error, allowed = first.error, tol.allowed(first.scale, first.noise)
@@ -145,10 +173,26 @@ def judge(
         return None
 
     def neighbours() -> Doubt | Survived:
+        if not case.structured:
+            for k in (1, 2):
+                if measure(case.nudged(NUDGE, seed=k), eps).within(tol):
+                    return Doubt("vanishes at a neighbouring point (a kink or a tie)")
+            return Survived("two neighbouring points")
+        if sided is None:
+            for k in (1, 2):
+                if measure(case.nudged(NUDGE, seed=k, keep_structure=False), eps).within(tol):
+                    return Doubt("vanishes at a neighbouring point off the structured point (a kink or a tie)")
+            return Survived("two neighbouring points off the structured point")
+        doubt = kink(sided, case, eps, tol, first.scale)
+        if doubt is not None:
+            return doubt
         for k in (1, 2):
             if measure(case.nudged(NUDGE, seed=k), eps).within(tol):
-                return Doubt("vanishes at a neighbouring point (a kink or a tie)")
-        return Survived("two neighbouring points")
+                return Doubt("vanishes at a neighbouring point of the same structure")
+        return Survived(
+            "equal one-sided differences at the structured point (no kink along u) and two "
+            "neighbouring points of the same structure"
+        )
 
     def float64() -> Doubt | Survived:
         assert measure64 is not None
@@ -189,6 +233,30 @@ def judge(
         first.summary(),
         steps,
     )
+
+
+def kink(sided: Sided, case: Case, eps: float, tol: Tolerance, scale: float) -> Doubt | None:
+    """A doubt when ``case`` is a kink along the probes: two of its
+    derivatives that agree wherever it is differentiable (the right and the
+    left one; the one along u and its sum along a split of u, for the kinks
+    whose directional derivative is odd but not linear) differ beyond
+    ``tol``, at ``eps`` and at ``eps / 8`` alike (a gap that shrinks with the
+    step is the curvature of a smooth function)."""
+    pairs = sided(case, eps)
+    late: list[tuple[str, float, float, float]] | None = None
+    for k, (what, a, b, noise) in enumerate(pairs):
+        gap = abs(a - b)
+        if not math.isfinite(scale):  # the analytic side is not finite: the derivatives' own size
+            scale = abs(a) + abs(b)
+        if tol.allows(gap, scale, noise):
+            continue
+        late = list(sided(case, eps / 8)) if late is None else late
+        _, a8, b8, noise8 = late[k]
+        gap8 = abs(a8 - b8)
+        if tol.allows(gap8, scale, noise8) or gap8 <= gap / 4:
+            continue
+        return Doubt(f"a kink at the structured point: {what} differ ({a!r} vs {b!r}), at eps/8 too")
+    return None
 
 
 Tensors = Sequence[torch.Tensor]

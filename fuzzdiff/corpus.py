@@ -97,6 +97,7 @@ def signature(check: str, case: Case, verdict: Verdict) -> dict:
         if 0 in a.shape:
             features.add("empty")
         features.update(f"special:{name.lstrip('-')}" for _, name in a.values.specials)
+        features.update(f"structure:{name}" for name, _ in a.values.structure)
     sig = {
         "target": case.target,
         "check": check,

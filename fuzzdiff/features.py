@@ -2,7 +2,8 @@
 
 A feature is a coarse fact about a drawn structure that bugs are known to
 hinge on (a stride-0 argument, a permuted one, a storage offset, aliasing,
-an empty or size-1 dim, a 0-dim tensor, the dtype). A pair whose cases reach
+an empty or size-1 dim, a 0-dim tensor, the dtype, a structured point such
+as ``structure:zeros``). A pair whose cases reach
 a feature for the first time earns a higher score in the campaign's later
 rounds (fuzzdiff.schedule).
 """
@@ -35,6 +36,7 @@ def arg_features(arg: Arg) -> frozenset[str]:
         found.add(f"alias:{arg.alias.kind}")
     if arg.grad == "view":
         found.add("nonleaf-view")
+    found.update(f"structure:{name}" for name, _ in arg.values.structure)
     layout = arg.layout
     if layout is None or layout.is_contiguous(shape):
         return frozenset(found)

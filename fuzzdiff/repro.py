@@ -210,6 +210,8 @@ def describe(case: Case) -> list[str]:
             where.append("no grad")
         if a.values.specials:
             where.append("specials " + ", ".join(name for _, name in a.values.specials))
+        if a.values.structure:
+            where.append("structured: " + ", ".join(name for name, _ in a.values.structure))
         lines.append(f"arg {i}: {dtype}{list(a.shape)}" + (f" ({'; '.join(where)})" if where else ""))
     if case.kwargs:
         lines.append("kwargs: " + ", ".join(f"{k}={v!r}" for k, v in case.kwargs.items()))

@@ -64,6 +64,9 @@ class Signature(Protocol):
     def specials(self) -> bool | tuple[str, ...]: ...
 
     @property
+    def structured(self) -> tuple[str, ...]: ...
+
+    @property
     def min_side(self) -> int: ...
 
     @property
@@ -109,6 +112,7 @@ class CasePlan:
     require_alias: bool
     specials: bool
     devices: tuple[str, ...]
+    structured: bool = True
 
 
 def draw_kwargs(draw: DrawFn, target: Signature, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
@@ -122,7 +126,7 @@ def draw_kwargs(draw: DrawFn, target: Signature, shapes: Mapping[str, tuple[int,
 
 
 def _arg_values(
-    target: Signature, name: str, shapes: Mapping[str, tuple[int, ...]], specials: bool
+    target: Signature, name: str, shapes: Mapping[str, tuple[int, ...]], specials: bool, structured: bool = True
 ) -> tuple[ValuesPlan, str | None]:
     """The values plan and dtype override of one argument."""
     kind = target.kinds.get(name)
@@ -138,6 +142,7 @@ def _arg_values(
         specials=target.specials if specials else False,
         avoid=target.kinks,
         distinct=target.distinct,
+        structures=target.structured if structured else (),
     ), None
 
 
@@ -165,13 +170,16 @@ def cases(
     specials: bool = True,
     max_side: int | None = None,
     devices: Sequence[str] | None = None,
+    structured: bool = True,
 ) -> SearchStrategy[Case]:
     """Cases for ``target``: shapes from its spec, then per argument values, a
     layout and (for functional targets) aliasing. Shrinks toward small,
-    contiguous, unaliased float64 cases. With ``require_alias`` every case has
-    at least one argument that is a view or shares memory with another.
-    ``devices`` (default: cpu, and cuda when available and the target takes
-    it) is drawn when several."""
+    contiguous, unaliased float64 cases without specials or structure. With
+    ``require_alias`` every case has at least one argument that is a view or
+    shares memory with another. ``devices`` (default: cpu, and cuda when
+    available and the target takes it) is drawn when several.
+    ``specials`` and ``structured`` turn off the special values and
+    structured points the target opts into (``specials``, ``structured``)."""
     return _draw_case(
         case_plan(
             target,
@@ -182,6 +190,7 @@ def cases(
             specials=specials,
             max_side=max_side,
             devices=devices,
+            structured=structured,
         )
     )
 
@@ -196,6 +205,7 @@ def case_plan(
     specials: bool = True,
     max_side: int | None = None,
     devices: Sequence[str] | None = None,
+    structured: bool = True,
 ) -> CasePlan:
     """``cases()``'s arguments validated and resolved: ``draw_case`` draws
     from it with a caller's ``draw`` (fuzzdiff.runner draws a case and a
@@ -222,7 +232,7 @@ def case_plan(
     for spec in target.args:
         diff = target.differentiable(spec.name)
         kind = target.kinds.get(spec.name)
-        vals = None if isinstance(kind, Index) else _arg_values(target, spec.name, {}, specials)
+        vals = None if isinstance(kind, Index) else _arg_values(target, spec.name, {}, specials, structured)
         group = (
             (target.domain.get(spec.name), target.sample.get(spec.name))
             if diff and kind is None and alias and target.functional
@@ -231,7 +241,16 @@ def case_plan(
         args.append(ArgPlan(spec.name, vals, "leaf" if diff else "none", group))
     dtype = allowed[0] if len(allowed) == 1 else dtype_strategy(allowed)
     return CasePlan(
-        target, dtype, tuple(args), features, side, alias and target.functional, require_alias, specials, tuple(devices)
+        target,
+        dtype,
+        tuple(args),
+        features,
+        side,
+        alias and target.functional,
+        require_alias,
+        specials,
+        tuple(devices),
+        structured,
     )
 
 
@@ -260,7 +279,7 @@ def draw_case(draw: DrawFn, plan: CasePlan) -> Case:
     args, groups = [], []
     for arg in plan.args:
         shape = shapes[arg.name]
-        values, arg_dtype = arg.values or _arg_values(target, arg.name, shapes, plan.specials)
+        values, arg_dtype = arg.values or _arg_values(target, arg.name, shapes, plan.specials, plan.structured)
         lay = draw_layout(draw, shape, plan.layout_features) if plan.layout_features else None
         args.append(laid_out(shape, draw_values(draw, values), lay, grad=arg.grad, dtype=arg_dtype))
         groups.append(arg.alias_group)

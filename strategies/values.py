@@ -1,9 +1,9 @@
-"""Values: a seed, an interval and a few special positions per tensor.
+"""Values: a seed, an interval, a few special positions and structures per tensor.
 
 Drawing one Hypothesis value per element is ~10x slower than a random stream
 and shrinks poorly; instead a tensor's values are ``Values(seed, ...)`` sampled
 from fuzzdiff.draws' counter-based stream. Shrinking still goes somewhere simple: toward seed 0, a coarse grid
-(values like 0.25 or -1.5) and no specials.
+(values like 0.25 or -1.5), no specials and no structure.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn
 
-from fuzzdiff.case import FINITE_SPECIALS, SPECIALS, Values
+from fuzzdiff.case import FINITE_SPECIALS, SPECIALS, STRUCTURES, Values
 from strategies._drawing import eager, integers
 
 __all__ = ["values", "values_plan", "draw_values", "ValuesPlan", "sampling_interval", "GRIDS"]
@@ -56,6 +56,7 @@ def values_plan(
     distinct: bool = False,
     max_specials: int = 3,
     kind: str = "float",
+    structures: Sequence[str] = (),
 ) -> ValuesPlan:
     """``values(...)``'s arguments validated and resolved into a ``ValuesPlan``."""
     if not (
@@ -74,8 +75,20 @@ def values_plan(
         raise InvalidArgument(f"unknown special values {sorted(bad)}; expected a subset of {SPECIALS}")
     if margin < 0:
         raise InvalidArgument(f"margin={margin!r} must be non-negative")
+    if isinstance(structures, str) or not all(s in STRUCTURES for s in structures):
+        raise InvalidArgument(f"structures={structures!r} must be a sequence of names from {STRUCTURES}")
+    if structures and kind != "float":
+        raise InvalidArgument(f"structures={tuple(structures)!r} apply to kind='float' values, not kind={kind!r}")
     return _plan(
-        float(low), float(high), names, tuple(map(float, avoid)), float(margin), bool(distinct), max_specials, kind
+        float(low),
+        float(high),
+        names,
+        tuple(map(float, avoid)),
+        float(margin),
+        bool(distinct),
+        max_specials,
+        kind,
+        tuple(structures),
     )
 
 
@@ -89,12 +102,16 @@ def values(
     distinct: bool = False,
     max_specials: int = 3,
     kind: str = "float",
+    structures: Sequence[str] = (),
 ) -> st.SearchStrategy[Values]:
     """Values in ``[low, high]``; with ``specials``, a few positions hold special values.
 
     ``specials=True`` means the finite ones (±0, tiny, subnormal, huge); pass names
     (e.g. ``("inf", "nan")``) for non-finite ones, which derivative checks cannot judge.
-    Shrinks toward seed 0, the coarse grid and no specials.
+    ``structures`` (names from ``fuzzdiff.case.STRUCTURES``) may put the values
+    at a structured point: ties, exact zeros, identity or diagonal matrices,
+    repeated singular values, large values (fuzzdiff.structures).
+    Shrinks toward seed 0, the coarse grid, no specials and no structure.
     """
     return _strategy(
         values_plan(
@@ -106,6 +123,7 @@ def values(
             distinct=distinct,
             max_specials=max_specials,
             kind=kind,
+            structures=structures,
         )
     )
 
@@ -124,6 +142,7 @@ class ValuesPlan:
 
     grids: st.SearchStrategy[float | None] | None
     special_lists: st.SearchStrategy[tuple[tuple[int, str], ...]] | None
+    structure_lists: st.SearchStrategy[tuple[tuple[str, int], ...]] | None
     fixed: tuple[tuple[str, Any], ...]  # Values' field name -> value
 
 
@@ -137,6 +156,7 @@ def _plan(
     distinct: bool,
     max_specials: int,
     kind: str,
+    structures: tuple[str, ...],
 ) -> ValuesPlan:
     grids = None if distinct or kind != "float" else _GRID_CHOICE
     special_lists = (
@@ -144,10 +164,17 @@ def _plan(
         if names
         else None
     )
+    structure_lists = (
+        eager(st.lists(st.tuples(st.sampled_from(structures), st.integers(0, 1 << 16)), max_size=2).map(tuple))
+        if structures
+        else None
+    )
     fixed = dict(low=low, high=high, avoid=avoid, margin=margin if avoid else 0.0, distinct=distinct, kind=kind)
     defaults = Values()
     # Only what differs from Values' defaults: the repr of a drawn Values stays short.
-    return ValuesPlan(grids, special_lists, tuple((k, v) for k, v in fixed.items() if v != getattr(defaults, k)))
+    return ValuesPlan(
+        grids, special_lists, structure_lists, tuple((k, v) for k, v in fixed.items() if v != getattr(defaults, k))
+    )
 
 
 _SEEDS = integers(0, 2**32 - 1)
@@ -156,12 +183,15 @@ _GRID_CHOICE = st.sampled_from(GRIDS)
 
 def draw_values(draw: DrawFn, plan: ValuesPlan) -> Values:
     """The draws of ``values(...)`` made with a caller's ``draw``: a seed, a
-    grid (shrinks toward 0.25) and specials (shrink toward none); the fixed
-    fields cost no draw at all."""
+    grid (shrinks toward 0.25), specials and structures (shrink toward none);
+    the fixed fields cost no draw at all."""
     seed = draw(_SEEDS)
     grid = draw(plan.grids) if plan.grids is not None else None
     specials = draw(plan.special_lists) if plan.special_lists is not None else ()
-    return Values(seed=seed, grid=grid, specials=specials, **dict(plan.fixed))
+    if plan.structure_lists is None:
+        return Values(seed=seed, grid=grid, specials=specials, **dict(plan.fixed))
+    structure = draw(plan.structure_lists)
+    return Values(seed=seed, grid=grid, specials=specials, structure=structure, **dict(plan.fixed))
 
 
 @st.composite

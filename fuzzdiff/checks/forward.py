@@ -13,7 +13,7 @@ import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check
-from fuzzdiff.checks.grad import finite_difference, reverse_dot
+from fuzzdiff.checks.grad import finite_difference, one_sided, reverse_dot
 from fuzzdiff.confirm import Measurement, judge, worst
 from fuzzdiff.directions import absdot, directions, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
@@ -63,6 +63,7 @@ def run(target: Target, case: Case) -> Verdict:
             case,
             tol,
             measure64=(lambda c, eps: vs_numeric(target, c, eps, torch.float64)) if low else None,
+            sided=lambda c, eps: one_sided(target, c, eps),
         ),
     )
 

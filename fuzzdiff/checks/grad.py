@@ -11,13 +11,14 @@ import math
 import torch
 from torch.utils._pytree import tree_leaves
 
+from fuzzdiff import draws
 from fuzzdiff.case import Case, Inputs
 from fuzzdiff.checks.check import Check
 from fuzzdiff.confirm import Measurement, judge
 from fuzzdiff.directions import absdot, directions, dot, dot_and_scale, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.function import differentiable
-from fuzzdiff.paths.numerical import directional_difference
+from fuzzdiff.paths.numerical import ROUNDOFF64, directional_difference, one_sided_differences, split_differences
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
@@ -48,6 +49,43 @@ def finite_difference(target: Target, case: Case, cotangents, u, eps: float, sto
     )
 
 
+_SPLIT_SEED = 0x5EED
+SPLITS = 2  # random splits of u in the kink test: a tied group stays whole in one with chance 2^(1-k)
+
+
+def one_sided(target: Target, case: Case, eps: float) -> list[tuple[str, float, float, float]]:
+    """fuzzdiff.confirm's kink test at a structured point, in float64 at the
+    case's values along the check's own probes: the right and left
+    derivatives ``<v, D_u+ f>`` and ``<v, D_u- f>``, and the derivative
+    along u against its sum along random splits of u (paths.numerical)."""
+    at = case.materialize(requires_grad=False, cast=torch.float64)
+    rebuild = at.rebuild
+
+    def f(*leaves: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return _outputs(target, case, rebuild(list(leaves)))
+
+    with torch.no_grad():
+        v = probes_like(case.params, "cotangent", f(*at.leaves))
+    u = directions(case.params, at.leaves)
+    pairs = [("right and left derivatives along u", *one_sided_differences(f, at.leaves, u, v, eps))]
+    for k in range(SPLITS):
+        masks = [
+            torch.from_numpy(
+                draws.bits(draws.words(_SPLIT_SEED + 16 * k + j, l.numel(), draws.NUDGES)).astype("float64")
+            )
+            .reshape(l.shape)
+            .to(l.device)
+            for j, l in enumerate(at.leaves)
+        ]
+        pairs.append(
+            (
+                "the derivative along u and its sum along a split of u",
+                *split_differences(f, at.leaves, u, v, eps, masks),
+            )
+        )
+    return pairs
+
+
 def _reverse(target: Target, case: Case, cast, storages):
     inputs = case.materialize(cast=cast, storages=storages)
     leaves = inputs.leaves
@@ -55,7 +93,7 @@ def _reverse(target: Target, case: Case, cast, storages):
     v = probes_like(case.params, "cotangent", outs)
     grads = vjp(outs, leaves, v)
     u = directions(case.params, leaves)
-    return *dot_and_scale(grads, u), v, u, inputs, outs
+    return *dot_and_scale(grads, u), v, u, inputs, outs, grads
 
 
 def reverse_dot(target: Target, case: Case, cast=None, storages=None):
@@ -66,7 +104,7 @@ def reverse_dot(target: Target, case: Case, cast=None, storages=None):
 def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
     storages = case.storages()
     versions = [t._version for t in storages.values()]
-    analytic, scale, v, u, inputs, outs = _reverse(target, case, cast, storages)
+    analytic, scale, v, u, inputs, outs, grads = _reverse(target, case, cast, storages)
     # asked only when the gradient is not finite: a check per output costs time on every example
     defined = math.isfinite(analytic) or all(bool(torch.isfinite(o).all()) for o in outs)
     at = None
@@ -81,6 +119,10 @@ def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
         # the finite differences cast the untouched storages again.)
         at = Inputs(inputs.args, [l.detach() for l in inputs.leaves], inputs.rebuild, inputs.sources)
     numeric, noise = finite_difference(target, case, v, u, eps, storages, at)
+    if case.structured:
+        # Large or shifted values: x + eps u rounds at |x|'s ulp, which moves the
+        # finite differences by up to <|J^T v|, |x|> eps_mach / eps.
+        noise += ROUNDOFF64 / eps * absdot(grads, inputs.leaves)
     return Measurement(analytic, numeric, scale + abs(numeric), noise, defined)
 
 
@@ -92,6 +134,7 @@ def run(target: Target, case: Case) -> Verdict:
         case,
         tolerance(target, "grad", dtype),
         measure64=None if dtype == torch.float64 else lambda c, eps: measure(target, c, eps, cast=torch.float64),
+        sided=lambda c, eps: one_sided(target, c, eps),
     )
 
 

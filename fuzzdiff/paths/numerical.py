@@ -10,7 +10,7 @@ import torch
 
 from fuzzdiff.directions import absdot, dot, widened
 
-__all__ = ["directional_difference", "ROUNDOFF64"]
+__all__ = ["directional_difference", "one_sided_differences", "split_differences", "ROUNDOFF64"]
 
 ROUNDOFF64 = 2.0**-52  # float64's unit roundoff, doubled: the round-off of one difference
 
@@ -37,3 +37,45 @@ def directional_difference(
     v = widened(cotangents)  # once, not once per dot product
     n1, n2 = dot(v, d1), dot(v, d2)
     return n1, abs(n1 - n2) + ROUNDOFF64 / eps * absdot(v, outs)
+
+
+def one_sided_differences(
+    f: Callable[..., Sequence[torch.Tensor]],
+    leaves: Sequence[torch.Tensor],
+    directions: Sequence[torch.Tensor],
+    cotangents: Sequence[torch.Tensor],
+    eps: float,
+) -> tuple[float, float, float]:
+    """``<v, (f(x + eps u) - f(x)) / eps>`` and ``<v, (f(x) - f(x - eps u)) / eps>``:
+    the right and the left derivative of ``f`` at ``leaves`` along
+    ``directions``, and their round-off. Where ``f`` is smooth they differ by
+    ``eps <v, f'' u u>``, which shrinks with ``eps``; at a kink they differ by
+    the jump of the derivative, whatever ``eps``."""
+    us = [d if d.dtype == l.dtype else d.to(l.dtype) for l, d in zip(leaves, directions)]
+    points = [[torch.add(l, d, alpha=h) for l, d in zip(leaves, us)] for h in (eps, -eps)]
+    with torch.no_grad():
+        outs = f(*leaves)
+        plus, minus = [f(*p) for p in points]
+        right = [(p - o) / eps for p, o in zip(plus, outs)]
+        left = [(o - m) / eps for o, m in zip(outs, minus)]
+    v = widened(cotangents)
+    return dot(v, right), dot(v, left), 2 * ROUNDOFF64 / eps * absdot(v, outs)
+
+
+def split_differences(
+    f: Callable[..., Sequence[torch.Tensor]],
+    leaves: Sequence[torch.Tensor],
+    directions: Sequence[torch.Tensor],
+    cotangents: Sequence[torch.Tensor],
+    eps: float,
+    masks: Sequence[torch.Tensor],
+) -> tuple[float, float, float]:
+    """``<v, D_u f>`` and ``<v, D_{u m} f> + <v, D_{u (1 - m)} f>`` by central
+    differences, for 0/1 ``masks`` m, and their error: equal where ``f`` is
+    differentiable (its derivative is linear in u). At a kink whose
+    one-sided derivatives agree (the median of three tied values, an odd
+    function of u) they differ."""
+    parts = [[d * m for d, m in zip(directions, masks)], [d * (1 - m) for d, m in zip(directions, masks)]]
+    whole, noise = directional_difference(f, leaves, directions, cotangents, eps)
+    (a, na), (b, nb) = [directional_difference(f, leaves, p, cotangents, eps) for p in parts]
+    return whole, a + b, noise + na + nb

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from fuzzdiff.arguments import ArgKind, FromShapes, Index, Mask, NoGrad
+from fuzzdiff.case import STRUCTURES
 from fuzzdiff.known import Known
 from fuzzdiff.spec import ArgSpec, parse_spec
 
@@ -69,6 +70,12 @@ class Target:
                mode): the checks call it with torch's generators and Python's
                ``random`` seeded alike before every call (fuzzdiff.runner), or
                seed it themselves (checkpoint); vmap and compile do not apply.
+    structured: the structured points that are valid inputs, drawn for every
+               floating argument (fuzzdiff.structures): "ties", "zeros",
+               "identity", "diagonal", "repeated_singular", "large", "offset".
+               Only where the target is defined there: its derivative may be
+               a kink (a tie of max), which confirmation tells from a wrong
+               formula at a smooth point (a zero of prod).
     origin:    ``module:qualname`` that resolves to this Target, for one that is
                not in the catalog: cases (and corpus records) name it, so they replay.
     cpu_only:  why the target's cases stay on the CPU, e.g. a CUDA kernel fault
@@ -101,6 +108,7 @@ class Target:
     tolerances: Mapping[str, Tol] = field(default_factory=dict)
     functional: bool = True
     specials: bool | tuple[str, ...] = False
+    structured: tuple[str, ...] = ()
     min_side: int = 0
     max_side: int = 4
     max_rank: int = 4
@@ -123,6 +131,10 @@ class Target:
         if not all(isinstance(k, Known) for k in self.known):
             raise ValueError(
                 f"target {self.name!r}: known must be a tuple of fuzzdiff.known.Known signatures, got {self.known!r}"
+            )
+        if isinstance(self.structured, str) or not set(self.structured) <= set(STRUCTURES):
+            raise ValueError(
+                f"target {self.name!r}: structured must be a tuple of names from {STRUCTURES}, got {self.structured!r}"
             )
         for k, v in self.kinds.items():
             if isinstance(v, Index) and all(v.dim != d.name for a in self.args for d in a.dims):

@@ -141,6 +141,9 @@ def shows_trigger(p: Planted, case: Case, verdict) -> bool:
         return case.params.get("backend") in ("aot_eager", "inductor")
     if t == "recomputation":  # the outputs agree: only the recomputed forward, behind the gradients, differs
         return verdict.errors["where"].startswith("grad")
+    if t == "zeros":  # a structured exact zero, and it is one in the materialized values
+        return any(name == "zeros" for a in case.args for name, _ in a.values.structure) and any(
+            bool((x == 0).any()) for x in case.materialize(requires_grad=False).args)
     raise AssertionError(f"no predicate for trigger {t!r}")
 
 
@@ -230,9 +233,10 @@ def _layout_params(features):
 
 
 def fuzz_restricted(check: Check, target: Target, *, features=LAYOUT_FEATURES, alias=True,
-                    specials=True, max_examples=OTHER_EXAMPLES) -> Tally:
+                    specials=True, structured=True, max_examples=OTHER_EXAMPLES) -> Tally:
     """fuzzdiff.fuzz, with layouts (also the layout check's other layout),
-    aliasing and special values restricted; raises FuzzFailure on a failure."""
+    aliasing, special values and structured points restricted; raises
+    FuzzFailure on a failure."""
     tally = Tally()
     why = check.why_not(target)
     if why is not None:
@@ -242,7 +246,8 @@ def fuzz_restricted(check: Check, target: Target, *, features=LAYOUT_FEATURES, a
         d for d in target.dtypes if d in check.dtypes)
     base = cases(target, dtypes=dtypes, layout_features=features,
                  alias=alias and check.aliasing != "never",
-                 require_alias=check.aliasing == "required", specials=specials)
+                 require_alias=check.aliasing == "required", specials=specials,
+                 structured=structured)
     params = _layout_params(tuple(features)) if check.name == "layout" else check.params
 
     @st.composite
@@ -286,6 +291,8 @@ def without_trigger(p: Planted):
         return replace(p.bug, spec=square), {}, every
     if t == "extreme":
         return p.bug, dict(specials=False), every
+    if t == "zeros":
+        return p.bug, dict(structured=False), every
     if t == "float32":
         return replace(p.bug, dtypes=(torch.float64,)), {}, every
     if t == "second_order":

@@ -48,6 +48,7 @@ TRIGGERS = (
     "fake_kernel",     # a custom op's fake kernel is wrong: only compiled runs (and opcheck) call it
     "compiled",        # the bug is in code that only runs under torch.compile
     "recomputation",   # the bug is in a forward recomputed by torch.utils.checkpoint
+    "zeros",           # an exact zero among the values (target opts into the "zeros" structure)
 )
 
 
@@ -968,6 +969,56 @@ ZOO += [
     _pair("drop_path_python_random", drop_path_python_random, drop_path_python_random_twin, "x: ...",
           "checkpoint", "recomputation", "stochastic depth draws its coin from Python's random, which "
           "checkpoint's recomputation does not restore", random=True),
+]
+
+# ---------------------------------------------------------------------------------
+# 26. zeros: cumprod along the last dim, backward by the quotient out / x
+#     (reverse cumsum of g * out, divided by x): right wherever x has no zero,
+#     nan at an exact zero, where cumprod is as smooth as anywhere. The twin
+#     takes the exclusive products prod_{i <= k, i != j} x_i, no division.
+
+def _exclusive_products(x):
+    """``c[..., j, k] = prod_{i <= k, i != j} x_i`` for ``k >= j``, else 0."""
+    n = x.shape[-1]
+    eye = torch.eye(n, dtype=torch.bool, device=x.device)
+    rows = torch.where(eye, torch.ones_like(x).unsqueeze(-2), x.unsqueeze(-2).expand(*x.shape[:-1], n, n))
+    return rows.cumprod(-1) * torch.ones(n, n, dtype=x.dtype, device=x.device).triu()
+
+
+class CumprodLast(Function):
+    @staticmethod
+    def forward(x):
+        return torch.cumprod(x, -1)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x, output)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, _ = ctx.saved_tensors
+        return (_exclusive_products(x) * g.unsqueeze(-2)).sum(-1)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return (_exclusive_products(x) * t.unsqueeze(-1)).sum(-2)
+
+
+class CumprodLastQuotient(CumprodLast):
+    @staticmethod
+    def backward(ctx, g):
+        x, out = ctx.saved_tensors
+        # BUG: divides by x, which is 0 at a zero (0 / 0 there).
+        return (g * out).flip(-1).cumsum(-1).flip(-1) / x
+
+
+ZOO += [
+    _pair("cumprod_quotient_grad", CumprodLastQuotient.apply, CumprodLast.apply, "x: *b n",
+          "grad", "zeros", "backward divides the reverse cumsum of g * out by x: nan at an exact zero",
+          structured=("zeros",)),
 ]
 
 # Every bug and twin by name: ``fuzzdiff check tests.selftest.zoo:TARGETS.atan_offset0``.

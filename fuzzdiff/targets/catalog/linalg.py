@@ -113,8 +113,15 @@ MATRIX_EXP_BATCH = Known(
 )
 
 
+# Identity and diagonal matrices, where these are smooth (eigvalsh's repeated
+# eigenvalues are kinks); repeated singular values too, where a factorization's
+# derivative is defined (qr, pinv at full rank) or a kink (svdvals).
+MATRICES = ("identity", "diagonal")
+SINGULAR = ("identity", "diagonal", "repeated_singular")
+
+
 register(
-    Target("solve", solve, "a: *b n n, r: *b n k", FAMILY, domain=UNIT, max_side=3),
+    Target("solve", solve, "a: *b n n, r: *b n k", FAMILY, domain=UNIT, max_side=3, structured=MATRICES),
     Target(
         "solve_triangular",
         solve_triangular,
@@ -124,17 +131,46 @@ register(
         max_side=3,
         kwargs={"upper": st.booleans()},
     ),
-    Target("inv", inv, SQUARE, FAMILY, domain=UNIT, max_side=3),
-    Target("det", det, SQUARE, FAMILY, domain=UNIT, max_side=3, known=(DET_GRAD_TRANSPOSED_STRIDE0,)),
-    Target("slogdet", slogdet, SQUARE, FAMILY, domain=UNIT, max_side=3, known=(DET_GRAD_TRANSPOSED_STRIDE0,)),
-    Target("logdet", logdet, SQUARE, FAMILY, domain=UNIT, max_side=3, known=(DET_GRAD_TRANSPOSED_STRIDE0,)),
+    Target("inv", inv, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=MATRICES),
+    Target(
+        "det", det, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=MATRICES, known=(DET_GRAD_TRANSPOSED_STRIDE0,)
+    ),
+    Target(
+        "slogdet",
+        slogdet,
+        SQUARE,
+        FAMILY,
+        domain=UNIT,
+        max_side=3,
+        structured=MATRICES,
+        known=(DET_GRAD_TRANSPOSED_STRIDE0,),
+    ),
+    Target(
+        "logdet",
+        logdet,
+        SQUARE,
+        FAMILY,
+        domain=UNIT,
+        max_side=3,
+        structured=MATRICES,
+        known=(DET_GRAD_TRANSPOSED_STRIDE0,),
+    ),
     Target("cholesky", cholesky, SQUARE, FAMILY, domain=UNIT, max_side=3),
-    Target("qr", qr, SQUARE, FAMILY, domain=UNIT, max_side=3),
-    Target("svdvals", svdvals, "a: *b m n", FAMILY, domain=UNIT, max_side=3),
-    Target("pinv", pinv, "a: *b m n", FAMILY, domain=UNIT, max_side=3),
-    Target("eigvalsh", eigvalsh, SQUARE, FAMILY, domain=UNIT, max_side=3),
+    Target("qr", qr, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=SINGULAR),
+    Target("svdvals", svdvals, "a: *b m n", FAMILY, domain=UNIT, max_side=3, structured=SINGULAR),
+    Target("pinv", pinv, "a: *b m n", FAMILY, domain=UNIT, max_side=3, structured=SINGULAR),
+    Target("eigvalsh", eigvalsh, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=MATRICES),
     # one batch dim: every layout works in eager; under vmap the batch adds one (MATRIX_EXP_BATCH)
     Target("matrix_exp", matrix_exp, "a: _ n n", FAMILY, domain=UNIT, max_side=3, known=(MATRIX_EXP_BATCH,)),
-    Target("matrix_exp_batched", matrix_exp, SQUARE, FAMILY, domain=UNIT, max_side=3, known=(MATRIX_EXP_BATCH,)),
+    Target(
+        "matrix_exp_batched",
+        matrix_exp,
+        SQUARE,
+        FAMILY,
+        domain=UNIT,
+        max_side=3,
+        structured=MATRICES,
+        known=(MATRIX_EXP_BATCH,),
+    ),
     Target("cross", cross, "x: *#b 3, y: *#b 3", FAMILY, max_side=3),
 )

@@ -145,10 +145,18 @@ register(
         FAMILY,
         max_side=3,
         distinct=True,
+        structured=("large", "offset"),
         kwargs={"eps": _kw.when(lambda s: math.prod(s["w"]) not in (1, 2), EPS)},
     ),
     # rms_norm keeps the mean: only one value (normalized to its sign) is degenerate
-    Target("rms_norm", rms_norm, "x: *b n, w: n", FAMILY, kwargs={"eps": _kw.when(lambda s: s["w"] != (1,), EPS)}),
+    Target(
+        "rms_norm",
+        rms_norm,
+        "x: *b n, w: n",
+        FAMILY,
+        structured=("large",),
+        kwargs={"eps": _kw.when(lambda s: s["w"] != (1,), EPS)},
+    ),
     # group_norm also rejects groups of one value ("Expected more than 1 value per channel
     # when training" when n * c / g * prod(s) == 1); groups() asks for three per group
     Target(
@@ -191,6 +199,7 @@ register(
         FAMILY,
         kinks=(0.0,),
         distinct=True,
+        structured=("large", "offset"),
         kwargs={"p": st.sampled_from([2.0, 1.0, 3.0]), "dim": _kw.dim_with("x", lambda n: n != 1)},
     ),
 )

@@ -66,7 +66,15 @@ register(
     Target("sum", torch.sum, "x: _ ...", FAMILY, kwargs={"dim": _kw.opt_dims(), "keepdim": _kw.keepdim}),
     # the mean of no values is 0/0: reduced dims hold a value, or the output is empty
     Target("mean", torch.mean, "x: _ ...", FAMILY, kwargs={"dim": _kw.reduced(), "keepdim": _kw.keepdim}),
-    Target("prod", torch.prod, "x: ...", FAMILY, kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim}),
+    # prod and cumprod are smooth at an exact zero: a backward that divides by x is wrong there
+    Target(
+        "prod",
+        torch.prod,
+        "x: ...",
+        FAMILY,
+        structured=("zeros",),
+        kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim},
+    ),
     # correction=1 over one value is 0/0 (nan): reduce over 2 values or more
     Target(
         "var",
@@ -82,6 +90,7 @@ register(
         "x: _ ...",
         FAMILY,
         distinct=True,
+        structured=("ties",),
         kwargs={"dim": _kw.reduced(min_count=2), "keepdim": _kw.keepdim, "correction": st.sampled_from([0, 1])},
     ),
     # |x|^p: a kink at 0 for p = 1, an infinite second derivative for p < 2
@@ -91,6 +100,7 @@ register(
         "x: _ ...",
         FAMILY,
         kinks=(0.0,),
+        structured=("zeros",),  # a kink for ord=1, smooth for ord=2 unless the whole slice is zero
         kwargs={"ord": st.sampled_from([2, 1, 3, 1.5]), "dim": _kw.opt_dims(), "keepdim": _kw.keepdim},
     ),
     # the logsumexp of no values is -inf
@@ -108,6 +118,7 @@ register(
         "x: _ ...",
         FAMILY,
         distinct=True,
+        structured=("ties",),  # a tie is a kink: inconclusive, never a failure
         min_side=1,
         kwargs={"dim": _kw.dims(), "keepdim": _kw.keepdim},
     ),
@@ -117,6 +128,7 @@ register(
         "x: _ ...",
         FAMILY,
         distinct=True,
+        structured=("ties",),  # a tie is a kink: inconclusive, never a failure
         min_side=1,
         kwargs={"dim": _kw.dims(), "keepdim": _kw.keepdim},
     ),
@@ -126,6 +138,7 @@ register(
         "x: _ ...",
         FAMILY,
         distinct=True,
+        structured=("ties",),  # a tie is a kink: inconclusive, never a failure
         min_side=1,
         kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim},
     ),
@@ -135,16 +148,17 @@ register(
         "x: _ ...",
         FAMILY,
         distinct=True,
+        structured=("ties",),  # a tie is a kink: inconclusive, never a failure
         min_side=1,
         kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim},
         known=(MEDIAN_STRIDE0,),
     ),
     Target("cumsum", torch.cumsum, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
-    Target("cumprod", torch.cumprod, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
+    Target("cumprod", torch.cumprod, "x: ...", FAMILY, structured=("zeros",), kwargs={"dim": _kw.dim()}),
     # forward AD raises on a scan over a size-0 dim: here the scanned dim is
     # non-empty, and logcumsumexp_empty below holds the discrepancy
     Target("logcumsumexp", torch.logcumsumexp, "x: ...", FAMILY, kwargs={"dim": _kw.nonempty_dim()}),
     Target("logcumsumexp_empty", logcumsumexp_last, "x: ... 0", FAMILY, known=(LOGCUMSUMEXP_EMPTY,)),
-    Target("cummax", cummax, "x: ...", FAMILY, distinct=True, kwargs={"dim": _kw.dim()}),
+    Target("cummax", cummax, "x: ...", FAMILY, distinct=True, structured=("ties",), kwargs={"dim": _kw.dim()}),
     Target("trace", torch.trace, "x: n m", FAMILY),
 )

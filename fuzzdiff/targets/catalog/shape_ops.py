@@ -217,7 +217,15 @@ register(
     ),
     Target("tril", tril, "x: *b n m", FAMILY, max_side=3, kwargs={"diagonal": st.integers(-2, 2)}),
     Target("diagonal", diagonal, "x: *b n m", FAMILY, max_side=3, kwargs={"offset": st.integers(-2, 2)}),
-    Target("sort", sort, "x: _ ...", FAMILY, distinct=True, kwargs={"dim": _kw.dim(), "descending": st.booleans()}),
+    Target(
+        "sort",
+        sort,
+        "x: _ ...",
+        FAMILY,
+        distinct=True,
+        structured=("ties",),
+        kwargs={"dim": _kw.dim(), "descending": st.booleans()},
+    ),
     Target(
         "pad",
         pad,

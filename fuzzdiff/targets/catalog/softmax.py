@@ -7,9 +7,11 @@ from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
 
 FAMILY = "softmax"
+# Scaled values saturate the softmax, shifted ones test the max subtracted first.
+LARGE = ("large", "offset")
 
 register(
-    Target("softmax", torch.softmax, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
-    Target("log_softmax", torch.log_softmax, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
-    Target("softmin", F.softmin, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
+    Target("softmax", torch.softmax, "x: ...", FAMILY, structured=LARGE, kwargs={"dim": _kw.dim()}),
+    Target("log_softmax", torch.log_softmax, "x: ...", FAMILY, structured=LARGE, kwargs={"dim": _kw.dim()}),
+    Target("softmin", F.softmin, "x: ...", FAMILY, structured=LARGE, kwargs={"dim": _kw.dim()}),
 )

@@ -1,0 +1,206 @@
+"""Structured points: drawn, stored and replayed as data, shrunk away, and
+confirmed so that a kink (a tie of max) is never a failure while a wrong
+formula at a smooth structured point (a zero of cumprod) is."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import find, given, settings, strategies as st
+from hypothesis.errors import InvalidArgument, NoSuchExample
+
+from fuzzdiff.case import STRUCTURES, Arg, Case, CaseError, Layout, Values
+from fuzzdiff.features import arg_features
+from fuzzdiff.fuzzing import fuzz
+from fuzzdiff.runner import run_check
+from fuzzdiff.script import standalone_script
+from fuzzdiff.targets import get_target
+from fuzzdiff.targets.target import Target
+from strategies import cases, values
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "selftest"))
+from zoo import by_name  # noqa: E402
+
+CUMPROD = by_name("cumprod_quotient_grad")
+CUMPROD_CASE = Case(CUMPROD.bug.ref, (Arg((2, 4), Values(seed=3, structure=(("zeros", 5),))),))
+
+
+def _logical(v: Values, shape, dtype=torch.float64) -> torch.Tensor:
+    return Case("t", (Arg(tuple(shape), v),), str(dtype).removeprefix("torch.")).materialize(requires_grad=False).args[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(0, 1 << 16))
+@settings(max_examples=20, deadline=None)
+def test_each_structure_is_there(dtype, seed, k):
+    shape = (2, 3, 3)
+    x = _logical(Values(seed=seed, structure=(("zeros", k),)), shape, dtype)
+    assert (x.reshape(-1)[k % x.numel()] == 0).item()
+    x = _logical(Values(seed=seed, structure=(("ties", k),)), shape, dtype)
+    assert x.unique().numel() <= 2 + k % 3
+    x = _logical(Values(seed=seed, structure=(("identity", k),)), shape, dtype)
+    assert torch.equal(x, torch.eye(3, dtype=dtype).expand(shape))
+    x = _logical(Values(seed=seed, structure=(("diagonal", k),)), shape, dtype)
+    assert torch.equal(x, torch.diag_embed(torch.diagonal(x, dim1=-2, dim2=-1)))
+    assert (torch.diagonal(x, dim1=-2, dim2=-1) != 0).all()
+    x = _logical(Values(seed=seed, structure=(("repeated_singular", k),)), shape, torch.float64)
+    s = torch.linalg.svdvals(x)
+    r = 2 + k % 2
+    torch.testing.assert_close(s[:, :r], s[:, :1].expand(2, r), rtol=1e-12, atol=0)
+    plain = _logical(Values(seed=seed), shape, dtype)
+    assert plain.abs().max() <= 2
+    assert _logical(Values(seed=seed, structure=(("large", k),)), shape, dtype).abs().max() >= 32 * plain.abs().max()
+    shifted = _logical(Values(seed=seed, structure=(("offset", k),)), shape, dtype)
+    assert shifted.abs().min() >= 250
+
+
+def test_structures_shrink_away():
+    v = find(values(structures=STRUCTURES), lambda v: True)
+    assert v.structure == ()
+    v = find(values(structures=("zeros", "ties")), lambda v: len(v.structure) >= 1)
+    assert v.structure == (("zeros", 0),)
+
+
+def test_validation():
+    with pytest.raises(InvalidArgument, match="structures"):
+        values(structures=("zeroes",)).example()
+    with pytest.raises(InvalidArgument, match="structures"):
+        values(structures="zeros").example()
+    with pytest.raises(InvalidArgument, match="structures"):
+        values(structures=("zeros",), kind="int").example()
+    with pytest.raises(ValueError, match="structured"):
+        Target("t", torch.sin, "x: n", structured=("zeroes",))
+    with pytest.raises(CaseError, match=r"args\[0\]\.values\.structure\[0\]"):
+        Case.from_json({"target": "sin", "args": [{"shape": [2], "values": {"structure": [["zeroes", 1]]}}]})
+    with pytest.raises(CaseError, match=r"structure\[0\]"):
+        Case.from_json({"target": "sin", "args": [{"shape": [2], "values": {"structure": [["zeros", -1]]}}]})
+
+
+def test_structure_is_stored_and_old_records_load():
+    case = Case("cumprod", (Arg((2, 3), Values(seed=4, structure=(("zeros", 4),))),))
+    again = Case.from_json(json.loads(json.dumps(case.to_json())))
+    assert again == case
+    assert torch.equal(again.materialize().args[0], case.materialize().args[0])
+    old = case.to_json()
+    for key in ("structure", "nudge_off"):
+        del old["args"][0]["values"][key]
+    assert Case.from_json(old).args[0].values.structure == ()
+    assert "structure:zeros" in arg_features(case.args[0])  # what a Known signature can name
+
+
+def _pinned(case: Case) -> Case:
+    return replace(case, data=case.storages())
+
+
+@pytest.mark.parametrize("pin", [False, True])
+def test_nudged_keeps_the_structure_unless_asked(pin):
+    case = Case("cumprod", (Arg((2, 3), Values(seed=4, structure=(("zeros", 4),))),))
+    case = _pinned(case) if pin else case
+    x = case.materialize().args[0]
+    near = case.nudged(1e-3, seed=1).materialize().args[0]
+    assert near.reshape(-1)[4] == 0 and not torch.equal(near, x)
+    assert (near - x).abs().max() < 0.01
+    off = case.nudged(1e-3, seed=1, keep_structure=False).materialize().args[0]
+    assert off.reshape(-1)[4] != 0 and (off - x).abs().max() < 0.01
+
+
+def test_a_wrong_formula_at_a_smooth_structured_point_fails():
+    """cumprod is smooth at an exact zero: the quotient backward's nan there is
+    confirmed (a neighbour off the zero would have hidden it)."""
+    case = CUMPROD_CASE
+    verdict = run_check("grad", CUMPROD.bug, case)
+    assert verdict.kind == "fail", verdict
+    assert "no kink along u" in verdict.message
+    assert run_check("grad", CUMPROD.twin, case).kind == "pass"
+    assert run_check("grad", CUMPROD.bug, replace(case, args=(Arg((2, 4), Values(seed=3)),))).kind == "pass"
+
+
+@pytest.mark.parametrize("name", ["max_dim", "median_dim"])
+def test_a_tie_of_max_is_a_kink_not_a_failure(name):
+    """max over a dim with ties: autograd's gradient goes to one of the tied
+    elements, finite differences see both sides; the kink test says so. The
+    median of three tied values has equal one-sided derivatives (an odd
+    function of u), but one that is not linear in u."""
+    target = get_target(name)
+    found = []
+    for seed in range(40):
+        case = Case(name, (Arg((3, 5), Values(seed=seed, structure=(("ties", 0),))),),
+                    kwargs={"dim": 1, "keepdim": False})
+        verdict = run_check("grad", target, case)
+        assert verdict.kind in ("pass", "inconclusive"), verdict
+        found.append(verdict.kind)
+        if verdict.kind == "inconclusive":
+            assert "kink at the structured point" in verdict.message
+    assert "inconclusive" in found  # the ties did reach the maximum
+
+
+@pytest.mark.parametrize("name", ["max_dim", "amax", "sort", "cumprod", "prod"])
+def test_catalog_targets_with_structures_do_not_fail(name):
+    target = get_target(name)
+    assert target.structured
+    tally = fuzz("grad", target, settings=settings(max_examples=30, database=None, deadline=None),
+                 variants=2, structures=1)  # raises on a failure
+    assert tally.counts["fail"] == 0 and tally.counts["pass"] > 0
+
+
+def test_cases_draw_structures_only_when_opted_in():
+    target = get_target("cumprod")
+    drawn = find(cases(target), lambda c: any(a.values.structure for a in c.args))
+    assert drawn.args[0].values.structure == (("zeros", 0),)
+    with pytest.raises(NoSuchExample):
+        find(cases(target, structured=False), lambda c: any(a.values.structure for a in c.args),
+             settings=settings(max_examples=50))
+
+
+def test_the_script_of_a_structured_failure_reproduces_it(tmp_path):
+    """The script holds the structured values element by element: torch alone
+    shows the nan at the zero (and the twin's script passes)."""
+    case = replace(CUMPROD_CASE, params={"cotangent": {"seed": 3}, "direction": {"seed": 4}})
+    sources = []
+    for target in (CUMPROD.bug, CUMPROD.twin):
+        verdict = run_check("grad", target, case)
+        path = tmp_path / f"{target.name}.py"
+        path.write_text(standalone_script("grad", case, verdict, target=target))
+        sources.append(path)
+    codes = []
+    for path in sources:
+        r = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True, timeout=300,
+                           cwd=Path(__file__).parents[2])
+        codes.append((r.returncode, "MISMATCH" in r.stdout, r.stderr[-2000:]))
+    assert codes[0][:2] == (1, True), codes[0]
+    assert codes[1][:2] == (0, False), codes[1]
+
+
+def test_float32_rounding_at_an_offset_is_the_inputs_conditioning():
+    """layer_norm of float32 values shifted by 1024: the inputs carry float32
+    rounding at 1024, which the dtype check's conditioning estimate must see
+    (the nudge scales with the offset), not a wrong float32 gradient."""
+    x = Values(seed=0, distinct=True, structure=(("offset", 4),))
+    lay = Layout(3, (3, 1))
+    case = Case("layer_norm", (Arg((1, 3), x, lay), Arg((1, 3), Values(distinct=True), lay),
+                               Arg((1, 3), Values(distinct=True), lay)),
+                "float32", kwargs={"eps": 1e-5}, params={"cotangent": {"layout": "contiguous", "seed": 0, "zeros": 0.0}})
+    assert case.materialize().args[0].min() > 1000
+    verdict = run_check("dtype", get_target("layer_norm"), case)
+    assert verdict.kind in ("pass", "inconclusive"), verdict
+    near = case.nudged(2.0**-22, seed=5).materialize().args[0]
+    assert (near - case.materialize().args[0]).abs().max() > 0  # moved by float32 rounding at 1024
+
+
+def test_finite_differences_at_large_values_count_their_rounding():
+    """log_softmax at values near -2.6e5 (offset, then scaled): x + eps u
+    rounds at |x|'s ulp and moves the finite differences by ~3e-5, which the
+    reference's error estimate must hold (it is right once shifted to 0)."""
+    x = Values(seed=96, grid=0.25, constant=(0,), structure=(("offset", 1), ("large", 89)))
+    case = Case("log_softmax", (Arg((2, 3), x, Layout(4, (0, 1)), grad="view"),), kwargs={"dim": 1},
+                params={"cotangent": {"layout": "transposed", "seed": 1933602527, "zeros": 0.5},
+                        "direction": {"layout": "contiguous", "seed": 3, "zeros": 0.5}})
+    assert case.materialize().args[0].abs().min() > 2e5
+    verdict = run_check("grad", get_target("log_softmax"), case)
+    assert verdict.kind == "pass", verdict
