@@ -61,3 +61,6 @@ _register(backend.CHECK)
 from fuzzdiff.checks import device  # noqa: E402
 
 _register(device.CHECK)
+from fuzzdiff.checks import forward2  # noqa: E402
+
+_register(forward2.CHECK)

@@ -38,6 +38,7 @@ TRIGGERS = (
     "extreme",         # huge |x| among the values (target opts into specials)
     "float32",         # the case dtype is float32
     "second_order",    # only the derivative of the backward is wrong
+    "second_order_forward",  # only the derivative of the jvp is wrong
     "forward_mode",    # only the forward-mode (jvp) formula is wrong
     "cotangent",       # the cotangent is not constant (all ones hides it)
     "mutation",        # a "functional" target writes into its input in some code path
@@ -935,6 +936,24 @@ ZOO += [
           "gradgrad", "float32", "float32 backward computes exp(x) under no_grad: double backward is wrong"),
     _pair("soft_normalize_fast_rsqrt", SoftNormalizeFastRsqrt.apply, SoftNormalize.apply, "x: n",
           "vmap", "float32", "float32 vmap rule takes rsqrt by the bit trick (0x5f3759df)"),
+]
+
+# ---------------------------------------------------------------------------------
+# 26. second order, forward mode: the jvp is right, but part of it is detached,
+#     so the derivative of the jvp (forward mode's second derivative) is wrong.
+#     y = x exp(x): backward and double backward are right.
+
+class XExpJvpDetached(XExp):
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        # BUG: exp(x) detached "to save memory": right tangent, wrong derivative of it
+        return t * (1 + x) * torch.exp(x).detach()
+
+
+ZOO += [
+    _pair("xexp_jvp_detached", XExpJvpDetached.apply, XExp.apply, "x: ...",
+          "forward2", "second_order_forward", "jvp detaches exp(x): its own derivative is wrong"),
 ]
 
 # Every bug and twin by name: ``fuzzdiff check tests.selftest.zoo:TARGETS.atan_offset0``.
