@@ -13,7 +13,7 @@ the others judged. In low precision each is judged against float64 too
 (fuzzdiff.confirm.against_float64).
 
 Nested ``torch.func.jvp`` through a custom ``autograd.Function`` returns zero
-second derivatives (torch issue 197867, corpus/forward2): for such targets
+second derivatives (pytorch/pytorch#197867, docs/pages/discrepancies.md): for such targets
 forward-over-forward and ``jacfwd(jacfwd)`` are unsupported, and
 reverse-over-forward differentiates their ``jvp`` instead.
 """
@@ -58,7 +58,7 @@ SMALL = 16  # the most leaf elements for which full Hessians are built
 JACOBIANS = ("hessian", "jacfwd(jacfwd)", "jacrev(jacrev)")
 NESTED_JVP_FUNCTION = (
     "nested torch.func.jvp (and jacfwd) through a custom autograd.Function returns zero second "
-    "derivatives (torch issue 197867, corpus/forward2): not a bug of the Function; its jvp is "
+    "derivatives (pytorch/pytorch#197867, torch 2.13): not a bug of the Function; its jvp is "
     "differentiated by reverse-over-forward instead"
 )
 
