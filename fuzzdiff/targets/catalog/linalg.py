@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
-from fuzzdiff.targets.discrepancies import DET_GRAD_TRANSPOSED_STRIDE0
+from fuzzdiff.targets.discrepancies import DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG
 
 FAMILY = "linalg"
 UNIT = {"a": (-1.0, 1.0)}
@@ -100,7 +100,7 @@ def cross(x, y):
 
 
 MATRIX_EXP_BATCH = Known(
-    ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "device", "compile"),
+    ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "device", "compile", "forward2"),
     "torch.linalg.matrix_exp raises in the forward itself (autograd or not) for an input with "
     "two or more batch dims that cannot be flattened by a view (torch 2.13.0 CPU; .contiguous() "
     "first works; one batch dim works in any layout)",
@@ -114,7 +114,7 @@ MATRIX_EXP_BATCH = Known(
 
 
 register(
-    Target("solve", solve, "a: *b n n, r: *b n k", FAMILY, domain=UNIT, max_side=3),
+    Target("solve", solve, "a: *b n n, r: *b n k", FAMILY, domain=UNIT, max_side=3, known=(NESTED_JVP_LINALG,)),
     Target(
         "solve_triangular",
         solve_triangular,
@@ -125,9 +125,25 @@ register(
         kwargs={"upper": st.booleans()},
     ),
     Target("inv", inv, SQUARE, FAMILY, domain=UNIT, max_side=3),
-    Target("det", det, SQUARE, FAMILY, domain=UNIT, max_side=3, known=(DET_GRAD_TRANSPOSED_STRIDE0,)),
-    Target("slogdet", slogdet, SQUARE, FAMILY, domain=UNIT, max_side=3, known=(DET_GRAD_TRANSPOSED_STRIDE0,)),
-    Target("logdet", logdet, SQUARE, FAMILY, domain=UNIT, max_side=3, known=(DET_GRAD_TRANSPOSED_STRIDE0,)),
+    Target("det", det, SQUARE, FAMILY, domain=UNIT, max_side=3, known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG)),
+    Target(
+        "slogdet",
+        slogdet,
+        SQUARE,
+        FAMILY,
+        domain=UNIT,
+        max_side=3,
+        known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG),
+    ),
+    Target(
+        "logdet",
+        logdet,
+        SQUARE,
+        FAMILY,
+        domain=UNIT,
+        max_side=3,
+        known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG),
+    ),
     Target("cholesky", cholesky, SQUARE, FAMILY, domain=UNIT, max_side=3),
     Target("qr", qr, SQUARE, FAMILY, domain=UNIT, max_side=3),
     Target("svdvals", svdvals, "a: *b m n", FAMILY, domain=UNIT, max_side=3),

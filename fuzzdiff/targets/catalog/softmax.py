@@ -5,11 +5,19 @@ import torch.nn.functional as F
 
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
+from fuzzdiff.targets.discrepancies import REVERSE_OVER_FORWARD_INPLACE
 
 FAMILY = "softmax"
 
 register(
     Target("softmax", torch.softmax, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
-    Target("log_softmax", torch.log_softmax, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
+    Target(
+        "log_softmax",
+        torch.log_softmax,
+        "x: ...",
+        FAMILY,
+        kwargs={"dim": _kw.dim()},
+        known=(REVERSE_OVER_FORWARD_INPLACE,),
+    ),
     Target("softmin", F.softmin, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
 )
