@@ -64,3 +64,6 @@ _register(device.CHECK)
 from fuzzdiff.checks import checkpoint  # noqa: E402
 
 _register(checkpoint.CHECK)
+from fuzzdiff.checks import forward2  # noqa: E402
+
+_register(forward2.CHECK)

@@ -14,6 +14,9 @@ __all__ = [
     "GROUP_NORM_VMAP_GAPPED_BATCH",
     "DET_GRAD_TRANSPOSED_PERMUTED",
     "DET_GRAD_TRANSPOSED_STRIDE0",
+    "NESTED_JVP_LINALG",
+    "NESTED_JVP_NORMS",
+    "REVERSE_OVER_FORWARD_INPLACE",
 ]
 
 STRIDE0_GRAD_DYNAMIC = Known(
@@ -128,4 +131,56 @@ DET_GRAD_TRANSPOSED_STRIDE0 = Known(
     features=("0:stride0",),
     params={"backend": ("aot_function", "aot_function_min_cut")},
     records=("fdd5a62c47c7c49f",),
+)
+
+# forward2's identities that differentiate a jvp formula itself; it judges
+# them only after its other identities passed (fuzzdiff.checks.forward2)
+_DIFFERENTIATED_JVP = r"^<w, d2f\[u, u'\]> (forward-over-forward|reverse-over-forward|jacfwd\(jacfwd\)) vs finite"
+
+NESTED_JVP_LINALG = Known(
+    "forward2",
+    "the forward-mode formulas of torch.linalg.solve, torch.linalg.det, torch.logdet and "
+    "torch.linalg.slogdet are not differentiable themselves: nested torch.func.jvp (and "
+    "jacfwd(jacfwd), and reverse mode through their jvp) give wrong second derivatives, zero for "
+    "logdet and slogdet, whose tangent does not even require grad, while reverse over reverse, "
+    "forward over reverse and torch.func.hessian are right (torch 2.13.0 CPU)",
+    "A = torch.randn(3, 3, dtype=torch.float64) + 3 * torch.eye(3, dtype=torch.float64); "
+    "u, v = torch.randn(3, 3, dtype=torch.float64), torch.randn(3, 3, dtype=torch.float64); "
+    "f = torch.logdet; torch.func.jvp(lambda a: torch.func.jvp(f, (a,), (u,))[1], (A,), (v,))[1] "
+    "-> 0.0, (torch.func.hessian(f)(A) * u[:, :, None, None] * v).sum() -> -0.50; "
+    "with f = lambda a: torch.linalg.solve(a, B).sum() the nested jvp differs from "
+    "f = lambda a: (torch.linalg.inv(a) @ B).sum()'s, which agrees with the Hessian",
+    message=_DIFFERENTIATED_JVP,
+    records=(),
+)
+
+NESTED_JVP_NORMS = Known(
+    "forward2",
+    "the forward-mode formulas of F.layer_norm and of F.instance_norm (native_batch_norm with "
+    "batch statistics) are not differentiable themselves: nested torch.func.jvp and reverse mode "
+    "through their jvp give wrong second derivatives, while reverse over reverse and forward "
+    "over reverse are right (torch 2.13.0 CPU)",
+    "x = torch.randn(2, 3, 4, dtype=torch.float64); u, v = torch.randn_like(x), "
+    "torch.randn_like(x); f = lambda t: F.layer_norm(t, (4,)).sum(); "
+    "torch.func.jvp(lambda a: torch.func.jvp(f, (a,), (u,))[1], (x,), (v,))[1] -> -30.9 "
+    "(same for F.instance_norm), where the exact value is 0 (the normalized values sum to 0) "
+    "and reverse over reverse gives 0",
+    message=_DIFFERENTIATED_JVP,
+    records=(),
+)
+
+REVERSE_OVER_FORWARD_INPLACE = Known(
+    "forward2",
+    "reverse mode through the jvp of F.log_softmax (so F.cross_entropy), torch.logsumexp, "
+    "torch.logcumsumexp and torch.linalg.vector_norm(ord=1) (so F.normalize(p=1)) raises: their "
+    "forward-mode formulas modify a saved exp or sign in place (torch 2.13.0 CPU; the jvp itself, "
+    "nested torch.func.jvp and reverse over reverse work)",
+    "x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True); with fwAD.dual_level(): "
+    "t = fwAD.unpack_dual(torch.logsumexp(fwAD.make_dual(x, torch.randn_like(x)), 1)).tangent; "
+    "torch.autograd.grad(t.sum(), x) -> RuntimeError: one of the variables needed for gradient "
+    "computation has been modified by an inplace operation: [torch.DoubleTensor [2, 3]], which "
+    "is output 0 of Exp, is at version 1",
+    raises="RuntimeError",
+    message=r"modified by an inplace operation: \[torch\.\w+ \[[\d, ]*\]\], which is output 0 of (Exp|Sgn),",
+    records=(),
 )

@@ -79,7 +79,7 @@ MAX_FLOAT32 = 1e3  # float32 cases only where every value is at most this large
 NEAR_SCALE = 1e-3  # near mode: |x| <= NEAR_SCALE * max(1, max |sample|)
 
 # The checks issue 8 runs on OpInfo targets; every other check is skipped with this reason.
-CHECKS = ("grad", "forward", "layout", "alias", "vmap", "compile")
+CHECKS = ("grad", "forward", "layout", "alias", "vmap", "compile", "forward2")
 OUTSIDE = "not in the OpInfo check set (grad, forward, layout, alias, vmap, compile)"
 
 # OpInfo test (class, name) pairs whose skip or expected failure means our check does
@@ -87,6 +87,11 @@ OUTSIDE = "not in the OpInfo check set (grad, forward, layout, alias, vmap, comp
 TESTS = {
     "grad": (("TestBwdGradients", "test_fn_grad"), ("TestGradients", "test_fn_grad")),
     "forward": (("TestFwdGradients", "test_forward_mode_AD"), ("TestGradients", "test_forward_mode_AD")),
+    "forward2": (
+        ("TestFwdGradients", "test_fn_fwgrad_bwgrad"),
+        ("TestGradients", "test_fn_fwgrad_bwgrad"),
+        ("TestFwdGradients", "test_forward_mode_AD"),
+    ),
     "layout": (("TestCommon", "test_noncontiguous_samples"),),
     "vmap": (
         ("TestVmapOperatorsOpInfo", "test_vmap_exhaustive"),
@@ -524,6 +529,10 @@ def skips_for(op, near: bool, complex_out: bool = False) -> dict[str, str]:
         skip["vmap"] = vmap_skip
     flags = {
         "forward": (op.supports_forward_ad, "OpInfo supports_forward_ad=False"),
+        "forward2": (
+            op.supports_forward_ad and op.supports_fwgrad_bwgrad,
+            "OpInfo supports_forward_ad or supports_fwgrad_bwgrad is False",
+        ),
         "vmap": (
             op.check_batched_grad and (op.check_batched_forward_grad or not op.supports_forward_ad),
             "OpInfo check_batched_grad / check_batched_forward_grad is False: "

@@ -122,6 +122,8 @@ def shows_trigger(p: Planted, case: Case, verdict) -> bool:
         return case.dtype == "float32"
     if t == "second_order":  # first derivatives, reverse and forward, are right here
         return all(run_check(c, p.bug, case).kind == "pass" for c in ("grad", "forward"))
+    if t == "second_order_forward":  # first derivatives and double backward are right here
+        return all(run_check(c, p.bug, case).kind == "pass" for c in ("grad", "forward", "gradgrad"))
     if t == "forward_mode":  # reverse mode is right here
         return run_check("grad", p.bug, case).kind == "pass"
     if t == "cotangent":
@@ -295,8 +297,10 @@ def without_trigger(p: Planted):
         return p.bug, dict(structured=False), every
     if t == "float32":
         return replace(p.bug, dtypes=(torch.float64,)), {}, every
-    if t == "second_order":
-        return p.bug, {}, tuple(c for c in every if c != "gradgrad")
+    if t == "second_order":  # forward2 differentiates the backward too
+        return p.bug, {}, tuple(c for c in every if c not in ("gradgrad", "forward2"))
+    if t == "second_order_forward":
+        return p.bug, {}, tuple(c for c in every if c != "forward2")
     if t == "forward_mode":
         return p.bug, {}, tuple(c for c in every if c != "forward")
     if t == "mutation":

@@ -39,6 +39,7 @@ TRIGGERS = (
     "extreme",         # huge |x| among the values (target opts into specials)
     "float32",         # the case dtype is float32
     "second_order",    # only the derivative of the backward is wrong
+    "second_order_forward",  # only the derivative of the jvp is wrong
     "forward_mode",    # only the forward-mode (jvp) formula is wrong
     "cotangent",       # the cotangent is not constant (all ones hides it)
     "mutation",        # a "functional" target writes into its input in some code path
@@ -972,7 +973,7 @@ ZOO += [
 ]
 
 # ---------------------------------------------------------------------------------
-# 26. zeros: cumprod along the last dim, backward by the quotient out / x
+# 27. zeros: cumprod along the last dim, backward by the quotient out / x
 #     (reverse cumsum of g * out, divided by x): right wherever x has no zero,
 #     nan at an exact zero, where cumprod is as smooth as anywhere. The twin
 #     takes the exclusive products prod_{i <= k, i != j} x_i, no division.
@@ -1019,6 +1020,25 @@ ZOO += [
     _pair("cumprod_quotient_grad", CumprodLastQuotient.apply, CumprodLast.apply, "x: *b n",
           "grad", "zeros", "backward divides the reverse cumsum of g * out by x: nan at an exact zero",
           structured=("zeros",)),
+]
+
+
+# ---------------------------------------------------------------------------------
+# 28. second order, forward mode: the jvp is right, but part of it is detached,
+#     so the derivative of the jvp (forward mode's second derivative) is wrong.
+#     y = x exp(x): backward and double backward are right.
+
+class XExpJvpDetached(XExp):
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        # BUG: exp(x) detached "to save memory": right tangent, wrong derivative of it
+        return t * (1 + x) * torch.exp(x).detach()
+
+
+ZOO += [
+    _pair("xexp_jvp_detached", XExpJvpDetached.apply, XExp.apply, "x: ...",
+          "forward2", "second_order_forward", "jvp detaches exp(x): its own derivative is wrong"),
 ]
 
 # Every bug and twin by name: ``fuzzdiff check tests.selftest.zoo:TARGETS.atan_offset0``.

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -360,7 +361,8 @@ def test_passing_cases_print_ok_as_programs(tmp_path):
 
 # One planted bug per check, in two groups so that xdist can run them side by side.
 ZOO_GROUPS = [["atan_offset0", "silu_wrong_jvp", "xexp_detached", "sin_fwd_offset0"],
-              ["exp_diff_storage_cache", "xtanh_scratch", "square_polarization", "rowsum_out_dims"]]
+              ["exp_diff_storage_cache", "xtanh_scratch", "square_polarization", "rowsum_out_dims",
+               "xexp_jvp_detached"]]
 
 
 # The compile check's zoo bugs need a compiler in each subprocess (tens of seconds
@@ -447,6 +449,27 @@ def test_checkpoint_scripts_print_ok_for_a_right_target_and_mismatch_for_a_plant
             assert f"abs error {verdict.errors['abs_error']:.3g}" in last, (verdict, out)
         else:
             assert code == 0 and last.startswith("OK: "), out
+
+
+def test_forward2_script_says_ok_for_a_right_jvp_and_mismatch_for_a_wrong_one(tmp_path):
+    """A check that states its own script (Check.script): the planted jvp whose
+    derivative is wrong prints MISMATCH with the judged numbers, its twin
+    OK, as programs without fuzzdiff; both scripts run the check's own
+    torch-only functions, copied by source."""
+    (p, e, bug), = zoo_scripts(["xexp_jvp_detached"])
+    case = replace(e.case, target=p.twin.name)
+    assert run_check("forward2", p.twin, case).kind == "pass"
+    twin = standalone_script("forward2", case, target=p.twin)
+    for source in (bug, twin):
+        assert_torch_only(source)
+        assert "def reverse_over_forward(f, leaves, u, u2, w):" in source
+        assert "def second_difference(f, leaves, u, u2, w, eps):" in source
+    # nested torch.func.jvp through a Function is torch's own bug: not in the script
+    assert "forward_over_forward(" not in bug
+    (code, out), (twin_code, twin_out) = run_programs([bug, twin], tmp_path)
+    assert code == 1 and out.splitlines()[-1].startswith("MISMATCH: <w, d2f[u, u']> reverse-over-forward"), out
+    assert repr(e.verdict.errors["analytic"]) in out and repr(e.verdict.errors["reference"]) in out, out
+    assert twin_code == 0 and twin_out.splitlines()[-1].startswith("OK: "), twin_out
 
 
 # -- a script runs fuzzdiff's own computations, copied, not restated -------------------

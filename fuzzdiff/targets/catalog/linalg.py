@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
-from fuzzdiff.targets.discrepancies import DET_GRAD_TRANSPOSED_STRIDE0
+from fuzzdiff.targets.discrepancies import DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG
 
 FAMILY = "linalg"
 UNIT = {"a": (-1.0, 1.0)}
@@ -100,7 +100,20 @@ def cross(x, y):
 
 
 MATRIX_EXP_BATCH = Known(
-    ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "device", "compile", "checkpoint"),
+    (
+        "grad",
+        "forward",
+        "gradgrad",
+        "layout",
+        "alias",
+        "mutation",
+        "dtype",
+        "vmap",
+        "device",
+        "compile",
+        "checkpoint",
+        "forward2",
+    ),
     "torch.linalg.matrix_exp raises in the forward itself (autograd or not) for an input with "
     "two or more batch dims that cannot be flattened by a view (torch 2.13.0 CPU; .contiguous() "
     "first works; one batch dim works in any layout)",
@@ -121,7 +134,16 @@ SINGULAR = ("identity", "diagonal", "repeated_singular")
 
 
 register(
-    Target("solve", solve, "a: *b n n, r: *b n k", FAMILY, domain=UNIT, max_side=3, structured=MATRICES),
+    Target(
+        "solve",
+        solve,
+        "a: *b n n, r: *b n k",
+        FAMILY,
+        domain=UNIT,
+        max_side=3,
+        structured=MATRICES,
+        known=(NESTED_JVP_LINALG,),
+    ),
     Target(
         "solve_triangular",
         solve_triangular,
@@ -133,7 +155,14 @@ register(
     ),
     Target("inv", inv, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=MATRICES),
     Target(
-        "det", det, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=MATRICES, known=(DET_GRAD_TRANSPOSED_STRIDE0,)
+        "det",
+        det,
+        SQUARE,
+        FAMILY,
+        domain=UNIT,
+        max_side=3,
+        structured=MATRICES,
+        known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG),
     ),
     Target(
         "slogdet",
@@ -143,7 +172,7 @@ register(
         domain=UNIT,
         max_side=3,
         structured=MATRICES,
-        known=(DET_GRAD_TRANSPOSED_STRIDE0,),
+        known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG),
     ),
     Target(
         "logdet",
@@ -153,7 +182,7 @@ register(
         domain=UNIT,
         max_side=3,
         structured=MATRICES,
-        known=(DET_GRAD_TRANSPOSED_STRIDE0,),
+        known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG),
     ),
     Target("cholesky", cholesky, SQUARE, FAMILY, domain=UNIT, max_side=3),
     Target("qr", qr, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=SINGULAR),

@@ -9,9 +9,10 @@ formula). Class targets are ``Index`` arguments; probability targets are
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
+from fuzzdiff.known import Known
 from fuzzdiff.targets import Index, NoGrad, Target, register
 from fuzzdiff.targets.catalog import _kw
-from fuzzdiff.targets.discrepancies import NESTED_VMAP_LOSSES
+from fuzzdiff.targets.discrepancies import NESTED_VMAP_LOSSES, REVERSE_OVER_FORWARD_INPLACE
 
 FAMILY = "losses"
 PAIR = "x: *b, y: *b"
@@ -29,6 +30,21 @@ def cross_entropy_weighted(x, t, w, reduction):
 def cross_entropy_probs(x, p, reduction, label_smoothing):
     return F.cross_entropy(x, p, reduction=reduction, label_smoothing=label_smoothing)
 
+
+BCE_WITH_LOGITS_NESTED_JVP = Known(
+    "forward2",
+    "nested torch.func.jvp of F.binary_cross_entropy_with_logits raises when the target has no "
+    "tangent (torch 2.13.0 CPU; one level of jvp, reverse over forward and the reverse "
+    "identities work)",
+    "x = torch.randn((), dtype=torch.float64); y = torch.tensor(0.5, dtype=torch.float64); "
+    "f = lambda t: F.binary_cross_entropy_with_logits(t, y); torch.func.jvp(lambda a: "
+    "torch.func.jvp(f, (a,), (torch.ones_like(a),))[1], (x,), (torch.ones_like(x),)) -> "
+    "RuntimeError: ZeroTensors are immutable. Please materialize the tensor using `.clone()`, "
+    "if you want a mutable zero tensor.",
+    raises="RuntimeError",
+    message=r"ZeroTensors are immutable",
+    records=(),
+)
 
 register(
     Target(
@@ -72,6 +88,7 @@ register(
         min_side=1,
         kinds={"t": Index("c")},
         kwargs={"reduction": _kw.reductions, "label_smoothing": st.sampled_from([0.0, 0.2])},
+        known=(REVERSE_OVER_FORWARD_INPLACE,),
     ),
     # class weights name c outside a variadic group, so Index("c") finds its size
     Target(
@@ -84,6 +101,7 @@ register(
         kinds={"t": Index("c"), "w": NoGrad()},
         sample={"w": (0.5, 2.0)},
         kwargs={"reduction": _kw.reductions},
+        known=(REVERSE_OVER_FORWARD_INPLACE,),
     ),
     Target(
         "cross_entropy_probs",
@@ -94,6 +112,7 @@ register(
         kinds={"p": NoGrad()},
         sample={"p": PROBABILITY},
         kwargs={"reduction": _kw.reductions, "label_smoothing": st.sampled_from([0.0, 0.2])},
+        known=(REVERSE_OVER_FORWARD_INPLACE,),
     ),
     Target(
         "nll_loss",
@@ -124,6 +143,7 @@ register(
         kinds={"y": NoGrad()},
         sample={"y": PROBABILITY},
         kwargs={"reduction": _kw.reductions},
+        known=(BCE_WITH_LOGITS_NESTED_JVP,),
     ),
     # kl_div(input = log q, target = p): the target is differentiable, and p > 0
     # keeps its log smooth (log_target=True reads it as log p: any p > 0 is fine too)

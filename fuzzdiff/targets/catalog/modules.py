@@ -27,6 +27,7 @@ from torch import nn
 from fuzzdiff.known import NOT_NONE, Known
 from fuzzdiff.targets import FromShapes, Index, Target, register
 from fuzzdiff.targets.catalog import _kw
+from fuzzdiff.targets.discrepancies import NESTED_JVP_NORMS
 from fuzzdiff.targets.module import one_sample
 
 FAMILY = "modules"
@@ -429,6 +430,7 @@ register(
             "eps": EPS,
             "seed": SEED,
         },
+        known=(NESTED_JVP_NORMS,),
     ),
     # three values per group at least (one or two: see _normalized)
     module_target(
@@ -447,6 +449,7 @@ register(
         "x: c l>=3",
         distinct=True,
         kwargs={"affine": FLAG, "eps": EPS, "seed": SEED},
+        known=(NESTED_JVP_NORMS,),
     ),
     module_target(
         "nn_instance_norm2d",
@@ -454,7 +457,7 @@ register(
         "x: c h>=2 w>=2",
         distinct=True,
         kwargs={"affine": FLAG, "eps": EPS, "seed": SEED},
-        known=(INSTANCE_NORM_NONCONTIGUOUS_INPUT,),
+        known=(INSTANCE_NORM_NONCONTIGUOUS_INPUT, NESTED_JVP_NORMS),
     ),
     module_target(
         "nn_instance_norm3d",
@@ -463,7 +466,7 @@ register(
         distinct=True,
         max_side=2,
         kwargs={"affine": FLAG, "eps": EPS, "seed": SEED},
-        known=(INSTANCE_NORM_NONCONTIGUOUS_INPUT,),
+        known=(INSTANCE_NORM_NONCONTIGUOUS_INPUT, NESTED_JVP_NORMS),
     ),
     module_target(
         "nn_rnn",

@@ -13,7 +13,11 @@ from hypothesis import strategies as st
 from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
-from fuzzdiff.targets.discrepancies import GROUP_NORM_VMAP_GAPPED_BATCH
+from fuzzdiff.targets.discrepancies import (
+    GROUP_NORM_VMAP_GAPPED_BATCH,
+    NESTED_JVP_NORMS,
+    REVERSE_OVER_FORWARD_INPLACE,
+)
 
 FAMILY = "norms"
 EPS = st.sampled_from([1e-5, 0.1])
@@ -47,7 +51,7 @@ def normalize(x, p, dim):
 _STRIDED_WEIGHT = ("1:stride0|1:gapped|1:permuted",)
 
 BATCH_NORM_STRIDED_WEIGHT = Known(
-    ("grad", "forward", "gradgrad", "layout", "alias", "dtype", "device", "vmap"),
+    ("grad", "forward", "gradgrad", "layout", "alias", "dtype", "device", "vmap", "forward2"),
     "eval-mode F.batch_norm on CPU returns a wrong grad_input when the weight is not dense "
     "(expanded, or sliced with a step): the kernel reads the weight as if contiguous, past its "
     "elements (other runs give garbage such as 9.8e-310 or 3.9e228); only inputs with one value "
@@ -115,11 +119,11 @@ BATCH_NORM_BACKWARD_SIZE1_CHANNELS_LAST = Known(
 )
 
 GROUP_NORM_FORWARD = Known(
-    ("forward", "gradgrad", "vmap"),
+    ("forward", "gradgrad", "vmap", "forward2"),
     "forward-mode AD of F.group_norm raises for a 4-d input that is not contiguous, e.g. "
     "channels_last, while the primal and reverse mode work (torch 2.13.0 CPU; a tangent only "
     "on the weight raises too; gradgrad's forward-over-reverse and vmap's jvp compositions "
-    "reach it as well)",
+    "reach it as well, and so do forward2's forward-mode identities)",
     "x = torch.randn(2, 3, 2, 2, dtype=torch.float64).to(memory_format=torch.channels_last); "
     "with fwAD.dual_level(): F.group_norm(fwAD.make_dual(x, torch.randn_like(x)), 1) -> "
     "RuntimeError: view size is not compatible with input tensor's size and stride (at least "
@@ -147,6 +151,7 @@ register(
         distinct=True,
         structured=("large", "offset"),
         kwargs={"eps": _kw.when(lambda s: math.prod(s["w"]) not in (1, 2), EPS)},
+        known=(NESTED_JVP_NORMS,),
     ),
     # rms_norm keeps the mean: only one value (normalized to its sign) is degenerate
     Target(
@@ -201,5 +206,6 @@ register(
         distinct=True,
         structured=("large", "offset"),
         kwargs={"p": st.sampled_from([2.0, 1.0, 3.0]), "dim": _kw.dim_with("x", lambda n: n != 1)},
+        known=(REVERSE_OVER_FORWARD_INPLACE,),
     ),
 )

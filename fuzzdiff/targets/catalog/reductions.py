@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
+from fuzzdiff.targets.discrepancies import REVERSE_OVER_FORWARD_INPLACE
 
 FAMILY = "reductions"
 
@@ -45,7 +46,7 @@ def logcumsumexp_last(x):
 
 
 LOGCUMSUMEXP_EMPTY = Known(
-    ("forward", "gradgrad", "vmap"),
+    ("forward", "gradgrad", "vmap", "forward2"),
     "forward-mode AD of torch.logcumsumexp raises on a scan over a size-0 dim, where the "
     "primal and reverse mode return empty tensors (torch 2.13.0 CPU; gradgrad reaches it "
     "through forward-over-reverse, vmap through its jvp compositions)",
@@ -102,6 +103,7 @@ register(
         kinks=(0.0,),
         structured=("zeros",),  # a kink for ord=1, smooth for ord=2 unless the whole slice is zero
         kwargs={"ord": st.sampled_from([2, 1, 3, 1.5]), "dim": _kw.opt_dims(), "keepdim": _kw.keepdim},
+        known=(REVERSE_OVER_FORWARD_INPLACE,),
     ),
     # the logsumexp of no values is -inf
     Target(
@@ -110,6 +112,7 @@ register(
         "x: _ ...",
         FAMILY,
         kwargs={"dim": _kw.reduced(full=False), "keepdim": _kw.keepdim},
+        known=(REVERSE_OVER_FORWARD_INPLACE,),
     ),
     # amax/amin reject reducing a size-0 dim (there is no identity): min_side=1
     Target(
@@ -157,7 +160,14 @@ register(
     Target("cumprod", torch.cumprod, "x: ...", FAMILY, structured=("zeros",), kwargs={"dim": _kw.dim()}),
     # forward AD raises on a scan over a size-0 dim: here the scanned dim is
     # non-empty, and logcumsumexp_empty below holds the discrepancy
-    Target("logcumsumexp", torch.logcumsumexp, "x: ...", FAMILY, kwargs={"dim": _kw.nonempty_dim()}),
+    Target(
+        "logcumsumexp",
+        torch.logcumsumexp,
+        "x: ...",
+        FAMILY,
+        kwargs={"dim": _kw.nonempty_dim()},
+        known=(REVERSE_OVER_FORWARD_INPLACE,),
+    ),
     Target("logcumsumexp_empty", logcumsumexp_last, "x: ... 0", FAMILY, known=(LOGCUMSUMEXP_EMPTY,)),
     Target("cummax", cummax, "x: ...", FAMILY, distinct=True, structured=("ties",), kwargs={"dim": _kw.dim()}),
     Target("trace", torch.trace, "x: n m", FAMILY),

@@ -127,7 +127,19 @@ SQUEEZE_SCALAR_VMAP = Known(
     records=("7b67c8fb783e4256",),
 )
 CLAMP_BROADCAST = Known(
-    ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "device", "compile", "checkpoint"),
+    (
+        "grad",
+        "forward",
+        "gradgrad",
+        "layout",
+        "alias",
+        "mutation",
+        "dtype",
+        "device",
+        "compile",
+        "checkpoint",
+        "forward2",
+    ),
     "the backward of torch.clamp(x, min, max) with tensor bounds raises when x is smaller than "
     "the broadcast shape and min or max requires grad (torch 2.13.0 CPU; the forward and "
     "forward-mode AD work). Every check runs a backward, so each raises",

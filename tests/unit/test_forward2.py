@@ -1,0 +1,37 @@
+"""forward2: which identities it judges where, and which failure it reports."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, find, settings
+
+from fuzzdiff.checks import get_check
+from fuzzdiff.known import matching
+from fuzzdiff.runner import case_strategy, run_check
+from fuzzdiff.targets import get_target
+from fuzzdiff.targets.discrepancies import NESTED_JVP_LINALG
+
+CHECK = get_check("forward2")
+FIND = settings(max_examples=200, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+def a_case(target: str, condition=lambda c: True):
+    return find(case_strategy(CHECK, get_target(target)), condition, settings=FIND)
+
+
+def test_a_module_target_has_its_dual_number_identities_judged():
+    """A module is built inside every call: torch.func refuses that (its
+    `.data` writes), so forward over forward is unsupported, not a failure,
+    and the fwAD identities still pass."""
+    case = a_case("nn_linear")
+    verdict = run_check("forward2", get_target("nn_linear"), case)
+    assert verdict.kind == "pass", verdict.message
+
+
+def test_logdets_wrong_nested_jvp_is_its_known_torch_bug():
+    """torch.logdet's jvp formula is not differentiable: forward over forward
+    reads zero; the reverse identities pass, and the Known names it."""
+    case = a_case("logdet", lambda c: c.args[0].shape == (2, 2) and c.dtype == "float64")
+    target = get_target("logdet")
+    verdict = run_check("forward2", target, case)
+    assert verdict.kind == "fail" and verdict.errors["analytic"] == 0.0, verdict.message
+    assert matching(target.known, "forward2", case, verdict) is NESTED_JVP_LINALG
