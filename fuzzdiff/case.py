@@ -729,6 +729,13 @@ class Case:
         """The recipe; pinned ``data`` is not part of it (corpus records store it)."""
         out = _jsonable(asdict(replace(self, data={})))
         del out["data"]
+        for arg in out["args"]:
+            # written only when set: a case without structured points keeps the
+            # record format it always had (docs/pages/design.md, contract 4)
+            values = arg["values"]
+            if not values.get("structure"):
+                values.pop("structure", None)
+                values.pop("nudge_off", None)
         return out
 
     @staticmethod

@@ -19,7 +19,7 @@ from fuzzdiff import cuda_context
 from fuzzdiff.case import Case, CaseError
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.checks.check import ProbeParams
-from fuzzdiff.paths.seeded import reseeding, seeded
+from fuzzdiff.paths.seeded import reseeding, run_seeded
 from fuzzdiff.precision import cuda_present, ieee_float32
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
@@ -51,7 +51,7 @@ def verdict_at(check: Check, target: Target, case: Case) -> Verdict:
         seed = sum(a.values.seed for a in case.args) % 2**32
         devices = [torch.device(case.device).index or 0] if case.device.startswith("cuda") else []
         fixed = replace(target, fn=reseeding(target.fn, seed, devices))
-        return seeded(seed, lambda: _precise_verdict(check, fixed, case), devices)
+        return run_seeded(seed, lambda: _precise_verdict(check, fixed, case), devices)
     return _precise_verdict(check, target, case)
 
 

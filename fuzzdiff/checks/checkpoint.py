@@ -45,7 +45,7 @@ from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.ladder import Doubt, Ladder, Step, Survived
 from fuzzdiff.paths.function import differentiable, leaf_function
 from fuzzdiff.paths.reverse import vjp
-from fuzzdiff.paths.seeded import seeded
+from fuzzdiff.paths.seeded import run_seeded
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
@@ -114,7 +114,7 @@ def outputs_and_grads(
         grads = backward_grads(outs, leaves, v) if way == REENTRANT else vjp(outs, leaves, v)
         return [o.detach() for o in outs], [g.detach() for g in grads]
 
-    return seeded(seed, work, devices)
+    return run_seeded(seed, work, devices)
 
 
 # -- the check, through the case ------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["seeded", "reseeding", "seed_generators"]
+__all__ = ["run_seeded", "reseeding", "seed_generators"]
 
 
 def seed_generators(seed: int, devices: Sequence[int] = ()) -> None:
@@ -26,7 +26,7 @@ def seed_generators(seed: int, devices: Sequence[int] = ()) -> None:
     random.seed(seed)
 
 
-def seeded(seed: int, work: Callable[[], Any], devices: Sequence[int] = ()) -> Any:
+def run_seeded(seed: int, work: Callable[[], Any], devices: Sequence[int] = ()) -> Any:
     """``work()`` with torch's generators (the CPU's and ``devices``') and
     Python's ``random`` seeded with ``seed``; the caller's states are restored."""
     state = random.getstate()
