@@ -10,6 +10,7 @@ judged against its float64 value (fuzzdiff.confirm.against_float64).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -99,11 +100,22 @@ def first_derivative_difference(target: Target, case: Case, u, w, eps: float):
     return n1, abs(n1 - n2) + ROUNDOFF64 / eps * s
 
 
+def first_derivative_finite(target: Target, case: Case, cast=None) -> bool:
+    """The outputs and ``J^T v`` are finite at the case's point: else there is no
+    second derivative to check (``x / x`` at 0 is nan there, 1 an eps away)."""
+    f = leaf_function(target, case, cast=cast)
+    outs = f(*f.leaves)
+    g, _ = _first_derivative(f, f.leaves, case.params, create_graph=False)
+    return all(bool(torch.isfinite(t).all()) for t in (*outs, *g))
+
+
 def _measure(analytic_fn):
     def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
         analytic, scale, u, w = analytic_fn(target, case, cast)
         numeric, noise = first_derivative_difference(target, case, u, w, eps)
-        return Measurement(analytic, numeric, scale + abs(numeric), noise)
+        # asked only when the second derivative is not finite
+        defined = math.isfinite(analytic) or first_derivative_finite(target, case, cast)
+        return Measurement(analytic, numeric, scale + abs(numeric), noise, defined)
 
     return measure
 
