@@ -191,6 +191,9 @@ def test_dtype_runs_where_float32_cases_exist_and_says_why_not_elsewhere():
     assert "supported_backward_dtypes" in opinfo.float32_skip(no32, False, [(-1.0, 1.0)])
     assert "beyond" in opinfo.float32_skip(op("mul"), False, [(-1.0, 1e6)])
     assert opinfo.float32_skip(op("mul"), False, [(-1.0, 1.0)]) is None
+    mha = "nn.functional.multi_head_attention_forward"
+    assert opinfo.skips_for(op(mha), near=False)["dtype"] == opinfo.DTYPE_SKIP[mha]
+    assert "dtype" not in opinfo.skips_for(op("mul"), near=False)
 
 
 def test_mutation_runs_on_functional_ops_but_not_near_the_sample():
