@@ -23,11 +23,9 @@ def metadata(t: torch.Tensor) -> tuple:
 
 
 def storage_bytes(t: torch.Tensor) -> torch.Tensor:
-    return (
-        torch.frombuffer(bytearray(bytes(t.untyped_storage())), dtype=torch.uint8)
-        if t.untyped_storage().nbytes()
-        else torch.empty(0, dtype=torch.uint8)
-    )
+    """A copy of every byte of ``t``'s storage (a uint8 view of it, cloned: bytes()
+    of a storage goes byte by byte through Python, milliseconds per kilobyte)."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage()).clone()
 
 
 def run(target: Target, case: Case) -> Verdict:
