@@ -13,6 +13,7 @@ probes, which the standalone script copies (``script`` below).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -24,7 +25,7 @@ from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, directions, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.forward import same_layout
-from fuzzdiff.paths.function import leaf_function
+from fuzzdiff.paths.function import LeafFunction, leaf_function
 from fuzzdiff.paths.numerical import ROUNDOFF64
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
@@ -110,6 +111,14 @@ def first_derivative_difference(
 Analytic = Callable[[Function, Sequence[torch.Tensor], Sequence[torch.Tensor], Sequence[torch.Tensor], object], tuple]
 
 
+def first_derivative_finite(f: LeafFunction, case: Case) -> bool:
+    """The outputs and ``J^T v`` are finite at the case's point: else there is no
+    second derivative to check (``x / x`` at 0 is nan there, 1 an eps away)."""
+    outs = f(*f.leaves)
+    g = vjp(outs, f.leaves, probes_like(case.params, "cotangent", outs))
+    return all(bool(torch.isfinite(t).all()) for t in (*outs, *g))
+
+
 def _measure(analytic: Analytic):
     def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
         f = leaf_function(target, case, cast=cast)
@@ -118,7 +127,9 @@ def _measure(analytic: Analytic):
         value, scale = analytic(f, f.leaves, _cotangents(case, f), u, w)
         ref = leaf_function(target, case, cast=torch.float64)
         numeric, noise = first_derivative_difference(ref, ref.leaves, _cotangents(case, ref), u, w, eps)
-        return Measurement(value, numeric, scale + abs(numeric), noise)
+        # asked only when the second derivative is not finite
+        defined = math.isfinite(value) or first_derivative_finite(f, case)
+        return Measurement(value, numeric, scale + abs(numeric), noise, defined)
 
     return measure
 

@@ -23,6 +23,10 @@ __all__ = ["KNOWN", "known_for"]
 
 _VIEW_SIZE = r"view size is not compatible with input tensor's size and stride"
 
+# The checks that run the op's forward on a case's layout: a forward that raises is
+# reported by each of them.
+_FORWARD_CALL = ("grad", "forward", "gradgrad", "layout", "alias", "vmap", "compile", "dtype", "mutation")
+
 _CHANNELS_LAST = Known(
     "vmap",
     "vmap of a memory_format=torch.channels_last conversion of a rank-4 per-example tensor "
@@ -36,7 +40,7 @@ _CHANNELS_LAST = Known(
 )
 
 _KRON = Known(
-    ("grad", "forward", "layout", "alias", "vmap", "compile"),
+    _FORWARD_CALL,
     "torch.kron raises when exactly one of two 2-d operands is transposed (torch 2.13.0 CPU), in the forward itself",
     "torch.kron(torch.randn(2, 2), torch.randn(2, 2).t()) -> RuntimeError: view size is not "
     "compatible with input tensor's size and stride (at least one dimension spans across "
@@ -93,7 +97,7 @@ _GRID_SAMPLE_VJP = Known(
 )
 
 _MAX_POOL3D = Known(
-    ("grad", "forward", "layout", "alias", "vmap", "compile"),
+    _FORWARD_CALL,
     "F.max_pool3d raises for an unbatched (C, D, H, W) input in a permuted layout that is "
     "neither contiguous nor channels_last, in the forward itself (torch 2.13.0 CPU)",
     "F.max_pool3d(torch.empty_strided((2, 6, 6, 5), (180, 1, 30, 6), dtype=torch.float64)"
@@ -163,7 +167,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     (
         "opinfo/view_copy@*",
         Known(
-            "forward",
+            ("forward", "gradgrad"),
             "forward-mode AD of torch.view_copy raises for an input whose layout a view cannot "
             "reshape, where the primal (a copy) and reverse mode work (torch 2.13.0 CPU)",
             "import torch.autograd.forward_ad as fwAD; x = torch.randn(5, 5, 5, dtype=torch.float64)"
@@ -187,6 +191,59 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             "(u,))[1] -> tensor([0., 0., u2, u2, u2]); the first entry must be u[0] "
             "(logcumsumexp(x)[0] == x[0])",
             message=r"^<v, J u> \(forward\) vs ",
+        ),
+    ),
+    (
+        "opinfo/logcumsumexp@*",
+        Known(
+            "gradgrad",
+            "forward-over-reverse of torch.logcumsumexp (the tangent of its VJP) is wrong where an "
+            "element is large (1e4, in OpInfo's own sample), where reverse-over-reverse and finite "
+            "differences of the VJP agree (torch 2.13.0 CPU; OpInfo expects failure of "
+            "test_fn_fwgrad_bwgrad for complex128 only)",
+            "import torch.autograd.forward_ad as fwAD; torch.manual_seed(0); x = torch.randn(5, "
+            "dtype=torch.float64); x[2] = 1e4; v, u = torch.randn(5, dtype=torch.float64), "
+            "torch.randn(5, dtype=torch.float64); with fwAD.dual_level(): xd = fwAD.make_dual(x.clone()"
+            ".requires_grad_(), u); g = torch.autograd.grad(torch.logcumsumexp(xd, 0), xd, v, "
+            "create_graph=True)[0]; fwAD.unpack_dual(g).tangent -> [0.6269, 0.0101, 0.2438, 0, 0]; "
+            "finite differences of the VJP along u and reverse-over-reverse give [-0.0373, 0.0373, 0, 0, 0]",
+            message=r"^forward-over-reverse vs finite differences",
+            records=("267e81f8fd2ceef8",),
+        ),
+    ),
+    (
+        "opinfo/cholesky_inverse@*",
+        Known(
+            ("forward", "gradgrad"),
+            "forward-mode AD of torch.cholesky_inverse is wrong for any non-diagonal factor (the JVP "
+            "multiplies in the wrong order, pytorch/pytorch#196682); OpInfo's samples are factors "
+            "within 1e-3 of the identity, where the error is second order and small, so the "
+            "first-order check passes its tolerance and forward-over-reverse does not (torch 2.13.0 CPU)",
+            "torch.manual_seed(0); L = torch.eye(4, dtype=torch.float64) + 0.5 * torch.randn(4, 4, "
+            "dtype=torch.float64).tril(-1); dL = torch.randn(4, 4, dtype=torch.float64).tril(); "
+            "torch.func.jvp(torch.cholesky_inverse, (L,), (dL,))[1] differs from the finite "
+            "difference (cholesky_inverse(L + 1e-6 dL) - cholesky_inverse(L - 1e-6 dL)) / 2e-6 by up "
+            "to 4.36, while the closed form -X (dL L^T + L dL^T) X (X = cholesky_inverse(L)) and "
+            "reverse mode agree with it to 4e-10",
+            message=r"^<v, J u> \(forward\) vs |^forward-over-reverse vs finite differences",
+        ),
+    ),
+    (
+        "opinfo/triangular_solve@*",
+        Known(
+            "gradgrad",
+            "forward-over-reverse of torch.triangular_solve (the tangent of its VJP) is wrong, for "
+            "the gradients of both b and A, where its first-order forward mode, reverse-over-reverse "
+            "and torch.linalg.solve_triangular are right (torch 2.13.0 CPU)",
+            "torch.manual_seed(0); b = torch.randn(4, 1, dtype=torch.float64); A = torch.eye(4, "
+            "dtype=torch.float64) + 0.5 * torch.randn(4, 4, dtype=torch.float64).triu(1); v = "
+            "torch.randn(4, 1, dtype=torch.float64); ub, uA = torch.randn_like(b), "
+            "torch.randn_like(A).triu(); the tangent along (ub, uA) of torch.autograd.grad("
+            "torch.triangular_solve(b, A).solution, (b, A), v, create_graph=True) under "
+            "torch.autograd.forward_ad differs from finite differences of that VJP by 1.14 (grad b) "
+            "and 2.59 (grad A); with torch.linalg.solve_triangular(A, b, upper=True) by 5e-11",
+            message=r"^forward-over-reverse vs finite differences",
+            records=("973b4ed21a14a89f",),
         ),
     ),
     *(

@@ -8,7 +8,8 @@ with the rotation printed in its test id::
     FUZZDIFF_ROTATION=20261122 CI=true pytest tests/fuzz/test_opinfo.py
 
 ``compile`` runs on ``COMPILED_PER_RUN`` of those targets (a dynamo
-compilation per drawn structure). The ``nightly`` profile runs every OpInfo
+compilation per drawn structure), ``gradgrad``, ``dtype`` and ``mutation`` on
+``DEEPER_PER_RUN`` of them (they keep CI's time about what it was without them). The ``nightly`` profile runs every OpInfo
 target with every check. Ids read
 ``test_opinfo[grad-opinfo/add@0-rot20261122]``. A check that does not apply
 (the OpInfo's own flags and skips) is skipped with its reason; a run whose
@@ -30,6 +31,9 @@ from fuzzdiff.targets import opinfo
 OPS_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_OPS", 5))
 # compile costs a dynamo compilation per drawn structure: CI runs it on fewer targets
 COMPILED_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_COMPILED", 2))
+# second derivatives, float32 and mutation: on a few of those targets
+DEEPER = ("gradgrad", "dtype", "mutation")
+DEEPER_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_DEEPER", 3))
 
 
 def rotation() -> str:
@@ -52,7 +56,10 @@ def pytest_generate_tests(metafunc):
     targets = opinfo.opinfo_targets(chosen_ops(profile, seed))
     compiled = targets if profile == "nightly" else random.Random(seed).sample(
         targets, min(COMPILED_PER_RUN, len(targets)))
-    pairs = [(c, t) for t in targets for c in checks if c.name != "compile" or t in compiled]
+    deeper = targets if profile == "nightly" else random.Random(f"{seed}-deeper").sample(
+        targets, min(DEEPER_PER_RUN, len(targets)))
+    sampled = {"compile": compiled, **{name: deeper for name in DEEPER}}
+    pairs = [(c, t) for t in targets for c in checks if t in sampled.get(c.name, targets)]
     metafunc.parametrize("check,target", pairs,
                          ids=[f"{c.name}-{t.family}/{t.name}-rot{seed}" for c, t in pairs])
 

@@ -170,8 +170,41 @@ def test_unbatchable_gradients_skip_vmap():
     assert "vmap" in opinfo.skips_for(flags(check_batched_forward_grad=False), near=False)
 
 
+def test_no_gradgrad_skips_gradgrad():
+    assert "gradgrad" not in opinfo.skips_for(flags(), near=False)
+    assert "supports_gradgrad=False" in opinfo.skips_for(flags(supports_gradgrad=False), near=False)["gradgrad"]
+    t = opinfo.op_targets(op("nn.functional.hardsigmoid"))[0]  # supports_gradgrad=False in op_db
+    assert "supports_gradgrad=False" in CHECKS["gradgrad"].why_not(t)
+    assert CHECKS["gradgrad"].why_not(get_target("opinfo/mul@0")) is None
+
+
+def test_ties_skip_gradgrad_with_grad_and_forward():
+    skip = opinfo.skips_for(op("maximum"), near=False)
+    assert skip["gradgrad"] == skip["grad"] == opinfo.TIED
+
+
+def test_dtype_runs_where_float32_cases_exist_and_says_why_not_elsewhere():
+    t = get_target("opinfo/mul@0")
+    assert torch.float32 in t.dtypes and CHECKS["dtype"].why_not(t) is None
+    assert "NEAR" in CHECKS["dtype"].why_not(opinfo.op_targets(op("linalg.cholesky"))[0])
+    no32 = flags(supported_backward_dtypes=lambda device: {torch.float64})
+    assert "supported_backward_dtypes" in opinfo.float32_skip(no32, False, [(-1.0, 1.0)])
+    assert "beyond" in opinfo.float32_skip(op("mul"), False, [(-1.0, 1e6)])
+    assert opinfo.float32_skip(op("mul"), False, [(-1.0, 1.0)]) is None
+    mha = "nn.functional.multi_head_attention_forward"
+    assert opinfo.skips_for(op(mha), near=False)["dtype"] == opinfo.DTYPE_SKIP[mha]
+    assert "dtype" not in opinfo.skips_for(op("mul"), near=False)
+
+
+def test_mutation_runs_on_functional_ops_but_not_near_the_sample():
+    assert CHECKS["mutation"].why_not(get_target("opinfo/mul@0")) is None
+    assert "never reaches x" in CHECKS["mutation"].why_not(opinfo.op_targets(op("linalg.cholesky"))[0])
+
+
 @pytest.mark.parametrize("check,cls,test", [("grad", "TestBwdGradients", "test_fn_grad"),
                                             ("forward", "TestFwdGradients", "test_forward_mode_AD"),
+                                            ("gradgrad", "TestBwdGradients", "test_fn_gradgrad"),
+                                            ("gradgrad", "TestGradients", "test_fn_gradgrad"),
                                             ("vmap", "TestVmapOperatorsOpInfo", "test_vmap_exhaustive")])
 def test_an_opinfo_skip_or_xfail_skips_the_check(check, cls, test):
     o = flags()

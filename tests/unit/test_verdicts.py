@@ -205,6 +205,17 @@ def test_nan_where_the_function_itself_is_nan_is_inconclusive():
     assert "not finite at this input" in verdict.message
 
 
+def test_a_nan_second_derivative_where_the_function_itself_is_nan_is_inconclusive():
+    # x / x at 0 (torch.addcdiv(a, t, t) with t = 0): nan there, 1 an eps away,
+    # so the finite differences of the first derivative see 0 and the second-order
+    # identities nan, at every neighbouring point of an all-zero input too.
+    case = Case("self_ratio", (Arg((3,), Values(seed=1, low=0.0, high=0.0)),),
+                params={"cotangent": {"seed": 1}, "direction": {"seed": 2}, "second": {"seed": 3}})
+    verdict = run_check("gradgrad", Target("self_ratio", lambda x: x / x, "x: n"), case)
+    assert verdict.kind == "inconclusive", verdict
+    assert "not finite at this input" in verdict.message
+
+
 def test_a_nan_gradient_of_a_finite_function_is_still_a_failure():
     target = Target("nan_backward", NanBackward.apply, "x: n")
     case = Case("nan_backward", (Arg((3,), Values(seed=1)),), params={"cotangent": {"seed": 1}, "direction": {"seed": 2}})
