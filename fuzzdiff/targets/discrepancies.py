@@ -151,7 +151,7 @@ NESTED_JVP_LINALG = Known(
     "with f = lambda a: torch.linalg.solve(a, B).sum() the nested jvp differs from "
     "f = lambda a: (torch.linalg.inv(a) @ B).sum()'s, which agrees with the Hessian",
     message=_DIFFERENTIATED_JVP,
-    records=(),
+    records=("dcb1fd77467ad534",),
 )
 
 NESTED_JVP_NORMS = Known(
@@ -166,7 +166,7 @@ NESTED_JVP_NORMS = Known(
     "(same for F.instance_norm), where the exact value is 0 (the normalized values sum to 0) "
     "and reverse over reverse gives 0",
     message=_DIFFERENTIATED_JVP,
-    records=(),
+    records=("ab2d94c598f988cc",),
 )
 
 REVERSE_OVER_FORWARD_INPLACE = Known(
@@ -182,5 +182,5 @@ REVERSE_OVER_FORWARD_INPLACE = Known(
     "is output 0 of Exp, is at version 1",
     raises="RuntimeError",
     message=r"modified by an inplace operation: \[torch\.\w+ \[[\d, ]*\]\], which is output 0 of (Exp|Sgn),",
-    records=(),
+    records=("3d7a62e1556a7fac",),
 )
