@@ -17,6 +17,7 @@ __all__ = [
     "NESTED_JVP_LINALG",
     "NESTED_JVP_NORMS",
     "REVERSE_OVER_FORWARD_INPLACE",
+    "NESTED_JVP_FUNCTION",
 ]
 
 STRIDE0_GRAD_DYNAMIC = Known(
@@ -183,4 +184,19 @@ REVERSE_OVER_FORWARD_INPLACE = Known(
     raises="RuntimeError",
     message=r"modified by an inplace operation: \[torch\.\w+ \[[\d, ]*\]\], which is output 0 of (Exp|Sgn),",
     records=("3d7a62e1556a7fac",),
+)
+
+NESTED_JVP_FUNCTION = Known(
+    "forward2",
+    "nested torch.func.jvp (and jacfwd(jacfwd)) through a custom autograd.Function with a "
+    "correct jvp returns zero for the Function's second derivatives, while reverse over forward "
+    "(which differentiates the same jvp) and torch.func.hessian are right "
+    "(pytorch/pytorch#197867, torch 2.13.0 CPU); forward2 names the Function in these "
+    "identities, and judges them after reverse over forward has passed",
+    "class Sq(torch.autograd.Function): forward(x) = x * x, setup_context saves x with "
+    "ctx.save_for_forward, jvp(ctx, t) = 2 * x * t; x, u, v = torch.randn(3).double(), "
+    "torch.randn(3).double(), torch.randn(3).double(); torch.func.jvp(lambda a: "
+    "torch.func.jvp(Sq.apply, (a,), (u,))[1], (x,), (v,))[1] -> zeros, instead of 2 * u * v",
+    message=r"^<w, d2f\[u, u'\]> (forward-over-forward|jacfwd\(jacfwd\)) through a custom autograd\.Function vs finite",
+    records=("ac57422b98e8d611",),
 )
