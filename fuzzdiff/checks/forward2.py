@@ -29,7 +29,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from fuzzdiff.case import Case
-from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.check import Check, CiSample, probe_params
 from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
@@ -390,4 +390,12 @@ def script(ctx: ScriptContext) -> Fragment:
     )
 
 
-CHECK = Check("forward2", run, params=probe_params("cotangent", "direction", "second"), script=script)
+CHECK = Check(
+    "forward2",
+    run,
+    params=probe_params("cotangent", "direction", "second"),
+    script=script,
+    # up to eleven second derivatives per example, each a ladder climb: every
+    # catalog target would cost CI some twenty minutes
+    ci=CiSample(targets=40, max_examples=8),
+)
