@@ -14,8 +14,9 @@ the others judged. In low precision each is judged against float64 too
 
 Nested ``torch.func.jvp`` through a custom ``autograd.Function`` returns zero
 second derivatives (pytorch/pytorch#197867, docs/pages/discrepancies.md): for such targets
-forward-over-forward and ``jacfwd(jacfwd)`` are unsupported, and
-reverse-over-forward differentiates their ``jvp`` instead.
+forward-over-forward and ``jacfwd(jacfwd)`` name the Function in their identity, so
+that a Known singles them out, and are judged last, after reverse-over-forward
+has judged the Function's ``jvp``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from fuzzdiff.case import Case
-from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.check import Check, CiSample, probe_params
 from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
@@ -56,11 +57,9 @@ LeafFn = Callable[..., Sequence[torch.Tensor]]
 
 SMALL = 16  # the most leaf elements for which full Hessians are built
 JACOBIANS = ("hessian", "jacfwd(jacfwd)", "jacrev(jacrev)")
-NESTED_JVP_FUNCTION = (
-    "nested torch.func.jvp (and jacfwd) through a custom autograd.Function returns zero second "
-    "derivatives (pytorch/pytorch#197867, torch 2.13): not a bug of the Function; its jvp is "
-    "differentiated by reverse-over-forward instead"
-)
+# the identities built on nested torch.func.jvp, which reads a custom
+# autograd.Function's second derivatives as zero (pytorch/pytorch#197867)
+NESTED_JVP = ("forward-over-forward", "jacfwd(jacfwd)")
 
 MODULE_IN_TRANSFORM = (
     "a module target builds its module in every call, here inside a torch.func transform, which "
@@ -189,7 +188,9 @@ PATHS: dict[str, Path] = {
 NEEDS_GRAD = frozenset({"reverse-over-forward", "forward-over-reverse", "reverse-over-reverse"})
 
 
-def _identity(name: str) -> str:
+def _identity(name: str, through_function: bool = False) -> str:
+    if through_function and name in NESTED_JVP:
+        return f"<w, d2f[u, u']> {name} through a custom autograd.Function vs finite differences"
     return f"<w, d2f[u, u']> {name} vs finite differences"
 
 
@@ -219,9 +220,11 @@ def _reference(target: Target, case: Case, eps: float, probes) -> tuple[float, f
 
 @dataclass(frozen=True)
 class _Refusals:
-    """Why an identity cannot be computed at a target, by path name."""
+    """Why an identity cannot be computed at a target, by path name, and
+    whether a custom autograd.Function is in its graph."""
 
     why: dict[str, str]
+    through_function: bool = False
 
     @classmethod
     def at(cls, target: Target, case: Case) -> _Refusals:
@@ -234,8 +237,6 @@ class _Refusals:
         if target.module is not None:
             why.update(dict.fromkeys(("forward-over-forward", *JACOBIANS), MODULE_IN_TRANSFORM))
         outs = f(*f.leaves)
-        if _calls_function(outs):
-            why.update(dict.fromkeys(("forward-over-forward", "jacfwd(jacfwd)"), NESTED_JVP_FUNCTION))
         try:
             grads = vjp(
                 outs, f.leaves, [v.requires_grad_() for v in probes_like({}, "cotangent", outs)], create_graph=True
@@ -256,15 +257,21 @@ class _Refusals:
             why.update(dict.fromkeys(JACOBIANS, "no leaf elements: the Hessian is empty"))
         elif any(0 in l.stride() for l in f.leaves):
             why.update(dict.fromkeys(JACOBIANS, "torch.func's jacobians write a full basis into a stride-0 leaf"))
-        return cls(why)
+        return cls(why, _calls_function(outs))
+
+    def identity(self, name: str) -> str:
+        return _identity(name, self.through_function)
 
     def paths(self) -> list[str]:
         return [p for p in (*PATHS, *JACOBIANS) if p not in self.why]
 
 
-def _differentiates_jvp(name: str) -> bool:
-    """Whether the identity differentiates forward mode's jvp formulas themselves."""
-    return name in ("reverse-over-forward", "forward-over-forward", "jacfwd(jacfwd)")
+def _stage(name: str) -> int:
+    """When the identity is judged: 0 for those that differentiate no jvp
+    formula, 1 for reverse over forward (which differentiates them), 2 for
+    nested torch.func.jvp (which differentiates them, and reads a custom
+    Function's second derivatives as zero)."""
+    return 2 if name in NESTED_JVP else 1 if name == "reverse-over-forward" else 0
 
 
 def _calls_function(outs: Tensors) -> bool:
@@ -319,19 +326,21 @@ def run(target: Target, case: Case) -> Verdict:
 
     def identity(name: str) -> Callable[[], Verdict]:
         return lambda: judge(
-            _identity(name), measure(name), case, tol, measure64=measure(name, torch.float64) if low else None
+            refusals.identity(name), measure(name), case, tol, measure64=measure(name, torch.float64) if low else None
         )
 
     # Judged one by one: a custom Function without jvp still has its reverse
-    # identities judged, a refused identity says why. The identities that
-    # differentiate a jvp formula come last, and only when the others pass:
-    # a known torch bug in such a formula (fuzzdiff.known), wrong value or
-    # exception, never hides a failure of another identity.
-    refused = [Verdict("unsupported", f"{_identity(name)}: {why}") for name, why in refusals.why.items()]
-    verdicts = [judged(_identity(name), identity(name)) for name in refusals.paths() if not _differentiates_jvp(name)]
-    if any(v.kind == "fail" for v in verdicts):
-        return worst(*verdicts, *refused)
-    verdicts += [judged(_identity(name), identity(name)) for name in refusals.paths() if _differentiates_jvp(name)]
+    # identities judged, a refused identity says why. Stage by stage
+    # (_stage), each only when the ones before pass: a known torch bug in a
+    # jvp formula or in nested jvp (fuzzdiff.known), wrong value or
+    # exception, never hides a failure of an identity judged before it.
+    refused = [Verdict("unsupported", f"{refusals.identity(name)}: {why}") for name, why in refusals.why.items()]
+    verdicts: list[Verdict] = []
+    for stage in range(3):
+        paths = [name for name in refusals.paths() if _stage(name) == stage]
+        verdicts += [judged(refusals.identity(name), identity(name)) for name in paths]
+        if any(v.kind == "fail" for v in verdicts):
+            break
     return worst(*verdicts, *refused)
 
 
@@ -341,7 +350,10 @@ def run(target: Target, case: Case) -> Verdict:
 def script(ctx: ScriptContext) -> Fragment:
     # a crash record's case killed its process: the script tries every path
     crashed = getattr(ctx, "crashed", False)
-    paths = [*PATHS, *JACOBIANS] if crashed else _Refusals.at(ctx.target, ctx.case).paths()
+    refusals = None if crashed else _Refusals.at(ctx.target, ctx.case)
+    # in the check's order (_stage): the first MISMATCH is the one it reports
+    paths = sorted([*PATHS, *JACOBIANS] if refusals is None else refusals.paths(), key=_stage)
+    identity = _identity if refusals is None else refusals.identity
     calls = []
     for name in paths:
         leaves = "make_leaves()" if name in NEEDS_GRAD else "make_leaves(requires_grad=False)"
@@ -350,7 +362,7 @@ def script(ctx: ScriptContext) -> Fragment:
             "try:",
             f"    leaves = {leaves}",
             f"    analytic, scale = {fn}leaves, U, along_stride0(leaves, W), V)",
-            f"    results.append(judge({_identity(name)!r},",
+            f"    results.append(judge({identity(name)!r},",
             "                         analytic, reference, scale + abs(reference), noise))",
             "except (NotImplementedError, RuntimeError) as e:",
             f"    skip_missing_formula({name!r}, e)",
@@ -378,4 +390,12 @@ def script(ctx: ScriptContext) -> Fragment:
     )
 
 
-CHECK = Check("forward2", run, params=probe_params("cotangent", "direction", "second"), script=script)
+CHECK = Check(
+    "forward2",
+    run,
+    params=probe_params("cotangent", "direction", "second"),
+    script=script,
+    # up to eleven second derivatives per example, each a ladder climb: every
+    # catalog target would cost CI some twenty minutes
+    ci=CiSample(targets=40, max_examples=8),
+)

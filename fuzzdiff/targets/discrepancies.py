@@ -17,6 +17,7 @@ __all__ = [
     "NESTED_JVP_LINALG",
     "NESTED_JVP_NORMS",
     "REVERSE_OVER_FORWARD_INPLACE",
+    "NESTED_JVP_FUNCTION",
 ]
 
 STRIDE0_GRAD_DYNAMIC = Known(
@@ -151,7 +152,7 @@ NESTED_JVP_LINALG = Known(
     "with f = lambda a: torch.linalg.solve(a, B).sum() the nested jvp differs from "
     "f = lambda a: (torch.linalg.inv(a) @ B).sum()'s, which agrees with the Hessian",
     message=_DIFFERENTIATED_JVP,
-    records=(),
+    records=("dcb1fd77467ad534",),
 )
 
 NESTED_JVP_NORMS = Known(
@@ -166,7 +167,7 @@ NESTED_JVP_NORMS = Known(
     "(same for F.instance_norm), where the exact value is 0 (the normalized values sum to 0) "
     "and reverse over reverse gives 0",
     message=_DIFFERENTIATED_JVP,
-    records=(),
+    records=("ab2d94c598f988cc",),
 )
 
 REVERSE_OVER_FORWARD_INPLACE = Known(
@@ -182,5 +183,20 @@ REVERSE_OVER_FORWARD_INPLACE = Known(
     "is output 0 of Exp, is at version 1",
     raises="RuntimeError",
     message=r"modified by an inplace operation: \[torch\.\w+ \[[\d, ]*\]\], which is output 0 of (Exp|Sgn),",
-    records=(),
+    records=("3d7a62e1556a7fac",),
+)
+
+NESTED_JVP_FUNCTION = Known(
+    "forward2",
+    "nested torch.func.jvp (and jacfwd(jacfwd)) through a custom autograd.Function with a "
+    "correct jvp returns zero for the Function's second derivatives, while reverse over forward "
+    "(which differentiates the same jvp) and torch.func.hessian are right "
+    "(pytorch/pytorch#197867, torch 2.13.0 CPU); forward2 names the Function in these "
+    "identities, and judges them after reverse over forward has passed",
+    "class Sq(torch.autograd.Function): forward(x) = x * x, setup_context saves x with "
+    "ctx.save_for_forward, jvp(ctx, t) = 2 * x * t; x, u, v = torch.randn(3).double(), "
+    "torch.randn(3).double(), torch.randn(3).double(); torch.func.jvp(lambda a: "
+    "torch.func.jvp(Sq.apply, (a,), (u,))[1], (x,), (v,))[1] -> zeros, instead of 2 * u * v",
+    message=r"^<w, d2f\[u, u'\]> (forward-over-forward|jacfwd\(jacfwd\)) through a custom autograd\.Function vs finite",
+    records=("ac57422b98e8d611",),
 )

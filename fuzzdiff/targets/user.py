@@ -24,6 +24,7 @@ import torch
 
 from fuzzdiff.case import DTYPES
 from fuzzdiff.spec import parse_spec
+from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
 from fuzzdiff.targets.module import one_sample
 from fuzzdiff.targets.target import Target
 
@@ -372,6 +373,8 @@ def user_target(
         family="user",
         domain=dict(domain or {}),
         kwargs=dict(kwargs or {}),
+        # user code is where custom autograd.Functions are
+        known=(NESTED_JVP_FUNCTION,),
         **options,
     )
 

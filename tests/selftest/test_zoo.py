@@ -216,6 +216,10 @@ def test_twin_passes(p: Planted, check: Check, monkeypatch):
         # an autograd.Function without a vmap rule, or storage-reading code:
         # vmap or the compiler cannot run it, which must say so rather than fail
         assert tally.counts["pass"] > 0 or tally.only_unsupported, tally.reasons
+    elif check.name == "forward2":
+        # nested jvp through a Function reads its second derivatives as zero,
+        # known (NESTED_JVP_FUNCTION) once the other identities passed
+        assert tally.counts["pass"] > 0 or tally.known, tally.reasons
     else:
         assert tally.counts["pass"] > 0, tally.reasons
     assert tally.counts["inconclusive"] == 0, tally.reasons
@@ -328,7 +332,7 @@ def test_bug_is_not_found_without_its_trigger(p: Planted, check: str, monkeypatc
         monkeypatch.setenv("FUZZDIFF_COMPILE_BACKENDS", CHEAP_BACKENDS)
     tally = fuzz_restricted(CHECKS[check], target, max_examples=budget, **options)  # raises on a failure
     assert tally.counts["fail"] == 0
-    assert tally.counts["pass"] > 0 or tally.only_unsupported, tally.reasons
+    assert tally.counts["pass"] > 0 or tally.only_unsupported or (check == "forward2" and tally.known), tally.reasons
 
 
 CONTROLS = [p for p in ZOO if without_trigger(p) and p.check in without_trigger(p)[2]]

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch.autograd import Function
 
 from fuzzdiff.case import Layout
+from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
 from fuzzdiff.targets.target import Target
 
 __all__ = ["Planted", "ZOO", "TRIGGERS", "by_name"]
@@ -74,6 +75,8 @@ def _origin(name: str) -> str:
 def _pair(name: str, bug: Callable, twin: Callable, spec: str, check: str, trigger: str,
           note: str, **target_kw) -> Planted:
     assert trigger in TRIGGERS, trigger
+    # the zoo's bugs and twins are custom autograd.Functions (pytorch/pytorch#197867)
+    target_kw = dict(target_kw, known=(*target_kw.get("known", ()), NESTED_JVP_FUNCTION))
     return Planted(Target(name, bug, spec, family="selftest", origin=_origin(name), **target_kw),
                    Target(name + "_twin", twin, spec, family="selftest", origin=_origin(name + "_twin"),
                           **target_kw),

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import HealthCheck, find, settings
 
 from fuzzdiff.checks import get_check
 from fuzzdiff.known import matching
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.targets import get_target
-from fuzzdiff.targets.discrepancies import NESTED_JVP_LINALG
+from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION, NESTED_JVP_LINALG
 
 CHECK = get_check("forward2")
 FIND = settings(max_examples=200, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -35,3 +37,21 @@ def test_logdets_wrong_nested_jvp_is_its_known_torch_bug():
     verdict = run_check("forward2", target, case)
     assert verdict.kind == "fail" and verdict.errors["analytic"] == 0.0, verdict.message
     assert matching(target.known, "forward2", case, verdict) is NESTED_JVP_LINALG
+
+
+def test_nested_jvp_through_a_custom_function_is_judged_and_known_after_its_jvp_passes():
+    """Nested torch.func.jvp reads a custom Function's second derivatives as
+    zero (pytorch/pytorch#197867): judged, named for the Function, and known;
+    a wrong jvp derivative is reported by reverse over forward first, not known."""
+    from tests.selftest.zoo import TARGETS
+
+    twin, bug = TARGETS.xexp_jvp_detached_twin, TARGETS.xexp_jvp_detached
+    case = find(case_strategy(CHECK, twin), lambda c: c.dtype == "float64" and math.prod(c.args[0].shape) > 1,
+                settings=FIND)
+    verdict = run_check("forward2", twin, case)
+    assert verdict.kind == "fail" and verdict.errors["analytic"] == 0.0, verdict.message
+    assert "forward-over-forward through a custom autograd.Function" in verdict.message
+    assert matching(twin.known, "forward2", case, verdict) is NESTED_JVP_FUNCTION
+    found = run_check("forward2", bug, case)
+    assert found.kind == "fail" and "reverse-over-forward" in found.message, found.message
+    assert matching(bug.known, "forward2", case, found) is None

@@ -47,6 +47,7 @@ BACKWARD_CHECKS = (
     "grad",
     "forward",
     "gradgrad",
+    "forward2",
     "layout",
     "alias",
     "mutation",
