@@ -67,6 +67,11 @@ MODULE_IN_TRANSFORM = (
     "identities run"
 )
 
+RANDOM_IN_VMAP = (
+    "the target draws random numbers, and torch.func's jacobians run it under vmap, which refuses "
+    "random ops (or has no batching rule for them, rrelu)"
+)
+
 # -- the computations, torch-only (a standalone script runs these very functions) ------
 
 
@@ -236,6 +241,8 @@ class _Refusals:
             why.update(dict.fromkeys(("forward-over-forward", "reverse-over-forward", "jacfwd(jacfwd)"), no_rule))
         if target.module is not None:
             why.update(dict.fromkeys(("forward-over-forward", *JACOBIANS), MODULE_IN_TRANSFORM))
+        if target.random:
+            why.update(dict.fromkeys(JACOBIANS, RANDOM_IN_VMAP))
         outs = f(*f.leaves)
         try:
             grads = vjp(
