@@ -8,7 +8,7 @@ with the rotation printed in its test id::
     FUZZDIFF_ROTATION=20261122 CI=true pytest tests/fuzz/test_opinfo.py
 
 ``compile`` runs on ``COMPILED_PER_RUN`` of those targets (a dynamo
-compilation per drawn structure), ``gradgrad``, ``dtype`` and ``mutation`` on
+compilation per drawn structure), ``gradgrad``, ``dtype``, ``mutation`` and ``forward2`` on
 ``DEEPER_PER_RUN`` of them (they keep CI's time about what it was without them). The ``nightly`` profile runs every OpInfo
 target with every check. Ids read
 ``test_opinfo[grad-opinfo/add@0-rot20261122]``. A check that does not apply
@@ -32,7 +32,7 @@ OPS_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_OPS", 5))
 # compile costs a dynamo compilation per drawn structure: CI runs it on fewer targets
 COMPILED_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_COMPILED", 2))
 # second derivatives, float32 and mutation: on a few of those targets
-DEEPER = ("gradgrad", "dtype", "mutation")
+DEEPER = ("gradgrad", "dtype", "mutation", "forward2")
 DEEPER_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_DEEPER", 3))
 
 
