@@ -92,7 +92,7 @@ TRANSFORM_WEIGHTS = ("none", "none", "none", "grad", "vjp", "jvp", "vmap", "dual
 # docs; a record that names such a pair still runs it).
 RESTRICTED = {
     ("dual", "inductor"): "inductor drops the tangents of dual inputs (pytorch/pytorch#187284; "
-    "corpus/compile/sin, TARGET_DUAL_INDUCTOR in fuzzdiff.targets.discrepancies)",
+    "record 6d6a651c6ad2a21d, fuzzdiff.targets.discrepancies.DUAL_INDUCTOR_NO_TANGENTS)",
 }
 
 

@@ -14,6 +14,7 @@ __all__ = [
     "GROUP_NORM_VMAP_GAPPED_BATCH",
     "DET_GRAD_TRANSPOSED_PERMUTED",
     "DET_GRAD_TRANSPOSED_STRIDE0",
+    "DUAL_INDUCTOR_NO_TANGENTS",
 ]
 
 STRIDE0_GRAD_DYNAMIC = Known(
@@ -128,4 +129,18 @@ DET_GRAD_TRANSPOSED_STRIDE0 = Known(
     features=("0:stride0",),
     params={"backend": ("aot_function", "aot_function_min_cut")},
     records=("fdd5a62c47c7c49f",),
+)
+
+DUAL_INDUCTOR_NO_TANGENTS = Known(
+    "compile",
+    "a function compiled by inductor and called on forward-AD dual tensors returns outputs "
+    "without tangents, silently (torch 2.13.0 CPU, dynamic True or False; eager, aot_eager and "
+    "aot_function give the tangents; pytorch/pytorch#187284). Whatever the op: the compile check "
+    "does not draw its dual transform with inductor, and this record keeps the evidence",
+    "x, u = torch.randn(4, dtype=torch.float64), torch.randn(4, dtype=torch.float64); with "
+    "fwAD.dual_level(): fwAD.unpack_dual(torch.compile(torch.sin, backend='inductor')"
+    "(fwAD.make_dual(x, u))).tangent -> None, eager: u * cos(x)",
+    message=r"^inductor, f at dual inputs vs eager: tangent \d+: no tangent \(eager: a tangent\)",
+    params={"backend": "inductor", "transform": "dual"},
+    records=("6d6a651c6ad2a21d",),
 )

@@ -139,6 +139,9 @@ def shows_trigger(p: Planted, case: Case, verdict) -> bool:
             n >= 2 for a in case.args for n in a.shape)
     if t == "compiled":  # torch.compile traces it (aot_function does not run dynamo)
         return case.params.get("backend") in ("aot_eager", "inductor")
+    if t == "compiled_transform":  # torch.compile traces a reverse-mode torch.func transform
+        return (case.params.get("backend") in ("aot_eager", "inductor")
+                and case.params.get("transform") in ("grad", "vjp"))
     raise AssertionError(f"no predicate for trigger {t!r}")
 
 
@@ -294,7 +297,7 @@ def without_trigger(p: Planted):
         return p.bug, {}, tuple(c for c in every if c != "vmap")
     if t == "fake_kernel":  # only compiled runs and opcheck call a fake kernel
         return p.bug, {}, tuple(c for c in every if c not in ("compile", "opcheck"))
-    if t == "compiled":
+    if t in ("compiled", "compiled_transform"):
         return p.bug, {}, tuple(c for c in every if c != "compile")
     return None  # cotangent: the probes are never constant; see the direct test below
 

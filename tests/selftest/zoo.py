@@ -46,6 +46,7 @@ TRIGGERS = (
     "batch_size",      # vmap batches more than one example
     "fake_kernel",     # a custom op's fake kernel is wrong: only compiled runs (and opcheck) call it
     "compiled",        # the bug is in code that only runs under torch.compile
+    "compiled_transform",  # only torch.compile of a torch.func transform (grad, vjp) runs the buggy code
 )
 
 
@@ -935,6 +936,38 @@ ZOO += [
           "gradgrad", "float32", "float32 backward computes exp(x) under no_grad: double backward is wrong"),
     _pair("soft_normalize_fast_rsqrt", SoftNormalizeFastRsqrt.apply, SoftNormalize.apply, "x: n",
           "vmap", "float32", "float32 vmap rule takes rsqrt by the bit trick (0x5f3759df)"),
+]
+
+# ---------------------------------------------------------------------------------
+# 26. compiled_transform: an "inference fast path" taken under torch.compile when
+#     x does not require grad, which computes sin under no_grad. Traced inside
+#     torch.func.grad or vjp, x does not require grad either: the Function's
+#     backward is dropped and the gradient is zero. Every eager run is right, and
+#     so is compile(f) differentiated outside (x requires grad there), and forward
+#     AD (no_grad does not stop tangents).
+
+class SinVmapRule(Sin):
+    generate_vmap_rule = True
+
+
+def sin_no_grad_fast_path(x):
+    if torch.compiler.is_compiling() and not x.requires_grad:
+        with torch.no_grad():  # BUG: "no gradient is wanted here", but torch.func wants one
+            return torch.sin(x)
+    return SinVmapRule.apply(x)
+
+
+def sin_no_grad_fast_path_twin(x):
+    if torch.compiler.is_compiling() and not x.requires_grad:
+        return torch.sin(x)  # the plain op: autograd and torch.func differentiate it
+    return SinVmapRule.apply(x)
+
+
+ZOO += [
+    _pair("sin_no_grad_fast_path", sin_no_grad_fast_path, sin_no_grad_fast_path_twin, "x: ...",
+          "compile", "compiled_transform",
+          "a fast path under torch.compile for inputs that do not require grad runs under no_grad: "
+          "compile(grad(f)) drops the Function's backward"),
 ]
 
 # Every bug and twin by name: ``fuzzdiff check tests.selftest.zoo:TARGETS.atan_offset0``.
