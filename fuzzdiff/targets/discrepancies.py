@@ -15,6 +15,7 @@ __all__ = [
     "DET_GRAD_TRANSPOSED_PERMUTED",
     "DET_GRAD_TRANSPOSED_STRIDE0",
     "DUAL_INDUCTOR_NO_TANGENTS",
+    "JVP_TANGENT_COPY_DYNAMIC",
 ]
 
 STRIDE0_GRAD_DYNAMIC = Known(
@@ -143,4 +144,22 @@ DUAL_INDUCTOR_NO_TANGENTS = Known(
     message=r"^inductor, f at dual inputs vs eager: tangent \d+: no tangent \(eager: a tangent\)",
     params={"backend": "inductor", "transform": "dual"},
     records=("6d6a651c6ad2a21d",),
+)
+
+JVP_TANGENT_COPY_DYNAMIC = Known(
+    "compile",
+    "torch.compile(dynamic=True) of torch.func.jvp raises when a tangent's layout differs from "
+    "its primal's (a primal at a storage offset, transposed or sliced, with a contiguous tangent): "
+    "make_dual copies the tangent into the primal's layout, and under fake tensors that copy "
+    "calls storage_offset() on symbolic sizes (torch 2.13.0 CPU, aot_eager and inductor; "
+    "dynamic=False, aot_function, and a tangent in the primal's layout work). Whatever the op: "
+    "the compile check does not draw its jvp transform on those backends for such a case",
+    "s = torch.randn(3, dtype=torch.float64); u = torch.randn(2, dtype=torch.float64); "
+    "torch.compile(lambda x, u: torch.func.jvp(torch.sin, (x,), (u,)), backend='aot_eager', "
+    "dynamic=True)(s[1:], u) -> TorchRuntimeError: ... Cannot call storage_offset() on tensor "
+    "with symbolic sizes/strides (also for torch.randn(2, 3).t() or torch.randn(4)[::2])",
+    raises="TorchRuntimeError",
+    message=r"Cannot call storage_offset\(\) on tensor with symbolic sizes/strides",
+    params={"backend": ("aot_eager", "inductor"), "transform": "jvp"},
+    records=("24d9f3ea9bd3057c",),
 )
