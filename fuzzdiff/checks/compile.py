@@ -81,7 +81,7 @@ class CompileParams:
         if target.functional:
             if not path.wrt(case):
                 return _base(self.backends)
-            return _with_transform(self.backends, _strided(case))
+            return _with_transform(self.backends, _conditions(case))
         base = _base(self.backends)
         groups = [0 if a.grad != "none" else None for a in case.args]
         aliased = aliasing(case.args, groups, views=False).map(lambda after: path.aliases_param(case.args, after))
@@ -92,24 +92,34 @@ class CompileParams:
 TRANSFORM_WEIGHTS = ("none", "none", "none", "grad", "vjp", "jvp", "vmap", "dual")
 # Backends a transform is not drawn with, and why: torch bugs of the transform
 # machinery, whatever the op, each evidenced by a record (a plain rule, stated in
-# the docs; a record that names such a pair still runs it). "layout": only for a
-# case with a differentiated argument that is not contiguous at offset 0.
+# the docs; a record that names such a pair still runs it). The condition:
+# "any" case, "layout" (a differentiated argument not contiguous at offset 0)
+# or "stride0" (a differentiated argument with stride 0 along a dim of size > 1).
 RESTRICTED = {
     ("dual", "inductor", "any"): "inductor drops the tangents of dual inputs (pytorch/pytorch#187284; "
     "record 6d6a651c6ad2a21d, fuzzdiff.targets.discrepancies.DUAL_INDUCTOR_NO_TANGENTS)",
     ("jvp", "aot_eager", "layout"): "dynamic=True compiles of torch.func.jvp raise where a tangent is copied "
     "into its primal's layout (record 24d9f3ea9bd3057c, fuzzdiff.targets.discrepancies.JVP_TANGENT_COPY_DYNAMIC)",
     ("jvp", "inductor", "layout"): "as for aot_eager: JVP_TANGENT_COPY_DYNAMIC",
+    ("jvp", "aot_function", "stride0"): "aot_function's make_dual inside torch.func.jvp writes a stride-0 primal's "
+    "tangent as an overlapping copy (fuzzdiff.targets.discrepancies.JVP_STRIDE0_AOT_FUNCTION)",
+    ("jvp", "aot_function_min_cut", "stride0"): "as for aot_function: JVP_STRIDE0_AOT_FUNCTION",
 }
 
 
-def _restricted(transform: str, backend: str, strided: bool) -> bool:
-    return (transform, backend, "any") in RESTRICTED or (strided and (transform, backend, "layout") in RESTRICTED)
+def _restricted(transform: str, backend: str, conditions: frozenset[str]) -> bool:
+    return any((transform, backend, c) in RESTRICTED for c in conditions)
 
 
-def _strided(case: Case) -> bool:
-    """Some differentiated argument is not laid out contiguously at offset 0."""
-    return any(case.args[i].strided != Layout.contiguous(case.args[i].shape) for i in path.wrt(case))
+def _conditions(case: Case) -> frozenset[str]:
+    """The RESTRICTED conditions ``case`` meets."""
+    wrt = [case.args[i] for i in path.wrt(case)]
+    out = {"any"}
+    if any(a.strided != Layout.contiguous(a.shape) for a in wrt):
+        out.add("layout")
+    if any(s == 0 and n > 1 for a in wrt for n, s in zip(a.shape, a.strided.strides)):
+        out.add("stride0")
+    return frozenset(out)
 
 
 @functools.cache
@@ -118,17 +128,17 @@ def _base(backends: tuple[str, ...]) -> st.SearchStrategy:
 
 
 @functools.cache
-def _transforms(backend: str, strided: bool) -> st.SearchStrategy:
-    return st.sampled_from(tuple(t for t in TRANSFORM_WEIGHTS if not _restricted(t, backend, strided)))
+def _transforms(backend: str, conditions: frozenset[str]) -> st.SearchStrategy:
+    return st.sampled_from(tuple(t for t in TRANSFORM_WEIGHTS if not _restricted(t, backend, conditions)))
 
 
 @functools.cache
-def _with_transform(backends: tuple[str, ...], strided: bool) -> st.SearchStrategy:
+def _with_transform(backends: tuple[str, ...], conditions: frozenset[str]) -> st.SearchStrategy:
     def params(backend: str) -> st.SearchStrategy:
         return st.fixed_dictionaries(
             {
                 "backend": st.just(backend),
-                "transform": _transforms(backend, strided),
+                "transform": _transforms(backend, conditions),
                 "cotangent": _PROBE,
                 "direction": _PROBE,
                 "batch": st.integers(2, 3),

@@ -154,6 +154,8 @@ def compiled(
         key += (transform, tuple(wrt(case)))
     if backend not in ("aot_eager", "inductor"):
         key += (structure(case), str(cast), torch.is_grad_enabled())
+        if transform != "none":  # the probes are traced inputs too: their layouts, and vmap's batch
+            key += tuple(json.dumps(case.params.get(k), sort_keys=True) for k in ("cotangent", "direction", "batch"))
     fn = _CACHE.get(key)
     if fn is None:
         call = _call(target.fn, dict(case.kwargs))

@@ -16,6 +16,8 @@ __all__ = [
     "DET_GRAD_TRANSPOSED_STRIDE0",
     "DUAL_INDUCTOR_NO_TANGENTS",
     "JVP_TANGENT_COPY_DYNAMIC",
+    "JVP_STRIDE0_AOT_FUNCTION",
+    "FUNCTION_JVP_DROPPED_AT_DUALS",
 ]
 
 STRIDE0_GRAD_DYNAMIC = Known(
@@ -162,4 +164,40 @@ JVP_TANGENT_COPY_DYNAMIC = Known(
     message=r"Cannot call storage_offset\(\) on tensor with symbolic sizes/strides",
     params={"backend": ("aot_eager", "inductor"), "transform": "jvp"},
     records=("24d9f3ea9bd3057c",),
+)
+
+JVP_STRIDE0_AOT_FUNCTION = Known(
+    "compile",
+    "aot_function of torch.func.jvp raises when a primal has stride 0: the traced make_dual "
+    "copies the tangent (given in the primal's very layout) into the primal's layout, an "
+    "overlapping write that the functionalized copy_ refuses (torch 2.13.0 CPU; eager "
+    "torch.func.jvp works). Found on OpInfo's __getitem__ and addr; whatever the op: the compile "
+    "check does not draw jvp with aot_function for such a case",
+    "fuzzdiff repro a5f3e44a73adaec0 (opinfo/__getitem__@15, x of shape (5, 5, 5, 5) with strides "
+    "(0, 25, 5, 1)) and 7322b2a4ab40536b (opinfo/addr@0, vec1 of shape (5,) with stride 0): "
+    "aot_function(lambda *a: torch.func.jvp(f, a[:n], a[n:]), nop, nop) -> RuntimeError: more "
+    "than one element of the written-to tensor refers to a single memory location, from "
+    "make_dual -> meta_copy_",
+    raises="RuntimeError",
+    message=r"more than one element of the written-to tensor refers to a single memory location",
+    features=("stride0",),
+    params={"backend": ("aot_function", "aot_function_min_cut"), "transform": "jvp"},
+    records=("a5f3e44a73adaec0", "7322b2a4ab40536b"),
+)
+
+FUNCTION_JVP_DROPPED_AT_DUALS = Known(
+    "compile",
+    "code compiled by aot_eager or aot_function and called on forward-AD dual tensors ignores a "
+    "custom autograd.Function's jvp and differentiates its forward instead; when the forward "
+    "calls a torch.library custom op (no forward-mode rule) the outputs come back without "
+    "tangents, silently (torch 2.13.0 CPU; eager uses the jvp, and so does torch.func.jvp "
+    "compiled whole by aot_eager)",
+    "op = torch.library.custom_op('repro::double', lambda x: x * 2, mutates_args=()) (fake: "
+    "empty_like); class D(torch.autograd.Function) with forward(x): return op(x), backward g * 2, "
+    "jvp(ctx, t): return t * 2; with fwAD.dual_level(): fwAD.unpack_dual(torch.compile(D.apply, "
+    "backend='aot_eager')(fwAD.make_dual(x, u))).tangent -> None, eager 2 * u (with a plain "
+    "forward x * 2 and jvp t * 3, compiled gives 2 * u, eager 3 * u)",
+    message=r"f at dual inputs vs eager: tangent \d+: no tangent \(eager: a tangent\)",
+    params={"backend": ("aot_eager", "aot_function", "aot_function_min_cut"), "transform": "dual"},
+    records=("a21a436aec8ab3b1",),
 )
