@@ -93,17 +93,18 @@ TRANSFORM_WEIGHTS = ("none", "none", "none", "grad", "vjp", "jvp", "vmap", "dual
 # Backends a transform is not drawn with, and why: torch bugs of the transform
 # machinery, whatever the op, each evidenced by a record (a plain rule, stated in
 # the docs; a record that names such a pair still runs it). The condition:
-# "any" case, "layout" (a differentiated argument not contiguous at offset 0)
-# or "stride0" (a differentiated argument with stride 0 along a dim of size > 1).
+# "any" case, or "layout": a differentiated argument that is not contiguous at
+# offset 0 in a storage of its own size.
 RESTRICTED = {
     ("dual", "inductor", "any"): "inductor drops the tangents of dual inputs (pytorch/pytorch#187284; "
     "record 6d6a651c6ad2a21d, fuzzdiff.targets.discrepancies.DUAL_INDUCTOR_NO_TANGENTS)",
     ("jvp", "aot_eager", "layout"): "dynamic=True compiles of torch.func.jvp raise where a tangent is copied "
     "into its primal's layout (record 24d9f3ea9bd3057c, fuzzdiff.targets.discrepancies.JVP_TANGENT_COPY_DYNAMIC)",
     ("jvp", "inductor", "layout"): "as for aot_eager: JVP_TANGENT_COPY_DYNAMIC",
-    ("jvp", "aot_function", "stride0"): "aot_function's make_dual inside torch.func.jvp writes a stride-0 primal's "
-    "tangent as an overlapping copy (fuzzdiff.targets.discrepancies.JVP_STRIDE0_AOT_FUNCTION)",
-    ("jvp", "aot_function_min_cut", "stride0"): "as for aot_function: JVP_STRIDE0_AOT_FUNCTION",
+    ("jvp", "aot_function", "layout"): "aot_function of torch.func.jvp raises for a stride-0 primal (an "
+    "overlapping make_dual copy) and, through a view op, for a primal that does not span its storage "
+    "(fuzzdiff.targets.discrepancies.JVP_STRIDE0_AOT_FUNCTION, JVP_VIEW_AOT_FUNCTION)",
+    ("jvp", "aot_function_min_cut", "layout"): "as for aot_function",
 }
 
 
@@ -117,8 +118,6 @@ def _conditions(case: Case) -> frozenset[str]:
     out = {"any"}
     if any(a.strided != Layout.contiguous(a.shape) for a in wrt):
         out.add("layout")
-    if any(s == 0 and n > 1 for a in wrt for n, s in zip(a.shape, a.strided.strides)):
-        out.add("stride0")
     return frozenset(out)
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "JVP_TANGENT_COPY_DYNAMIC",
     "JVP_STRIDE0_AOT_FUNCTION",
     "FUNCTION_JVP_DROPPED_AT_DUALS",
+    "JVP_VIEW_AOT_FUNCTION",
 ]
 
 STRIDE0_GRAD_DYNAMIC = Known(
@@ -200,4 +201,21 @@ FUNCTION_JVP_DROPPED_AT_DUALS = Known(
     message=r"f at dual inputs vs eager: tangent \d+: no tangent \(eager: a tangent\)",
     params={"backend": ("aot_eager", "aot_function", "aot_function_min_cut"), "transform": "dual"},
     records=("a21a436aec8ab3b1",),
+)
+
+JVP_VIEW_AOT_FUNCTION = Known(
+    "compile",
+    "aot_function of torch.func.jvp through a view op raises an internal assert when a primal "
+    "does not span its whole storage (one element of a two-element storage; a (1, 1, 1) tensor "
+    "with strides (1, 1, 1) in three): torch 2.13.0 CPU; eager, and a primal with a storage of "
+    "its own, work. Found on avg_pool1d and take_along_dim; whatever the op with a view inside: "
+    "the compile check does not draw jvp with aot_function for such a case",
+    "x = torch.randn(2, dtype=torch.float64).as_strided((1,), (1,)); u = torch.randn(1, "
+    "dtype=torch.float64); aot_function(lambda x, u: torch.func.jvp(lambda t: "
+    "t.unsqueeze(0).squeeze(0) * 2, (x,), (u,)), nop, nop)(x, u) -> RuntimeError: "
+    "!this_view_meta->has_fw_view() INTERNAL ASSERT FAILED; with x = torch.randn(1) it works",
+    raises="RuntimeError",
+    message=r"has_fw_view\(\) INTERNAL ASSERT FAILED",
+    params={"backend": ("aot_function", "aot_function_min_cut"), "transform": "jvp"},
+    records=("e238f0bcd32ec8af", "3c85d34d33d26cde"),
 )

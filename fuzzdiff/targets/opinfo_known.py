@@ -16,6 +16,7 @@ from fuzzdiff.targets.discrepancies import (
     DET_GRAD_TRANSPOSED_PERMUTED,
     GROUP_NORM_VMAP_GAPPED_BATCH,
     JVP_STRIDE0_AOT_FUNCTION,
+    JVP_VIEW_AOT_FUNCTION,
     NESTED_VMAP_LOSSES,
     STRIDE0_GRAD_DYNAMIC,
 )
@@ -346,6 +347,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     ("opinfo/*", STRIDE0_GRAD_DYNAMIC),
     # the compile check's transforms, whatever the op
     ("opinfo/*", JVP_STRIDE0_AOT_FUNCTION),
+    ("opinfo/*", JVP_VIEW_AOT_FUNCTION),
     (
         "opinfo/addbmm@*",
         Known(

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from fuzzdiff.known import Known
 from fuzzdiff.targets import FromShapes, Target, register
 from fuzzdiff.targets.catalog import _kw
+from fuzzdiff.targets.discrepancies import JVP_VIEW_AOT_FUNCTION
 
 FAMILY = "conv"
 STRIDE = st.sampled_from([1, 2])
@@ -105,20 +106,6 @@ MAX_POOL2D_CUDA_MISALIGNED = (
 )
 
 
-AVG_POOL1D_JVP_OVERLAP = Known(
-    "compile",
-    "aot_function of torch.func.jvp(F.avg_pool1d) raises an internal assert for an input whose "
-    "size-1 dims have overlapping strides (torch 2.13.0 CPU; eager, and contiguous inputs, work)",
-    "x = torch.randn(3, dtype=torch.float64).as_strided((1, 1, 1), (1, 1, 1)); u = torch.randn(1, "
-    "1, 1, dtype=torch.float64); aot_function(lambda x, u: torch.func.jvp(lambda x: "
-    "F.avg_pool1d(x, 1, 1), (x,), (u,)), nop, nop)(x, u) -> RuntimeError: "
-    "!this_view_meta->has_fw_view() INTERNAL ASSERT FAILED",
-    raises="RuntimeError",
-    message=r"has_fw_view\(\) INTERNAL ASSERT FAILED",
-    params={"backend": ("aot_function", "aot_function_min_cut"), "transform": "jvp"},
-    records=("e238f0bcd32ec8af",),
-)
-
 register(
     Target(
         "conv1d",
@@ -179,7 +166,7 @@ register(
         FAMILY,
         min_side=1,
         kwargs={"kernel_size": kernel("x", 1), "stride": STRIDE},
-        known=(AVG_POOL1D_JVP_OVERLAP,),
+        known=(JVP_VIEW_AOT_FUNCTION,),
     ),
     # overlapping windows (stride 1) take the max of shared values: distinct
     Target(
