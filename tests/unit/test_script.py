@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -89,10 +90,13 @@ def first_cases(check: str, target: Target, n: int = 1) -> list[Case]:
 
 
 def namespace(source: str) -> dict:
-    """The script's module namespace, without running main()."""
-    ns = {"__name__": "script_under_test"}
-    exec(compile(source, "<script>", "exec"), ns)  # noqa: S102 - the code under test
-    return ns
+    """The script's module namespace, without running main(). A module of its own
+    in sys.modules: dynamo, tracing a torch.func transform, imports the module a
+    traced function's globals belong to."""
+    module = types.ModuleType(f"script_under_test_{len(sys.modules)}")
+    sys.modules[module.__name__] = module
+    exec(compile(source, "<script>", "exec"), module.__dict__)  # noqa: S102 - the code under test
+    return module.__dict__
 
 
 def run_main(source: str) -> tuple[int | str, str]:
