@@ -42,7 +42,7 @@ import torch
 from hypothesis import reject
 from hypothesis import strategies as st
 
-from fuzzdiff.case import Case
+from fuzzdiff.case import Case, Layout
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import Discrepancy, max_abs, worst_discrepancy
 from fuzzdiff.config import FuzzConfig
@@ -70,22 +70,81 @@ _PROBE = probes().map(lambda p: p.__dict__.copy())
 class CompileParams:
     """The compile check's draws: a backend among ``backends``
     (FuzzConfig.compile_backends), a cotangent, and for a target that writes
-    its inputs the aliasing between them (cases() draws none for it)."""
+    its inputs the aliasing between them (cases() draws none for it). For a
+    functional target with a differentiated argument, also a transform
+    (fuzzdiff.paths.compiled), weighted so that "none" keeps three shares in
+    eight, with a tangent direction and a vmap batch size."""
 
     backends: tuple[str, ...] = path.BACKENDS
 
     def __call__(self, target: Target, case: Case) -> st.SearchStrategy:
-        base = _base(self.backends)
         if target.functional:
-            return base
+            if not path.wrt(case):
+                return _base(self.backends)
+            return _with_transform(self.backends, _conditions(case))
+        base = _base(self.backends)
         groups = [0 if a.grad != "none" else None for a in case.args]
         aliased = aliasing(case.args, groups, views=False).map(lambda after: path.aliases_param(case.args, after))
         return st.tuples(base, aliased).map(lambda p: {**p[0], "aliases": p[1]} if p[1] else p[0])
 
 
+# "none" first: a failing case shrinks towards compiling f alone
+TRANSFORM_WEIGHTS = ("none", "none", "none", "grad", "vjp", "jvp", "vmap", "dual")
+# Backends a transform is not drawn with, and why: torch bugs of the transform
+# machinery, whatever the op, each evidenced by a record (a plain rule, stated in
+# the docs; a record that names such a pair still runs it). The condition:
+# "any" case, or "layout": a differentiated argument that is not contiguous at
+# offset 0 in a storage of its own size.
+RESTRICTED = {
+    ("dual", "inductor", "any"): "inductor drops the tangents of dual inputs (pytorch/pytorch#187284; "
+    "record 6d6a651c6ad2a21d, fuzzdiff.targets.discrepancies.DUAL_INDUCTOR_NO_TANGENTS)",
+    ("jvp", "aot_eager", "layout"): "dynamic=True compiles of torch.func.jvp raise where a tangent is copied "
+    "into its primal's layout (record 24d9f3ea9bd3057c, fuzzdiff.targets.discrepancies.JVP_TANGENT_COPY_DYNAMIC)",
+    ("jvp", "inductor", "layout"): "as for aot_eager: JVP_TANGENT_COPY_DYNAMIC",
+    ("jvp", "aot_function", "layout"): "aot_function of torch.func.jvp raises for a stride-0 primal (an "
+    "overlapping make_dual copy) and, through a view op, for a primal that does not span its storage "
+    "(fuzzdiff.targets.discrepancies.JVP_STRIDE0_AOT_FUNCTION, JVP_VIEW_AOT_FUNCTION)",
+    ("jvp", "aot_function_min_cut", "layout"): "as for aot_function",
+}
+
+
+def _restricted(transform: str, backend: str, conditions: frozenset[str]) -> bool:
+    return any((transform, backend, c) in RESTRICTED for c in conditions)
+
+
+def _conditions(case: Case) -> frozenset[str]:
+    """The RESTRICTED conditions ``case`` meets."""
+    wrt = [case.args[i] for i in path.wrt(case)]
+    out = {"any"}
+    if any(a.strided != Layout.contiguous(a.shape) for a in wrt):
+        out.add("layout")
+    return frozenset(out)
+
+
 @functools.cache
 def _base(backends: tuple[str, ...]) -> st.SearchStrategy:
     return st.fixed_dictionaries({"backend": st.sampled_from(backends), "cotangent": _PROBE})
+
+
+@functools.cache
+def _transforms(backend: str, conditions: frozenset[str]) -> st.SearchStrategy:
+    return st.sampled_from(tuple(t for t in TRANSFORM_WEIGHTS if not _restricted(t, backend, conditions)))
+
+
+@functools.cache
+def _with_transform(backends: tuple[str, ...], conditions: frozenset[str]) -> st.SearchStrategy:
+    def params(backend: str) -> st.SearchStrategy:
+        return st.fixed_dictionaries(
+            {
+                "backend": st.just(backend),
+                "transform": _transforms(backend, conditions),
+                "cotangent": _PROBE,
+                "direction": _PROBE,
+                "batch": st.integers(2, 3),
+            }
+        )
+
+    return st.sampled_from(backends).flatmap(params)
 
 
 def _configure(check: Check, config: FuzzConfig) -> Check:
@@ -95,16 +154,24 @@ def _configure(check: Check, config: FuzzConfig) -> Check:
 def _metadata(eager: path.Run, other: path.Run) -> str | None:
     if len(eager.meta) != len(other.meta):
         return f"{len(other.meta)} outputs, eager has {len(eager.meta)}"
-    for k, (e, c) in enumerate(zip(eager.meta, other.meta)):
+    for label, e, c in zip(eager.output_names(), eager.meta, other.meta):
+        if len(e) != len(c) or len(e) != len(path.META_FIELDS):  # a dual output's tangent, or its absence
+            if e != c:
+                return f"{label}: {_tangent(c)} (eager: {_tangent(e)})"
+            continue
         for name, a, b in zip(path.META_FIELDS, e, c):
             if a != b:
-                return f"output {k}: {name} {b} (eager: {a})"
+                return f"{label}: {name} {b} (eager: {a})"
     for i, (e, c) in enumerate(zip(eager.input_meta, other.input_meta)):
         if e != c:
             return f"input {i} after the call: (shape, strides, offset, requires_grad) {c} (eager: {e})"
     if eager.grads is not None and other.grads is None:
         return f"the backward raised: {other.grad_error}"
     return None
+
+
+def _tangent(meta: tuple) -> str:
+    return meta[0] if len(meta) == 1 else "a tangent"
 
 
 def _values(eager: path.Run, other: path.Run, tol: Tolerance) -> Discrepancy | None:
@@ -116,18 +183,34 @@ def _values(eager: path.Run, other: path.Run, tol: Tolerance) -> Discrepancy | N
     return worst_discrepancy(names, got, want, tol)
 
 
+# How a transform's identity reads in a verdict ("none": as before the transforms)
+DESCRIBED = {
+    "grad": "grad(<v, f>)",
+    "vjp": "vjp(f)(v)",
+    "jvp": "jvp(f)(u)",
+    "vmap": "vmap(f)",
+    "dual": "f at dual inputs",
+}
+
+
 def run(target: Target, case: Case) -> Verdict:
     backend = case.params["backend"]
+    transform = case.params.get("transform", "none")
     tol = tolerance(target, "compile", case.torch_dtype)
     grads = True
     # An exception of eager itself is a finding at a valid input (the runner
     # confirms it), as under every other check: never "nothing to compare";
-    # only torch's refusal of an invalid input (Target.invalid) rejects it.
+    # only torch's refusal of an invalid input (Target.invalid) rejects it,
+    # and a transform torch cannot apply to the target (no vmap rule, no
+    # forward-mode formula) is unsupported.
     try:
         eager = path.run(target, case, None)
     except Exception as e:  # noqa: BLE001
         if target.rejects(e):
             reject()
+        reason = unsupported_reason(e) if transform != "none" else None
+        if reason is not None:
+            return Verdict("unsupported", f"eager {DESCRIBED[transform]}: {reason}")
         raise
     if eager.grad_error:
         # Eager refuses the backward (a saved tensor was written in place), and
@@ -136,18 +219,18 @@ def run(target: Target, case: Case) -> Verdict:
         eager = path.run(target, case, None, grads=False)
     else:
         note = ""
+    identity = f"{backend} vs eager" if transform == "none" else f"{backend}, {DESCRIBED[transform]} vs eager"
     try:
         got = path.run(target, case, backend, grads=grads)
     except Exception as e:  # noqa: BLE001
         reason = unsupported_reason(e)
         if reason is not None:
-            return Verdict("unsupported", f"{backend}: {reason}")
+            return Verdict("unsupported", f"{identity.removesuffix(' vs eager')}: {reason}")
         raise
 
     def rerun(c: Case, side: str | None, cast=None) -> path.Run:
         return path.run(target, c, side, cast=cast, grads=grads)
 
-    identity = f"{backend} vs eager"
     meta = _metadata(eager, got)
     if meta is not None:
 

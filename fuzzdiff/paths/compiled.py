@@ -18,6 +18,25 @@ outputs, the inputs and their storages after the call, output metadata and
 the gradients of ``<v, outputs> + <w, inputs after>`` with respect to the
 leaves, for random cotangents ``v`` and ``w``.
 
+Transforms (``case.params["transform"]``; a record without one is "none"):
+"none" compiles the target and differentiates outside, as above; the others
+compile the target under a torch.func transform, or feed it dual tensors,
+and compare with the same transform run eagerly. They take the target's
+arguments as plain tensors (what users pass to torch.func), differentiate or
+batch the floating arguments that the case differentiates, and apply to
+functional targets only:
+
+- ``grad``: ``torch.func.grad`` of ``h = sum_k Re <v_k, f_k>`` (random ``v``);
+- ``vjp``: ``torch.func.vjp(f, ...)``: the outputs and ``v^T J``;
+- ``jvp``: ``torch.func.jvp(f, ..., u)``: the outputs and ``J u``;
+- ``vmap``: ``torch.func.vmap(f)`` over a batch of ``params["batch"]``
+  examples (the case reseeded), stacked along dim 0 of each such argument;
+- ``dual``: the compiled ``f`` itself, called on forward-AD dual tensors;
+  the outputs and their tangents, which must be there where eager's are.
+
+The transforms are torch-only functions (``grad_transform``...), which the
+compile check's scripts copy by source.
+
 Inductor's on-disk caches are torch's own (``<tmp>/torchinductor_<user>``,
 or $TORCHINDUCTOR_CACHE_DIR), shared by every process of the user, so xdist
 workers and later runs reuse each other's kernels.
@@ -32,17 +51,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case import Alias, Case, Layout
 from fuzzdiff.config import COMPILE_BACKENDS
-from fuzzdiff.directions import probes_like
+from fuzzdiff.directions import directions, probes_like
+from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import differentiable, leaf_function
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 
 __all__ = [
     "BACKENDS",
+    "TRANSFORMS",
     "Run",
     "run",
     "compiled",
@@ -51,9 +73,17 @@ __all__ = [
     "dynamo_settings",
     "structure",
     "aliases_param",
+    "transform_of",
+    "wrt",
+    "grad_transform",
+    "vjp_transform",
+    "jvp_transform",
+    "vmap_transform",
+    "dual_transform",
 ]
 
 BACKENDS = COMPILE_BACKENDS
+TRANSFORMS = ("none", "grad", "vjp", "jvp", "vmap", "dual")
 
 
 @contextlib.contextmanager
@@ -112,17 +142,26 @@ def structure(case: Case) -> str:
     return json.dumps(bare.to_json(), sort_keys=True)
 
 
-def compiled(target: Target, case: Case, backend: str, cast: torch.dtype | None = None) -> Callable:
-    """The target at the case's kwargs, compiled by ``backend`` (cached)."""
+def compiled(
+    target: Target, case: Case, backend: str, cast: torch.dtype | None = None, transform: str = "none"
+) -> Callable:
+    """The target at the case's kwargs, compiled by ``backend`` (cached); under
+    ``transform`` (grad, vjp, jvp, vmap) the transformed function is compiled
+    whole, with the probes as extra inputs (``transform_of``)."""
     kwargs = json.dumps(case.kwargs, sort_keys=True, default=repr)
-    key: tuple[object, ...]
-    if backend in ("aot_eager", "inductor"):
-        key = (target.ref, id(target.fn), backend, kwargs)
-    else:
-        key = (target.ref, id(target.fn), backend, kwargs, structure(case), str(cast), torch.is_grad_enabled())
+    key: tuple[object, ...] = (target.ref, id(target.fn), backend, kwargs)
+    if transform != "none":  # "dual" compiles f itself, but traces it with tangents
+        key += (transform, tuple(wrt(case)))
+    if backend not in ("aot_eager", "inductor"):
+        key += (structure(case), str(cast), torch.is_grad_enabled())
+        if transform != "none":  # the probes are traced inputs too: their layouts, and vmap's batch
+            key += tuple(json.dumps(case.params.get(k), sort_keys=True) for k in ("cotangent", "direction", "batch"))
     fn = _CACHE.get(key)
     if fn is None:
-        fn = _CACHE[key] = _build(_fresh_code(_call(target.fn, dict(case.kwargs)), len(_CACHE)), backend)
+        call = _call(target.fn, dict(case.kwargs))
+        if transform in TRANSFORM_FUNCTIONS:
+            call = transform_of(transform, _floating(call), case)
+        fn = _CACHE[key] = _build(_fresh_code(call, len(_CACHE)), backend)
     return fn
 
 
@@ -150,6 +189,135 @@ def compiles() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"]) + _AOT_TRACES[0]
+
+
+# -- torch.func transforms, compiled whole (torch-only: the scripts copy them) -------------
+
+
+def substituted(args, wrt, values):
+    """``args`` with the arguments at positions ``wrt`` replaced by ``values``."""
+    out = list(args)
+    for i, value in zip(wrt, values):
+        out[i] = value
+    return out
+
+
+def grad_transform(f, n, wrt):
+    """``g(*args, *v)``: the gradient of ``sum_k Re <v_k, f(*args)_k>`` with respect
+    to the arguments at positions ``wrt``, by torch.func.grad."""
+
+    def g(*xs):
+        args, v = xs[:n], xs[n:]
+
+        def h(*d):
+            total = 0
+            for c, o in zip(v, f(*substituted(args, wrt, d))):
+                p = (c.conj() * o).sum()
+                total = total + (p.real if p.is_complex() else p)
+            return total
+
+        return torch.func.grad(h, argnums=tuple(range(len(wrt))))(*(args[i] for i in wrt))
+
+    return g
+
+
+def vjp_transform(f, n, wrt):
+    """``g(*args, *v)``: the outputs of ``f`` and ``v^T J`` with respect to the
+    arguments at positions ``wrt``, by torch.func.vjp."""
+
+    def g(*xs):
+        args, v = xs[:n], xs[n:]
+        outs, pull = torch.func.vjp(lambda *d: tuple(f(*substituted(args, wrt, d))), *(args[i] for i in wrt))  # type: ignore[misc]
+        return (*outs, *pull(tuple(v)))
+
+    return g
+
+
+def jvp_transform(f, n, wrt):
+    """``g(*args, *u)``: the outputs of ``f`` and ``J u`` along tangents ``u`` of
+    the arguments at positions ``wrt``, by torch.func.jvp."""
+
+    def g(*xs):
+        args, u = xs[:n], xs[n:]
+        d = tuple(args[i] for i in wrt)
+        outs, tangents = torch.func.jvp(lambda *d: tuple(f(*substituted(args, wrt, d))), d, tuple(u))  # type: ignore[misc]
+        return (*outs, *tangents)
+
+    return g
+
+
+def vmap_transform(f, n, wrt):
+    """``g(*args)``: ``f`` vmapped over dim 0 of the arguments at positions ``wrt``."""
+
+    def g(*args):
+        in_dims = tuple(0 if i in wrt else None for i in range(n))
+        return tuple(torch.func.vmap(lambda *a: tuple(f(*a)), in_dims=in_dims)(*args))
+
+    return g
+
+
+def dual_transform(f, args, wrt, u):
+    """The outputs of ``f`` at dual arguments (those at positions ``wrt`` carry
+    the tangents ``u``), and each output's tangent: None where it has none."""
+    with fwAD.dual_level():
+        duals = substituted(args, wrt, [fwAD.make_dual(args[i], t) for i, t in zip(wrt, u)])
+        primals, tangents = [], []
+        for o in f(*duals):
+            p, t = fwAD.unpack_dual(o)
+            primals.append(p)
+            tangents.append(t)
+    return primals, tangents
+
+
+TRANSFORM_FUNCTIONS = {"grad": grad_transform, "vjp": vjp_transform, "jvp": jvp_transform, "vmap": vmap_transform}
+
+
+def _floating(call: Callable) -> Callable:
+    """``call`` returning its floating-point tensors, as a tuple."""
+
+    def f(*args):
+        return tuple(t for t in tree_leaves(call(*args)) if differentiable(t))
+
+    return f
+
+
+def wrt(case: Case) -> list[int]:
+    """The arguments a transform differentiates or batches: those the case differentiates."""
+    return [i for i, a in enumerate(case.args) if a.grad != "none"]
+
+
+def transform_of(transform: str, f: Callable, case: Case) -> Callable:
+    """``f`` (floating outputs of the target) under ``transform``; "none" and "dual" leave it as it is."""
+    if transform in ("none", "dual"):
+        return f
+    return TRANSFORM_FUNCTIONS[transform](f, len(case.args), wrt(case))
+
+
+def batched_args(case: Case, cast: torch.dtype | None) -> list[torch.Tensor]:
+    """The vmap transform's arguments: ``params["batch"]`` examples (the case
+    reseeded) stacked along a new dim 0 for each differentiated argument."""
+    n = int(case.params.get("batch", 2))
+    examples = [case.reseeded(e).materialize(requires_grad=False, cast=cast).args for e in range(n)]
+    return [torch.stack([ex[i] for ex in examples]) if i in wrt(case) else a for i, a in enumerate(examples[0])]
+
+
+def transform_probes(case: Case, f: Callable, args: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The extra inputs of a transform: cotangents like ``f``'s outputs (grad,
+    vjp), tangents of the differentiated arguments in their layouts (jvp, dual)."""
+    transform = case.params["transform"]
+    if transform in ("grad", "vjp"):
+        with torch.no_grad():
+            outs = f(*args)
+        return probes_like(case.params, "cotangent", outs)
+    if transform in ("jvp", "dual"):
+        d = [args[i] for i in wrt(case)]
+        return [same_layout(a, u) for a, u in zip(d, directions(case.params, d))]
+    return []
+
+
+def tangent_meta(t: torch.Tensor | None, args: list[torch.Tensor]) -> tuple:
+    """A dual output's tangent: ("no tangent",), or its output_meta."""
+    return ("no tangent",) if t is None else output_meta(t, args)
 
 
 # -- aliasing for targets that write their inputs ---------------------------------------
@@ -206,10 +374,14 @@ class Run:
     input_meta: list[tuple]  # per argument: shape, strides, offset, requires_grad
     grads: list[torch.Tensor] | None
     grad_error: str | None = None
+    labels: list[str] | None = None  # the outputs' names under a transform ("grad 0", "tangent 1")
+
+    def output_names(self) -> list[str]:
+        return self.labels if self.labels is not None else [f"output {k}" for k in range(len(self.outputs))]
 
     def tensors(self) -> tuple[list[str], list[torch.Tensor]]:
         """Names and values of what is compared by value."""
-        names = [f"output {k}" for k in range(len(self.outputs))]
+        names = self.output_names()
         names += [f"input {i} after the call" for i in range(len(self.inputs))]
         names += [f"input storage {i} after the call" for i in range(len(self.storages))]
         tensors = [*self.outputs, *self.inputs, *self.storages]
@@ -260,9 +432,44 @@ def run(target: Target, case: Case, backend: str | None, *, cast: torch.dtype | 
     with contextlib.ExitStack() as stack:
         if backend is not None:
             stack.enter_context(dynamo_settings())
+        transform = case.params.get("transform", "none")
+        if transform != "none":
+            return _run_transform(target, case, backend, cast, transform)
         if not grads:
             stack.enter_context(torch.no_grad())
         return _run(target, aliased_case(case), backend, cast, grads)
+
+
+def _run_transform(target: Target, case: Case, backend: str | None, cast: torch.dtype | None, transform: str) -> Run:
+    """One side of a transform: the target's arguments as plain tensors (fresh),
+    the transform eager (``backend=None``) or compiled whole."""
+    args = batched_args(case, cast) if transform == "vmap" else case.materialize(requires_grad=False, cast=cast).args
+    f = _floating(_call(target.fn, case.kwargs))
+    probes = transform_probes(case, f, args)
+    if transform == "dual":
+        fn = f if backend is None else _floating(compiled(target, case, backend, cast, transform))
+        primals, tangents = dual_transform(fn, args, wrt(case), probes)
+        outs = (*primals, *(torch.zeros_like(p) if t is None else t for p, t in zip(primals, tangents)))
+        meta = [output_meta(o, args) for o in primals] + [tangent_meta(t, args) for t in tangents]
+        labels = [f"output {k}" for k in range(len(primals))] + [f"tangent {k}" for k in range(len(primals))]
+    else:
+        fn = transform_of(transform, f, case) if backend is None else compiled(target, case, backend, cast, transform)
+        outs = tuple(fn(*args, *probes))
+        meta = [output_meta(o, args) for o in outs]
+        labels = _labels(transform, len(outs), len(wrt(case)))
+    input_meta = [(tuple(a.shape), a.stride(), a.storage_offset(), a.requires_grad) for a in args]
+    return Run(tuple(outs), list(args), _storages(args), meta, input_meta, None, labels=labels)
+
+
+def _labels(transform: str, count: int, grads: int) -> list[str]:
+    """Names of a transform's results: outputs, then gradients or tangents."""
+    if transform == "grad":
+        return [f"grad {k}" for k in range(count)]
+    if transform == "vmap":
+        return [f"output {k}" for k in range(count)]
+    second = "grad" if transform == "vjp" else "tangent"
+    n = count - grads if transform == "vjp" else count // 2
+    return [f"output {k}" for k in range(n)] + [f"{second} {k}" for k in range(count - n)]
 
 
 def _run(target: Target, case: Case, backend: str | None, cast: torch.dtype | None, grads: bool) -> Run:

@@ -31,7 +31,7 @@ from fuzzdiff.checks.layout import relayout
 from fuzzdiff.confirm import EPS
 from fuzzdiff.directions import directions, probes_like
 from fuzzdiff.paths.function import leaf_function
-from fuzzdiff.script import compile as _compile  # noqa: F401  (registers its fragment)
+from fuzzdiff.script import compile as _compile  # registers its fragment
 from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
 from fuzzdiff.script import vmap as _vmap  # noqa: F401  (registers the vmap fragment)
 from fuzzdiff.script.fragments import FRAGMENTS, Fragment, register
@@ -104,6 +104,8 @@ SCRIPT_NAMES = frozenset(
         "LEVELS",
         "IN_DIMS",
         "INDICES",
+        "BACKEND",
+        *_compile.TRANSFORM_NAMES,
         *HELPERS,
     }
 )

@@ -10,15 +10,26 @@ as the plain torch function it is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from fuzzdiff.directions import probes_like
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.script.fragments import Fragment, _lines, register
+from fuzzdiff.script.helpers import copies
 from fuzzdiff.script.inputs import inputs_code
 from fuzzdiff.script.literals import dtype_name, tensor_literal
 
-__all__ = ["compile_fragment"]
+__all__ = ["compile_fragment", "TRANSFORM_NAMES"]
 
-MACHINERY = '''
+# The transforms' wrappers, copied by source: registered now, so that the
+# script's names (fuzzdiff.script.SCRIPT_NAMES) include them.
+TRANSFORMS: dict[str, Callable[..., Any]] = {**path.TRANSFORM_FUNCTIONS, "dual": path.dual_transform}
+copies(tuple(TRANSFORMS.values()))
+# Module-level names a transform's script defines besides them
+TRANSFORM_NAMES = ("N_ARGS", "PROBES", "LABELS", "transform_args", "target_outputs", "compare_runs")
+
+COMPILED = '''
 def compiled(fn):
     """fn compiled by BACKEND, as the compile check does."""
     if BACKEND in ("aot_eager", "inductor"):
@@ -44,8 +55,9 @@ def metadata(o, args):
     views = tuple(i for i, s in enumerate(ids) if s == o.untyped_storage()._cdata) if o.numel() else ()
     where = (tuple(s for s, n in zip(o.stride(), o.shape) if n > 1), o.storage_offset()) if views else None
     return (o.requires_grad, o.is_leaf, o.dtype, tuple(o.shape), views, where)
+'''.strip("\n")
 
-
+MACHINERY = '''
 def storages(args):
     """Every distinct storage the arguments live in, whole, after the call."""
     seen, out = set(), []
@@ -99,13 +111,125 @@ def _data(ctx) -> tuple[str, bool]:
         ),
         "# Cotangents: one per output, then one per argument after the call when it is written",
         "COTANGENTS = [\n" + "".join(f"    {tensor_literal(t, indent='    ')},\n" for t in cotangents) + "]",
+        COMPILED,
         MACHINERY,
     ]
     return "\n\n\n".join(blocks), grad
 
 
+TRANSFORM_MACHINERY = '''
+def target_outputs(*args):
+    """The function under test's floating-point outputs, as a tuple."""
+    return tuple(outputs(call(*args)))
+
+
+def compare_runs(want, got, args_want, args_got, want_tangents=None, got_tangents=None):
+    """Output metadata (and for dual outputs, which have a tangent), then every result's error."""
+    want_meta = [metadata(o, args_want) for o in want]
+    got_meta = [metadata(o, args_got) for o in got]
+    if want_tangents is not None:
+        want_meta += [("no tangent",) if t is None else metadata(t, args_want) for t in want_tangents]
+        got_meta += [("no tangent",) if t is None else metadata(t, args_got) for t in got_tangents]
+        want = [*want, *(torch.zeros_like(p) if t is None else t for p, t in zip(want, want_tangents))]
+        got = [*got, *(torch.zeros_like(p) if t is None else t for p, t in zip(got, got_tangents))]
+    print("metadata, eager:   ", want_meta)
+    print("metadata, compiled:", got_meta)
+    results = [(want_meta == got_meta, "output metadata (views of inputs, their strides, requires_grad, "
+                                       "is_leaf, dtype, shape; a dual output's tangent)")]
+    if len(got) != len(want):
+        results.append((False, f"{len(got)} results, eager has {len(want)}"))
+    else:
+        results.append(compare(LABELS, [t.detach() for t in got], [t.detach() for t in want]))
+    return results
+'''.strip("\n")
+
+
+def _transform_data(ctx) -> str:
+    """The arguments (vmap: batched), the probes and the results' names, for a transform."""
+    case, target = ctx.case, ctx.target
+    transform = case.params["transform"]
+    inputs = inputs_code(case, case.storages(), ctx.names)
+    eager = path.run(target, case, None)
+    args = path.batched_args(case, None) if transform == "vmap" else case.materialize(requires_grad=False).args
+    probes = path.transform_probes(case, path._floating(path._call(target.fn, case.kwargs)), args)
+    wrt = path.wrt(case)
+    if transform == "vmap":
+        batched = "\n".join(
+            f"    args[{i}] = {tensor_literal(args[i], indent='    ')}  # {ctx.names[i]}, a batch along dim 0"
+            for i in wrt
+        )
+        make = (
+            "def transform_args():\n"
+            f'    """The arguments, plain tensors; those at WRT batched: {case.params.get("batch", 2)} examples."""\n'
+            "    args = make_args(make_leaves(requires_grad=False))\n" + batched + "\n    return args"
+        )
+    else:
+        make = (
+            "def transform_args():\n"
+            '    """The arguments as plain tensors (no requires_grad), as users pass them to torch.func."""\n'
+            "    return make_args(make_leaves(requires_grad=False))"
+        )
+    what = {"grad": "cotangents v", "vjp": "cotangents v", "jvp": "tangents u", "dual": "tangents u"}
+    blocks = [
+        f"DTYPE = {dtype_name(case.torch_dtype)}",
+        inputs.storages,
+        inputs.functions,
+        f"ARG_NAMES = {ctx.names!r}\nLEAF_NAMES = {inputs.leaf_names!r}",
+        f"# The arguments differentiated (vmap: batched): {', '.join(ctx.names[i] for i in wrt)}\nWRT = {wrt!r}",
+        f"N_ARGS = {len(case.args)}\nBACKEND = {case.params['backend']!r}",
+        f"# The results compared, by name\nLABELS = {eager.output_names()!r}",
+        make,
+        f"# {what.get(transform, 'no probes: vmap takes none')}, one per "
+        + ("output" if transform in ("grad", "vjp") else "argument at WRT")
+        + "\nPROBES = [\n"
+        + "".join(f"    {tensor_literal(t, indent='    ')},\n" for t in probes)
+        + "]",
+        COMPILED,
+        TRANSFORM_MACHINERY,
+    ]
+    return "\n\n\n".join(blocks)
+
+
+def _transform_fragment(ctx) -> Fragment:
+    case = ctx.case
+    transform, backend = case.params["transform"], case.params["backend"]
+    wrapper = TRANSFORMS[transform]
+    if transform == "dual":
+        body = _lines(
+            "args = transform_args()",
+            "want, want_tangents = dual_transform(target_outputs, args, WRT, PROBES)",
+            "compiled_call = compiled(call)",
+            "got_args = transform_args()",
+            "got, got_tangents = dual_transform(lambda *a: outputs(compiled_call(*a)), got_args, WRT, PROBES)",
+            "return finish(compare_runs(want, got, args, got_args, want_tangents, got_tangents))",
+        )
+        summary = f"{backend}: the compiled function at dual inputs vs eager: outputs and their tangents"
+    else:
+        body = _lines(
+            f"transformed = {wrapper.__name__}(target_outputs, N_ARGS, WRT)",
+            "args = transform_args()",
+            "want = list(transformed(*args, *PROBES))",
+            "got_args = transform_args()",
+            "got = list(compiled(transformed)(*got_args, *PROBES))",
+            "return finish(compare_runs(want, got, args, got_args))",
+        )
+        summary = f"{backend}: torch.func.{transform} of the function, compiled whole, vs eager"
+    return Fragment(
+        summary,
+        body,
+        ("outputs", "compare", "finish"),
+        (),
+        extra=_transform_data(ctx),
+        inputs=False,
+        copies=(wrapper,),
+        forward_ad=transform == "dual",
+    )
+
+
 @register("compile")
 def compile_fragment(ctx) -> Fragment:
+    if ctx.case.params.get("transform", "none") != "none":
+        return _transform_fragment(ctx)
     backend = ctx.case.params["backend"]
     extra, _ = _data(ctx)
     return Fragment(

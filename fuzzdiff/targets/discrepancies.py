@@ -18,6 +18,11 @@ __all__ = [
     "NESTED_JVP_NORMS",
     "REVERSE_OVER_FORWARD_INPLACE",
     "NESTED_JVP_FUNCTION",
+    "DUAL_INDUCTOR_NO_TANGENTS",
+    "JVP_TANGENT_COPY_DYNAMIC",
+    "JVP_STRIDE0_AOT_FUNCTION",
+    "FUNCTION_JVP_DROPPED_AT_DUALS",
+    "JVP_VIEW_AOT_FUNCTION",
 ]
 
 STRIDE0_GRAD_DYNAMIC = Known(
@@ -199,4 +204,89 @@ NESTED_JVP_FUNCTION = Known(
     "torch.func.jvp(Sq.apply, (a,), (u,))[1], (x,), (v,))[1] -> zeros, instead of 2 * u * v",
     message=r"^<w, d2f\[u, u'\]> (forward-over-forward|jacfwd\(jacfwd\)) through a custom autograd\.Function vs finite",
     records=("ac57422b98e8d611",),
+)
+
+DUAL_INDUCTOR_NO_TANGENTS = Known(
+    "compile",
+    "a function compiled by inductor and called on forward-AD dual tensors returns outputs "
+    "without tangents, silently (torch 2.13.0 CPU, dynamic True or False; eager, aot_eager and "
+    "aot_function give the tangents; pytorch/pytorch#187284). Whatever the op: the compile check "
+    "does not draw its dual transform with inductor, and this record keeps the evidence",
+    "x, u = torch.randn(4, dtype=torch.float64), torch.randn(4, dtype=torch.float64); with "
+    "fwAD.dual_level(): fwAD.unpack_dual(torch.compile(torch.sin, backend='inductor')"
+    "(fwAD.make_dual(x, u))).tangent -> None, eager: u * cos(x)",
+    message=r"^inductor, f at dual inputs vs eager: tangent \d+: no tangent \(eager: a tangent\)",
+    params={"backend": "inductor", "transform": "dual"},
+    records=("6d6a651c6ad2a21d",),
+)
+
+JVP_TANGENT_COPY_DYNAMIC = Known(
+    "compile",
+    "torch.compile(dynamic=True) of torch.func.jvp raises when a tangent's layout differs from "
+    "its primal's (a primal at a storage offset, transposed or sliced, with a contiguous tangent): "
+    "make_dual copies the tangent into the primal's layout, and under fake tensors that copy "
+    "calls storage_offset() on symbolic sizes (torch 2.13.0 CPU, aot_eager and inductor; "
+    "dynamic=False, aot_function, and a tangent in the primal's layout work). Whatever the op: "
+    "the compile check does not draw its jvp transform on those backends for such a case",
+    "s = torch.randn(3, dtype=torch.float64); u = torch.randn(2, dtype=torch.float64); "
+    "torch.compile(lambda x, u: torch.func.jvp(torch.sin, (x,), (u,)), backend='aot_eager', "
+    "dynamic=True)(s[1:], u) -> TorchRuntimeError: ... Cannot call storage_offset() on tensor "
+    "with symbolic sizes/strides (also for torch.randn(2, 3).t() or torch.randn(4)[::2])",
+    raises="TorchRuntimeError",
+    message=r"Cannot call storage_offset\(\) on tensor with symbolic sizes/strides",
+    params={"backend": ("aot_eager", "inductor"), "transform": "jvp"},
+    records=("24d9f3ea9bd3057c",),
+)
+
+JVP_STRIDE0_AOT_FUNCTION = Known(
+    "compile",
+    "aot_function of torch.func.jvp raises when a primal has stride 0: the traced make_dual "
+    "copies the tangent (given in the primal's very layout) into the primal's layout, an "
+    "overlapping write that the functionalized copy_ refuses (torch 2.13.0 CPU; eager "
+    "torch.func.jvp works). Found on OpInfo's __getitem__ and addr; whatever the op: the compile "
+    "check does not draw jvp with aot_function for such a case",
+    "fuzzdiff repro a5f3e44a73adaec0 (opinfo/__getitem__@15, x of shape (5, 5, 5, 5) with strides "
+    "(0, 25, 5, 1)) and 7322b2a4ab40536b (opinfo/addr@0, vec1 of shape (5,) with stride 0): "
+    "aot_function(lambda *a: torch.func.jvp(f, a[:n], a[n:]), nop, nop) -> RuntimeError: more "
+    "than one element of the written-to tensor refers to a single memory location, from "
+    "make_dual -> meta_copy_",
+    raises="RuntimeError",
+    message=r"more than one element of the written-to tensor refers to a single memory location",
+    features=("stride0",),
+    params={"backend": ("aot_function", "aot_function_min_cut"), "transform": "jvp"},
+    records=("a5f3e44a73adaec0", "7322b2a4ab40536b"),
+)
+
+FUNCTION_JVP_DROPPED_AT_DUALS = Known(
+    "compile",
+    "code compiled by aot_eager or aot_function and called on forward-AD dual tensors ignores a "
+    "custom autograd.Function's jvp and differentiates its forward instead; when the forward "
+    "calls a torch.library custom op (no forward-mode rule) the outputs come back without "
+    "tangents, silently (torch 2.13.0 CPU; eager uses the jvp, and so does torch.func.jvp "
+    "compiled whole by aot_eager)",
+    "op = torch.library.custom_op('repro::double', lambda x: x * 2, mutates_args=()) (fake: "
+    "empty_like); class D(torch.autograd.Function) with forward(x): return op(x), backward g * 2, "
+    "jvp(ctx, t): return t * 2; with fwAD.dual_level(): fwAD.unpack_dual(torch.compile(D.apply, "
+    "backend='aot_eager')(fwAD.make_dual(x, u))).tangent -> None, eager 2 * u (with a plain "
+    "forward x * 2 and jvp t * 3, compiled gives 2 * u, eager 3 * u)",
+    message=r"f at dual inputs vs eager: tangent \d+: no tangent \(eager: a tangent\)",
+    params={"backend": ("aot_eager", "aot_function", "aot_function_min_cut"), "transform": "dual"},
+    records=("a21a436aec8ab3b1",),
+)
+
+JVP_VIEW_AOT_FUNCTION = Known(
+    "compile",
+    "aot_function of torch.func.jvp through a view op raises an internal assert when a primal "
+    "does not span its whole storage (one element of a two-element storage; a (1, 1, 1) tensor "
+    "with strides (1, 1, 1) in three): torch 2.13.0 CPU; eager, and a primal with a storage of "
+    "its own, work. Found on avg_pool1d and take_along_dim; whatever the op with a view inside: "
+    "the compile check does not draw jvp with aot_function for such a case",
+    "x = torch.randn(2, dtype=torch.float64).as_strided((1,), (1,)); u = torch.randn(1, "
+    "dtype=torch.float64); aot_function(lambda x, u: torch.func.jvp(lambda t: "
+    "t.unsqueeze(0).squeeze(0) * 2, (x,), (u,)), nop, nop)(x, u) -> RuntimeError: "
+    "!this_view_meta->has_fw_view() INTERNAL ASSERT FAILED; with x = torch.randn(1) it works",
+    raises="RuntimeError",
+    message=r"has_fw_view\(\) INTERNAL ASSERT FAILED",
+    params={"backend": ("aot_function", "aot_function_min_cut"), "transform": "jvp"},
+    records=("e238f0bcd32ec8af", "3c85d34d33d26cde"),
 )

@@ -15,6 +15,8 @@ from fuzzdiff.known import NOT_NONE, Known
 from fuzzdiff.targets.discrepancies import (
     DET_GRAD_TRANSPOSED_PERMUTED,
     GROUP_NORM_VMAP_GAPPED_BATCH,
+    JVP_STRIDE0_AOT_FUNCTION,
+    JVP_VIEW_AOT_FUNCTION,
     NESTED_VMAP_LOSSES,
     STRIDE0_GRAD_DYNAMIC,
 )
@@ -400,6 +402,26 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     ),
     # AOTAutograd's, whatever the op: flatten, reshape, dsplit, slices so far
     ("opinfo/*", STRIDE0_GRAD_DYNAMIC),
+    # the compile check's transforms, whatever the op
+    ("opinfo/*", JVP_STRIDE0_AOT_FUNCTION),
+    ("opinfo/*", JVP_VIEW_AOT_FUNCTION),
+    (
+        "opinfo/addbmm@*",
+        Known(
+            "compile",
+            "torch.compile(dynamic=True) of vmap(torch.addbmm) with float beta and alpha trips "
+            '"false INTERNAL ASSERT FAILED at c10/core/Scalar.h" in fake-tensor dispatch: the '
+            "scalars become symbolic floats (torch 2.13.0 CPU, aot_eager; the SymInt cousin of "
+            "pow_scalar's pytorch/pytorch#185715)",
+            "fuzzdiff repro 9c7ab91229f4fc98: torch.compile(torch.func.vmap(f), backend='aot_eager', "
+            "dynamic=True) of OpInfo's first addbmm sample (its float beta and alpha bound in f) on a "
+            "batch of 2 -> TorchRuntimeError: ... Scalar.h ... INTERNAL ASSERT; eager vmap works",
+            raises="TorchRuntimeError",
+            message=r"Scalar\.h",
+            params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
+            records=("9c7ab91229f4fc98",),
+        ),
+    ),
     *(
         (f"opinfo/{name}@*", _CHANNELS_LAST)
         for name in ("to", "double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf")

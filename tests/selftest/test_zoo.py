@@ -146,6 +146,9 @@ def shows_trigger(p: Planted, case: Case, verdict) -> bool:
     if t == "zeros":  # a structured exact zero, and it is one in the materialized values
         return any(name == "zeros" for a in case.args for name, _ in a.values.structure) and any(
             bool((x == 0).any()) for x in case.materialize(requires_grad=False).args)
+    if t == "compiled_transform":  # torch.compile traces a reverse-mode torch.func transform
+        return (case.params.get("backend") in ("aot_eager", "inductor")
+                and case.params.get("transform") in ("grad", "vjp"))
     raise AssertionError(f"no predicate for trigger {t!r}")
 
 
@@ -313,7 +316,7 @@ def without_trigger(p: Planted):
         return p.bug, {}, tuple(c for c in every if c != "vmap")
     if t == "fake_kernel":  # only compiled runs and opcheck call a fake kernel
         return p.bug, {}, tuple(c for c in every if c not in ("compile", "opcheck"))
-    if t == "compiled":
+    if t in ("compiled", "compiled_transform"):
         return p.bug, {}, tuple(c for c in every if c != "compile")
     if t == "recomputation":  # only checkpoint recomputes a forward
         return p.bug, {}, tuple(c for c in every if c != "checkpoint")

@@ -28,6 +28,7 @@ from torch.autograd import Function
 
 from fuzzdiff.case import Layout
 from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
+from fuzzdiff.targets.discrepancies import FUNCTION_JVP_DROPPED_AT_DUALS
 from fuzzdiff.targets.target import Target
 
 __all__ = ["Planted", "ZOO", "TRIGGERS", "by_name"]
@@ -51,6 +52,7 @@ TRIGGERS = (
     "compiled",        # the bug is in code that only runs under torch.compile
     "recomputation",   # the bug is in a forward recomputed by torch.utils.checkpoint
     "zeros",           # an exact zero among the values (target opts into the "zeros" structure)
+    "compiled_transform",  # only torch.compile of a torch.func transform (grad, vjp) runs the buggy code
 )
 
 
@@ -881,8 +883,10 @@ def gelu_traced_branch_twin(x):
 
 
 ZOO += [
+    # known: compiled code at dual inputs drops the Function's jvp, and the op has no forward rule
     _pair("scale_fake_row_major", scale_fake_row_major, scale_fake_row_major_twin, "x: n m",
-          "compile", "fake_kernel", "the fake kernel says row-major; the kernel writes column-major"),
+          "compile", "fake_kernel", "the fake kernel says row-major; the kernel writes column-major",
+          known=(FUNCTION_JVP_DROPPED_AT_DUALS,)),
     _pair("gelu_traced_branch", gelu_traced_branch, gelu_traced_branch_twin, "x: ...",
           "compile", "compiled", "a branch taken only under torch.compile approximates gelu"),
 ]
@@ -1042,6 +1046,39 @@ class XExpJvpDetached(XExp):
 ZOO += [
     _pair("xexp_jvp_detached", XExpJvpDetached.apply, XExp.apply, "x: ...",
           "forward2", "second_order_forward", "jvp detaches exp(x): its own derivative is wrong"),
+]
+
+
+# ---------------------------------------------------------------------------------
+# 29. compiled_transform: an "inference fast path" taken under torch.compile when
+#     x does not require grad, which computes sin under no_grad. Traced inside
+#     torch.func.grad or vjp, x does not require grad either: the Function's
+#     backward is dropped and the gradient is zero. Every eager run is right, and
+#     so is compile(f) differentiated outside (x requires grad there), and forward
+#     AD (no_grad does not stop tangents).
+
+class SinVmapRule(Sin):
+    generate_vmap_rule = True
+
+
+def sin_no_grad_fast_path(x):
+    if torch.compiler.is_compiling() and not x.requires_grad:
+        with torch.no_grad():  # BUG: "no gradient is wanted here", but torch.func wants one
+            return torch.sin(x)
+    return SinVmapRule.apply(x)
+
+
+def sin_no_grad_fast_path_twin(x):
+    if torch.compiler.is_compiling() and not x.requires_grad:
+        return torch.sin(x)  # the plain op: autograd and torch.func differentiate it
+    return SinVmapRule.apply(x)
+
+
+ZOO += [
+    _pair("sin_no_grad_fast_path", sin_no_grad_fast_path, sin_no_grad_fast_path_twin, "x: ...",
+          "compile", "compiled_transform",
+          "a fast path under torch.compile for inputs that do not require grad runs under no_grad: "
+          "compile(grad(f)) drops the Function's backward"),
 ]
 
 # Every bug and twin by name: ``fuzzdiff check tests.selftest.zoo:TARGETS.atan_offset0``.

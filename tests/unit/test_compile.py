@@ -4,20 +4,28 @@ lost view, a wrong stride) is caught."""
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, find, settings
+from hypothesis import HealthCheck, find, given, settings
 from torch.utils._pytree import tree_map
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import get_check
+from fuzzdiff.checks.compile import DESCRIBED
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.programs import Program
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.targets import get_target
+from fuzzdiff.targets.target import Target
 from strategies.programs import programs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "selftest"))
+import zoo  # noqa: E402
 
 CHECK = get_check("compile")
 FIND = settings(max_examples=500, database=None, derandomize=True,
@@ -178,3 +186,106 @@ def test_a_target_with_a_mask_argument_is_compared_under_compile():
     # inputs after the call include the bool mask: compared as numbers, never an error
     for name in ("masked_fill", "where"):
         assert run_check(CHECK, name, a_case(name)).kind == "pass", name
+
+
+# -- torch.func transforms compiled whole, and compiled code at dual inputs -----------------
+
+TRANSFORMS = [t for t in path.TRANSFORMS if t != "none"]
+
+
+def transformed(case: Case, transform: str, backend: str) -> Case:
+    return replace(case, params={**case.params, "transform": transform, "backend": backend})
+
+
+def a_transform_case(target: str, condition=lambda c: True) -> Case:
+    return a_case(target, lambda c: "transform" in c.params and condition(c))
+
+
+@pytest.mark.parametrize("backend", ["aot_function", "aot_eager"])
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize("target", ["mul", "program"])
+def test_every_transform_agrees_with_eager(target, transform, backend):
+    case = transformed(a_transform_case(target, lambda c: c.args[0].shape != ()), transform, backend)
+    verdict = run_check(CHECK, target, case)
+    assert verdict.kind == "pass", verdict
+
+
+def test_transforms_are_drawn_for_functional_targets_and_replay_from_json():
+    strategy = case_strategy(CHECK, get_target("sin"))
+    for transform in path.TRANSFORMS:
+        case = find(strategy, lambda c: c.params.get("transform") == transform, settings=FIND)
+        assert Case.from_json(case.to_json()).params["transform"] == transform
+    # a target that writes its inputs: the transforms do not apply, nothing is drawn
+    case = find(case_strategy(CHECK, get_target("program_inplace")), lambda c: True, settings=FIND)
+    assert "transform" not in case.params
+
+
+def test_a_restricted_pair_is_never_drawn():
+    from fuzzdiff.checks.compile import RESTRICTED, _conditions
+
+    strategy = case_strategy(CHECK, get_target("sin"))
+    seen = set()
+
+    @settings(max_examples=300, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def draw(case):
+        pair = (case.params.get("transform"), case.params["backend"])
+        seen.add(pair)
+        for c in _conditions(case):
+            assert (*pair, c) not in RESTRICTED, (pair, c)
+
+    draw()
+    assert ("dual", "aot_eager") in seen and ("jvp", "aot_function") in seen and ("dual", "inductor") not in seen
+
+
+def test_inductor_still_drops_the_tangents_of_dual_inputs():
+    """The torch behaviour behind the (dual, inductor) restriction: when this
+    fails, torch has fixed it and the restriction can go."""
+    import torch.autograd.forward_ad as fwAD
+
+    x, u = torch.linspace(-1, 1, 3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    with path.dynamo_settings(), fwAD.dual_level():
+        out = torch.compile(torch.sin, backend="inductor")(fwAD.make_dual(x, u))
+        assert fwAD.unpack_dual(out).tangent is None
+
+
+def test_broken_transforms_are_caught(monkeypatch):
+    # the compiled transform returns its results perturbed by one part in a million
+    broken(monkeypatch, lambda call: lambda *a: tuple(o * (1 + 1e-6) for o in call(*a)))
+    base = a_transform_case("mul", lambda c: math.prod(c.args[0].shape) > 1 and c.dtype == "float64")
+    for transform in ("grad", "vjp", "jvp", "vmap"):
+        verdict = run_check(CHECK, "mul", transformed(base, transform, "aot_eager"))
+        assert verdict.kind == "fail" and f"aot_eager, {DESCRIBED[transform]} vs eager" in verdict.message, verdict
+
+
+def test_lost_tangents_are_caught(monkeypatch):
+    # the compiled function returns primal outputs: the dual inputs' tangents are lost
+    import torch.autograd.forward_ad as fwAD
+
+    broken(monkeypatch, lambda call: lambda *a: call(*(fwAD.unpack_dual(t).primal for t in a)))
+    case = transformed(a_transform_case("mul"), "dual", "aot_eager")
+    verdict = run_check(CHECK, "mul", case)
+    assert verdict.kind == "fail" and "no tangent (eager: a tangent)" in verdict.message, verdict
+
+
+def test_a_transform_eager_cannot_apply_is_unsupported():
+    # an autograd.Function without a vmap rule: eager vmap refuses it
+    sin = Target("unit_sin_function", zoo.Sin.apply, "x: n")
+    case = transformed(find(case_strategy(CHECK, sin), lambda c: "transform" in c.params, settings=FIND),
+                       "vmap", "aot_eager")
+    verdict = run_check(CHECK, sin, case)
+    assert verdict.kind == "unsupported" and "vmap" in verdict.message, verdict
+
+
+def test_a_dropped_custom_backward_is_found_by_the_reverse_transforms_only():
+    """The zoo's Function with a no_grad fast path under compile: compile(f)
+    differentiated outside and the forward-mode transforms are right, and
+    compile(grad(f)) and compile(vjp(f)) drop its backward; its twin passes."""
+    p = zoo.by_name("sin_no_grad_fast_path")
+    base = find(case_strategy(CHECK, p.bug), lambda c: "transform" in c.params and math.prod(c.args[0].shape) > 1
+                and c.dtype == "float64", settings=FIND)
+    for transform in path.TRANSFORMS:
+        case = transformed(base, transform, "aot_eager")
+        bug, twin = run_check(CHECK, p.bug, case), run_check(CHECK, p.twin, case)
+        assert twin.kind == "pass", (transform, twin)
+        assert bug.kind == ("fail" if transform in ("grad", "vjp") else "pass"), (transform, bug)

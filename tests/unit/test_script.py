@@ -22,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import replace
+import types
 from pathlib import Path
 
 import pytest
@@ -92,10 +93,13 @@ def first_cases(check: str, target: Target, n: int = 1) -> list[Case]:
 
 
 def namespace(source: str) -> dict:
-    """The script's module namespace, without running main()."""
-    ns = {"__name__": "script_under_test"}
-    exec(compile(source, "<script>", "exec"), ns)  # noqa: S102 - the code under test
-    return ns
+    """The script's module namespace, without running main(). A module of its own
+    in sys.modules: dynamo, tracing a torch.func transform, imports the module a
+    traced function's globals belong to."""
+    module = types.ModuleType(f"script_under_test_{len(sys.modules)}")
+    sys.modules[module.__name__] = module
+    exec(compile(source, "<script>", "exec"), module.__dict__)  # noqa: S102 - the code under test
+    return module.__dict__
 
 
 def run_main(source: str) -> tuple[int | str, str]:
@@ -494,3 +498,43 @@ def test_the_shared_helpers_are_fuzzdiffs_own_functions_copied():
     exec("\n\n".join(helper_source(["dot", "absdot", "mismatch"])), ns)  # noqa: S102 - fuzzdiff's own code
     assert ns["dot"](a, b) == dot(a, b) and ns["absdot"](a, b) == absdot(a, b)
     assert ns["mismatch"](a[0], b[0]) == mismatch(a[0], b[0])
+
+
+# -- the compile check's transforms: the wrappers the check ran, copied -----------------
+
+def test_compile_transform_scripts_print_ok_and_mismatch(tmp_path):
+    """A script for every transform (mul, aot_function or aot_eager: a compile each)
+    prints OK where the check passes; the zoo's Function whose backward a compiled
+    torch.func.grad drops prints MISMATCH, with the error the check judged."""
+    from dataclasses import replace
+
+    from fuzzdiff.paths.compiled import TRANSFORMS, grad_transform
+
+    def transform_case(target, transform, backend):
+        base = next(c for c in first_cases("compile", target, n=40)
+                    if "transform" in c.params and math.prod(c.args[0].shape) > 1)
+        return replace(base, params={**base.params, "transform": transform, "backend": backend})
+
+    mul, sources = get_target("mul"), []
+    for k, transform in enumerate(t for t in TRANSFORMS if t != "none"):
+        case = transform_case(mul, transform, ("aot_function", "aot_eager")[k % 2])
+        verdict = run_check("compile", mul, case)
+        assert verdict.kind == "pass", (transform, verdict)
+        sources.append(standalone_script("compile", case, verdict, target=mul))
+    p = by_name("sin_no_grad_fast_path")
+    case = transform_case(p.bug, "grad", "aot_eager")
+    verdict = run_check("compile", p.bug, case)
+    assert verdict.failed, verdict
+    sources.append(standalone_script("compile", case, verdict, target=p.bug))
+    for source in sources:
+        assert_torch_only(source)
+    assert "def grad_transform(f, n, wrt):" in sources[0]  # copied, not restated
+    copied = ast.parse(textwrap.dedent(inspect.getsource(grad_transform)))
+    assert ast.dump(copied.body[0].body[-1]) in {ast.dump(n.body[-1]) for n in ast.parse(sources[0]).body
+                                                 if isinstance(n, ast.FunctionDef) and n.name == "grad_transform"}
+    results = run_programs(sources, tmp_path)
+    for (code, out) in results[:-1]:
+        assert code == 0 and out.splitlines()[-1].startswith("OK: "), out
+    code, out = results[-1]
+    assert code == 1 and out.splitlines()[-1].startswith("MISMATCH: "), out
+    assert f"abs error {verdict.errors['abs_error']:.3g}" in out.splitlines()[-1], (verdict.errors, out)

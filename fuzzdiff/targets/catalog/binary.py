@@ -11,10 +11,39 @@ from hypothesis import strategies as st
 
 from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
+from fuzzdiff.targets.discrepancies import JVP_TANGENT_COPY_DYNAMIC
 
 FAMILY = "binary"
 SAME_RANK = "x: *#b, y: *#b"
 TRAILING = "x: *#b #n, y: #n"
+ADDCDIV_JVP_FLOAT64_TANGENT = Known(
+    "compile",
+    "torch.compile of torch.func.jvp(torch.addcdiv) at 0-dim float32 arguments returns a float64 "
+    "output tangent (torch 2.13.0 CPU, aot_eager, dynamic True or False; eager and aot_function "
+    "return float32)",
+    "a, b, c = (torch.tensor(v) for v in (0.5, 1.5, -2.0)); torch.compile(lambda *p: "
+    "torch.func.jvp(lambda a, b, c: torch.addcdiv(a, b, c, value=1.0), p[:3], p[3:]), "
+    "backend='aot_eager')(a, b, c, a, b, c)[1].dtype -> torch.float64, eager torch.float32",
+    message=r"jvp\(f\)\(u\) vs eager: tangent \d+: dtype torch\.float64 \(eager: torch\.float32\)",
+    params={"backend": ("aot_eager", "inductor"), "transform": "jvp"},
+    dtypes=("float32",),
+    records=("12f18fe50f18f059",),
+)
+POW_INT_EXPONENT_TRANSFORM = Known(
+    "compile",
+    "the same int exponent under torch.compile(dynamic=True) of a torch.func transform of "
+    'torch.pow: "false INTERNAL ASSERT FAILED at c10/core/Scalar.h" in fake-tensor dispatch '
+    "of the traced backward (torch 2.13.0 CPU, aot_eager; pytorch/pytorch#185715's kind)",
+    "fuzzdiff repro 2dbfb9bf761c30cd (x = 0-dim float64, exponent=2, grad transform, aot_eager): "
+    "TorchRuntimeError from _autograd_grad(create_graph=True) in fake-tensor dispatch: ... Scalar.h "
+    "... INTERNAL ASSERT FAILED. The exponent reaches the compiled code as the check passes it "
+    "(a keyword from the case's kwargs); written as a literal, as the standalone script does, it "
+    "compiles: the torch-only repro is still to be distilled",
+    raises="TorchRuntimeError",
+    message=r"Scalar\.h",
+    params={"backend": ("aot_eager", "inductor"), "transform": ("grad", "vjp", "jvp", "vmap")},
+    records=("2dbfb9bf761c30cd",),
+)
 POW_INT_EXPONENT_DYNAMIC = Known(
     "compile",
     "under torch.compile(dynamic=True) a Python-int exponent of torch.pow becomes a symbolic "
@@ -44,10 +73,10 @@ register(
         FAMILY,
         domain={"x": (0.0, None)},
         kwargs={"exponent": st.sampled_from([2, 3, 0.5, -1.5, 0])},
-        known=(POW_INT_EXPONENT_DYNAMIC,),
+        known=(POW_INT_EXPONENT_DYNAMIC, POW_INT_EXPONENT_TRANSFORM),
     ),
     # atan2 jumps across y = 0 for x < 0 and hypot has a cone at the origin
-    Target("atan2", torch.atan2, SAME_RANK, FAMILY, kinks=(0.0,)),
+    Target("atan2", torch.atan2, SAME_RANK, FAMILY, kinks=(0.0,), known=(JVP_TANGENT_COPY_DYNAMIC,)),
     Target("hypot", torch.hypot, TRAILING, FAMILY, kinks=(0.0,)),
     Target("maximum", torch.maximum, SAME_RANK, FAMILY, distinct=True),
     Target("minimum", torch.minimum, TRAILING, FAMILY, distinct=True),
@@ -62,5 +91,6 @@ register(
         FAMILY,
         domain={"z": (0.0, None)},
         kwargs={"value": st.sampled_from([1.0, 2.0])},
+        known=(ADDCDIV_JVP_FLOAT64_TANGENT,),
     ),
 )

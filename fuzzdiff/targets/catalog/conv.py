@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from fuzzdiff.known import Known
 from fuzzdiff.targets import FromShapes, Target, register
 from fuzzdiff.targets.catalog import _kw
+from fuzzdiff.targets.discrepancies import JVP_VIEW_AOT_FUNCTION
 
 FAMILY = "conv"
 STRIDE = st.sampled_from([1, 2])
@@ -85,6 +86,20 @@ INDUCTOR_STRIDED_CONV_BACKWARD = Known(
     params={"backend": "inductor", "kwargs.stride": 2},
     records=("3da4b2e534582a0b",),
 )
+INDUCTOR_VMAP_CONV_STRIDES = Known(
+    "compile",
+    "inductor's compile of vmap(F.conv2d) with stride 2 and dilation 2 asserts that the "
+    "convolution's real output strides differ from its fake kernel's (\"expected size 2==2, "
+    'stride 2==1 at dim=1"; torch 2.13.0 CPU, dynamic=True; eager vmap works)',
+    "fuzzdiff repro 83a46fd52205f614: torch.compile(torch.func.vmap(lambda x, w, b: F.conv2d(x, w, "
+    "b, stride=2, padding=[0, 3], dilation=2), in_dims=(0, 0, 0)), backend='inductor', "
+    "dynamic=True) on x (2, 2, 1, 1, 1), w (2, 1, 1, 1, 3), b (2, 1) -> AssertionError: expected "
+    "size 2==2, stride 2==1 at dim=1 ... Error in op: torch.ops.aten.convolution.default",
+    raises="AssertionError",
+    message=r"expected size \d+==\d+, stride \d+==\d+ at dim=\d+",
+    params={"backend": "inductor", "transform": "vmap"},
+    records=("83a46fd52205f614",),
+)
 CONV_TRANSPOSE1D_LAYOUT = Known(
     BACKWARD_CHECKS,
     "the CPU backward of F.conv_transpose1d raises for an input and weight whose layouts "
@@ -115,6 +130,7 @@ MAX_POOL2D_CUDA_MISALIGNED = (
     "or channels_last run). Found by the layout and device checks on a lent GPU; "
     "corpus/layout/max_pool2d."
 )
+
 
 register(
     Target(
@@ -157,7 +173,7 @@ register(
         max_side=3,
         dtypes=(torch.float64,),
         kwargs={"stride": 2, "padding": _kw.conv_padding("x", "w", 2), "dilation": 2},
-        known=(CONV2D_WEIGHT_LAYOUT, INDUCTOR_STRIDED_CONV_BACKWARD),
+        known=(CONV2D_WEIGHT_LAYOUT, INDUCTOR_STRIDED_CONV_BACKWARD, INDUCTOR_VMAP_CONV_STRIDES),
     ),
     Target(
         "conv_transpose1d",
@@ -176,6 +192,7 @@ register(
         FAMILY,
         min_side=1,
         kwargs={"kernel_size": kernel("x", 1), "stride": STRIDE},
+        known=(JVP_VIEW_AOT_FUNCTION,),
     ),
     # overlapping windows (stride 1) take the max of shared values: distinct
     Target(

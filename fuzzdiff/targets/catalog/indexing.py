@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 
 from fuzzdiff.targets import Index, Mask, Target, register
+from fuzzdiff.targets.discrepancies import JVP_VIEW_AOT_FUNCTION
 
 FAMILY = "indexing"
 ALONG = "x: *b n, i: *b k"
@@ -72,7 +73,15 @@ def getitem(x, i):
 
 register(
     Target("gather", gather, ALONG, FAMILY, min_side=1, kinds={"i": Index("n")}),
-    Target("take_along_dim", take_along_dim, ALONG, FAMILY, min_side=1, kinds={"i": Index("n")}),
+    Target(
+        "take_along_dim",
+        take_along_dim,
+        ALONG,
+        FAMILY,
+        min_side=1,
+        kinds={"i": Index("n")},
+        known=(JVP_VIEW_AOT_FUNCTION,),
+    ),
     Target("index_select", index_select, "x: *b n, i: k", FAMILY, min_side=1, kinds={"i": Index("n")}),
     Target(
         "scatter",
