@@ -35,7 +35,6 @@ AOTAutograd traces that backward and would refuse the forward too.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -44,7 +43,7 @@ from hypothesis import strategies as st
 
 from fuzzdiff.case import Case, Layout
 from fuzzdiff.checks.check import Check, CiSample
-from fuzzdiff.compare import Discrepancy, max_abs, worst_discrepancy
+from fuzzdiff.compare import Discrepancy, max_abs, result_discrepancy, worst_discrepancy
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.confirm import NUDGE
 from fuzzdiff.ladder import MARGIN, Doubt, Ladder, Step
@@ -175,12 +174,7 @@ def _tangent(meta: tuple) -> str:
 
 
 def _values(eager: path.Run, other: path.Run, tol: Tolerance) -> Discrepancy | None:
-    names, want = eager.tensors()
-    _, got = other.tensors()
-    for name, a, b in zip(names, got, want):
-        if a.shape != b.shape:
-            return Discrepancy(f"{name}: shape {list(a.shape)} vs {list(b.shape)}", math.inf, 0.0)
-    return worst_discrepancy(names, got, want, tol)
+    return result_discrepancy(other.values, eager.values, tol)
 
 
 # How a transform's identity reads in a verdict ("none": as before the transforms)
@@ -267,9 +261,9 @@ def run(target: Target, case: Case) -> Verdict:
 
 def _further(got: path.Run, eager: path.Run, truth: path.Run, tol: Tolerance) -> bool:
     """Some compared tensor of ``got`` is further from ``truth`` than eager's, by MARGIN."""
-    names, t = truth.tensors()
-    _, c = got.tensors()
-    _, e = eager.tensors()
+    names, t = truth.values
+    _, c = got.values
+    _, e = eager.values
     for name, ct, et, tt in zip(names, c, e, t):
         ce = worst_discrepancy([name], [ct], [tt], EXACT)
         ee = worst_discrepancy([name], [et], [tt], EXACT)

@@ -59,6 +59,7 @@ from fuzzdiff.config import COMPILE_BACKENDS
 from fuzzdiff.directions import directions, probes_like
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import differentiable, leaf_function
+from fuzzdiff.paths.result import Result
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
 
@@ -364,8 +365,10 @@ def aliases_param(before, after) -> list | None:
 
 @dataclass
 class Run:
-    """What one side computed. ``grads`` is None with ``grad_error`` set when
-    the backward raised (eager refuses a saved tensor modified in place)."""
+    """What one side computed: its values as a Result (``values``), which the
+    check compares as every path's, and the metadata it compares exactly.
+    ``grads`` is None with ``grad_error`` set when the backward raised (eager
+    refuses a saved tensor modified in place)."""
 
     outputs: tuple[torch.Tensor, ...]
     inputs: list[torch.Tensor]  # the arguments after the call
@@ -379,8 +382,10 @@ class Run:
     def output_names(self) -> list[str]:
         return self.labels if self.labels is not None else [f"output {k}" for k in range(len(self.outputs))]
 
-    def tensors(self) -> tuple[list[str], list[torch.Tensor]]:
-        """Names and values of what is compared by value."""
+    @property
+    def values(self) -> Result:
+        """What is compared by value: outputs, inputs and their storages after
+        the call, and gradients."""
         names = self.output_names()
         names += [f"input {i} after the call" for i in range(len(self.inputs))]
         names += [f"input storage {i} after the call" for i in range(len(self.storages))]
@@ -388,7 +393,7 @@ class Run:
         if self.grads is not None:
             names += [f"grad {k}" for k in range(len(self.grads))]
             tensors += self.grads
-        return names, [t.detach() for t in tensors]
+        return Result.of(names, tensors)
 
 
 def _storage_id(t: torch.Tensor) -> int:
