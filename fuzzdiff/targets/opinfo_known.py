@@ -328,6 +328,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             "log_softmax.with_dtype",
             "softmax",
             "softmax.with_dtype",
+            "torch.ops.aten._safe_softmax.default",
             "nn.functional.softmin",
             "nn.functional.softmin.with_dtype",
             "masked.log_softmax",
