@@ -21,6 +21,7 @@ has judged the Function's ``jvp``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ import torch.autograd.forward_ad as fwAD
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample, probe_params
+from fuzzdiff.checks.gradgrad import first_derivative_finite
 from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
@@ -327,7 +329,10 @@ def run(target: Target, case: Case) -> Verdict:
         def m(c: Case, eps: float) -> Measurement:
             analytic, scale, probes = _analytic(target, c, name, cast)
             numeric, noise = reference(c, eps, cast, probes)
-            return Measurement(analytic, numeric, scale + abs(numeric), noise)
+            # asked only when the second derivative is not finite: a function or
+            # first derivative that is not finite here has none to check (gradgrad's rule)
+            defined = math.isfinite(analytic) or first_derivative_finite(leaf_function(target, c, cast=cast), c)
+            return Measurement(analytic, numeric, scale + abs(numeric), noise, defined)
 
         return m
 

@@ -145,8 +145,8 @@ _DIFFERENTIATED_JVP = r"^<w, d2f\[u, u'\]> (forward-over-forward|reverse-over-fo
 
 NESTED_JVP_LINALG = Known(
     "forward2",
-    "the forward-mode formulas of torch.linalg.solve, torch.linalg.det, torch.logdet and "
-    "torch.linalg.slogdet are not differentiable themselves: nested torch.func.jvp (and "
+    "the forward-mode formulas of torch.linalg.solve (so solve_ex and tensorsolve), torch.linalg.det, "
+    "torch.logdet and torch.linalg.slogdet are not differentiable themselves: nested torch.func.jvp (and "
     "jacfwd(jacfwd), and reverse mode through their jvp) give wrong second derivatives, zero for "
     "logdet and slogdet, whose tangent does not even require grad, while reverse over reverse, "
     "forward over reverse and torch.func.hessian are right (torch 2.13.0 CPU)",
@@ -162,10 +162,10 @@ NESTED_JVP_LINALG = Known(
 
 NESTED_JVP_NORMS = Known(
     "forward2",
-    "the forward-mode formulas of F.layer_norm and of F.instance_norm (native_batch_norm with "
-    "batch statistics) are not differentiable themselves: nested torch.func.jvp and reverse mode "
-    "through their jvp give wrong second derivatives, while reverse over reverse and forward "
-    "over reverse are right (torch 2.13.0 CPU)",
+    "the forward-mode formulas of F.layer_norm and of F.instance_norm and F.batch_norm(training=True) "
+    "(native_batch_norm with batch statistics) are not differentiable themselves: nested "
+    "torch.func.jvp and reverse mode through their jvp give wrong second derivatives, while "
+    "reverse over reverse and forward over reverse are right (torch 2.13.0 CPU)",
     "x = torch.randn(2, 3, 4, dtype=torch.float64); u, v = torch.randn_like(x), "
     "torch.randn_like(x); f = lambda t: F.layer_norm(t, (4,)).sum(); "
     "torch.func.jvp(lambda a: torch.func.jvp(f, (a,), (u,))[1], (x,), (v,))[1] -> -30.9 "
@@ -177,7 +177,8 @@ NESTED_JVP_NORMS = Known(
 
 REVERSE_OVER_FORWARD_INPLACE = Known(
     "forward2",
-    "reverse mode through the jvp of F.log_softmax (so F.cross_entropy), torch.logsumexp, "
+    "reverse mode through the jvp of F.log_softmax (so F.cross_entropy), F.softmax (so F.softmin "
+    "and the torch.masked variants), torch.logsumexp, "
     "torch.logcumsumexp and torch.linalg.vector_norm(ord=1) (so F.normalize(p=1)) raises: their "
     "forward-mode formulas modify a saved exp or sign in place (torch 2.13.0 CPU; the jvp itself, "
     "nested torch.func.jvp and reverse over reverse work)",

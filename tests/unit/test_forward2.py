@@ -55,3 +55,18 @@ def test_nested_jvp_through_a_custom_function_is_judged_and_known_after_its_jvp_
     found = run_check("forward2", bug, case)
     assert found.kind == "fail" and "reverse-over-forward" in found.message, found.message
     assert matching(bug.known, "forward2", case, found) is None
+
+
+def test_a_nan_second_derivative_where_the_function_itself_is_nan_is_inconclusive():
+    """corrcoef of constant rows is 0/0 = nan at the point and finite an eps
+    away: the finite differences see 0, every identity nan; no derivative to check."""
+    import torch
+
+    from fuzzdiff.case import Arg, Case, Values
+    from fuzzdiff.targets.target import Target
+
+    case = Case("corrcoef_rows", (Arg((2, 3), Values(seed=1, low=0.75, high=0.75)),),
+                params={"cotangent": {"seed": 1}, "direction": {"seed": 2}, "second": {"seed": 3}})
+    verdict = run_check("forward2", Target("corrcoef_rows", torch.corrcoef, "x: 2 3"), case)
+    assert verdict.kind == "inconclusive", verdict
+    assert "not finite at this input" in verdict.message, verdict.message
