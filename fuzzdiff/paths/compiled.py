@@ -380,7 +380,11 @@ class Run:
     labels: list[str] | None = None  # the outputs' names under a transform ("grad 0", "tangent 1")
 
     def output_names(self) -> list[str]:
-        return self.labels if self.labels is not None else [f"output {k}" for k in range(len(self.outputs))]
+        """One name per output: the transform's labels where it gave them (a
+        side that returned more or fewer results than labelled is caught by the
+        metadata comparison, which counts them)."""
+        labels = self.labels or []
+        return [labels[k] if k < len(labels) else f"output {k}" for k in range(len(self.outputs))]
 
     @property
     def values(self) -> Result:

@@ -80,11 +80,18 @@ def test_rrelu_under_non_reentrant_checkpoint_is_the_known_discrepancy():
     target = get_target("rrelu_training")
     reentrant = [run_check(CHECK, target, case_of(target, (4, 5), reentrant=True, seed=s)) for s in range(4)]
     assert {v.kind for v in reentrant} == {"pass"}
-    for s in range(4):
+    # The unwritten buffer may hold what the first forward freed there, the right
+    # slopes: a seed can pass. Every failure is this one, and some seed fails.
+    failures = 0
+    for s in range(8):
         case = case_of(target, (4, 5), reentrant=False, seed=s)
         verdict = run_check(CHECK, target, case)
+        if verdict.kind == "pass":
+            continue
+        failures += 1
         assert verdict.kind == "fail" and "the checkpointed one is wrong again" in verdict.message, verdict
         assert matching(target.known, "checkpoint", case, verdict) is RRELU_EARLY_STOP
+    assert failures > 0
 
 
 # -- recomputation that draws other random numbers is found -------------------------------

@@ -373,7 +373,7 @@ ZOO_GROUPS = [["atan_offset0", "silu_wrong_jvp", "xexp_detached", "sin_fwd_offse
 
 # The compile check's zoo bugs need a compiler in each subprocess (tens of seconds
 # each): their scripts are not run here yet.
-NOT_RUN_HERE = {"compile"}
+NOT_RUN_HERE = {"compile", "checkpoint"}  # checkpoint's random zoo bug: its own script test below
 
 
 def test_zoo_groups_cover_every_scripted_check_the_zoo_has_bugs_for():

@@ -116,15 +116,16 @@ ROLL_SCALAR_VMAP = Known(
     records=("3214ab70f1038e18",),
 )
 SQUEEZE_SCALAR_VMAP = Known(
-    "vmap",
+    ("vmap", "forward2"),
     "vmap of torch.squeeze(x, -1) on 0-dim examples raises while eager torch.squeeze("
-    "torch.tensor(1.), -1) returns the scalar (torch 2.13.0 CPU; dim=0 works under vmap)",
+    "torch.tensor(1.), -1) returns the scalar (torch 2.13.0 CPU; dim=0 works under vmap); "
+    "forward2's torch.func.hessian and jacfwd(jacfwd) vmap it too",
     "torch.func.vmap(lambda a: torch.squeeze(a, -1))(torch.tensor([1., 2., 3.])) -> "
     "IndexError: Dimension is out of range (expected to be in range of [-1, 0], but got [-1]",
     raises="RuntimeError",
     message=r"Dimension is out of range \(expected to be in range of \[-1, 0\]",
     features=("0:rank0",),
-    records=("7b67c8fb783e4256",),
+    records=("7b67c8fb783e4256", "ee1f57cbf24e442b"),
 )
 CLAMP_BROADCAST = Known(
     (

@@ -12,7 +12,15 @@ FAMILY = "softmax"
 LARGE = ("large", "offset")
 
 register(
-    Target("softmax", torch.softmax, "x: ...", FAMILY, structured=LARGE, kwargs={"dim": _kw.dim()}),
+    Target(
+        "softmax",
+        torch.softmax,
+        "x: ...",
+        FAMILY,
+        structured=LARGE,
+        kwargs={"dim": _kw.dim()},
+        known=(REVERSE_OVER_FORWARD_INPLACE,),
+    ),
     Target(
         "log_softmax",
         torch.log_softmax,
@@ -22,5 +30,13 @@ register(
         kwargs={"dim": _kw.dim()},
         known=(REVERSE_OVER_FORWARD_INPLACE,),
     ),
-    Target("softmin", F.softmin, "x: ...", FAMILY, structured=LARGE, kwargs={"dim": _kw.dim()}),
+    Target(
+        "softmin",
+        F.softmin,
+        "x: ...",
+        FAMILY,
+        structured=LARGE,
+        kwargs={"dim": _kw.dim()},
+        known=(REVERSE_OVER_FORWARD_INPLACE,),
+    ),
 )

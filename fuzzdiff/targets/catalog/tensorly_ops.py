@@ -140,6 +140,7 @@ KRON = Known(
         "per_sample",
         "device",
         "checkpoint",
+        "forward2",
     ),
     "torch.kron raises when exactly one of two 2-d operands is transposed (torch 2.13.0 CPU), "
     "forward only, no autograd needed. tenalg.kronecker on the pytorch backend is torch.kron, "
