@@ -182,10 +182,10 @@ def standalone_script(
     crashed = verdict is not None and verdict.kind == "crash"
     ctx = Context(check, case, target, names, inputs, crashed)
     fragment: Fragment = write(ctx)
-    copied, copied_imports = copies(fragment.copies)
+    copied, copied_imports, table = copies(fragment.copies)
     fragment = replace(fragment, helpers=(*fragment.helpers, *copied), imports=(*fragment.imports, *copied_imports))
-    provided = frozenset(filter(None, map(defines_helper, code.definitions)))
-    clash = (code.names & helper_names(fragment.helpers)) - provided
+    provided = frozenset(name for d in code.definitions if (name := defines_helper(d, table)))
+    clash = (code.names & helper_names(fragment.helpers, table)) - provided
     if clash:
         raise ScriptError(f"target {target.name!r} defines {sorted(clash)}, which the script uses for itself")
 
@@ -217,7 +217,7 @@ def standalone_script(
         + (f"; widened: {override.reason}" if override else "")
         + f"\nEPS = {EPS!r}  # finite-difference step"
     )
-    blocks.append(_banner("Helpers") + "\n\n\n".join(helper_source(fragment.helpers, provided)))
+    blocks.append(_banner("Helpers") + "\n\n\n".join(helper_source(fragment.helpers, provided, table)))
     if fragment.extra:
         blocks.append(fragment.extra)
         data.append(fragment.extra)

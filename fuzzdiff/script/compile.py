@@ -16,7 +16,7 @@ from typing import Any
 from fuzzdiff.directions import probes_like
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.script.fragments import Fragment, _lines, register
-from fuzzdiff.script.helpers import copies
+from fuzzdiff.script.helpers import reserve
 from fuzzdiff.script.inputs import inputs_code
 from fuzzdiff.script.literals import dtype_name, tensor_literal
 
@@ -25,7 +25,7 @@ __all__ = ["compile_fragment", "TRANSFORM_NAMES"]
 # The transforms' wrappers, copied by source: registered now, so that the
 # script's names (fuzzdiff.script.SCRIPT_NAMES) include them.
 TRANSFORMS: dict[str, Callable[..., Any]] = {**path.TRANSFORM_FUNCTIONS, "dual": path.dual_transform}
-copies(tuple(TRANSFORMS.values()))
+reserve(tuple(TRANSFORMS.values()))
 # Module-level names a transform's script defines besides them
 TRANSFORM_NAMES = ("N_ARGS", "PROBES", "LABELS", "transform_args", "target_outputs", "compare_runs")
 

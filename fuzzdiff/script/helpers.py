@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Callable, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fuzzdiff.compare import max_abs, mismatch
@@ -24,7 +25,7 @@ from fuzzdiff.script.literals import ScriptError
 from fuzzdiff.script.source import STANDARD_IMPORTS, target_code
 from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS
 
-__all__ = ["HELPERS", "helper_source", "helper_names", "defines_helper", "COPIED", "copies"]
+__all__ = ["HELPERS", "helper_source", "helper_names", "defines_helper", "COPIED", "copies", "reserve"]
 
 HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {}
 COPIED: set[str] = set()  # helper names that are fuzzdiff's own functions, copied
@@ -34,11 +35,14 @@ def _helper(name: str, source: str, *needs: str) -> None:
     HELPERS[name] = (source.strip("\n"), needs)
 
 
-def _copied(fn: Callable[..., Any], imports: frozenset[str] = frozenset()) -> list[str]:
+Table = Mapping[str, tuple[str, tuple[str, ...]]]  # helper name -> (source, the helpers it needs)
+
+
+def _copied(fn: Callable[..., Any], into: dict, imports: frozenset[str] = frozenset()) -> list[str]:
     """``fn`` and every module-level name it refers to, each a helper of its
-    own (so shared ones are written once), annotations dropped: a script
-    imports nothing from typing. Returns the import lines they need beyond
-    the script's own, which must be among ``imports``."""
+    own in ``into`` (so shared ones are written once), annotations dropped: a
+    script imports nothing from typing. Returns the import lines they need
+    beyond the script's own, which must be among ``imports``."""
     code = target_code(fn, fn.__name__)
     extra = sorted(set(code.imports) - STANDARD_IMPORTS)
     if any(line not in imports for line in extra):
@@ -48,20 +52,31 @@ def _copied(fn: Callable[..., Any], imports: frozenset[str] = frozenset()) -> li
     for tree, name in zip(trees, names):
         used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         needs = tuple(sorted((used & set(names)) - {name}))  # imported names come with the imports
-        HELPERS.setdefault(name, (ast.unparse(_without_annotations(tree)), needs))
-        COPIED.add(name)
+        source = ast.unparse(_without_annotations(tree))
+        if into.setdefault(name, (source, needs))[0] != source:
+            raise ScriptError(f"{fn.__qualname__} needs a {name!r} other than the script's own")
     return extra
 
 
-def copies(fns: Sequence[Callable[..., Any]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The helper names of a fragment's ``copies``, copied by source, and the
-    imports they need (any torch import; the standard library's)."""
+def copies(fns: Sequence[Callable[..., Any]]) -> tuple[tuple[str, ...], tuple[str, ...], Table]:
+    """A fragment's ``copies``, copied by source: their names, the imports they
+    need (any torch import; the standard library's), and the helpers of this
+    script, its own copies first: two checks may each have a function of one
+    name (``floating``), and each script gets its own check's."""
     imports: list[str] = []
+    own: dict = {}
     for fn in fns:
-        for line in _copied(fn, _ANY_TORCH_IMPORT):
+        for line in _copied(fn, own, _ANY_TORCH_IMPORT):
             if line not in imports:
                 imports.append(line)
-    return tuple(fn.__name__ for fn in fns), tuple(imports)
+    return tuple(fn.__name__ for fn in fns), tuple(imports), ChainMap(own, HELPERS)
+
+
+def reserve(fns: Sequence[Callable[..., Any]]) -> None:
+    """Copy ``fns`` into the helpers every script may use, so that their names
+    are the script's own (fuzzdiff.script.SCRIPT_NAMES): no target may define them."""
+    for fn in fns:
+        _copied(fn, HELPERS, _ANY_TORCH_IMPORT)
 
 
 class _AnyTorchImport(frozenset):
@@ -95,7 +110,9 @@ def _without_annotations(tree: ast.Module) -> ast.Module:
 
 
 for _fn in (vjp, dot, absdot, max_abs, mismatch, directional_difference, same_layout):
-    _copied(_fn)
+    _known = set(HELPERS)
+    _copied(_fn, HELPERS)
+    COPIED.update(set(HELPERS) - _known)
 
 
 _helper(
@@ -221,7 +238,7 @@ def finish(results):
 )
 
 
-def helper_names(names) -> set[str]:
+def helper_names(names, table: Table = HELPERS) -> set[str]:
     """The helpers named and every helper they need."""
     out: set[str] = set()
     stack = list(names)
@@ -229,20 +246,20 @@ def helper_names(names) -> set[str]:
         name = stack.pop()
         if name not in out:
             out.add(name)
-            stack.extend(HELPERS[name][1])
+            stack.extend(table[name][1])
     return out
 
 
-def defines_helper(definition: str) -> str | None:
+def defines_helper(definition: str, table: Table = HELPERS) -> str | None:
     """The helper that ``definition`` (a target's copied code) is, word for word
     once annotations are dropped, or None: a target module that imports the very
     function a script copies (fuzzdiff.targets.module.batch_dims) defines it once."""
     tree = _without_annotations(ast.parse(definition))
     name = _defined(tree)
-    return name if name in HELPERS and HELPERS[name][0] == ast.unparse(tree) else None
+    return name if name in table and table[name][0] == ast.unparse(tree) else None
 
 
-def helper_source(names, provided: frozenset[str] = frozenset()) -> list[str]:
+def helper_source(names, provided: frozenset[str] = frozenset(), table: Table = HELPERS) -> list[str]:
     """The helpers named, with what they need, each once, dependencies first;
     none of ``provided`` (defined already)."""
     out: list[str] = []
@@ -252,7 +269,7 @@ def helper_source(names, provided: frozenset[str] = frozenset()) -> list[str]:
         if name in seen:
             return
         seen.add(name)
-        source, needs = HELPERS[name]
+        source, needs = table[name]
         for n in needs:
             add(n)
         out.append(source)

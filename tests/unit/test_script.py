@@ -109,7 +109,7 @@ def run_main(source: str) -> tuple[int | str, str]:
         try:
             code = ns["main"]()
         except Exception as e:  # noqa: BLE001 - a target that raises reproduces by raising
-            return f"raised {type(e).__name__}", out.getvalue()
+            return f"raised {type(e).__name__}", out.getvalue() + f"\nraised {type(e).__name__}: {e}"
     return code, out.getvalue()
 
 
@@ -538,3 +538,22 @@ def test_compile_transform_scripts_print_ok_and_mismatch(tmp_path):
     code, out = results[-1]
     assert code == 1 and out.splitlines()[-1].startswith("MISMATCH: "), out
     assert f"abs error {verdict.errors['abs_error']:.3g}" in out.splitlines()[-1], (verdict.errors, out)
+
+
+def test_each_script_copies_its_own_checks_functions_even_of_one_name():
+    """paths.expanded and the checkpoint check each have a ``floating``: a script
+    gets its own check's, whichever script was written first in the process."""
+    from fuzzdiff.checks import checkpoint
+    from fuzzdiff.paths import expanded
+    from fuzzdiff.script.helpers import copies
+
+    def last_statement(fn):
+        return ast.unparse(ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0].body[-1])
+
+    for first, second in ((expanded.by_loop, checkpoint.outputs_and_grads),
+                          (checkpoint.outputs_and_grads, expanded.by_loop)):
+        _, _, a = copies([first])
+        _, _, b = copies([second])
+        for fn, table in ((first, a), (second, b)):
+            floating = sys.modules[fn.__module__].floating
+            assert last_statement(floating) in table["floating"][0]
