@@ -75,8 +75,8 @@ def test_dropout_in_training_mode_passes():
 
 def test_rrelu_under_non_reentrant_checkpoint_is_the_known_discrepancy():
     """RReLU draws the right slopes in both variants, but non-reentrant checkpoint's
-    early stop leaves its noise buffer unwritten (RRELU_EARLY_STOP): wrong, and
-    differently wrong at each replay, where the plain call replays bit for bit."""
+    early stop leaves its noise buffer unwritten (RRELU_EARLY_STOP): the gradient
+    reads whatever that memory holds, where the plain call replays bit for bit."""
     target = get_target("rrelu_training")
     reentrant = [run_check(CHECK, target, case_of(target, (4, 5), reentrant=True, seed=s)) for s in range(4)]
     assert {v.kind for v in reentrant} == {"pass"}
@@ -86,10 +86,9 @@ def test_rrelu_under_non_reentrant_checkpoint_is_the_known_discrepancy():
     for s in range(8):
         case = case_of(target, (4, 5), reentrant=False, seed=s)
         verdict = run_check(CHECK, target, case)
-        if verdict.kind == "pass":
+        if verdict.kind != "fail":  # the right slopes, or garbage the ladder doubts
             continue
         failures += 1
-        assert verdict.kind == "fail" and "the checkpointed one is wrong again" in verdict.message, verdict
         assert matching(target.known, "checkpoint", case, verdict) is RRELU_EARLY_STOP
     assert failures > 0
 
