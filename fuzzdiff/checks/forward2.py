@@ -266,6 +266,14 @@ class _Refusals:
             why.update(dict.fromkeys(JACOBIANS, "no leaf elements: the Hessian is empty"))
         elif any(0 in l.stride() for l in f.leaves):
             why.update(dict.fromkeys(JACOBIANS, "torch.func's jacobians write a full basis into a stride-0 leaf"))
+        without_jvp = _functions_without_jvp(outs)
+        if without_jvp:
+            # torch says so for nested jvp and hessian, but jacfwd(jacfwd) fails an
+            # internal assert instead ("flat_bdims must not be None")
+            no_jvp = f"custom autograd.Function(s) {', '.join(without_jvp)} define no jvp: no forward mode"
+            why.update(
+                dict.fromkeys(("forward-over-forward", "reverse-over-forward", "jacfwd(jacfwd)", "hessian"), no_jvp)
+            )
         return cls(why, _calls_function(outs))
 
     def identity(self, name: str) -> str:
@@ -295,6 +303,21 @@ def _calls_function(outs: Tensors) -> bool:
             return True
         stack.extend(n for n, _ in node.next_functions)
     return False
+
+
+def _functions_without_jvp(outs: Tensors) -> list[str]:
+    """The custom autograd.Functions in the graph of ``outs`` that define no jvp."""
+    seen, stack, out = set(), [o.grad_fn for o in outs], []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        forward_cls = getattr(node, "_forward_cls", None)
+        if forward_cls is not None and forward_cls.jvp is torch.autograd.function._SingleLevelFunction.jvp:
+            out.append(forward_cls.__name__)
+        stack.extend(n for n, _ in node.next_functions)
+    return sorted(set(out))
 
 
 def _once_differentiable(t: torch.Tensor) -> bool:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+import torch
 from hypothesis import HealthCheck, find, settings
 
+import fuzzdiff
 from fuzzdiff.checks import get_check
 from fuzzdiff.known import matching
 from fuzzdiff.runner import case_strategy, run_check
@@ -70,3 +72,29 @@ def test_a_nan_second_derivative_where_the_function_itself_is_nan_is_inconclusiv
     verdict = run_check("forward2", Target("corrcoef_rows", torch.corrcoef, "x: 2 3"), case)
     assert verdict.kind == "inconclusive", verdict
     assert "not finite at this input" in verdict.message, verdict.message
+
+
+class _CubeWithoutJvp(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x**3
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * g * x * x
+
+
+def test_a_function_without_jvp_has_its_reverse_identities_checked_and_no_forward_ones():
+    """jacfwd(jacfwd) of a Function without jvp fails torch's internal assert
+    ("flat_bdims must not be None") where nested jvp says NotImplementedError:
+    every forward-mode identity is refused, and the reverse ones still pass."""
+    report = fuzzdiff.check(_CubeWithoutJvp.apply, "x: n m", checks=("forward2",), max_examples=60, seed=0)
+    row = report.row("forward2")
+    assert report.ok and row["failed"] == 0 and row["passed"] > 0, report.summary()
