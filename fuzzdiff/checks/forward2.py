@@ -31,7 +31,7 @@ import torch.autograd.forward_ad as fwAD
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample, probe_params
-from fuzzdiff.checks.gradgrad import first_derivative_finite
+from fuzzdiff.checks.gradgrad import first_derivative_finite, once_differentiable
 from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
@@ -252,7 +252,7 @@ class _Refusals:
             )
         except Exception:  # noqa: BLE001 - the reverse identities meet it again, and are judged there
             grads = []
-        if any(_once_differentiable(g) for g in grads):
+        if any(once_differentiable(g) for g in grads):
             # its error node hangs off detached copies: forward mode through it
             # would silently read the second derivative as zero
             why["forward-over-reverse"] = "a backward is marked @once_differentiable: no double backward"
@@ -318,19 +318,6 @@ def _functions_without_jvp(outs: Tensors) -> list[str]:
             out.append(forward_cls.__name__)
         stack.extend(n for n, _ in node.next_functions)
     return sorted(set(out))
-
-
-def _once_differentiable(t: torch.Tensor) -> bool:
-    seen, stack = set(), [t.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if type(node).__name__ in ("Error", "DelayedError"):
-            return True
-        stack.extend(n for n, _ in node.next_functions)
-    return False
 
 
 def run(target: Target, case: Case) -> Verdict:

@@ -37,10 +37,10 @@ __all__ = ["CHECK", "reverse_over_reverse", "forward_over_reverse", "first_deriv
 Function = Callable[..., Sequence[torch.Tensor]]
 
 
-def refuse_once_differentiable(t: torch.Tensor) -> None:
-    """Raise Unsupported if ``t``'s graph passes through a backward marked
-    once_differentiable: its error node hangs off detached copies, so autograd
-    would silently read its second derivative as zero rather than raise."""
+def once_differentiable(t: torch.Tensor) -> bool:
+    """Whether ``t``'s graph passes through a backward marked once_differentiable:
+    its error node hangs off detached copies, so autograd would silently read
+    its second derivative as zero rather than raise."""
     seen, stack = set(), [t.grad_fn]
     while stack:
         node = stack.pop()
@@ -48,8 +48,14 @@ def refuse_once_differentiable(t: torch.Tensor) -> None:
             continue
         seen.add(node)
         if type(node).__name__ in ("Error", "DelayedError"):
-            raise Unsupported("a backward is marked @once_differentiable: no double backward")
+            return True
         stack.extend(n for n, _ in node.next_functions)
+    return False
+
+
+def refuse_once_differentiable(t: torch.Tensor) -> None:
+    if once_differentiable(t):
+        raise Unsupported("a backward is marked @once_differentiable: no double backward")
 
 
 def differentiable_vjp(f: Function, leaves: Sequence[torch.Tensor], v: Sequence[torch.Tensor]) -> list[torch.Tensor]:
