@@ -9,6 +9,7 @@ from __future__ import annotations
 from fuzzdiff.known import NOT_NONE, Known
 
 __all__ = [
+    "EAGER_CHECKS",
     "STRIDE0_GRAD_DYNAMIC",
     "NESTED_VMAP_LOSSES",
     "GROUP_NORM_VMAP_GAPPED_BATCH",
@@ -24,6 +25,21 @@ __all__ = [
     "FUNCTION_JVP_DROPPED_AT_DUALS",
     "JVP_VIEW_AOT_FUNCTION",
 ]
+
+# The checks that run a target eagerly, forward and backward, on the case's own
+# values: a torch bug in an op's forward or backward kernel meets every one of them.
+EAGER_CHECKS = (
+    "grad",
+    "forward",
+    "gradgrad",
+    "forward2",
+    "layout",
+    "alias",
+    "mutation",
+    "dtype",
+    "device",
+    "checkpoint",
+)
 
 STRIDE0_GRAD_DYNAMIC = Known(
     "compile",

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from fuzzdiff.known import Known
 from fuzzdiff.targets import FromShapes, Target, register
 from fuzzdiff.targets.catalog import _kw
-from fuzzdiff.targets.discrepancies import JVP_VIEW_AOT_FUNCTION
+from fuzzdiff.targets.discrepancies import EAGER_CHECKS, JVP_VIEW_AOT_FUNCTION
 
 FAMILY = "conv"
 STRIDE = st.sampled_from([1, 2])
@@ -44,19 +44,7 @@ def kernel(arg: str, last: int):
     return FromShapes(lambda s: st.integers(1, max(1, min(s[arg][-last:]))))
 
 
-BACKWARD_CHECKS = (
-    "grad",
-    "forward",
-    "gradgrad",
-    "forward2",
-    "layout",
-    "alias",
-    "mutation",
-    "dtype",
-    "device",
-    "compile",
-    "checkpoint",
-)
+BACKWARD_CHECKS = (*EAGER_CHECKS, "compile")
 CONV2D_WEIGHT_LAYOUT = Known(
     BACKWARD_CHECKS,
     "the CPU backward of F.conv2d raises when the weight is not contiguous (expanded, or a "

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
-from fuzzdiff.targets.discrepancies import DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG
+from fuzzdiff.targets.discrepancies import DET_GRAD_TRANSPOSED_STRIDE0, EAGER_CHECKS, NESTED_JVP_LINALG
 
 FAMILY = "linalg"
 UNIT = {"a": (-1.0, 1.0)}
@@ -100,20 +100,7 @@ def cross(x, y):
 
 
 MATRIX_EXP_BATCH = Known(
-    (
-        "grad",
-        "forward",
-        "gradgrad",
-        "layout",
-        "alias",
-        "mutation",
-        "dtype",
-        "vmap",
-        "device",
-        "compile",
-        "checkpoint",
-        "forward2",
-    ),
+    (*EAGER_CHECKS, "vmap", "compile"),
     "torch.linalg.matrix_exp raises in the forward itself (autograd or not) for an input with "
     "two or more batch dims that cannot be flattened by a view (torch 2.13.0 CPU; .contiguous() "
     "first works; one batch dim works in any layout)",

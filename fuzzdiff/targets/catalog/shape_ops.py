@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from fuzzdiff.known import Known
 from fuzzdiff.targets import FromShapes, Mask, Target, register
 from fuzzdiff.targets.catalog import _kw
-from fuzzdiff.targets.discrepancies import STRIDE0_GRAD_DYNAMIC
+from fuzzdiff.targets.discrepancies import EAGER_CHECKS, STRIDE0_GRAD_DYNAMIC
 
 FAMILY = "shape"
 
@@ -128,19 +128,7 @@ SQUEEZE_SCALAR_VMAP = Known(
     records=("7b67c8fb783e4256", "ee1f57cbf24e442b"),
 )
 CLAMP_BROADCAST = Known(
-    (
-        "grad",
-        "forward",
-        "gradgrad",
-        "layout",
-        "alias",
-        "mutation",
-        "dtype",
-        "device",
-        "compile",
-        "checkpoint",
-        "forward2",
-    ),
+    (*EAGER_CHECKS, "compile"),
     "the backward of torch.clamp(x, min, max) with tensor bounds raises when x is smaller than "
     "the broadcast shape and min or max requires grad (torch 2.13.0 CPU; the forward and "
     "forward-mode AD work). Every check runs a backward, so each raises",

@@ -19,6 +19,7 @@ from tensorly import tenalg
 
 from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
+from fuzzdiff.targets.discrepancies import EAGER_CHECKS
 
 __all__ = ["TensorlyCall", "backend"]
 
@@ -127,21 +128,7 @@ def unfolding_dot_khatri_rao(x, w, a, b, c, mode):
 SKIP = {"compile": "tensorly's backend dispatch takes dynamo 10-100 s to compile per target; too slow for the suite"}
 
 KRON = Known(
-    (
-        "grad",
-        "forward",
-        "gradgrad",
-        "layout",
-        "alias",
-        "mutation",
-        "dtype",
-        "vmap",
-        "backend",
-        "per_sample",
-        "device",
-        "checkpoint",
-        "forward2",
-    ),
+    (*EAGER_CHECKS, "vmap", "backend", "per_sample"),
     "torch.kron raises when exactly one of two 2-d operands is transposed (torch 2.13.0 CPU), "
     "forward only, no autograd needed. tenalg.kronecker on the pytorch backend is torch.kron, "
     "so every check can draw it",
