@@ -190,7 +190,7 @@ def judge(
             if measure(case.nudged(NUDGE, seed=k), eps).within(tol):
                 return Doubt("vanishes at a neighbouring point of the same structure")
         return Survived(
-            "equal one-sided differences at the structured point (no kink along u) and two "
+            "equal one-sided differences at the structured point (no kink along u or a dense direction) and two "
             "neighbouring points of the same structure"
         )
 

@@ -204,3 +204,20 @@ def test_finite_differences_at_large_values_count_their_rounding():
     assert case.materialize().args[0].abs().min() > 2e5
     verdict = run_check("grad", get_target("log_softmax"), case)
     assert verdict.kind == "pass", verdict
+
+
+def test_a_kink_still_along_u_is_seen_along_a_dense_direction():
+    """The lower median of four values in two levels: where three tie and u
+    moves only one of them, the median is flat along u on both sides and
+    along every split of u, while forward mode follows the moved one (-1.05).
+    The point is a kink all the same, which a dense direction shows."""
+    case = Case.from_json({
+        "target": "median_dim", "dtype": "float64", "device": "cpu", "kwargs": {"dim": -1, "keepdim": False},
+        "args": [{"shape": [3, 3, 4], "grad": "leaf", "layout": {"offset": 0, "storage_size": 36, "strides": [12, 4, 1]},
+                  "values": {"seed": 132774, "low": -2.0, "high": 2.0, "distinct": True, "structure": [["ties", 0]]}}],
+        "params": {"cotangent": {"layout": "contiguous", "seed": 4294967295, "zeros": 0.5},
+                   "direction": {"layout": "contiguous", "seed": 4294967295, "zeros": 0.5}},
+    })
+    verdict = run_check("forward", get_target("median_dim"), case)
+    assert verdict.kind == "inconclusive", verdict
+    assert "along a dense direction differ" in verdict.message
