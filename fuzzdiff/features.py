@@ -10,16 +10,34 @@ rounds (fuzzdiff.schedule).
 
 from __future__ import annotations
 
-from fuzzdiff.case import Arg, Case
+from fuzzdiff.case import Arg, Case, Layout
 
-__all__ = ["case_features", "arg_features"]
+__all__ = ["case_features", "arg_features", "features_of_arg", "relaid"]
+
+
+def relaid(case: Case) -> Case | None:
+    """The case in the other memory layouts its check also runs it in
+    (``params["layouts"]``, as the layout check draws them), if any."""
+    other = case.params.get("layouts")
+    if not other:
+        return None
+    return case.with_layouts([Layout(d["storage_size"], tuple(d["strides"]), d["offset"]) for d in other])
 
 
 def case_features(case: Case) -> frozenset[str]:
+    """The features of the case, and of the other layouts it runs in: a
+    discrepancy between two layouts may lie on either side."""
     found = {f"dtype:{case.dtype}", f"device:{case.device.split(':')[0]}"}
-    for arg in case.args:
-        found |= arg_features(arg)
+    for i in range(len(case.args)):
+        found |= features_of_arg(case, i)
     return frozenset(found)
+
+
+def features_of_arg(case: Case, i: int) -> frozenset[str]:
+    """Argument ``i``'s features, in the case's layout or in the other one it runs in."""
+    found = arg_features(case.args[i])
+    other = relaid(case)
+    return found if other is None else found | arg_features(other.args[i])
 
 
 def arg_features(arg: Arg) -> frozenset[str]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fuzzdiff.case import Case
-from fuzzdiff.features import arg_features, case_features
+from fuzzdiff.features import case_features, features_of_arg
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["Known", "matching", "crashing", "NOT_NONE"]
@@ -128,7 +128,7 @@ def _has(case: Case, feature: str) -> bool:
     if not index:
         return feature in case_features(case)
     i = int(index)
-    return i < len(case.args) and name in arg_features(case.args[i])
+    return i < len(case.args) and name in features_of_arg(case, i)
 
 
 _MISSING = object()

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzzdiff.case import Case, Layout
+from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check
 from fuzzdiff.checks.twins import judge_twins
+from fuzzdiff.features import relaid
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.paths.reverse import vjp
@@ -34,9 +35,9 @@ def params(target: Target, case: Case):
 
 
 def relayout(case: Case) -> Case:
-    return case.with_layouts(
-        [Layout(d["storage_size"], tuple(d["strides"]), d["offset"]) for d in case.params["layouts"]]
-    )
+    other = relaid(case)
+    assert other is not None  # params() draws the layouts
+    return other
 
 
 def run(target: Target, case: Case) -> Verdict:

@@ -64,7 +64,7 @@ BATCH_NORM_STRIDED_WEIGHT = Known(
     "dtype=torch.float64).as_strided((2,), (2,)), gives [[2.1213, 70.0034]] instead of "
     "[[2.1213, -0.3536]] (the 99.0 between its elements is read)",
     features=_STRIDED_WEIGHT,
-    records=("7dce7b87f07391a5", "86d88f033270e811", "9aa92962f112b240", "d65dcdb06dafbf56"),
+    records=("7dce7b87f07391a5", "86d88f033270e811", "9aa92962f112b240", "d65dcdb06dafbf56", "442af2704fb21f07"),
 )
 
 BATCH_NORM_STRIDED_WEIGHT_AOT = Known(
@@ -102,20 +102,22 @@ BATCH_NORM_DOUBLE_BACKWARD_LAYOUT = Known(
 )
 
 BATCH_NORM_BACKWARD_SIZE1_CHANNELS_LAST = Known(
-    ("grad", "forward"),
+    ("grad", "forward", "layout"),
     "eval-mode F.batch_norm's backward on CPU reads a contiguous grad_output as if it had the "
     "input's layout when the input is channels last with a size-1 spatial dim whose stride is "
-    "not the dense one (shape (1, 2, 2, 1), strides (4, 1, 2, 1)): grad_input has cotangent "
-    "entries swapped; strides (4, 1, 2, 2) are right (torch 2.13.0 CPU). Forward mode and "
-    "finite differences agree with each other, reverse mode does not",
+    "not the dense one (shape (1, 2, 2, 1), strides (4, 1, 2, 1); or (1, 2, 1, 2), strides "
+    "(2, 1, 4, 2)): grad_input has cotangent entries swapped; strides (4, 1, 2, 2) are right "
+    "(torch 2.13.0 CPU). Forward mode and finite differences agree with each other, reverse "
+    "mode does not, and the layout check sees grad_input change with the input's layout",
     "x = torch.arange(4.).double().as_strided((1, 2, 2, 1), (4, 1, 2, 1)).requires_grad_(); "
     "y = F.batch_norm(x, torch.tensor([-.5, .5]).double(), torch.tensor([.5, 2.]).double(), "
     "torch.tensor([1.5, -.75]).double(), torch.zeros(2).double(), training=False); "
     "v = torch.arange(1., 5.).double().reshape(1, 2, 2, 1); torch.autograd.grad(y, x, v)[0] is "
     "[2.12, 6.36, -1.06, -2.12], v * w / sqrt(var + eps) is [2.12, 4.24, -1.59, -2.12]",
-    message=r"^(<J\^T v, u> vs finite differences|<v, J u> \(forward\) vs <J\^T v, u> \(reverse\))",
+    message=r"^(<J\^T v, u> vs finite differences|<v, J u> \(forward\) vs <J\^T v, u> \(reverse\)"
+    r"|fuzzed layout vs another layout: grad 0 at)",
     features=("0:permuted", "0:size1"),
-    records=("fc706557b92eb442",),
+    records=("fc706557b92eb442", "990c801b4fc0c53d"),
 )
 
 GROUP_NORM_FORWARD = Known(
