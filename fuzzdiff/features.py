@@ -12,32 +12,22 @@ from __future__ import annotations
 
 from fuzzdiff.case import Arg, Case, Layout
 
-__all__ = ["case_features", "arg_features", "features_of_arg", "relaid"]
+__all__ = ["case_features", "arg_features", "relaid"]
 
 
-def relaid(case: Case) -> Case | None:
-    """The case in the other memory layouts its check also runs it in
-    (``params["layouts"]``, as the layout check draws them), if any."""
-    other = case.params.get("layouts")
-    if not other:
-        return None
-    return case.with_layouts([Layout(d["storage_size"], tuple(d["strides"]), d["offset"]) for d in other])
+def relaid(case: Case) -> Case:
+    """The layout check's other run of ``case``: the same values in the
+    layouts drawn into ``params["layouts"]`` (one per argument)."""
+    return case.with_layouts(
+        [Layout(d["storage_size"], tuple(d["strides"]), d["offset"]) for d in case.params["layouts"]]
+    )
 
 
 def case_features(case: Case) -> frozenset[str]:
-    """The features of the case, and of the other layouts it runs in: a
-    discrepancy between two layouts may lie on either side."""
     found = {f"dtype:{case.dtype}", f"device:{case.device.split(':')[0]}"}
-    for i in range(len(case.args)):
-        found |= features_of_arg(case, i)
+    for arg in case.args:
+        found |= arg_features(arg)
     return frozenset(found)
-
-
-def features_of_arg(case: Case, i: int) -> frozenset[str]:
-    """Argument ``i``'s features, in the case's layout or in the other one it runs in."""
-    found = arg_features(case.args[i])
-    other = relaid(case)
-    return found if other is None else found | arg_features(other.args[i])
 
 
 def arg_features(arg: Arg) -> frozenset[str]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fuzzdiff.case import Case
-from fuzzdiff.features import case_features, features_of_arg
+from fuzzdiff.features import arg_features, case_features, relaid
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["Known", "matching", "crashing", "NOT_NONE"]
@@ -92,7 +92,9 @@ class Known:
             return False
         if self.message and not re.search(self.message, verdict.message, re.S):
             return False
-        return self._triggered_by(case)
+        # The layout check runs the case in two layouts: a discrepancy between
+        # them may lie in either, so a feature of either counts.
+        return self._triggered_by(case) or (check == "layout" and self._triggered_by(relaid(case)))
 
     def crashes(self, check: str, case: Case) -> bool:
         """A known crash: ``case`` has the inputs that kill the process."""
@@ -128,7 +130,7 @@ def _has(case: Case, feature: str) -> bool:
     if not index:
         return feature in case_features(case)
     i = int(index)
-    return i < len(case.args) and name in features_of_arg(case, i)
+    return i < len(case.args) and name in arg_features(case.args[i])
 
 
 _MISSING = object()

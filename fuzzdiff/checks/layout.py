@@ -34,19 +34,13 @@ def params(target: Target, case: Case):
     return st.fixed_dictionaries({"cotangent": probes().map(lambda p: p.__dict__.copy()), "layouts": other.map(list)})
 
 
-def relayout(case: Case) -> Case:
-    other = relaid(case)
-    assert other is not None  # params() draws the layouts
-    return other
-
-
 def run(target: Target, case: Case) -> Verdict:
     return judge_twins(
         "fuzzed layout vs another layout",
         target,
         case,
         lambda c, cast=None: evaluate(target, c, cast=cast, wrt="args"),
-        lambda c, cast=None: evaluate(target, relayout(c), cast=cast, wrt="args"),
+        lambda c, cast=None: evaluate(target, relaid(c), cast=cast, wrt="args"),
         check="layout",
     )
 

@@ -27,9 +27,9 @@ import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS
-from fuzzdiff.checks.layout import relayout
 from fuzzdiff.confirm import EPS
 from fuzzdiff.directions import directions, probes_like
+from fuzzdiff.features import relaid
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.script import compile as _compile  # registers its fragment
 from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
@@ -198,7 +198,7 @@ def standalone_script(
         data.append(inputs.storages)
         blocks.append(inputs.functions)
     if fragment.other_layout:
-        other = relayout(case)
+        other = relaid(case)
         other_inputs = inputs_code(other, other.storages(), names, suffix="_other", what=" (the other layout)")
         blocks.append(other_inputs.storages)
         blocks.append(other_inputs.functions)

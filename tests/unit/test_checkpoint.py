@@ -198,3 +198,19 @@ def test_params_draw_both_variants_and_a_seed_that_variants_vary():
 def test_applies_to_random_targets_not_to_mutating_ones():
     assert CHECK.why_not(DROP_PATH.bug) is None
     assert "writes its inputs" in CHECK.why_not(get_target("program_inplace"))
+
+
+def test_dropout_is_not_compared_across_layouts():
+    """From one seed, dropout drops other elements of the same values in
+    another memory layout (its mask follows empty_like(x)): the layout check
+    would call that a bug. If torch ever draws in logical order, the skip goes."""
+    x = torch.arange(1.0, 5.0, dtype=torch.float64).reshape(2, 2)
+    torch.manual_seed(3)
+    a = F.dropout(x, 0.5)
+    torch.manual_seed(3)
+    b = F.dropout(x.t().contiguous().t(), 0.5)
+    assert not torch.equal(a, b)
+    case = Case("dropout_training", (Arg((2, 2), Values(seed=1)),), kwargs={"p": 0.5},
+                params={"layouts": [{"offset": 0, "storage_size": 4, "strides": [1, 2]}]})
+    verdict = run_check("layout", get_target("dropout_training"), case)
+    assert verdict.kind == "unsupported" and "memory layout" in verdict.message

@@ -55,7 +55,11 @@ register(
         "x: ...",
         FAMILY,
         kwargs={"p": st.sampled_from([0.25, 0.5])},
-        skip=SKIP,
+        skip={
+            **SKIP,
+            "layout": "dropout draws its mask in the input's memory layout (bernoulli_ on "
+            "empty_like(x)): from one seed, two layouts of the same values drop different elements",
+        },
         random=True,
     ),
     Target(
