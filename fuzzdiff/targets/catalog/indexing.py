@@ -10,8 +10,10 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
+from fuzzdiff.known import Known
 from fuzzdiff.targets import Index, Mask, Target, register
-from fuzzdiff.targets.discrepancies import JVP_VIEW_AOT_FUNCTION
+from fuzzdiff.targets.catalog import _kw
+from fuzzdiff.targets.discrepancies import EAGER_CHECKS, JVP_VIEW_AOT_FUNCTION
 
 FAMILY = "indexing"
 ALONG = "x: *b n, i: *b k"
@@ -43,6 +45,26 @@ def scatter_add(x, i, src):
     return torch.scatter_add(x, -1, i, src)
 
 
+def gather_dim(x, i, dim):
+    return torch.gather(x, dim, i)
+
+
+def scatter_add_dim(x, i, src, dim):
+    return torch.scatter_add(x, dim, i, src)
+
+
+def scatter_reduce_dim(x, i, src, dim, reduce, include_self):
+    return torch.scatter_reduce(x, dim, i, src, reduce, include_self=include_self)
+
+
+def _index_fits(s) -> bool:
+    """A scatter's index smaller than its source: no larger than src in any dim,
+    nor than x but in the last (the indexed one). Bug reports keep coming from
+    backward formulas that assume equal sizes."""
+    (p, k), (q, r), (m, _) = s["i"], s["src"], s["x"]
+    return p <= q and k <= r and p <= m
+
+
 def scatter_reduce(x, i, src, reduce, include_self):
     return torch.scatter_reduce(x, -1, i, src, reduce, include_self=include_self)
 
@@ -69,6 +91,21 @@ def embedding(i, w):
 
 def getitem(x, i):
     return x[..., i, :]
+
+
+SCATTER_SRC_LARGER_THAN_INDEX = Known(
+    (*EAGER_CHECKS, "vmap", "compile", "backend"),
+    "the backward of torch.scatter_add and torch.scatter_reduce returns src's gradient in the "
+    "index's shape when src is larger than the index, which torch allows (only the first "
+    "index-shaped part of src is scattered), and autograd refuses it (torch 2.13.0 CPU)",
+    "x = torch.randn(3, 4, dtype=torch.float64); src = torch.randn(3, 3, dtype=torch.float64, "
+    "requires_grad=True); torch.scatter_add(x, 1, torch.zeros(2, 2, dtype=torch.long), "
+    "src).sum().backward() -> RuntimeError: Function ScatterAddBackward0 returned an invalid "
+    "gradient at index 1 - got [2, 2] but expected shape compatible with [3, 3]",
+    raises="RuntimeError",
+    message=r"Function Scatter(Add|Reduce)Backward0 returned an invalid gradient at index 1 - got ",
+    records=("705aa1d0f90066fd",),
+)
 
 
 register(
@@ -102,6 +139,50 @@ register(
         min_side=1,
         kinds={"i": Index("n")},
         kwargs={"reduce": st.sampled_from(["sum", "mean"]), "include_self": st.booleans()},
+    ),
+    # An index smaller than the source in the dims it does not index (torch allows
+    # index.size(d) <= input.size(d), and <= src.size(d) in every dim for a scatter)
+    Target(
+        "gather_smaller_index",
+        gather_dim,
+        "x: m n, i: p k",
+        FAMILY,
+        min_side=1,
+        kinds={"i": Index("n")},
+        kwargs={"dim": _kw.when(lambda s: s["i"][0] <= s["x"][0], -1)},
+    ),
+    Target(
+        "scatter_add_smaller_index",
+        scatter_add_dim,
+        "x: m n, i: p k, src: p k",
+        FAMILY,
+        min_side=1,
+        kinds={"i": Index("n")},
+        kwargs={"dim": _kw.when(lambda s: s["i"][0] <= s["x"][0], -1)},
+    ),
+    Target(
+        "scatter_reduce_smaller_index",
+        scatter_reduce_dim,
+        "x: m n, i: p k, src: p k",
+        FAMILY,
+        min_side=1,
+        kinds={"i": Index("n")},
+        kwargs={
+            "dim": _kw.when(lambda s: s["i"][0] <= s["x"][0], -1),
+            "reduce": st.sampled_from(["sum", "mean"]),
+            "include_self": st.booleans(),
+        },
+    ),
+    # src larger than the index too: only its first index-shaped part is scattered
+    Target(
+        "scatter_add_larger_src",
+        scatter_add_dim,
+        "x: m n, i: p k, src: q r",
+        FAMILY,
+        min_side=1,
+        kinds={"i": Index("n")},
+        kwargs={"dim": _kw.when(_index_fits, -1)},
+        known=(SCATTER_SRC_LARGER_THAN_INDEX,),
     ),
     Target(
         "index_add",

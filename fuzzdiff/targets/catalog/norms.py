@@ -15,6 +15,7 @@ from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
 from fuzzdiff.targets.discrepancies import (
     GROUP_NORM_VMAP_GAPPED_BATCH,
+    LAYER_NORM_JACREV,
     NESTED_JVP_NORMS,
     REVERSE_OVER_FORWARD_INPLACE,
 )
@@ -153,7 +154,7 @@ register(
         distinct=True,
         structured=("large", "offset"),
         kwargs={"eps": _kw.when(lambda s: math.prod(s["w"]) not in (1, 2), EPS)},
-        known=(NESTED_JVP_NORMS,),
+        known=(NESTED_JVP_NORMS, LAYER_NORM_JACREV),
     ),
     # rms_norm keeps the mean: only one value (normalized to its sign) is degenerate
     Target(
@@ -208,6 +209,29 @@ register(
         distinct=True,
         structured=("large", "offset"),
         kwargs={"p": st.sampled_from([2.0, 1.0, 3.0]), "dim": _kw.dim_with("x", lambda n: n != 1)},
+        known=(REVERSE_OVER_FORWARD_INPLACE,),
+    ),
+    # A normalized dim of one value, where hand-written formulas divide zero by zero: x
+    # minus its mean is zero whatever x, so the output is the bias (layer_norm) or the
+    # sign (normalize) and every derivative in x is exactly zero. In float32 those zeros
+    # are cancellations of terms of size 1/sqrt(eps) (see layer_norm above): float64 only.
+    Target(
+        "layer_norm_size1",
+        layer_norm,
+        "x: *b 1, w: 1, b: 1",
+        FAMILY,
+        dtypes=(torch.float64,),
+        kwargs={"eps": EPS},
+        known=(NESTED_JVP_NORMS, LAYER_NORM_JACREV),
+    ),
+    Target(
+        "normalize_size1",
+        normalize,
+        "x: *b 1 n",
+        FAMILY,
+        kinks=(0.0,),
+        dtypes=(torch.float64,),
+        kwargs={"p": st.sampled_from([2.0, 1.0, 3.0]), "dim": -2},
         known=(REVERSE_OVER_FORWARD_INPLACE,),
     ),
 )
