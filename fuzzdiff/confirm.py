@@ -153,9 +153,21 @@ def judge(
         )
 
     def other_eps() -> Doubt | None:
+        seen = []
         for other in (eps / 8, eps * 8):
-            if measure(case, other).within(tol):
+            m = measure(case, other)
+            if m.within(tol):
                 return Doubt(f"agrees at eps={other:g}: finite differences are unreliable here")
+            seen.append(m.reference)
+        fine, coarse = seen
+        if _grows_like_a_jump(coarse, first.reference, fine):
+            # rounding noise may grow as eps shrinks too, but it does not stay put when eps moves by 0.1%
+            steady = measure(case, eps * (1 + JITTER[0])).reference
+            if abs(steady - first.reference) <= 0.01 * abs(first.reference):
+                return Doubt(
+                    f"the reference grows as eps shrinks ({coarse!r}, {first.reference!r}, {fine!r} at 8*eps, eps, "
+                    "eps/8): the differentiated function jumps here"
+                )
         return None
 
     def jitter() -> Doubt | None:
@@ -233,6 +245,13 @@ def judge(
         first.summary(),
         steps,
     )
+
+
+def _grows_like_a_jump(coarse: float, mid: float, fine: float) -> bool:
+    """Central differences at 8*eps, eps and eps/8 that grow like 1/eps: the
+    quotient across a jump of height h is h/(2 eps), eight times larger per
+    step; at a differentiable point they settle on the derivative."""
+    return abs(fine) >= 4 * abs(mid) >= 16 * abs(coarse) > 0
 
 
 def kink(sided: Sided, case: Case, eps: float, tol: Tolerance, scale: float) -> Doubt | None:

@@ -1,10 +1,12 @@
 """The confirmation ladder: steps run in the declared order, the first doubt
 decides, and a failure says every step it survived."""
 
+import math
+
 import pytest
 
 from fuzzdiff.case import Case
-from fuzzdiff.confirm import Measurement, judge
+from fuzzdiff.confirm import EPS, Measurement, judge
 from fuzzdiff.ladder import Doubt, Ladder, Survived
 from fuzzdiff.tolerance import Tolerance
 
@@ -60,3 +62,31 @@ def test_a_reference_that_changes_on_replay_is_nondeterminism_not_rounding_noise
     verdict = judge("<v, J u> vs <J^T v, u>", measure, Case("exp", ()), Tolerance(1e-10, 1e-7))
     assert verdict.kind == "inconclusive" and "nondeterministic" in verdict.message, verdict
     assert verdict.errors["decided_by"] == "replay"
+
+
+@pytest.mark.parametrize("analytic", [float("nan"), 3.0])
+def test_a_reference_that_grows_like_one_over_eps_is_a_jump_not_a_derivative(analytic):
+    """Central differences across a jump of height 2 are 1/eps: they grow
+    eightfold per step of eight, and stay put when eps moves by 0.1%."""
+    verdict = judge("x", lambda case, eps: Measurement(analytic, 1.0 / eps, 1.0), Case("exp", ()),
+                    Tolerance(1e-10, 1e-7))
+    assert verdict.kind == "inconclusive" and "grows as eps shrinks" in verdict.message, verdict
+    assert verdict.errors["decided_by"] == "eps"
+
+
+def test_a_reference_that_settles_as_eps_shrinks_still_confirms_a_wrong_derivative():
+    verdict = judge("x", lambda case, eps: Measurement(3.0, 1.0 + eps, 1.0), Case("exp", ()),
+                    Tolerance(1e-10, 1e-7))
+    assert verdict.errors.get("decided_by") != "eps" and "grows as eps shrinks" not in verdict.message, verdict
+
+
+def test_rounding_noise_that_grows_as_eps_shrinks_is_not_a_jump():
+    """Round-off grows like 1/eps too, but moves when eps moves by 0.1%."""
+
+    def measure(case, eps):
+        sign = 1 if any(math.isclose(eps, e) for e in (EPS, EPS / 8, EPS * 8)) else -1
+        return Measurement(3.0, 1e-9 * sign / eps, 1.0)
+
+    verdict = judge("x", measure, Case("exp", ()), Tolerance(1e-10, 1e-7))
+    assert "grows as eps shrinks" not in verdict.message, verdict
+    assert verdict.errors.get("decided_by") != "eps"
