@@ -81,6 +81,8 @@ def connected(address: str | None, cpus: int | None = None) -> Iterator[None]:
     of ``cpus`` CPUs (default: every core), shut down after. A Ray already
     initialized (by a caller, a test) is used as it is."""
     ray = _ray()
+    if address:
+        _reachable(address)
     if ray.is_initialized():
         yield
         return
@@ -88,7 +90,6 @@ def connected(address: str | None, cpus: int | None = None) -> Iterator[None]:
     quiet: dict[str, Any] = dict(log_to_driver=False, logging_level=logging.ERROR)
     try:
         if address:
-            _reachable(address)
             ray.init(address=address, **quiet)
         else:
             ray.init(num_cpus=cpus or os.cpu_count() or 1, include_dashboard=False, **quiet)
