@@ -69,6 +69,7 @@ __all__ = [
     "ClusterLost",
     "Done",
     "Died",
+    "Lost",
     "Stopped",
     "run_campaign",
     "run_batch",
@@ -351,6 +352,7 @@ class Job:
     cases: dict
     seed: int
     size: BatchSize
+    until: float | None = None  # seconds left of the budget when it was sent (a worker with a queue needs it)
 
 
 def run_batch(job: Job, opts: dict) -> PairResult:
@@ -451,13 +453,21 @@ class Died:
 
 
 @dataclass
+class Lost:
+    """Slot ``slot``'s batch was lost with a worker that died running another
+    batch of the same call (fuzzdiff.cluster): it runs again, not a crash."""
+
+    slot: int
+
+
+@dataclass
 class Stopped:
     """Slot ``slot``'s worker was told to stop (a signal): its batch was interrupted, not crashed."""
 
     slot: int
 
 
-Event = Done | Died | Stopped
+Event = Done | Died | Lost | Stopped
 
 
 class Pool(Protocol):
@@ -625,6 +635,7 @@ class _Running:
 class _Retry:
     job: _Running
     event: Died  # how and where it died
+    attempt: int  # the attempt it runs as: its worker's deaths so far
 
 
 @dataclass(frozen=True)
@@ -738,9 +749,10 @@ def run_campaign(
             ),
         )
 
-    def finish(k: int, batch: PairResult) -> None:
+    def finish(k: int, batch: PairResult, job: _Running | None = None) -> None:
+        """Slot ``k``'s batch (or ``job``, run there last) has ended."""
         assert start is not None and workers is not None  # a batch of a busy slot, once the workers are up
-        job = running.pop(k)
+        job = running.pop(k) if job is None else job
         pair = todo[job.index]
         batch.ref, batch.family = pair.ref, pair.family
         total = results.get(job.index)
@@ -765,7 +777,7 @@ def run_campaign(
         """A dead worker costs its batch: run again on another worker, or a crash."""
         assert workers is not None
         job = running.pop(event.slot)
-        retry = _Retry(job, event)
+        retry = _Retry(job, event, job.attempt + 1)
         if job.attempt < workers.retries and not stopping:
             retries.append(retry)
             campaign.retried.append(f"{todo[job.index].key}: the worker died ({event.cause}); its batch ran again")
@@ -778,7 +790,6 @@ def run_campaign(
         job, event = retry.job, retry.event
         records = workers.record(event)
         again = f" (its batch had died {job.attempt} time(s) before, on another worker)" if job.attempt else ""
-        running[event.slot] = job
         finish(
             event.slot,
             PairResult(
@@ -790,15 +801,25 @@ def run_campaign(
                 seconds=time.monotonic() - job.started,
                 crash_records=records,
             ),
+            job,
         )
+
+    def drop(retry: _Retry) -> None:
+        """A batch that cannot run again: a crash if its worker died of it, else cut."""
+        if retry.event.cause:
+            crash(retry)
+        else:
+            index = retry.job.index
+            cut = PairResult(todo[index].name, todo[index].check, Tally(), cut=True)
+            finish(retry.event.slot, cut, retry.job)
 
     def next_job(k: int) -> tuple[int, int, int] | None:
         """(pair, batch, attempt): a batch to run again (not where it died,
         where another slot is free), else the scheduler's next."""
         for retry in retries:
-            if retry.event.slot != k or workers is None or workers.slots == 1:
+            if retry.event.slot != k or not retry.event.cause or workers is None or workers.slots == 1:
                 retries.remove(retry)
-                return retry.job.index, retry.job.number, retry.job.attempt + 1
+                return retry.job.index, retry.job.number, retry.attempt
         job = scheduler.take(home=k)
         return None if job is None else (*job, 0)
 
@@ -816,7 +837,7 @@ def run_campaign(
             now = time.monotonic()
             stopping = stopping or (end is not None and now >= end)
             while retries and (stopping or not any(workers.usable(k) for k in range(workers.slots))):
-                crash(retries.popleft())  # no batch starts after the budget, nor without a worker
+                drop(retries.popleft())  # no batch starts after the budget, nor without a worker
             for k in range(workers.slots):
                 if k in running or stopping or not workers.usable(k):
                     continue
@@ -838,6 +859,7 @@ def run_campaign(
                         pair.cases,
                         batch_seed(campaign.seed, pair.key, number),
                         pair.size,
+                        None if end is None else end - now,
                     ),
                 )
                 running[k] = _Running(index, number, now, attempt)
@@ -853,13 +875,16 @@ def run_campaign(
                 for k in list(running):
                     finish_cut(k)
                 while retries:
-                    crash(retries.popleft())
+                    drop(retries.popleft())
                 break
             for event in events:
                 if isinstance(event, Done):
                     finish(event.slot, event.result)
                 elif isinstance(event, Stopped):
                     finish_cut(event.slot)
+                elif isinstance(event, Lost):  # again, anywhere, as the same attempt
+                    again = running.pop(event.slot)
+                    retries.append(_Retry(again, Died(event.slot, ""), again.attempt))
                 else:
                     died(event)
             if hard_end is not None and time.monotonic() > hard_end:
@@ -867,6 +892,7 @@ def run_campaign(
                     workers.kill(k)
                     finish_cut(k)
     finally:
+        fuzzing = time.monotonic() - (start or time.monotonic())  # the workers' shutdown is not fuzzing time
         if workers is not None:
             workers.close()
     scheduler.settle()  # the batches of the last, maybe unfinished, round count too
@@ -876,7 +902,7 @@ def run_campaign(
     if corpus is not None:
         campaign.recovered = recover(corpus, cause="a fuzzdiff run worker died")
         _attach(campaign, corpus, start)
-    campaign.seconds = time.monotonic() - start
+    campaign.seconds = fuzzing
     return campaign
 
 

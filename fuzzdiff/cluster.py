@@ -33,12 +33,13 @@ import secrets
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fuzzdiff.campaign import ClusterLost, Died, Done, Event, Job, PairResult, Stopped, run_batch, start_worker
+from fuzzdiff.campaign import ClusterLost, Died, Done, Event, Job, Lost, PairResult, Stopped, run_batch, start_worker
 from fuzzdiff.corpus import write_record
 from fuzzdiff.fuzzing import Tally
 from fuzzdiff.journal import Inflight, record_inflight, take
@@ -48,6 +49,7 @@ __all__ = ["ClusterError", "RayPool", "connected", "ray_pool", "INSTALL"]
 INSTALL = "pip install 'fuzzdiff[cluster]'"
 CONNECT_SECONDS = 5.0  # an address that does not answer in this long is a usage error, not a wait
 READY_SECONDS = 600.0  # the workers' start (each imports torch) on a busy cluster
+CALL_WORKERS = 512  # workers one batch per actor call serves (bench/cluster.py: ~0.6 ms of the driver per call)
 
 
 class ClusterError(RuntimeError):
@@ -122,45 +124,61 @@ class _Worker:
         ray = _ray()
         return os.getpid(), ray.get_runtime_context().get_node_id(), socket.gethostname()
 
-    def run(self, job: Job) -> PairResult:
-        if self.opts["noop"]:  # the driver's own cost, measured (bench/cluster.py)
-            return PairResult(job.target, job.check, Tally())
-        return run_batch(job, self.opts)
-
-
-def _take_inflight(folder: str, pid: int) -> list[Inflight]:
-    """On a dead worker's node: its example in flight (a Ray task)."""
-    return take(folder, pid)
-
-
-def _clean(folder: str) -> None:
-    """On a node, at the campaign's end: its workers' journal (a Ray task)."""
-    shutil.rmtree(folder, ignore_errors=True)
+    def run(self, jobs: list[Job]) -> list[PairResult]:
+        """Run the batches one after the other, each within what is left of the
+        budget (``Job.until``, counted from this call's arrival)."""
+        arrived = time.monotonic()
+        results = []
+        for job in jobs:
+            if self.opts["noop"]:  # the driver's own cost, measured (bench/cluster.py)
+                results.append(PairResult(job.target, job.check, Tally()))
+                continue
+            if job.until is not None:
+                left = job.until - (time.monotonic() - arrived)
+                if left <= 0:  # the budget ended before this batch could start
+                    results.append(PairResult(job.target, job.check, Tally(), cut=True))
+                    continue
+                job = replace(job, deadline=left if job.deadline is None else min(job.deadline, left))
+            results.append(run_batch(job, self.opts))
+        return results
 
 
 @dataclass
-class _Slot:
-    actor: Any
+class _Actor:
+    handle: Any
     ready: Any  # the ref of its worker's (pid, node id, host)
-    node_id: str
+    node_id: str = ""
     label: str = ""  # the node, as reports name it
-    job: Job | None = None
-    batch: Any = None  # the ref of its batch in flight
-    reading: Any = None  # the ref of a dead worker's example in flight, read on its node
-    cause: str = ""  # how its last worker died
     retired: bool = False  # its node is gone, or the campaign killed its worker
+
+
+@dataclass
+class _Call:
+    """One actor call: the batches of some of the actor's slots."""
+
+    actor: int
+    jobs: list[tuple[int, Job]]  # (slot, batch)
+    cause: str = ""  # how the actor died running it
 
 
 class RayPool:
     """Worker actors on the Ray cluster this process is connected to: one per
-    CPU (``jobs`` at most), or one per GPU when the cases ask for cuda."""
+    CPU (``jobs`` at most), or one per GPU when the cases ask for cuda.
+
+    ``per_call`` slots share an actor, and the batches started on them
+    together travel in one actor call and run one after the other: an actor
+    call costs the driver about half a millisecond, which a batch of a
+    second does not notice and a no-op batch does (bench/cluster.py). By
+    default one, and more beyond CALL_WORKERS workers."""
 
     retries = 1  # a worker's death may be its node's: the batch runs once more before its case is a crash
 
-    def __init__(self, opts: dict, jobs: int | None, pairs: int, *, noop: bool = False):
+    def __init__(self, opts: dict, jobs: int | None, pairs: int, *, per_call: int | None = None, noop: bool = False):
         ray = self.ray = _ray()
         if not ray.is_initialized():
             raise ClusterError("RayPool needs a Ray connection: fuzzdiff.cluster.connected()")
+        if per_call is not None and per_call < 1:
+            raise ValueError(f"per_call must be at least 1, got {per_call}")
         self.corpus = opts["corpus"]
         token = secrets.token_hex(6)
         self.folder = str(_journal_folder(token))
@@ -172,24 +190,33 @@ class RayPool:
         if not have:
             raise ClusterError("--device cuda: the Ray cluster has no GPU" if gpu else "the Ray cluster has no CPU")
         self.per_worker: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1} if gpu else {"num_cpus": 1}
-        self.slots = max(0, min(have, jobs or have, pairs))
+        if noop:  # workers that take no core: as many as asked, to load the driver alone
+            have, self.per_worker = jobs or have, {"num_cpus": 0}
+        # One batch per call up to CALL_WORKERS workers; beyond, enough per call
+        # that the driver sends no more calls than for CALL_WORKERS.
+        per_call = per_call or max(1, -(-min(have, jobs or have) // CALL_WORKERS))
+        actors = max(0, min(have, jobs or have, -(-pairs // per_call)))
+        self.per_call, self.slots = per_call, actors * per_call
         self.cls = ray.remote(_Worker)
-        self.workers: list[_Slot] = []
-        for _ in range(self.slots):
-            actor = self._actor()
-            self.workers.append(_Slot(actor, actor.ready.remote(), ""))
+        self.actors: list[_Actor] = []
+        for _ in range(actors):
+            handle = self._actor()
+            self.actors.append(_Actor(handle, handle.ready.remote()))
         try:
-            ready = ray.get([w.ready for w in self.workers], timeout=READY_SECONDS)
+            ready = ray.get([a.ready for a in self.actors], timeout=READY_SECONDS)
         except Exception as e:  # noqa: BLE001 - GetTimeoutError, an actor that failed to start, ...
             self.close()
             raise ClusterError(f"the Ray workers did not start: {e}") from None
         hosts: dict[str, set[str]] = {}
-        for w, (_, node_id, host) in zip(self.workers, ready):
-            w.node_id = node_id
+        for a, (_, node_id, host) in zip(self.actors, ready):
+            a.node_id = node_id
             hosts.setdefault(host, set()).add(node_id)
-        for w, (_, node_id, host) in zip(self.workers, ready):
-            w.label = host if len(hosts[host]) == 1 else f"{host}/{node_id[:8]}"
+        for a, (_, node_id, host) in zip(self.actors, ready):
+            a.label = host if len(hosts[host]) == 1 else f"{host}/{node_id[:8]}"
         self._on_node = ray.remote(num_cpus=0, max_retries=0)
+        self.pending: dict[int, list[tuple[int, Job]]] = {}  # actor -> batches started, not yet sent
+        self.calls: dict[Any, _Call] = {}  # ref of its results -> the call
+        self.reading: dict[Any, _Call] = {}  # ref of a dead actor's example in flight -> the call it killed
 
     def _actor(self, node_id: str | None = None) -> Any:
         options: dict[str, Any] = dict(self.per_worker, max_restarts=0, max_task_retries=0)
@@ -206,55 +233,63 @@ class RayPool:
         return any(n.get("NodeID") == node_id and n.get("Alive") for n in self.ray.nodes())
 
     def start(self, k: int, job: Job) -> None:
-        w = self.workers[k]
-        w.job, w.batch = job, w.actor.run.remote(job)
+        self.pending.setdefault(k // self.per_call, []).append((k, job))  # sent by wait()
+
+    def _send(self) -> None:
+        for a, jobs in self.pending.items():
+            ref = self.actors[a].handle.run.remote([job for _, job in jobs])
+            self.calls[ref] = _Call(a, jobs)
+        self.pending.clear()
 
     def wait(self, timeout: float) -> list[Event]:
         ray = self.ray
-        refs = {}
-        for k, w in enumerate(self.workers):
-            for ref in (w.batch, w.reading):
-                if ref is not None:
-                    refs[ref] = k
+        self._send()
+        refs = [*self.calls, *self.reading]
         if not refs:
             return []
-        try:
-            ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)
-            if ready:  # and whatever else has ended meanwhile
-                ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        try:  # what has ended already, else the first to end
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            if not ready:
+                ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
         except Exception as e:  # noqa: BLE001 - the connection to the cluster is gone
             raise ClusterLost(f"lost the Ray cluster: {e}") from None
+        values = self._get(ready)
         events: list[Event] = []
         for ref in ready:
-            k = refs[ref]
-            w = self.workers[k]
-            if ref is w.reading:
-                w.reading = None
+            if ref in self.reading:
+                call = self.reading.pop(ref)
                 try:
-                    inflight = ray.get(ref)
+                    inflight = values[ref] if ref in values else ray.get(ref)
                 except ray.exceptions.RayError:
                     inflight = []  # the node went with it
-                events.append(Died(k, w.cause, inflight))
+                events.extend(self._lost(call, inflight))
                 continue
-            job, w.batch, w.job = w.job, None, None
-            assert job is not None  # a batch in flight
+            call = self.calls.pop(ref)
             try:
-                result = ray.get(ref)
+                results = values[ref] if ref in values else ray.get(ref)
             except ray.exceptions.RayActorError as e:
-                event = self._died(k, e)
-                if event is not None:
-                    events.append(event)
+                events.extend(self._died(ref, call, e))
             except ray.exceptions.TaskCancelledError:
-                events.append(Stopped(k))
+                events.extend(Stopped(k) for k, _ in call.jobs)
             except ray.exceptions.RayError as e:
                 if not ray.is_initialized():
                     raise ClusterLost(f"lost the Ray cluster: {e}") from None
-                message = str(e).strip().splitlines()
-                events.append(Done(k, PairResult(job.target, job.check, Tally(), error=message[-1] if message else "")))
+                lines = str(e).strip().splitlines()
+                for k, job in call.jobs:
+                    events.append(Done(k, PairResult(job.target, job.check, Tally(), error=lines[-1] if lines else "")))
             else:
-                self._write_failure(result)
-                events.append(Done(k, result))
+                for (k, _), result in zip(call.jobs, results):
+                    self._write_failure(result)
+                    events.append(Done(k, result))
         return events
+
+    def _get(self, refs: list) -> dict:
+        """The values of ``refs`` in one call where none failed (else none: each is
+        fetched alone, and the failures said one by one)."""
+        try:
+            return dict(zip(refs, self.ray.get(refs)))
+        except Exception:  # noqa: BLE001 - a dead worker's, or a read's: see wait()
+            return {}
 
     def _write_failure(self, result: PairResult) -> None:
         """The driver writes the shrunk failure's record (deduplicated as always)."""
@@ -264,61 +299,85 @@ class RayPool:
         path, created = write_record(self.corpus, found.check, found.case, found.verdict)
         found.record_path, found.record_created = str(path), created
 
-    def _died(self, k: int, error: Exception) -> Died | None:
-        """A worker is gone: a new one takes its slot, on the same node, and a
-        task there reads the dead one's example in flight (None: the event
-        comes once it has); a node that is gone retires the slot."""
-        w = self.workers[k]
-        w.cause = _cause(error)
+    def _died(self, ref: Any, call: _Call, error: Exception) -> list[Event]:
+        """An actor is gone: a new one takes its slots, on the same node, and a
+        task there reads the dead one's example in flight (the events come once
+        it has); a node that is gone retires its slots."""
+        a = self.actors[call.actor]
+        call.cause = _cause(error)
         try:
-            pid = self.ray.get(w.ready, timeout=0)[0]
+            pid = self.ray.get(a.ready, timeout=0)[0]
         except Exception:  # noqa: BLE001 - it died before it was up: no example was in flight
             pid = None
-        if not self._node_alive(w.node_id):
-            w.retired = True
-            w.cause += f"; its node {w.label} is gone"
-            return Died(k, w.cause, [])
-        w.actor = self._actor(w.node_id)
-        w.ready = w.actor.ready.remote()
+        if not self._node_alive(a.node_id):
+            a.retired = True
+            call.cause += f"; its node {a.label} is gone"
+            return self._lost(call, [])
+        if not a.retired:  # a second call to the same dead actor finds it replaced already
+            a.handle = self._actor(a.node_id)
+            a.ready = a.handle.ready.remote()
         if pid is None:
-            return Died(k, w.cause, [])
-        w.reading = (
-            self._on_node(_take_inflight).options(scheduling_strategy=self._pinned(w.node_id)).remote(self.folder, pid)
-        )
-        return None
+            return self._lost(call, [])
+        # journal.take, by reference: the task imports fuzzdiff.journal alone, not torch
+        read = self._on_node(take).options(scheduling_strategy=self._pinned(a.node_id))
+        self.reading[read.remote(self.folder, pid)] = call
+        return []
+
+    def _lost(self, call: _Call, inflight: list[Inflight]) -> list[Event]:
+        """A dead actor's call: the batch whose example was in flight died with
+        it; the others of the call, done or not begun, ran into no fault of
+        their own. Without a known example in flight, every batch died."""
+        culprit = None
+        for entry in inflight:
+            case = entry.info.get("case") or {}
+            culprit = next(
+                (
+                    k
+                    for k, job in call.jobs
+                    if job.check == entry.info.get("check") and job.target == case.get("target")
+                ),
+                culprit,
+            )
+        if culprit is None:
+            return [Died(k, call.cause, inflight) for k, _ in call.jobs]
+        return [Died(k, call.cause, inflight) if k == culprit else Lost(k) for k, _ in call.jobs]
 
     def kill(self, k: int) -> None:
-        w = self.workers[k]
+        a = self.actors[k // self.per_call]
         with contextlib.suppress(Exception):
-            self.ray.kill(w.actor, no_restart=True)
-        w.batch, w.job, w.retired = None, None, True
+            self.ray.kill(a.handle, no_restart=True)
+        a.retired = True
+        for ref, call in list(self.calls.items()):
+            call.jobs = [(s, job) for s, job in call.jobs if s != k]
+            if not call.jobs:
+                del self.calls[ref]
 
     def record(self, died: Died) -> list[str]:
         if self.corpus is None:
             return []
-        where = self.workers[died.slot].label
+        where = self.actors[died.slot // self.per_call].label
         return [
             str(record_inflight(self.corpus, entry, cause=f"a fuzzdiff run worker on {where} died ({died.cause})"))
             for entry in died.inflight or []
         ]
 
     def usable(self, k: int) -> bool:
-        return not self.workers[k].retired
+        return not self.actors[k // self.per_call].retired
 
     def node(self, k: int) -> str:
-        return self.workers[k].label
+        return self.actors[k // self.per_call].label
 
     def close(self) -> None:
         """Stop the workers (an interrupted batch is not a crash: its journal
         goes with the rest) and remove their journals, node by node."""
         ray = self.ray
-        nodes = {w.node_id for w in self.workers if w.node_id}
-        for w in self.workers:
+        nodes = {a.node_id for a in self.actors if a.node_id}
+        for a in self.actors:
             with contextlib.suppress(Exception):
-                ray.kill(w.actor, no_restart=True)
+                ray.kill(a.handle, no_restart=True)
         with contextlib.suppress(Exception):
             cleaning = [
-                self._on_node(_clean).options(scheduling_strategy=self._pinned(n)).remote(self.folder)
+                self._on_node(shutil.rmtree).options(scheduling_strategy=self._pinned(n)).remote(self.folder, True)
                 for n in nodes
                 if self._node_alive(n)
             ]
@@ -336,10 +395,10 @@ def _cause(error: Exception) -> str:
     return (lines[0] if lines else type(error).__name__)[:300]
 
 
-def ray_pool(*, noop: bool = False) -> Any:
+def ray_pool(*, per_call: int | None = None, noop: bool = False) -> Any:
     """``run_campaign``'s ``pool=``: the workers on the connected Ray cluster."""
 
     def make(opts: dict, jobs: int | None, pairs: int) -> RayPool:
-        return RayPool(opts, jobs, pairs, noop=noop)
+        return RayPool(opts, jobs, pairs, per_call=per_call, noop=noop)
 
     return make
