@@ -17,6 +17,11 @@ is reported as a crash, a fresh worker takes the next batch, and
 its last one where possible, so compiled callables (fuzzdiff.paths.compiled
 caches them per process) and warm caches are reused.
 
+Where batches run is a ``Pool`` with a small interface (start a batch on a
+slot; wait for batches done, workers dead or stopped): ``ForkPool`` here, and
+``fuzzdiff.cluster.RayPool`` on a Ray cluster. The loop of ``run_campaign``
+(scheduling, budget, grace, results) is the same for both.
+
 Time: no batch starts after the budget. A running batch stops at its own
 deadline (``batch_seconds``, and the budget's end) with what it has tallied,
 unless it has found a failure: that is still shrunk; a worker still busy
@@ -74,6 +79,7 @@ __all__ = [
     "run_campaign",
     "run_batch",
     "start_worker",
+    "preload",
     "case_options",
     "interleave",
     "round_one_order",
@@ -612,12 +618,17 @@ HOST = socket.gethostname()
 PoolFactory = Callable[[dict, "int | None", int], Pool]
 
 
+def preload(opts: dict) -> list[str]:
+    """What a worker imports before its first batch (the targets' modules)."""
+    modules = ["fuzzdiff.campaign", "fuzzdiff.targets.catalog"]
+    if opts["opinfo"]:
+        modules.append("torch.testing._internal.common_methods_invocations")  # op_db: seconds, once
+    return modules
+
+
 def fork_pool(opts: dict, jobs: int | None, pairs: int) -> ForkPool:
     """The local pool: ``jobs`` workers (default: every core), no more than pairs."""
-    preload = ["fuzzdiff.campaign", "fuzzdiff.targets.catalog"]
-    if opts["opinfo"]:
-        preload.append("torch.testing._internal.common_methods_invocations")  # op_db: seconds, once
-    return ForkPool(opts, min(jobs or os.cpu_count() or 1, pairs), preload)
+    return ForkPool(opts, min(jobs or os.cpu_count() or 1, pairs), preload(opts))
 
 
 # -- the parent side ----------------------------------------------------------------------

@@ -27,6 +27,7 @@ the functions here, only when ``--ray`` is given.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import secrets
@@ -39,7 +40,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fuzzdiff.campaign import ClusterLost, Died, Done, Event, Job, Lost, PairResult, Stopped, run_batch, start_worker
+from fuzzdiff.campaign import (
+    ClusterLost,
+    Died,
+    Done,
+    Event,
+    Job,
+    Lost,
+    PairResult,
+    Stopped,
+    preload,
+    run_batch,
+    start_worker,
+)
 from fuzzdiff.corpus import write_record
 from fuzzdiff.fuzzing import Tally
 from fuzzdiff.journal import Inflight, record_inflight, take
@@ -118,6 +131,8 @@ class _Worker:
         self.opts = dict(opts)
         start_worker(self.opts)
         self.opts["journal"] = str(_journal_folder(opts["token"]))
+        for module in preload(opts):  # before the budget starts, as the forkserver does
+            importlib.import_module(module)
 
     def ready(self) -> tuple[int, str, str]:
         """(pid, Ray node id, host name): where its journal is and who it is."""
@@ -243,7 +258,12 @@ class RayPool:
 
     def wait(self, timeout: float) -> list[Event]:
         ray = self.ray
-        self._send()
+        if not ray.is_initialized():  # and never a call that would start a new local instance
+            raise ClusterLost("lost the Ray cluster: the connection to it was shut down")
+        try:
+            self._send()
+        except Exception as e:  # noqa: BLE001 - the actors' cluster is not there any more
+            raise ClusterLost(f"lost the Ray cluster: {e}") from None
         refs = [*self.calls, *self.reading]
         if not refs:
             return []
@@ -371,6 +391,8 @@ class RayPool:
         """Stop the workers (an interrupted batch is not a crash: its journal
         goes with the rest) and remove their journals, node by node."""
         ray = self.ray
+        if not ray.is_initialized():
+            return  # gone with the connection
         nodes = {a.node_id for a in self.actors if a.node_id}
         for a in self.actors:
             with contextlib.suppress(Exception):

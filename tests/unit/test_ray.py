@@ -127,3 +127,15 @@ def test_an_unreachable_cluster_exits_2_at_once(capsys):
     assert cli.main(["run", "--ray", "127.0.0.1:1", "--targets", "sin", "--checks", "grad"]) == 2
     assert time.monotonic() - t0 < 30
     assert "no Ray cluster answers" in capsys.readouterr().err
+
+
+def test_a_cluster_that_disappears_ends_the_run_with_the_results_so_far(cluster):
+    """Last in the module: it ends the module's Ray instance."""
+    grad = get_check("grad")
+    pairs = [(get_target(t), grad) for t in ("sin", "exp", "mul", "tanh", "cos")]
+    campaign = run_campaign(pairs, pool=ray_pool(), size=BatchSize(examples=4, variants=1), rounds=1, seed=1,
+                            jobs=2, database_url=None, on_batch=lambda *_: ray.shutdown())  # gone after a batch
+    assert campaign.lost and "lost the Ray cluster" in campaign.lost
+    done = [r for r in campaign.results if r.tally.examples]
+    assert done and len(campaign.results) < len(pairs)  # what finished is kept; nothing more started
+    assert all(r.cut for r in campaign.results if r not in done)
