@@ -57,7 +57,7 @@ from fuzzdiff.corpus import write_record
 from fuzzdiff.fuzzing import Tally
 from fuzzdiff.journal import Inflight, record_inflight, take
 
-__all__ = ["ClusterError", "RayPool", "connected", "ray_pool", "INSTALL"]
+__all__ = ["ClusterError", "RayPool", "connected", "preflight", "ray_pool", "INSTALL"]
 
 INSTALL = "pip install 'fuzzdiff[cluster]'"
 CONNECT_SECONDS = 5.0  # an address that does not answer in this long is a usage error, not a wait
@@ -88,6 +88,14 @@ def _reachable(address: str) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS).close()
     except OSError as e:
         raise ClusterError(f"--ray {address}: no Ray cluster answers there ({e})") from None
+
+
+def preflight(address: str | None) -> None:
+    """What ``connected`` would fail on, said at once: ray not installed, or
+    nothing answering at ``address``."""
+    _ray()
+    if address:
+        _reachable(address)
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from fuzzdiff import api, repro
 from fuzzdiff.campaign import BatchSize, case_options, round_one_order, run_campaign
 from fuzzdiff.case import DTYPES
 from fuzzdiff.checks import CHECKS, UnknownCheck, get_check
-from fuzzdiff.cluster import ClusterError, connected, ray_pool
+from fuzzdiff.cluster import ClusterError, connected, preflight, ray_pool
 from fuzzdiff.corpus import (
     STATUSES,
     CorpusError,
@@ -297,6 +297,11 @@ def cmd_run(args) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     cluster = args.ray is not None
+    if cluster:
+        try:
+            preflight(args.ray or None)  # before the targets are built (OpInfo's take seconds)
+        except ClusterError as e:
+            raise UsageError(str(e)) from None
     dtypes, device = _run_dtypes(args), _run_device(args.device, cluster)
     jobs = args.jobs or os.cpu_count() or 1
     console = Console(stderr=True)
