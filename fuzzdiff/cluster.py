@@ -415,14 +415,15 @@ class RayPool:
 
 
 def _cause(error: Exception) -> str:
-    """How a worker died, in a line, from Ray's account of it."""
-    text = str(error)
+    """How a worker died, in a line, from Ray's account of it (the process's
+    own exit status stays with the node: Ray reports a lost connection)."""
+    text = " ".join(str(error).split())
     for marker in ("Worker exit detail:", "The actor is dead because"):
         at = text.find(marker)
         if at >= 0:
-            return " ".join(text[at:].split())[:300]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return (lines[0] if lines else type(error).__name__)[:300]
+            detail = text[at + len(marker) if marker.endswith(":") else at :]
+            return "Ray: " + detail.split(" Some common causes")[0].strip()[:200]
+    return (text or type(error).__name__)[:200]
 
 
 def ray_pool(*, per_call: int | None = None, noop: bool = False) -> Any:
