@@ -147,6 +147,10 @@ class _Worker:
         ray = _ray()
         return os.getpid(), ray.get_runtime_context().get_node_id(), socket.gethostname()
 
+    def clean(self) -> None:
+        """Remove this node's journal of the campaign, at its end."""
+        shutil.rmtree(self.opts["journal"], ignore_errors=True)
+
     def run(self, jobs: list[Job]) -> list[PairResult]:
         """Run the batches one after the other, each within what is left of the
         budget (``Job.until``, counted from this call's arrival)."""
@@ -397,21 +401,32 @@ class RayPool:
 
     def close(self) -> None:
         """Stop the workers (an interrupted batch is not a crash: its journal
-        goes with the rest) and remove their journals, node by node."""
+        goes with the rest) and remove their journals, node by node: by an
+        idle worker of the node (a warm process), else by a task there."""
         ray = self.ray
         if not ray.is_initialized():
             return  # gone with the connection
-        nodes = {a.node_id for a in self.actors if a.node_id}
-        for a in self.actors:
+        busy = {call.actor for call in self.calls.values()}
+        for index in busy:
             with contextlib.suppress(Exception):
-                ray.kill(a.handle, no_restart=True)
+                ray.kill(self.actors[index].handle, no_restart=True)
+        with contextlib.suppress(Exception):  # their deaths, before their journals go
+            ray.wait(list(self.calls), num_returns=len(self.calls), timeout=5)
+        cleaners: dict[str, Any] = {}
+        for index, actor in enumerate(self.actors):
+            if index not in busy and not actor.retired and actor.node_id:
+                cleaners.setdefault(actor.node_id, actor.handle)
         with contextlib.suppress(Exception):
-            cleaning = [
-                self._on_node(shutil.rmtree).options(scheduling_strategy=self._pinned(n)).remote(self.folder, True)
-                for n in nodes
-                if self._node_alive(n)
-            ]
+            cleaning = [handle.clean.remote() for handle in cleaners.values()]
+            for node_id in {actor.node_id for actor in self.actors if actor.node_id} - set(cleaners):
+                if self._node_alive(node_id):
+                    task = self._on_node(shutil.rmtree).options(scheduling_strategy=self._pinned(node_id))
+                    cleaning.append(task.remote(self.folder, True))
             ray.wait(cleaning, num_returns=len(cleaning), timeout=10)
+        for index, actor in enumerate(self.actors):
+            if index not in busy:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor.handle, no_restart=True)
 
 
 def _cause(error: Exception) -> str:
