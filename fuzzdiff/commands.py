@@ -228,9 +228,11 @@ class _Live:
             table.add_row(
                 check, f"{row['targets']}/{row['applicable']}", str(row["examples"]), str(row["fail"] + row["crashed"])
             )
-        lines = [Text(f"  worker {k}: {w}", style="dim") for k, w in sorted(self.workers.items()) if w]
-        if self.cluster:
-            lines.insert(0, Text(_nodes_line(c, seconds)))
+        if self.cluster:  # hundreds of workers: their count, and each node's rate
+            busy = sum(bool(w) for w in self.workers.values())
+            lines = [Text(_nodes_line(c, seconds)), Text(f"  {busy} of {c.jobs} workers busy", style="dim")]
+        else:
+            lines = [Text(f"  worker {k}: {w}", style="dim") for k, w in sorted(self.workers.items()) if w]
         return Group(head, table, *lines)
 
 

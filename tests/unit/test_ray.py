@@ -89,10 +89,17 @@ def test_a_seeded_campaign_gives_the_same_pairs_and_verdicts_locally_and_on_ray(
 
 def test_a_failure_is_recorded_once_by_the_driver(cluster, zoo, tmp_path):
     corpus = tmp_path / "corpus"
+    pools = []
+
+    def pool(*args):
+        pools.append(ray_pool()(*args))
+        return pools[-1]
+
     for created in (True, False):  # the second campaign finds the same failure: already recorded
         campaign = run_campaign([(zoo.BAD, get_check("grad")), (zoo.SIN, get_check("grad"))],
-                                pool=ray_pool(), size=BatchSize(examples=6, variants=1), seed=3, jobs=2,
+                                pool=pool, size=BatchSize(examples=6, variants=1), seed=3, jobs=2,
                                 corpus=corpus, database_url=None)
+        assert pools[-1].opts["corpus"] is None  # what the workers were given: no corpus at all
         (failed,) = campaign.failures
         assert failed.target == "ray_planted_square" and failed.failure.record_created is created
         (record,) = corpus.glob("grad/*/*.json")
