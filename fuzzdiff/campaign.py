@@ -17,6 +17,11 @@ is reported as a crash, a fresh worker takes the next batch, and
 its last one where possible, so compiled callables (fuzzdiff.paths.compiled
 caches them per process) and warm caches are reused.
 
+Where batches run is a ``Pool`` with a small interface (start a batch on a
+slot; wait for batches done, workers dead or stopped): ``ForkPool`` here, and
+``fuzzdiff.cluster.RayPool`` on a Ray cluster. The loop of ``run_campaign``
+(scheduling, budget, grace, results) is the same for both.
+
 Time: no batch starts after the budget. A running batch stops at its own
 deadline (``batch_seconds``, and the budget's end) with what it has tallied,
 unless it has found a failure: that is still shrunk; a worker still busy
@@ -30,6 +35,7 @@ import multiprocessing as mp
 import os
 import random
 import signal
+import socket
 import sys
 import time
 import warnings
@@ -38,7 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from hypothesis import HealthCheck, Phase, Verbosity
@@ -61,7 +67,19 @@ __all__ = [
     "PairResult",
     "Found",
     "BatchSize",
+    "NodeStats",
+    "Job",
+    "Pool",
+    "ForkPool",
+    "ClusterLost",
+    "Done",
+    "Died",
+    "Lost",
+    "Stopped",
     "run_campaign",
+    "run_batch",
+    "start_worker",
+    "preload",
     "case_options",
     "interleave",
     "round_one_order",
@@ -183,6 +201,16 @@ class PairResult:
 
 
 @dataclass
+class NodeStats:
+    """What the workers of one machine did: for the per-node throughput."""
+
+    examples: int = 0
+    batches: int = 0
+    seconds: float = 0.0  # busy: the sum of its batches' times
+    slots: int = 0  # its workers
+
+
+@dataclass
 class Campaign:
     """``results``: one PairResult per pair that started, in the order they
     first started; ``applicable``: every pair the campaign was given, by family."""
@@ -196,6 +224,9 @@ class Campaign:
     rounds: int = 0
     batches: int = 0
     seed: int = 0
+    nodes: defaultdict[str, NodeStats] = field(default_factory=lambda: defaultdict(NodeStats))
+    retried: list[str] = field(default_factory=list)  # batches run again after their worker died
+    lost: str | None = None  # why the workers were lost before the campaign's end (a cluster gone)
 
     @property
     def skipped_for_budget(self) -> int:
@@ -316,18 +347,30 @@ class _Deadline:
         return replace(check, run=run)
 
 
-def _run_batch(
-    target_ref: str, check_name: str, deadline: float | None, opts: dict, cases: dict, seed: int | None, size: BatchSize
-) -> PairResult:
+@dataclass(frozen=True)
+class Job:
+    """One batch, as a worker receives it: plain data, to a process or a machine."""
 
+    key: tuple[int, int]  # (pair index, batch number)
+    target: str  # the target's ref
+    check: str
+    deadline: float | None  # seconds from the batch's start
+    cases: dict
+    seed: int
+    size: BatchSize
+    until: float | None = None  # seconds left of the budget when it was sent (a worker with a queue needs it)
+
+
+def run_batch(job: Job, opts: dict) -> PairResult:
+    """Run one batch in a worker (``opts``: the campaign's, as ``start_worker`` set them)."""
     t0 = time.monotonic()
-    result = PairResult(target_ref, check_name, Tally(), ref=target_ref)
-    clock = _Deadline(deadline)
+    result = PairResult(job.target, job.check, Tally(), ref=job.target)
+    clock = _Deadline(job.deadline)
     try:
-        target, check = get_target(target_ref), get_check(check_name)
+        target, check = get_target(job.target), get_check(job.check)
         result.target = target.name
         settings = hsettings(
-            max_examples=size.examples,
+            max_examples=job.size.examples,
             deadline=None,
             database=opts["database"],
             print_blob=False,
@@ -339,13 +382,14 @@ def _run_batch(
             clock.wrap(check),
             target,
             settings=settings,
-            seed=seed,
+            seed=job.seed,
             corpus=opts["corpus"],
-            variants=size.variants,
-            structures=size.structures,
+            variants=job.size.variants,
+            structures=job.size.structures,
             timeout=opts["timeout"],
             recover_crashes=False,
-            **cases,
+            journal_dir=opts.get("journal"),
+            **job.cases,
         )
     except _Stop:
         result.tally, result.cut = clock.tally, True
@@ -365,10 +409,11 @@ def _run_batch(
     return result
 
 
-def _worker(conn, opts: dict) -> None:
-    """Run the batches the parent sends, one at a time, until it sends None."""
-    # The forkserver started with the parent's sys.path and environment of that
-    # moment: bring both up to date (user targets are imported from there).
+def start_worker(opts: dict) -> None:
+    """Make this process a campaign worker, once, before its first batch."""
+    # A worker starts with the parent's sys.path and environment of some earlier
+    # moment (the forkserver's start, a cluster node's): bring both up to date
+    # (user targets are imported from there).
     sys.path[:0] = [p for p in opts["sys_path"] if p not in sys.path]
     os.environ.update(opts["environ"])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -377,6 +422,11 @@ def _worker(conn, opts: dict) -> None:
     settle_heap()  # a process of fuzzdiff's own
     if opts["database_url"] is not None:
         opts["database"] = example_database(opts["database_url"] or None)
+
+
+def _worker(conn, opts: dict) -> None:
+    """Run the batches the parent sends, one at a time, until it sends None."""
+    start_worker(opts)
     while True:
         try:
             job = conn.recv()
@@ -384,18 +434,219 @@ def _worker(conn, opts: dict) -> None:
             return
         if job is None:
             return
-        key, target_ref, check_name, deadline, cases, seed, size = job
-        conn.send((key, _run_batch(target_ref, check_name, deadline, opts, cases, seed, size)))
+        conn.send((job.key, run_batch(job, opts)))
+
+
+# -- where batches run --------------------------------------------------------------------
+
+
+@dataclass
+class Done:
+    """Slot ``slot``'s batch ended with ``result``."""
+
+    slot: int
+    result: PairResult
+
+
+@dataclass
+class Died:
+    """Slot ``slot``'s worker died running its batch; ``inflight``: what the
+    pool knows of its example in flight (for ``Pool.record``)."""
+
+    slot: int
+    cause: str
+    inflight: Any = None
+
+
+@dataclass
+class Lost:
+    """Slot ``slot``'s batch was lost with a worker that died running another
+    batch of the same call (fuzzdiff.cluster): it runs again, not a crash."""
+
+    slot: int
+
+
+@dataclass
+class Stopped:
+    """Slot ``slot``'s worker was told to stop (a signal): its batch was interrupted, not crashed."""
+
+    slot: int
+
+
+Event = Done | Died | Lost | Stopped
+
+
+class Pool(Protocol):
+    """The workers a campaign runs its batches on: ``slots`` of them, each
+    running one batch at a time. The campaign's loop (``run_campaign``) owns
+    the scheduling, the budget and the results; a pool only runs batches and
+    says how they ended. ``retries``: how many times a batch whose worker
+    died is run again, on another worker, before its case is a crash."""
+
+    slots: int
+    retries: int
+
+    def start(self, k: int, job: Job) -> None: ...
+
+    def wait(self, timeout: float) -> list[Event]:
+        """The batches that ended within ``timeout`` seconds (maybe none)."""
+        ...
+
+    def kill(self, k: int) -> None:
+        """Stop slot ``k``'s batch now (the budget's grace is over): cut, not crashed."""
+        ...
+
+    def record(self, died: Died) -> list[str]:
+        """Write the crash record of a dead worker's case in flight; the paths
+        (or none, where they are found later: ``_attach``)."""
+        ...
+
+    def usable(self, k: int) -> bool:
+        """Whether slot ``k`` can take a batch (a slot whose machine is gone cannot)."""
+        ...
+
+    def node(self, k: int) -> str:
+        """The machine slot ``k`` runs on."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ClusterLost(RuntimeError):
+    """The pool's workers are gone (a cluster that disappeared): the campaign
+    ends with the results so far."""
+
+
+@dataclass
+class _Process:
+    proc: Any
+    conn: Any
+    busy: bool = False
+
+
+class ForkPool:
+    """One worker process per slot, forked from a forkserver that imported torch
+    and fuzzdiff once; a dead worker is replaced at its slot's next batch.
+    Its journal entries are on this machine's disk (the corpus), where the
+    campaign's end (or any later fuzz()) recovers them."""
+
+    retries = 0  # a crash is the case's: the local machine is not lost under it
+
+    def __init__(self, opts: dict, slots: int, preload: Sequence[str]):
+        self.opts, self.slots = opts, slots
+        self.ctx = mp.get_context("forkserver")
+        self.ctx.set_forkserver_preload(list(preload))
+        self.workers: list[_Process] = []
+        for _ in range(slots):
+            self.workers.append(self._spawn())
+
+    def _spawn(self) -> _Process:
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_worker, args=(child, self.opts), daemon=True)
+        proc.start()
+        child.close()
+        return _Process(proc, parent)
+
+    def start(self, k: int, job: Job) -> None:
+        if not self.workers[k].proc.is_alive():
+            self.workers[k] = self._spawn()
+        worker = self.workers[k]
+        worker.conn.send(job)
+        worker.busy = True
+
+    def wait(self, timeout: float) -> list[Event]:
+        busy = [(k, w) for k, w in enumerate(self.workers) if w.busy]
+        ready = wait([w.conn for _, w in busy] + [w.proc.sentinel for _, w in busy], timeout=timeout)
+        events: list[Event] = []
+        for k, worker in busy:
+            if worker.conn in ready:
+                try:
+                    _, result = worker.conn.recv()
+                except (EOFError, OSError):
+                    pass  # died: reported below once the process is gone
+                else:
+                    worker.busy = False
+                    events.append(Done(k, result))
+                    continue
+            if worker.proc.sentinel in ready or not worker.proc.is_alive():
+                worker.proc.join(timeout=5)
+                worker.busy = False
+                if _stopped(worker.proc.exitcode):  # its batch ends there, as if cut by its deadline
+                    _forget_inflight(self.opts["corpus"], worker.proc.pid)
+                    events.append(Stopped(k))
+                else:
+                    events.append(Died(k, _signal_name(worker.proc.exitcode)))
+        return events
+
+    def kill(self, k: int) -> None:
+        worker = self.workers[k]
+        worker.proc.kill()
+        worker.proc.join(timeout=5)
+        worker.busy = False
+        _forget_inflight(self.opts["corpus"], worker.proc.pid)
+
+    def record(self, died: Died) -> list[str]:
+        corpus = self.opts["corpus"]
+        if corpus is not None:  # its case in flight, recorded now with how it died
+            recover(corpus, cause=f"a fuzzdiff run worker died ({died.cause})")
+        return []  # found by _attach at the end: any worker's fuzz() may have recovered it first
+
+    def usable(self, k: int) -> bool:
+        return True
+
+    def node(self, k: int) -> str:
+        return HOST
+
+    def close(self) -> None:
+        for worker in self.workers:
+            if worker.proc.is_alive():
+                if not worker.busy:
+                    try:
+                        worker.conn.send(None)
+                    except OSError:
+                        pass
+                    worker.proc.join(timeout=5)
+                if worker.proc.is_alive():  # interrupted mid-batch, or did not stop
+                    worker.proc.kill()
+                    worker.proc.join(timeout=5)
+                    _forget_inflight(self.opts["corpus"], worker.proc.pid)
+            worker.conn.close()
+
+
+HOST = socket.gethostname()
+
+PoolFactory = Callable[[dict, "int | None", int], Pool]
+
+
+def preload(opts: dict) -> list[str]:
+    """What a worker imports before its first batch (the targets' modules)."""
+    modules = ["fuzzdiff.campaign", "fuzzdiff.targets.catalog"]
+    if opts["opinfo"]:
+        modules.append("torch.testing._internal.common_methods_invocations")  # op_db: seconds, once
+    return modules
+
+
+def fork_pool(opts: dict, jobs: int | None, pairs: int) -> ForkPool:
+    """The local pool: ``jobs`` workers (default: every core), no more than pairs."""
+    return ForkPool(opts, min(jobs or os.cpu_count() or 1, pairs), preload(opts))
 
 
 # -- the parent side ----------------------------------------------------------------------
 
 
 @dataclass
-class _Slot:
-    proc: Any
-    conn: Any
-    job: tuple[int, int, float] | None = None  # (pair index, batch, started)
+class _Running:
+    index: int
+    number: int
+    started: float
+    attempt: int = 0
+
+
+@dataclass
+class _Retry:
+    job: _Running
+    event: Died  # how and where it died
+    attempt: int  # the attempt it runs as: its worker's deaths so far
 
 
 @dataclass(frozen=True)
@@ -450,6 +701,7 @@ def run_campaign(
     grace: float | None = None,
     timeout: float | None = None,
     database_url: str | None = None,
+    pool: PoolFactory | None = None,
     on_batch: Callable[[Campaign, PairResult, PairResult], None] | None = None,
     on_start: Callable[[int, str | None, str | None], None] | None = None,
 ) -> Campaign:
@@ -462,16 +714,16 @@ def run_campaign(
     ``grace`` is how long after the budget a busy worker may finish shrinking
     (default: a fifth of the budget, at least 30 s). ``database_url``: None
     for no Hypothesis example database, "" for the local directory, or a
-    Redis URL shared beside it. ``on_start(slot, target, check)`` (None,
-    None: the worker has nothing left to do) and ``on_batch(campaign, pair,
-    batch)`` report progress.
+    Redis URL shared beside it. ``pool(opts, jobs, pairs)`` makes the workers
+    (default ``fork_pool``, this machine's cores; fuzzdiff.cluster: a Ray
+    cluster's). ``on_start(slot, target, check)`` (None, None: the worker has
+    nothing left to do) and ``on_batch(campaign, pair, batch)`` report progress.
     """
-    jobs = max(1, jobs or os.cpu_count() or 1)
     if budget is not None and grace is None:
         grace = max(30.0, budget / 5)
     if budget is None and rounds is None:
         rounds = 1
-    campaign = Campaign(jobs=jobs, seed=random.SystemRandom().randrange(2**32) if seed is None else seed)
+    campaign = Campaign(seed=random.SystemRandom().randrange(2**32) if seed is None else seed)
     todo: list[_Pair] = []
     for target, check in pairs:
         cases = case_options(target, check, dtypes, device)
@@ -488,56 +740,105 @@ def run_campaign(
         database_url=database_url,
         sys_path=list(sys.path),
         environ={k: v for k, v in os.environ.items() if k.startswith(("FUZZDIFF_", "HYPOTHESIS"))},
+        opinfo=any(p.ref.startswith("opinfo/") for p in todo),
+        device=device,
     )
-    ctx = mp.get_context("forkserver")
-    preload = ["fuzzdiff.campaign", "fuzzdiff.targets.catalog"]
-    if any(p.ref.startswith("opinfo/") for p in todo):
-        preload.append("torch.testing._internal.common_methods_invocations")  # op_db: seconds, once
-    ctx.set_forkserver_preload(preload)
-    slots: list[_Slot] = []
+    workers: Pool | None = None
+    running: dict[int, _Running] = {}  # slot -> its batch
+    retries: deque[_Retry] = deque()  # batches whose worker died, to run again elsewhere
     start: float | None = None
     end: float | None = None
     stopping = False
 
-    def spawn() -> _Slot:
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker, args=(child, opts), daemon=True)
-        proc.start()
-        child.close()
-        return _Slot(proc, parent)
-
     def finish_cut(k: int) -> None:
         """Slot ``k``'s batch ends where it stands, as if cut by its deadline."""
-        job = slots[k].job
-        assert job is not None  # a busy slot
-        index, _, started = job
+        job = running[k]
         finish(
-            k, PairResult(todo[index].name, todo[index].check, Tally(), cut=True, seconds=time.monotonic() - started)
+            k,
+            PairResult(
+                todo[job.index].name, todo[job.index].check, Tally(), cut=True, seconds=time.monotonic() - job.started
+            ),
         )
 
-    def finish(k: int, batch: PairResult) -> None:
-        job = slots[k].job
-        assert job is not None and start is not None  # a batch of a busy slot, once the workers are up
-        index, number, _ = job
-        slots[k].job = None
-        pair = todo[index]
+    def finish(k: int, batch: PairResult, job: _Running | None = None) -> None:
+        """Slot ``k``'s batch (or ``job``, run there last) has ended."""
+        assert start is not None and workers is not None  # a batch of a busy slot, once the workers are up
+        job = running.pop(k) if job is None else job
+        pair = todo[job.index]
         batch.ref, batch.family = pair.ref, pair.family
-        total = results.get(index)
+        total = results.get(job.index)
         if total is None:
-            total = results[index] = PairResult(pair.name, pair.check, Tally(), ref=pair.ref, family=pair.family)
+            total = results[job.index] = PairResult(pair.name, pair.check, Tally(), ref=pair.ref, family=pair.family)
             campaign.results.append(total)
         total.absorb(batch)
+        total.crash_records.extend(batch.crash_records)
         if total.found_at is None and (batch.ended or batch.known):
             total.found_at = time.monotonic() - start
+        node = campaign.nodes[workers.node(k)]
+        node.examples += batch.tally.examples
+        node.batches += 1
+        node.seconds += batch.seconds
         campaign.batches += 1
-        scheduler.done(index, number, batch.report(), home=k)
+        scheduler.done(job.index, job.number, batch.report(), home=k)
         campaign.rounds = scheduler.round
         if on_batch:
             on_batch(campaign, total, batch)
 
+    def died(event: Died) -> None:
+        """A dead worker costs its batch: run again on another worker, or a crash."""
+        assert workers is not None
+        job = running.pop(event.slot)
+        retry = _Retry(job, event, job.attempt + 1)
+        if job.attempt < workers.retries and not stopping:
+            retries.append(retry)
+            campaign.retried.append(f"{todo[job.index].key}: the worker died ({event.cause}); its batch ran again")
+        else:
+            crash(retry)
+
+    def crash(retry: _Retry) -> None:
+        """The batch's case in flight is a crash: recorded, and the pair ends."""
+        assert workers is not None
+        job, event = retry.job, retry.event
+        records = workers.record(event)
+        again = f" (its batch had died {job.attempt} time(s) before, on another worker)" if job.attempt else ""
+        finish(
+            event.slot,
+            PairResult(
+                todo[job.index].name,
+                todo[job.index].check,
+                Tally(),
+                crashed=True,
+                error=f"the worker died ({event.cause}) running this pair" + again,
+                seconds=time.monotonic() - job.started,
+                crash_records=records,
+            ),
+            job,
+        )
+
+    def drop(retry: _Retry) -> None:
+        """A batch that cannot run again: a crash if its worker died of it, else cut."""
+        if retry.event.cause:
+            crash(retry)
+        else:
+            index = retry.job.index
+            cut = PairResult(todo[index].name, todo[index].check, Tally(), cut=True)
+            finish(retry.event.slot, cut, retry.job)
+
+    def next_job(k: int) -> tuple[int, int, int] | None:
+        """(pair, batch, attempt): a batch to run again (not where it died,
+        where another slot is free), else the scheduler's next."""
+        for retry in retries:
+            if retry.event.slot != k or not retry.event.cause or workers is None or workers.slots == 1:
+                retries.remove(retry)
+                return retry.job.index, retry.job.number, retry.attempt
+        job = scheduler.take(home=k)
+        return None if job is None else (*job, 0)
+
     try:
-        for _ in range(min(jobs, len(todo))):
-            slots.append(spawn())
+        workers = (pool or fork_pool)(opts, jobs, len(todo))
+        campaign.jobs = max(1, workers.slots if pool else (jobs or os.cpu_count() or 1))
+        for k in range(workers.slots):
+            campaign.nodes[workers.node(k)].slots += 1
         # The budget is fuzzing time: it starts once the workers are up (the
         # forkserver's first start imports torch, seconds on a busy machine).
         start = time.monotonic()
@@ -546,21 +847,22 @@ def run_campaign(
         while True:
             now = time.monotonic()
             stopping = stopping or (end is not None and now >= end)
-            for k, slot in enumerate(slots):
-                if slot.job is not None or stopping:
+            while retries and (stopping or not any(workers.usable(k) for k in range(workers.slots))):
+                drop(retries.popleft())  # no batch starts after the budget, nor without a worker
+            for k in range(workers.slots):
+                if k in running or stopping or not workers.usable(k):
                     continue
-                job = scheduler.take(home=k)
+                job = next_job(k)
                 if job is None:
                     if on_start:
                         on_start(k, None, None)
                     continue
-                if not slot.proc.is_alive():
-                    slot = slots[k] = spawn()
-                index, number = job
+                index, number, attempt = job
                 pair = todo[index]
                 limits = [s for s in (batch_seconds, None if end is None else end - now) if s is not None]
-                slot.conn.send(
-                    (
+                workers.start(
+                    k,
+                    Job(
                         (index, number),
                         pair.ref,
                         pair.check,
@@ -568,68 +870,42 @@ def run_campaign(
                         pair.cases,
                         batch_seed(campaign.seed, pair.key, number),
                         pair.size,
-                    )
+                        None if end is None else end - now,
+                    ),
                 )
-                slot.job = (index, number, now)
+                running[k] = _Running(index, number, now, attempt)
                 campaign.rounds = scheduler.round
                 if on_start:
                     on_start(k, pair.name, pair.check)
-            busy = [(k, s) for k, s in enumerate(slots) if s.job is not None]
-            if not busy:  # stopping, or no batch left: take() plans the next round once all are done
+            if not running:  # stopping, or no batch left: take() plans the next round once all are done
                 break
-            ready = wait([s.conn for _, s in busy] + [s.proc.sentinel for _, s in busy], timeout=1.0)
-            for k, slot in busy:
-                if slot.conn in ready:
-                    try:
-                        _, result = slot.conn.recv()
-                    except (EOFError, OSError):
-                        pass  # died: reported below once the process is gone
-                    else:
-                        finish(k, result)
-                        continue
-                if slot.proc.sentinel in ready or not slot.proc.is_alive():
-                    slot.proc.join(timeout=5)
-                    assert slot.job is not None  # busy
-                    index, _, started = slot.job
-                    if _stopped(slot.proc.exitcode):  # its batch ends there, as if cut by its deadline
-                        _forget_inflight(corpus, slot.proc.pid)
-                        finish_cut(k)
-                        continue
-                    died = _signal_name(slot.proc.exitcode)
-                    if corpus is not None:  # its case in flight, recorded now with how it died
-                        recover(corpus, cause=f"a fuzzdiff run worker died ({died})")
-                    finish(
-                        k,
-                        PairResult(
-                            todo[index].name,
-                            todo[index].check,
-                            Tally(),
-                            crashed=True,
-                            error=f"the worker died ({died}) running this pair",
-                            seconds=time.monotonic() - started,
-                        ),
-                    )
+            try:
+                events = workers.wait(1.0)
+            except ClusterLost as lost:
+                campaign.lost = str(lost)
+                for k in list(running):
+                    finish_cut(k)
+                while retries:
+                    drop(retries.popleft())
+                break
+            for event in events:
+                if isinstance(event, Done):
+                    finish(event.slot, event.result)
+                elif isinstance(event, Stopped):
+                    finish_cut(event.slot)
+                elif isinstance(event, Lost):  # again, anywhere, as the same attempt
+                    again = running.pop(event.slot)
+                    retries.append(_Retry(again, Died(event.slot, ""), again.attempt))
+                else:
+                    died(event)
             if hard_end is not None and time.monotonic() > hard_end:
-                for k, slot in enumerate(slots):
-                    if slot.job is not None:
-                        slot.proc.kill()
-                        slot.proc.join(timeout=5)
-                        _forget_inflight(corpus, slot.proc.pid)
-                        finish_cut(k)
+                for k in list(running):
+                    workers.kill(k)
+                    finish_cut(k)
     finally:
-        for slot in slots:
-            if slot.proc.is_alive():
-                if slot.job is None:
-                    try:
-                        slot.conn.send(None)
-                    except OSError:
-                        pass
-                    slot.proc.join(timeout=5)
-                if slot.proc.is_alive():  # interrupted mid-batch, or did not stop
-                    slot.proc.kill()
-                    slot.proc.join(timeout=5)
-                    _forget_inflight(corpus, slot.proc.pid)
-            slot.conn.close()
+        fuzzing = time.monotonic() - (start or time.monotonic())  # the workers' shutdown is not fuzzing time
+        if workers is not None:
+            workers.close()
     scheduler.settle()  # the batches of the last, maybe unfinished, round count too
     for index, total in results.items():
         total.scores = list(scheduler.pairs[index].scores)
@@ -637,7 +913,7 @@ def run_campaign(
     if corpus is not None:
         campaign.recovered = recover(corpus, cause="a fuzzdiff run worker died")
         _attach(campaign, corpus, start)
-    campaign.seconds = time.monotonic() - start
+    campaign.seconds = fuzzing
     return campaign
 
 
@@ -653,6 +929,8 @@ def _attach(campaign: Campaign, corpus, start: float) -> None:
     since = time.time() - (time.monotonic() - start)
     for (check, target), r in crashed.items():
         for path in sorted((Path(corpus) / check / target).glob("*.json")):
+            if str(path) in r.crash_records:
+                continue  # the pool wrote it, and said so
             try:
                 if path.stat().st_mtime < since or json.loads(path.read_text())["verdict"]["kind"] != "crash":
                     continue

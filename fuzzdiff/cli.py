@@ -99,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: every core)")
     run.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run the batches on the Ray cluster at ADDRESS (HOST:PORT, auto), or without one on a local "
+        "Ray instance: one worker per CPU (--jobs at most); needs pip install 'fuzzdiff[cluster]'",
+    )
+    run.add_argument(
         "--report", metavar="DIR", help="write heatmap.html, heatmap.png and results.json into DIR at the end"
     )
     run.set_defaults(handler="cmd_run")

@@ -26,6 +26,7 @@ from fuzzdiff import api, repro
 from fuzzdiff.campaign import BatchSize, case_options, round_one_order, run_campaign
 from fuzzdiff.case import DTYPES
 from fuzzdiff.checks import CHECKS, UnknownCheck, get_check
+from fuzzdiff.cluster import ClusterError, connected, preflight, ray_pool
 from fuzzdiff.corpus import (
     STATUSES,
     CorpusError,
@@ -118,14 +119,17 @@ def _run_dtypes(args):
     return [DTYPES[d] for d in names]
 
 
-def _run_device(name: str | None) -> str | None:
-    """--device: cpu or cuda (cuda:N); cuda only where torch sees a GPU."""
+def _run_device(name: str | None, cluster: bool = False) -> str | None:
+    """--device: cpu or cuda (cuda:N); cuda only where torch sees a GPU (with
+    --ray, the cluster's GPUs: fuzzdiff.cluster checks there are some)."""
     if name is None:
         return None
     if name == "cpu":
         return name
     if name.split(":")[0] != "cuda":
         raise UsageError(f"--device {name!r}: expected cpu or cuda (cuda:N)")
+    if cluster:
+        return name
     if not torch.cuda.is_available():
         raise UsageError(
             f"--device {name}: no CUDA device is available to torch "
@@ -186,12 +190,13 @@ class _Live:
     """The live display of ``fuzzdiff run``: the round, coverage per check,
     examples/s and failures so far, and what each worker runs."""
 
-    def __init__(self, console, jobs: int):
+    def __init__(self, console, cluster: bool = False):
         self.console = console
         self.campaign = None
         self.started: float | None = None
-        self.workers: list[str] = [""] * jobs
+        self.workers: dict[int, str] = {}
         self.failures = 0
+        self.cluster = cluster  # and per node: its examples/s
 
     def on_start(self, slot, target, check):
         if self.started is None:
@@ -223,8 +228,34 @@ class _Live:
             table.add_row(
                 check, f"{row['targets']}/{row['applicable']}", str(row["examples"]), str(row["fail"] + row["crashed"])
             )
-        lines = [Text(f"  worker {k}: {w}", style="dim") for k, w in enumerate(self.workers) if w]
+        if self.cluster:  # hundreds of workers: their count, and each node's rate
+            busy = sum(bool(w) for w in self.workers.values())
+            lines = [Text(_nodes_line(c, seconds)), Text(f"  {busy} of {c.jobs} workers busy", style="dim")]
+        else:
+            lines = [Text(f"  worker {k}: {w}", style="dim") for k, w in sorted(self.workers.items()) if w]
         return Group(head, table, *lines)
+
+
+def _nodes_line(campaign, seconds: float) -> str:
+    """The node count and each node's examples/s (the cluster's share of the work)."""
+    nodes = campaign.nodes
+    each = ", ".join(f"{name} {n.examples / max(seconds, 1e-9):.0f}" for name, n in sorted(nodes.items()))
+    return f"{len(nodes)} node(s), examples/s per node: {each}"
+
+
+def _nodes_meta(campaign) -> dict:
+    """The per-node breakdown of a --ray run's report."""
+    seconds = max(campaign.seconds, 1e-9)
+    return {
+        name: {
+            "workers": n.slots,
+            "batches": n.batches,
+            "examples": n.examples,
+            "busy_seconds": round(n.seconds, 1),
+            "examples_per_s": round(n.examples / seconds, 1),
+        }
+        for name, n in sorted(campaign.nodes.items())
+    }
 
 
 def _interrupt(signum, frame):
@@ -267,7 +298,13 @@ def cmd_run(args) -> int:
         shard = None if args.shard is None else Shard.parse(args.shard)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    dtypes, device = _run_dtypes(args), _run_device(args.device)
+    cluster = args.ray is not None
+    if cluster:
+        try:
+            preflight(args.ray or None)  # before the targets are built (OpInfo's take seconds)
+        except ClusterError as e:
+            raise UsageError(str(e)) from None
+    dtypes, device = _run_dtypes(args), _run_device(args.device, cluster)
     jobs = args.jobs or os.cpu_count() or 1
     console = Console(stderr=True)
     notes: list[str] = []
@@ -302,7 +339,8 @@ def cmd_run(args) -> int:
         + ", ".join(f"{k} {v}" for k, v in families.items())
         + "), "
         f"batches of {size.examples} examples (fewer for fixed shapes and compile) x {size.variants} variants, "
-        f"{jobs} worker(s), seed {seed}"
+        + (f"{jobs} worker(s)" if not cluster else f"Ray {args.ray or '(a local instance)'}")
+        + f", seed {seed}"
         + (f", budget {args.budget:g}s" if args.budget else "")
         + (f", {args.rounds} round(s)" if args.rounds else "")
         + (f", shard {shard.index}/{shard.count}" if shard else "")
@@ -310,35 +348,41 @@ def cmd_run(args) -> int:
         + (f", device {device}" if device else "")
     )
     # Interrupted, the campaign kills its busy workers and forgets their cases in flight.
-    live = _Live(console, min(jobs, max(len(pairs), 1)))
-    with (
-        _stops_interrupt(),
-        Live(
-            live, console=console, transient=True, refresh_per_second=2, redirect_stdout=False, redirect_stderr=False
-        ) as display,
-    ):
-        live.console = display.console
-        campaign = run_campaign(
-            pairs,
-            size=size,
-            budget=args.budget,
-            rounds=args.rounds,
-            seed=seed,
-            corpus=args.corpus,
-            jobs=jobs,
-            dtypes=dtypes,
-            device=device,
-            batch_seconds=args.batch_seconds,
-            database_url=args.db,
-            on_batch=live.on_batch,
-            on_start=live.on_start,
+    live = _Live(console, cluster)
+    with contextlib.ExitStack() as stack:
+        if cluster:
+            try:
+                stack.enter_context(connected(args.ray or None, cpus=jobs))
+            except ClusterError as e:
+                raise UsageError(str(e)) from None
+        stack.enter_context(_stops_interrupt())
+        display = stack.enter_context(
+            Live(
+                live,
+                console=console,
+                transient=True,
+                refresh_per_second=2,
+                redirect_stdout=cluster,  # Ray's notices (a worker died) print above the display, not through it
+                redirect_stderr=False,
+            )
         )
+        live.console = display.console
+        try:
+            campaign = _campaign(args, pairs, live, size, seed, jobs, dtypes, device, cluster)
+        except ClusterError as e:
+            raise UsageError(str(e)) from None
 
     Console(width=max(Console().width, 140)).print(_run_table(campaign))
     console.print(
         f"coverage: {_coverage_line(campaign)}; {campaign.examples} examples, "
         f"{campaign.examples / max(campaign.seconds, 1e-9):.0f} examples/s"
     )
+    if cluster:
+        console.print(_nodes_line(campaign, campaign.seconds))
+    for note in campaign.retried:
+        console.print(f"[yellow]ran again[/yellow] {note}")
+    if campaign.lost:
+        console.print(f"[red]the workers were lost[/red] before the campaign's end ({campaign.lost}): results so far")
     if campaign.skipped_for_budget:
         console.print(f"budget reached: {campaign.skipped_for_budget} pairs not started")
     cut = sum(r.cut for r in campaign.results)
@@ -371,12 +415,35 @@ def cmd_run(args) -> int:
             "dtypes": _split(args.dtypes),
             "device": device,
             "shard": args.shard,
+            "ray": args.ray,
             "seconds": round(campaign.seconds, 1),
             "skipped_for_budget": campaign.skipped_for_budget,
         }
+        if cluster:
+            meta["nodes"] = _nodes_meta(campaign)
         out = write_report(Path(args.report), pair_rows(campaign, pairs), meta=meta, title="fuzzdiff run")
         console.print(f"report: {out['html']}, {out['png']}, {out['results']}")
     return 1 if campaign.failures else 0
+
+
+def _campaign(args, pairs, live, size, seed, jobs, dtypes, device, cluster):
+    """The campaign of ``fuzzdiff run``: on this machine's cores, or on Ray."""
+    return run_campaign(
+        pairs,
+        size=size,
+        budget=args.budget,
+        rounds=args.rounds,
+        seed=seed,
+        corpus=args.corpus,
+        jobs=args.jobs if cluster else jobs,
+        dtypes=dtypes,
+        device=device,
+        batch_seconds=args.batch_seconds,
+        database_url=args.db,
+        pool=ray_pool() if cluster else None,
+        on_batch=live.on_batch,
+        on_start=live.on_start,
+    )
 
 
 def cmd_list(args) -> int:

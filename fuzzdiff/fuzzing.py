@@ -207,6 +207,7 @@ def fuzz(
     shrink_seconds: float | None = None,
     definition=None,
     recover_crashes: bool = True,
+    journal_dir=None,
     config: FuzzConfig | None = None,
     **case_options,
 ) -> Tally:
@@ -243,7 +244,9 @@ def fuzz(
     ``definition`` goes into the corpus record (a user target's recipe,
     fuzzdiff.targets.user.definition). ``recover_crashes=False`` leaves dead
     processes' journal entries to the caller (a campaign's parent records them
-    with how its worker died).
+    with how its worker died). ``journal_dir`` journals the examples there when
+    there is no corpus (a campaign worker on a machine without it, whose
+    crash the campaign records elsewhere: fuzzdiff.cluster).
     """
     config = FuzzConfig.resolve(
         base=config or environ_config(), variants=variants, structures=structures, corpus=corpus
@@ -335,8 +338,8 @@ def fuzz(
     if corpus is not None and recover_crashes:
         recover(corpus)
     try:
-        if corpus is not None:
-            journal = Journal(corpus, check.name, target.name, timeout)
+        if corpus is not None or journal_dir is not None:
+            journal = Journal(corpus if corpus is not None else journal_dir, check.name, target.name, timeout)
         if timeout > 0:
             watch = Watchdog(timeout, None if journal is None else journal.hang_path)
         try:

@@ -52,7 +52,7 @@ from pathlib import Path
 
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["INFLIGHT", "Journal", "recover", "forget", "case_json", "STOPS"]
+__all__ = ["INFLIGHT", "Journal", "Inflight", "recover", "forget", "take", "record_inflight", "case_json", "STOPS"]
 
 INFLIGHT = ".inflight"
 FORMAT = 1
@@ -320,12 +320,14 @@ def recover(root: Path | str, *, cause: str | None = None, stale_after: float = 
     return records
 
 
-def forget(root: Path | str, *, pid: int | None = None, children_of: int | None = None) -> list[Path]:
+def forget(
+    root: Path | str, *, pid: int | None = None, children_of: int | None = None, keep: bool = False
+) -> list[Path]:
     """Remove the entries of processes stopped on purpose: those of ``pid``
     (this host's), or of the dead processes whose parent is ``children_of``
     (a live process of this host, e.g. the pytest controller whose xdist
     workers were killed when its session was interrupted). Their cases were
-    interrupted, not crashed. Returns the entries removed."""
+    interrupted, not crashed. Returns the entries removed (found, with ``keep``)."""
     folder = Path(root) / INFLIGHT
     if pid is not None:
         entries = [
@@ -347,10 +349,47 @@ def forget(root: Path | str, *, pid: int | None = None, children_of: int | None 
                 entries.append(entry)
     else:
         raise TypeError("forget() needs pid= or children_of=")
+    if keep:
+        return entries
     for entry in entries:
         entry.unlink(missing_ok=True)
         entry.with_suffix(".hang").unlink(missing_ok=True)
     return entries
+
+
+@dataclasses.dataclass(frozen=True)
+class Inflight:
+    """A dead process's journal entry as plain data: what a machine without the
+    corpus sends to the one that writes the records (fuzzdiff.cluster)."""
+
+    name: str  # the journal file's name
+    variant: int  # the variant in flight, -1 when idle
+    info: dict  # the entry's header and case JSON
+    hang: str | None = None  # faulthandler's report when the hard timeout stopped the process
+
+
+def take(root: Path | str, pid: int) -> list[Inflight]:
+    """Read and remove the entries of ``pid`` (this host's), a process known to
+    be dead (a campaign's worker on another machine): its in-flight examples,
+    to be recorded elsewhere with ``record_inflight``; idle entries are dropped."""
+    entries = []
+    for entry in forget(root, pid=pid, keep=True):
+        read = _read(entry)
+        if read is not None and read[0] >= 0 and read[1] is not None:
+            entries.append(Inflight(entry.name, read[0], read[1], _hang_report(entry.with_suffix(".hang"))))
+        entry.unlink(missing_ok=True)
+        entry.with_suffix(".hang").unlink(missing_ok=True)
+    return entries
+
+
+def record_inflight(root: Path | str, entry: Inflight, cause: str | None = None) -> Path:
+    """The ``crash`` (or ``timeout``) record of a dead process's example in
+    flight, written under ``root`` as ``recover`` writes it."""
+    # startup time: torch is imported only when there is an entry to record
+    from fuzzdiff.case import case_from_json
+
+    case = case_from_json(entry.info["case"], where="journal.case").reseeded(entry.variant)
+    return _record(root, Path(entry.name), entry.info, entry.variant, entry.info["check"], case, entry.hang, cause)
 
 
 def _mtime(path: Path) -> float:

@@ -188,6 +188,13 @@ def test_usage_errors_exit_2(argv, message, capsys, monkeypatch):
     assert message in capsys.readouterr().err
 
 
+def test_ray_without_its_package_is_a_usage_error(capsys, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError, as where it is not installed
+    assert cli.main(["run", "--ray", "--targets", "sin", "--checks", "grad"]) == 2
+    assert "pip install 'fuzzdiff[cluster]'" in capsys.readouterr().err
+
+
 def test_dtypes_and_device_become_case_options_and_checks_are_interleaved(zoo):
     import torch
 
