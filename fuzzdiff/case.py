@@ -453,14 +453,35 @@ class Case:
         """Some argument's values sit at a structured point (fuzzdiff.structures)."""
         return any(a.values.structure for a in self.args)
 
+    @property
+    def repeated(self) -> bool:
+        """Some argument is an earlier one passed again (alias "same"): a tie
+        between arguments that no move of the values breaks (``dist(x, x)``)."""
+        return any(a.alias is not None and a.alias.kind == "same" for a in self.args)
+
+    def untied(self) -> Case:
+        """Each argument that repeats a leaf argument (alias "same") made a leaf
+        of its own with the same values: the tie is kept, the sharing is not."""
+        args, data = list(self.args), dict(self.data)
+        for i, a in enumerate(self.args):
+            if a.alias is None or a.alias.kind != "same" or args[a.alias.of].alias is not None:
+                continue
+            args[i] = args[a.alias.of]
+            if a.alias.of in data:
+                data[i] = data[a.alias.of].clone()
+        return replace(self, args=tuple(args), data=data)
+
     def nudged(self, amount: float, seed: int, keep_structure: bool = True) -> Case:
         """A neighbouring point: every floating value of a differentiable
         argument moved by at most ``amount`` of its range; structured values
         stay structured (the ties still tie, the zeros are still zeros),
-        unless ``keep_structure`` is False.
+        unless ``keep_structure`` is False: then a repeated argument
+        (``repeated``) becomes its own leaf too, and moves apart.
 
         Pinned values (a record's) are moved themselves and stay pinned, so
         the neighbour is near the values the record holds, not near a redraw."""
+        if not keep_structure and self.repeated:
+            return self.untied().nudged(amount, seed, keep_structure)
         moves = [a.values.kind == "float" and a.grad != "none" for a in self.args]
         off = not keep_structure
         args = tuple(

@@ -22,7 +22,10 @@ zero. Whether a structure is a kink depends on the target (zeros are kinks of
 ``abs``, not of ``prod``), so the function is asked, not the structure's name.
 An identity without a one-sided measure (forward against reverse mode, the
 second derivatives) keeps the old question, at neighbours moved off the
-structure: it may hide a bug there, never invent one.
+structure: it may hide a bug there, never invent one. An argument passed
+twice (``dist(x, x)``, ``Case.repeated``) is such a structure: ``x - x`` sits
+at the norm's kink whatever ``x`` is, so those neighbours pass ``x`` and a
+copy of it, each moved on its own.
 """
 
 from __future__ import annotations
@@ -173,16 +176,19 @@ def judge(
         return None
 
     def neighbours() -> Doubt | Survived:
-        if not case.structured:
+        # A repeated argument (dist(x, x)) is a tie no move of the values
+        # breaks: without a one-sided measure, the neighbours untie it.
+        if not case.structured and not (sided is None and case.repeated):
             for k in (1, 2):
                 if measure(case.nudged(NUDGE, seed=k), eps).within(tol):
                     return Doubt("vanishes at a neighbouring point (a kink or a tie)")
             return Survived("two neighbouring points")
         if sided is None:
+            point = "structured point" if case.structured else "repeated argument"
             for k in (1, 2):
                 if measure(case.nudged(NUDGE, seed=k, keep_structure=False), eps).within(tol):
-                    return Doubt("vanishes at a neighbouring point off the structured point (a kink or a tie)")
-            return Survived("two neighbouring points off the structured point")
+                    return Doubt(f"vanishes at a neighbouring point off the {point} (a kink or a tie)")
+            return Survived(f"two neighbouring points off the {point}")
         doubt = kink(sided, case, eps, tol, first.scale)
         if doubt is not None:
             return doubt

@@ -98,3 +98,20 @@ def test_a_function_without_jvp_has_its_reverse_identities_checked_and_no_forwar
     report = fuzzdiff.check(_CubeWithoutJvp.apply, "x: n m", checks=("forward2",), max_examples=60, seed=0)
     row = report.row("forward2")
     assert report.ok and row["failed"] == 0 and row["passed"] > 0, report.summary()
+
+
+def test_a_second_derivative_through_a_kink_of_a_repeated_argument_is_inconclusive():
+    """dist(x, x) is the norm at 0, its kink, whatever x is: torch's second
+    derivatives are nan there, the finite differences of a constant 0. A
+    neighbour that passes x twice never leaves the kink; one that unties the
+    arguments does, and the discrepancy vanishes there."""
+    from fuzzdiff.case import Alias, Arg, Case, Values
+    from fuzzdiff.targets.target import Target
+
+    values = Values(seed=1, low=-2.0, high=2.0)
+    case = Case("dist", (Arg((3, 4), values), Arg((3, 4), values, alias=Alias(0, "same"))),
+                params={"cotangent": {"seed": 1}, "direction": {"seed": 2}, "second": {"seed": 3}})
+    verdict = run_check("forward2", Target("dist", torch.dist, "x: 3 4, y: 3 4"), case)
+    assert verdict.kind == "inconclusive", verdict
+    assert "neighbouring point off the repeated argument" in verdict.message, verdict.message
+    assert case.repeated and not case.nudged(1e-3, seed=1, keep_structure=False).repeated
