@@ -317,6 +317,68 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             records=("0f362ba860e1de7d",),
         ),
     ),
+    (
+        "opinfo/linalg.eigh@*",
+        Known(
+            "forward2",
+            "reverse mode through the jvp of torch.linalg.eigh's eigenvectors gives nan at a symmetric "
+            "matrix with distinct eigenvalues: its forward-mode formula is not differentiable itself, "
+            "while nested torch.func.jvp, reverse over reverse and finite differences agree (torch "
+            "2.13.0 CPU)",
+            "torch.manual_seed(0); X = torch.randn(4, 4, dtype=torch.float64); A = X + X.mT "
+            "(eigenvalues -6.58, -4.00, 1.78, 2.95); U, V, W = (torch.randn(4, 4, dtype=torch.float64) "
+            "for _ in range(3)); def dV(a): with fwAD.dual_level(): return (fwAD.unpack_dual("
+            "torch.linalg.eigh(fwAD.make_dual(a, U + U.mT)).eigenvectors).tangent * W).sum(); "
+            "a = A.clone().requires_grad_(); (torch.autograd.grad(dV(a), a)[0] * (V + V.mT)).sum() -> "
+            "nan; (dV(A + 1e-6 * (V + V.mT)) - dV(A - 1e-6 * (V + V.mT))) / 2e-6 -> -1.1394, and "
+            "nested torch.func.jvp of eigh's eigenvectors along U + U.mT, V + V.mT, dotted with W, "
+            "-> -1.1394",
+            message=r"^<w, d2f\[u, u'\]> reverse-over-forward vs finite differences: analytic nan",
+            records=("1ad945328b52442d",),
+        ),
+    ),
+    (
+        "opinfo/linalg.eig@*",
+        Known(
+            "forward2",
+            "reverse mode through the jvp of torch.linalg.eig raises 'the specified loss function "
+            "depends on this quantity, so it is ill-defined' for a loss that does not depend on the "
+            "eigenvectors' phases (abs of the eigenvectors, OpInfo's own output_process_fn_grad), "
+            "while reverse over reverse and finite differences of the same forward-mode tangent "
+            "agree (torch 2.13.0 CPU)",
+            "torch.manual_seed(0); A = torch.randn(5, 5, dtype=torch.float64); U, V, W = "
+            "(torch.randn(5, 5, dtype=torch.float64) for _ in range(3)); def h(a): with "
+            "fwAD.dual_level(): return (fwAD.unpack_dual(torch.linalg.eig(fwAD.make_dual(a, U))[1]"
+            ".abs()).tangent * W).sum(); a = A.clone().requires_grad_(); torch.autograd.grad(h(a), a) "
+            "-> RuntimeError: linalg_eig_backward: The eigenvectors in the complex case are specified "
+            "up to multiplication by e^{i phi}. The specified loss function depends on this quantity, "
+            "so it is ill-defined.; (h(A + 1e-6 * V) - h(A - 1e-6 * V)) / 2e-6 -> -2.1524, reverse "
+            "over reverse of (torch.linalg.eig(a)[1].abs() * W).sum() along U, V -> -2.1524",
+            raises="RuntimeError",
+            message=r"^raised RuntimeError: linalg_eig_backward: The eigenvectors in the complex case are "
+            r"specified up to multiplication by e\^\{i phi\}",
+            records=("6290040c5e3c4b62",),
+        ),
+    ),
+    (
+        "opinfo/masked.logaddexp@*",
+        Known(
+            "forward2",
+            "the second derivatives of torch.masked.logaddexp are nan where exactly one of its two "
+            "arguments is masked out: it puts -inf there, and logaddexp's backward for b, "
+            "1 / (1 + exp(a - b)), has the derivative -inf / inf = nan in a at b = -inf, though the "
+            "result is the other argument, smooth (OpInfo skips test_fn_gradgrad for it; torch "
+            "2.13.0 CPU)",
+            "p, q = torch.tensor([-1.0], dtype=torch.float64, requires_grad=True), torch.tensor([0.5], "
+            "dtype=torch.float64, requires_grad=True); out = torch.masked.logaddexp(p, q, "
+            "input_mask=torch.tensor([True]), other_mask=torch.tensor([False])) (= p); gq, = "
+            "torch.autograd.grad(out.sum(), q, create_graph=True) (0.); torch.autograd.grad(gq.sum(), "
+            "p) -> (tensor([nan]),), where out = p whatever q: 0",
+            message=r"^<w, d2f\[u, u'\]> (reverse-over-reverse|forward-over-reverse) vs finite differences: "
+            r"analytic nan",
+            records=("4fb1429c65a29484",),
+        ),
+    ),
     ("opinfo/linalg.det@*", DET_GRAD_TRANSPOSED_PERMUTED),
     # the catalog's forward2 discrepancies, on OpInfo's samples of the same ops
     *(
