@@ -523,13 +523,18 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         "opinfo/addbmm@*",
         Known(
             "compile",
-            "torch.compile(dynamic=True) of vmap(torch.addbmm) with float beta and alpha trips "
-            '"false INTERNAL ASSERT FAILED at c10/core/Scalar.h" in fake-tensor dispatch: the '
-            "scalars become symbolic floats (torch 2.13.0 CPU, aot_eager; the SymInt cousin of "
-            "pow_scalar's pytorch/pytorch#185715)",
-            "fuzzdiff repro 9c7ab91229f4fc98: torch.compile(torch.func.vmap(f), backend='aot_eager', "
-            "dynamic=True) of OpInfo's first addbmm sample (its float beta and alpha bound in f) on a "
-            "batch of 2 -> TorchRuntimeError: ... Scalar.h ... INTERNAL ASSERT; eager vmap works",
+            "torch.compile(dynamic=True) of vmap(torch.addbmm) with OpInfo's int beta and alpha (1, "
+            'held in a dict that a closure passes as keywords) trips "false INTERNAL ASSERT FAILED at '
+            'c10/core/Scalar.h" (NYI SymInt equality) in fake-tensor dispatch: dynamo makes the ints '
+            "SymInts (torch 2.13.0 CPU, aot_eager; float beta and alpha compile; pow_scalar's "
+            "pytorch/pytorch#185715 kind)",
+            "def make(kwargs): return lambda m, a, b: torch.addbmm(m, a, b, **kwargs); def batched(f): "
+            "return lambda m, a, b: torch.func.vmap(f)(m, a, b); g = batched(make({'beta': 1, 'alpha': "
+            "1})); m, a, b = (torch.randn(2, *s, dtype=torch.float64) for s in ((5, 10), (5, 5, 5), (5, "
+            "5, 10))); g(m, a, b) works; torch.compile(g, backend='aot_eager', dynamic=True)(m, a, b) -> "
+            "TorchRuntimeError: ... **{'beta': s20, 'alpha': s51}): got RuntimeError('false INTERNAL "
+            "ASSERT FAILED at c10/core/Scalar.h ... NYI SymInt equality'); with {'beta': 0.6, 'alpha': "
+            "0.2} it compiles",
             raises="TorchRuntimeError",
             message=r"Scalar\.h",
             params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
