@@ -453,22 +453,47 @@ class Case:
         """Some argument's values sit at a structured point (fuzzdiff.structures)."""
         return any(a.values.structure for a in self.args)
 
+    @property
+    def repeated(self) -> bool:
+        """Some argument is an earlier one passed again (alias "same"): a tie
+        between arguments that no move of the values breaks (``dist(x, x)``)."""
+        return any(a.alias is not None and a.alias.kind == "same" for a in self.args)
+
+    def untied(self) -> Case:
+        """Each argument that repeats a leaf argument (alias "same") made a leaf
+        of its own with the same values: the tie is kept, the sharing is not."""
+        args, data = list(self.args), dict(self.data)
+        for i, a in enumerate(self.args):
+            if a.alias is None or a.alias.kind != "same" or args[a.alias.of].alias is not None:
+                continue
+            args[i] = args[a.alias.of]
+            if a.alias.of in data:
+                data[i] = data[a.alias.of].clone()
+        return replace(self, args=tuple(args), data=data)
+
     def nudged(self, amount: float, seed: int, keep_structure: bool = True) -> Case:
         """A neighbouring point: every floating value of a differentiable
         argument moved by at most ``amount`` of its range; structured values
         stay structured (the ties still tie, the zeros are still zeros),
-        unless ``keep_structure`` is False.
+        unless ``keep_structure`` is False: then a repeated argument
+        (``repeated``) becomes its own leaf too, and stays where it is while
+        the argument it repeats moves (two moves could coincide: a step is
+        clipped to the amount).
 
         Pinned values (a record's) are moved themselves and stay pinned, so
         the neighbour is near the values the record holds, not near a redraw."""
-        moves = [a.values.kind == "float" and a.grad != "none" for a in self.args]
+        case, still = self, set()
+        if not keep_structure and self.repeated:
+            case = self.untied()
+            still = {i for i, (a, b) in enumerate(zip(self.args, case.args)) if a.alias and not b.alias}
+        moves = [a.values.kind == "float" and a.grad != "none" and i not in still for i, a in enumerate(case.args)]
         off = not keep_structure
         args = tuple(
             replace(a, values=replace(a.values, nudge=amount, nudge_seed=seed + i, nudge_off=off)) if move else a
-            for i, (a, move) in enumerate(zip(self.args, moves))
+            for i, (a, move) in enumerate(zip(case.args, moves))
         )
-        data = {i: self._moved(i, t, amount, seed + i, off) if moves[i] else t for i, t in self.data.items()}
-        return replace(self, args=args, data=data)
+        data = {i: case._moved(i, t, amount, seed + i, off) if moves[i] else t for i, t in case.data.items()}
+        return replace(case, args=args, data=data)
 
     def _moved(self, i: int, storage: torch.Tensor, amount: float, seed: int, off: bool = False) -> torch.Tensor:
         """Pinned storage ``i`` nudged: each float element (each part of a

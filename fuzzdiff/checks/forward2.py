@@ -339,9 +339,14 @@ def run(target: Target, case: Case) -> Verdict:
         def m(c: Case, eps: float) -> Measurement:
             analytic, scale, probes = _analytic(target, c, name, cast)
             numeric, noise = reference(c, eps, cast, probes)
-            # asked only when the second derivative is not finite: a function or
-            # first derivative that is not finite here has none to check (gradgrad's rule)
-            defined = math.isfinite(analytic) or first_derivative_finite(leaf_function(target, c, cast=cast), c)
+            # asked only when the second derivative or the reference's round-off
+            # (taken from the first derivative at the point) is not finite: a
+            # function or first derivative that is not finite here has none to
+            # check (gradgrad's rule), whatever the analytic side reads (nested
+            # jvp reads 0 through a clamp of nan)
+            defined = (math.isfinite(analytic) and not math.isnan(noise)) or first_derivative_finite(
+                leaf_function(target, c, cast=cast), c
+            )
             return Measurement(analytic, numeric, scale + abs(numeric), noise, defined)
 
         return m

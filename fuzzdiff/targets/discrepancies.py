@@ -274,16 +274,20 @@ JVP_TANGENT_COPY_DYNAMIC = Known(
 
 JVP_STRIDE0_AOT_FUNCTION = Known(
     "compile",
-    "aot_function of torch.func.jvp raises when a primal has stride 0: the traced make_dual "
-    "copies the tangent (given in the primal's very layout) into the primal's layout, an "
-    "overlapping write that the functionalized copy_ refuses (torch 2.13.0 CPU; eager "
-    "torch.func.jvp works). Found on OpInfo's __getitem__ and addr; whatever the op: the compile "
-    "check does not draw jvp with aot_function for such a case",
-    "fuzzdiff repro a5f3e44a73adaec0 (opinfo/__getitem__@15, x of shape (5, 5, 5, 5) with strides "
-    "(0, 25, 5, 1)) and 7322b2a4ab40536b (opinfo/addr@0, vec1 of shape (5,) with stride 0): "
-    "aot_function(lambda *a: torch.func.jvp(f, a[:n], a[n:]), nop, nop) -> RuntimeError: more "
-    "than one element of the written-to tensor refers to a single memory location, from "
-    "make_dual -> meta_copy_",
+    "aot_function of torch.func.jvp raises when a primal has stride 0 and is not a view (a storage "
+    "of its own, larger than one element) while its tangent, in the very same sizes, strides, "
+    "offset and storage size, is a view: the traced make_dual copies the tangent into the "
+    "primal's layout, an overlapping write that the functionalized copy_ refuses (torch 2.13.0 "
+    "CPU; eager torch.func.jvp works, and so does aot_function when both are views). Found on "
+    "OpInfo's __getitem__ and addr; whatever the op: the compile check does not draw jvp with "
+    "aot_function for such a case",
+    "from functorch.compile import aot_function, nop; x = torch.empty(0, dtype=torch.float64)"
+    ".set_(torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64).untyped_storage(), 0, (5,), (0,)); "
+    "u = torch.tensor([2.0, 0.0, 0.0], dtype=torch.float64).as_strided((5,), (0,)); g = lambda x, "
+    "u: torch.func.jvp(torch.sin, (x,), (u,)); g(x, u)[1] -> [1.7552] * 5; aot_function(g, nop, "
+    "nop)(x, u) -> RuntimeError: more than one element of the written-to tensor refers to a "
+    "single memory location, from make_dual -> meta_copy_ (records a5f3e44a73adaec0, "
+    "opinfo/__getitem__@15, and 7322b2a4ab40536b, opinfo/addr@0)",
     raises="RuntimeError",
     message=r"more than one element of the written-to tensor refers to a single memory location",
     features=("stride0",),

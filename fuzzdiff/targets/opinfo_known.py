@@ -222,8 +222,10 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             ("forward", "gradgrad", "forward2"),
             "forward-mode AD of torch.cholesky_inverse is wrong for any non-diagonal factor (the JVP "
             "multiplies in the wrong order, pytorch/pytorch#196682); OpInfo's samples are factors "
-            "within 1e-3 of the identity, where the error is second order and small, so the "
-            "first-order check passes its tolerance and forward-over-reverse does not (torch 2.13.0 CPU)",
+            "within 1e-3 of the identity, where the error is second order and small: the first-order "
+            "check exceeds its tolerance only where the fuzzed offsets add to the sample's (its record, "
+            "4x the tolerance, has every offset at the edge of its interval), forward-over-reverse "
+            "anywhere (torch 2.13.0 CPU)",
             "torch.manual_seed(0); L = torch.eye(4, dtype=torch.float64) + 0.5 * torch.randn(4, 4, "
             "dtype=torch.float64).tril(-1); dL = torch.randn(4, 4, dtype=torch.float64).tril(); "
             "torch.func.jvp(torch.cholesky_inverse, (L,), (dL,))[1] differs from the finite "
@@ -233,6 +235,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             message=r"^<v, J u> \(forward\) vs |^forward-over-reverse vs finite differences"
             r"|^<w, d2f\[u, u'\]> (forward-over-reverse|reverse-over-forward|forward-over-forward|hessian"
             r"|jacfwd\(jacfwd\)) vs finite",
+            records=("61f1feccb8aaa4f2",),
         ),
     ),
     (
@@ -315,6 +318,68 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             "reverse and forward over reverse give 37.07",
             message=r"^<w, d2f\[u, u'\]> (reverse-over-forward|forward-over-forward|jacfwd\(jacfwd\)) vs finite",
             records=("0f362ba860e1de7d",),
+        ),
+    ),
+    (
+        "opinfo/linalg.eigh@*",
+        Known(
+            "forward2",
+            "reverse mode through the jvp of torch.linalg.eigh's eigenvectors gives nan at a symmetric "
+            "matrix with distinct eigenvalues: its forward-mode formula is not differentiable itself, "
+            "while nested torch.func.jvp, reverse over reverse and finite differences agree (torch "
+            "2.13.0 CPU)",
+            "torch.manual_seed(0); X = torch.randn(4, 4, dtype=torch.float64); A = X + X.mT "
+            "(eigenvalues -6.58, -4.00, 1.78, 2.95); U, V, W = (torch.randn(4, 4, dtype=torch.float64) "
+            "for _ in range(3)); def dV(a): with fwAD.dual_level(): return (fwAD.unpack_dual("
+            "torch.linalg.eigh(fwAD.make_dual(a, U + U.mT)).eigenvectors).tangent * W).sum(); "
+            "a = A.clone().requires_grad_(); (torch.autograd.grad(dV(a), a)[0] * (V + V.mT)).sum() -> "
+            "nan; (dV(A + 1e-6 * (V + V.mT)) - dV(A - 1e-6 * (V + V.mT))) / 2e-6 -> -1.1394, and "
+            "nested torch.func.jvp of eigh's eigenvectors along U + U.mT, V + V.mT, dotted with W, "
+            "-> -1.1394",
+            message=r"^<w, d2f\[u, u'\]> reverse-over-forward vs finite differences: analytic nan",
+            records=("1ad945328b52442d",),
+        ),
+    ),
+    (
+        "opinfo/linalg.eig@*",
+        Known(
+            "forward2",
+            "reverse mode through the jvp of torch.linalg.eig raises 'the specified loss function "
+            "depends on this quantity, so it is ill-defined' for a loss that does not depend on the "
+            "eigenvectors' phases (abs of the eigenvectors, OpInfo's own output_process_fn_grad), "
+            "while reverse over reverse and finite differences of the same forward-mode tangent "
+            "agree (torch 2.13.0 CPU)",
+            "torch.manual_seed(0); A = torch.randn(5, 5, dtype=torch.float64); U, V, W = "
+            "(torch.randn(5, 5, dtype=torch.float64) for _ in range(3)); def h(a): with "
+            "fwAD.dual_level(): return (fwAD.unpack_dual(torch.linalg.eig(fwAD.make_dual(a, U))[1]"
+            ".abs()).tangent * W).sum(); a = A.clone().requires_grad_(); torch.autograd.grad(h(a), a) "
+            "-> RuntimeError: linalg_eig_backward: The eigenvectors in the complex case are specified "
+            "up to multiplication by e^{i phi}. The specified loss function depends on this quantity, "
+            "so it is ill-defined.; (h(A + 1e-6 * V) - h(A - 1e-6 * V)) / 2e-6 -> -2.1524, reverse "
+            "over reverse of (torch.linalg.eig(a)[1].abs() * W).sum() along U, V -> -2.1524",
+            raises="RuntimeError",
+            message=r"^raised RuntimeError: linalg_eig_backward: The eigenvectors in the complex case are "
+            r"specified up to multiplication by e\^\{i phi\}",
+            records=("6290040c5e3c4b62",),
+        ),
+    ),
+    (
+        "opinfo/masked.logaddexp@*",
+        Known(
+            "forward2",
+            "the second derivatives of torch.masked.logaddexp are nan where exactly one of its two "
+            "arguments is masked out: it puts -inf there, and logaddexp's backward for b, "
+            "1 / (1 + exp(a - b)), has the derivative -inf / inf = nan in a at b = -inf, though the "
+            "result is the other argument, smooth (OpInfo skips test_fn_gradgrad for it; torch "
+            "2.13.0 CPU)",
+            "p, q = torch.tensor([-1.0], dtype=torch.float64, requires_grad=True), torch.tensor([0.5], "
+            "dtype=torch.float64, requires_grad=True); out = torch.masked.logaddexp(p, q, "
+            "input_mask=torch.tensor([True]), other_mask=torch.tensor([False])) (= p); gq, = "
+            "torch.autograd.grad(out.sum(), q, create_graph=True) (0.); torch.autograd.grad(gq.sum(), "
+            "p) -> (tensor([nan]),), where out = p whatever q: 0",
+            message=r"^<w, d2f\[u, u'\]> (reverse-over-reverse|forward-over-reverse) vs finite differences: "
+            r"analytic nan",
+            records=("4fb1429c65a29484",),
         ),
     ),
     ("opinfo/linalg.det@*", DET_GRAD_TRANSPOSED_PERMUTED),
@@ -458,13 +523,18 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         "opinfo/addbmm@*",
         Known(
             "compile",
-            "torch.compile(dynamic=True) of vmap(torch.addbmm) with float beta and alpha trips "
-            '"false INTERNAL ASSERT FAILED at c10/core/Scalar.h" in fake-tensor dispatch: the '
-            "scalars become symbolic floats (torch 2.13.0 CPU, aot_eager; the SymInt cousin of "
-            "pow_scalar's pytorch/pytorch#185715)",
-            "fuzzdiff repro 9c7ab91229f4fc98: torch.compile(torch.func.vmap(f), backend='aot_eager', "
-            "dynamic=True) of OpInfo's first addbmm sample (its float beta and alpha bound in f) on a "
-            "batch of 2 -> TorchRuntimeError: ... Scalar.h ... INTERNAL ASSERT; eager vmap works",
+            "torch.compile(dynamic=True) of vmap(torch.addbmm) with OpInfo's int beta and alpha (1, "
+            'held in a dict that a closure passes as keywords) trips "false INTERNAL ASSERT FAILED at '
+            'c10/core/Scalar.h" (NYI SymInt equality) in fake-tensor dispatch: dynamo makes the ints '
+            "SymInts (torch 2.13.0 CPU, aot_eager; float beta and alpha compile; pow_scalar's "
+            "pytorch/pytorch#185715 kind)",
+            "def make(kwargs): return lambda m, a, b: torch.addbmm(m, a, b, **kwargs); def batched(f): "
+            "return lambda m, a, b: torch.func.vmap(f)(m, a, b); g = batched(make({'beta': 1, 'alpha': "
+            "1})); m, a, b = (torch.randn(2, *s, dtype=torch.float64) for s in ((5, 10), (5, 5, 5), (5, "
+            "5, 10))); g(m, a, b) works; torch.compile(g, backend='aot_eager', dynamic=True)(m, a, b) -> "
+            "TorchRuntimeError: ... **{'beta': s20, 'alpha': s51}): got RuntimeError('false INTERNAL "
+            "ASSERT FAILED at c10/core/Scalar.h ... NYI SymInt equality'); with {'beta': 0.6, 'alpha': "
+            "0.2} it compiles",
             raises="TorchRuntimeError",
             message=r"Scalar\.h",
             params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},

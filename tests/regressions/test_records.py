@@ -38,7 +38,8 @@ def test_record(path):
         pytest.skip("a CUDA record; this machine has no GPU")
     verdict = replay(record)
     for _ in range(2):  # a kernel reading memory outside its input fails only some of the time
-        if record.status != "open" or verdict.kind != "pass":
+        # (and reads other garbage from call to call: the replay's ladder may call that nondeterminism)
+        if record.status != "open" or verdict.kind not in ("pass", "inconclusive"):
             break
         verdict = replay(record)
     if record.status in ("open", "expected"):

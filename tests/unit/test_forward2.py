@@ -98,3 +98,56 @@ def test_a_function_without_jvp_has_its_reverse_identities_checked_and_no_forwar
     report = fuzzdiff.check(_CubeWithoutJvp.apply, "x: n m", checks=("forward2",), max_examples=60, seed=0)
     row = report.row("forward2")
     assert report.ok and row["failed"] == 0 and row["passed"] > 0, report.summary()
+
+
+def test_a_second_derivative_through_a_kink_of_a_repeated_argument_is_inconclusive():
+    """dist(x, x) is the norm at 0, its kink, whatever x is: torch's second
+    derivatives are nan there, the finite differences of a constant 0. A
+    neighbour that passes x twice never leaves the kink; one that unties the
+    arguments does, and the discrepancy vanishes there."""
+    from fuzzdiff.case import Alias, Arg, Case, Values
+    from fuzzdiff.targets.target import Target
+
+    values = Values(seed=1, low=-2.0, high=2.0)
+    case = Case("dist", (Arg((3, 4), values), Arg((3, 4), values, alias=Alias(0, "same"))),
+                params={"cotangent": {"seed": 1}, "direction": {"seed": 2}, "second": {"seed": 3}})
+    verdict = run_check("forward2", Target("dist", torch.dist, "x: 3 4, y: 3 4"), case)
+    assert verdict.kind == "inconclusive", verdict
+    assert "neighbouring point off the repeated argument" in verdict.message, verdict.message
+    assert case.repeated and not case.nudged(1e-3, seed=1, keep_structure=False).repeated
+
+
+def test_a_finite_second_derivative_where_the_first_is_nan_is_inconclusive():
+    """corrcoef of constant rows is nan, and so is its gradient; nested jvp
+    reads 0 through the clamp (its jvp drops a nan input's tangent). The
+    finite differences' round-off, taken from the gradient at the point, is
+    nan: no tolerance could pass, and there is no derivative to check."""
+    from fuzzdiff.case import Arg, Case, Values
+    from fuzzdiff.targets.target import Target
+
+    case = Case("corrcoef_rows", (Arg((2, 3), Values(seed=1, low=-2.0, high=2.0, constant=(1,))),),
+                params={"cotangent": {"seed": 1}, "direction": {"seed": 2}, "second": {"seed": 3}})
+    verdict = run_check("forward2", Target("corrcoef_rows", torch.corrcoef, "x: 2 3"), case)
+    assert verdict.kind == "inconclusive", verdict
+    assert "not finite at this input" in verdict.message, verdict.message
+
+
+def test_a_float32_nan_at_a_repeated_argument_is_inconclusive_though_the_neighbours_round():
+    """dist(x, x) for a stride-0 x (one value): the neighbours that untie
+    it have x - y along the directions (constant too), where the second
+    derivative is 0 and float32 returns its rounding, beyond tolerance. The
+    nan, not the rounding, was the discrepancy: it is gone there. And the
+    untied copy stays put while x moves, so that the tie breaks even when two
+    clipped steps would coincide."""
+    from fuzzdiff.case import Alias, Arg, Case, Layout, Values
+    from fuzzdiff.targets.target import Target
+
+    values = Values(seed=0, low=-8.7, high=8.9, grid=0.25, constant=(0, 1))
+    one = Layout(storage_size=1, strides=(0, 0))
+    case = Case("dist", (Arg((5, 5), values, one), Arg((5, 5), values, alias=Alias(0, "same"))), dtype="float32",
+                params={"cotangent": {"seed": 1}, "direction": {"seed": 2}, "second": {"seed": 3}})
+    verdict = run_check("forward2", Target("dist", torch.dist, "x: 5 5, y: 5 5"), case)
+    assert verdict.kind == "inconclusive", verdict
+    for k in range(1, 9):
+        x, y = case.nudged(1e-3, seed=k, keep_structure=False).materialize().leaves
+        assert not torch.equal(x, y)

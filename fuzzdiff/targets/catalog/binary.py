@@ -32,13 +32,16 @@ ADDCDIV_JVP_FLOAT64_TANGENT = Known(
 POW_INT_EXPONENT_TRANSFORM = Known(
     "compile",
     "the same int exponent under torch.compile(dynamic=True) of a torch.func transform of "
-    'torch.pow: "false INTERNAL ASSERT FAILED at c10/core/Scalar.h" in fake-tensor dispatch '
-    "of the traced backward (torch 2.13.0 CPU, aot_eager; pytorch/pytorch#185715's kind)",
-    "fuzzdiff repro 2dbfb9bf761c30cd (x = 0-dim float64, exponent=2, grad transform, aot_eager): "
-    "TorchRuntimeError from _autograd_grad(create_graph=True) in fake-tensor dispatch: ... Scalar.h "
-    "... INTERNAL ASSERT FAILED. The exponent reaches the compiled code as the check passes it "
-    "(a keyword from the case's kwargs); written as a literal, as the standalone script does, it "
-    "compiles: the torch-only repro is still to be distilled",
+    'torch.pow: "false INTERNAL ASSERT FAILED at c10/core/Scalar.h" (NYI SymInt equality) in '
+    "fake-tensor dispatch of the traced backward. It takes an int held in a dict that a closure "
+    "passes as keywords (as the check passes a case's kwargs): dynamo makes it a SymInt; a literal "
+    "exponent compiles (torch 2.13.0 CPU, aot_eager; pytorch/pytorch#185715's kind)",
+    "def make(kwargs): return lambda d: torch.pow(d, **kwargs); def make_g(f): return lambda x, v: "
+    "torch.func.grad(lambda d: (v * f(d)).sum())(x); g = make_g(make({'exponent': 2})); x, v = "
+    "torch.tensor(1.5, dtype=torch.float64), torch.tensor(0.5, dtype=torch.float64); g(x, v) -> "
+    "tensor(1.5); torch.compile(g, backend='aot_eager', dynamic=True)(x, v) -> TorchRuntimeError: "
+    "... false INTERNAL ASSERT FAILED at c10/core/Scalar.h ... NYI SymInt equality (a literal "
+    "exponent=2, or g a module-level lambda, compiles)",
     raises="TorchRuntimeError",
     message=r"Scalar\.h",
     params={"backend": ("aot_eager", "inductor"), "transform": ("grad", "vjp", "jvp", "vmap")},
