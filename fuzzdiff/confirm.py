@@ -20,9 +20,10 @@ a gap that does not shrink with the step?), and only then are neighbours
 tried, with the structure kept (``Case.nudged``): a tie stays a tie, a zero a
 zero. Whether a structure is a kink depends on the target (zeros are kinks of
 ``abs``, not of ``prod``), so the function is asked, not the structure's name.
-An identity without a one-sided measure (forward against reverse mode, the
-second derivatives) keeps the old question, at neighbours moved off the
-structure: it may hide a bug there, never invent one. An argument passed
+A second derivative asks it of the first derivative it differentiates. An
+identity without a one-sided measure (forward against reverse mode) keeps
+the old question, at neighbours moved off the structure: it may hide a bug
+there, never invent one. An argument passed
 twice (``dist(x, x)``, ``Case.repeated``) is such a structure: ``x - x`` sits
 at the norm's kink whatever ``x`` is, so those neighbours pass ``x``, moved,
 and a copy of it. There a non-finite analytic side that is finite at a
@@ -192,14 +193,15 @@ def judge(
         return None
 
     def neighbours() -> Doubt | Survived:
-        # A repeated argument (dist(x, x)) is a tie no move of the values
-        # breaks: without a one-sided measure, the neighbours untie it.
-        if not case.structured and not (sided is None and case.repeated):
+        if not case.structured and not case.repeated:
             for k in (1, 2):
                 if measure(case.nudged(NUDGE, seed=k), eps).within(tol):
                     return Doubt("vanishes at a neighbouring point (a kink or a tie)")
             return Survived("two neighbouring points")
-        if sided is None:
+        # A repeated argument (dist(x, x)) is a tie no move of the values
+        # breaks, and no kink test sees (x - x is zero along every direction):
+        # the neighbours untie it.
+        if sided is None or not case.structured:
             point = "structured point" if case.structured else "repeated argument"
             for k in (1, 2):
                 near = measure(case.nudged(NUDGE, seed=k, keep_structure=False), eps)
@@ -210,7 +212,7 @@ def judge(
                     # the finite value there is the float64 step's question, not this one
                     return Doubt(f"{first.analytic!r} only at the {point}: finite at a neighbouring point off it")
             return Survived(f"two neighbouring points off the {point}")
-        doubt = kink(sided, case, eps, tol, first.scale)
+        doubt = kink(sided, case, eps, tol, first.scale, finite=math.isfinite(first.analytic))
         if doubt is not None:
             return doubt
         for k in (1, 2):
@@ -269,28 +271,38 @@ def _grows_like_a_jump(coarse: float, mid: float, fine: float) -> bool:
     return abs(fine) >= 4 * abs(mid) >= 16 * abs(coarse) > 0
 
 
-def kink(sided: Sided, case: Case, eps: float, tol: Tolerance, scale: float) -> Doubt | None:
+def kink(sided: Sided, case: Case, eps: float, tol: Tolerance, scale: float, finite: bool = True) -> Doubt | None:
     """A doubt when ``case`` is a kink along the probes: two of its
     derivatives that agree wherever it is differentiable (the right and the
     left one; the one along u and its sum along a split of u, for the kinks
     whose directional derivative is odd but not linear) differ beyond
     ``tol``, at ``eps`` and at ``eps / 8`` alike (a gap that shrinks with the
-    step is the curvature of a smooth function)."""
+    step is the curvature of a smooth function); or one of them at least
+    doubles from ``eps`` to ``eps / 8`` (a derivative that is infinite there:
+    ``sqrt(|x|)`` at 0, or a jump seen from both sides alike).
+
+    Pairs seen through a dense cotangent (``DENSE_COTANGENT`` in their name)
+    count only where the analytic side is not ``finite``: a nan reaches every
+    output, whatever the check's cotangent sees."""
     pairs = sided(case, eps)
-    late: list[tuple[str, float, float, float]] | None = None
-    for k, (what, a, b, noise) in enumerate(pairs):
-        gap = abs(a - b)
+    late = list(sided(case, eps / 8))
+    for (what, a, b, noise), (_, a8, b8, noise8) in zip(pairs, late):
+        if finite and DENSE_COTANGENT in what:
+            continue
         if not math.isfinite(scale):  # the analytic side is not finite: the derivatives' own size
             scale = abs(a) + abs(b)
-        if tol.allows(gap, scale, noise):
-            continue
-        late = list(sided(case, eps / 8)) if late is None else late
-        _, a8, b8, noise8 = late[k]
-        gap8 = abs(a8 - b8)
-        if tol.allows(gap8, scale, noise8) or gap8 <= gap / 4:
+        for x, x8 in ((a, a8), (b, b8)):
+            if abs(x8) >= 2 * abs(x) and not tol.allows(abs(x8 - x), scale, noise + noise8):
+                return Doubt(f"a singular point: {what} grow as eps shrinks ({x!r} at eps, {x8!r} at eps/8)")
+        gap, gap8 = abs(a - b), abs(a8 - b8)
+        if tol.allows(gap, scale, noise) or tol.allows(gap8, scale, noise8) or gap8 <= gap / 4:
             continue
         return Doubt(f"a kink at the structured point: {what} differ ({a!r} vs {b!r}), at eps/8 too")
     return None
+
+
+# The name mark of a kink test's pair seen through a dense cotangent (checks.grad.kink_pairs).
+DENSE_COTANGENT = "through a dense cotangent"
 
 
 Tensors = Sequence[torch.Tensor]

@@ -31,7 +31,8 @@ import torch.autograd.forward_ad as fwAD
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample, probe_params
-from fuzzdiff.checks.gradgrad import first_derivative_finite, once_differentiable
+from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs
+from fuzzdiff.checks.gradgrad import first_derivative, first_derivative_finite, once_differentiable
 from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
@@ -218,6 +219,17 @@ def _analytic(target: Target, case: Case, name: str, cast=None):
     return *by_jacobians(name, f, f.leaves, u, u2, w), (u, u2, w)
 
 
+def _kinks(target: Target, case: Case, eps: float) -> list[tuple[str, float, float, float]]:
+    """fuzzdiff.confirm's kink test at a structured point: the kinks of the
+    first derivative ``J^T w`` along u', seen through u, in float64 (gradgrad.kinks)."""
+    ref = leaf_function(target, case, cast=torch.float64, requires_grad=False)
+    with torch.no_grad():
+        outs = ref(*ref.leaves)
+    u, u2, w = _probes(case, ref.leaves, outs)
+    dense = probes_like({"cotangent": DENSE_PROBE}, "cotangent", outs)
+    return kink_pairs(first_derivative(ref, w), ref.leaves, u, u2, eps, seen_whole=first_derivative(ref, dense))
+
+
 def _reference(target: Target, case: Case, eps: float, probes) -> tuple[float, float]:
     """The finite differences in float64 at the case's values, at the very probes (widened)."""
     ref = leaf_function(target, case, cast=torch.float64, requires_grad=False)
@@ -353,7 +365,12 @@ def run(target: Target, case: Case) -> Verdict:
 
     def identity(name: str) -> Callable[[], Verdict]:
         return lambda: judge(
-            refusals.identity(name), measure(name), case, tol, measure64=measure(name, torch.float64) if low else None
+            refusals.identity(name),
+            measure(name),
+            case,
+            tol,
+            measure64=measure(name, torch.float64) if low else None,
+            sided=lambda c, eps: _kinks(target, c, eps),
         )
 
     # Judged one by one: a custom Function without jvp still has its reverse

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -14,7 +15,7 @@ from torch.utils._pytree import tree_leaves
 from fuzzdiff import draws
 from fuzzdiff.case import Case, Inputs
 from fuzzdiff.checks.check import Check
-from fuzzdiff.confirm import Measurement, judge
+from fuzzdiff.confirm import DENSE_COTANGENT, Measurement, judge
 from fuzzdiff.directions import absdot, directions, dot, dot_and_scale, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.function import differentiable
@@ -58,15 +59,14 @@ SPLITS = 12
 # entries still, and a kink among those alone is invisible along u (the median of three tied
 # values moved along one of them is flat on both sides, and linear along any split of u).
 _DENSE = {"direction": {"seed": 0xD1CE, "layout": "contiguous", "zeros": 0.0}}
+# and, where the analytic side is nan (which reaches every output), through a dense cotangent
+DENSE_PROBE = {"seed": 0xC0DE, "layout": "contiguous", "zeros": 0.0}
+_DENSE_COTANGENT = {"cotangent": DENSE_PROBE}
 
 
 def one_sided(target: Target, case: Case, eps: float) -> list[tuple[str, float, float, float]]:
-    """fuzzdiff.confirm's kink test at a structured point, in float64 at the
-    case's values, along the check's own direction u and along a dense one:
-    the right and left derivatives ``<v, D_u+ f>`` and ``<v, D_u- f>``, and the
-    derivative along u against its sum along random splits of u
-    (paths.numerical). The cotangent v is the check's own, so only a kink in
-    the outputs the mismatch is seen through counts."""
+    """fuzzdiff.confirm's kink test at a structured point, for ``<v, J u>``:
+    the kinks of the target's outputs at the case's values, in float64."""
     at = case.materialize(requires_grad=False, cast=torch.float64)
     rebuild = at.rebuild
 
@@ -75,9 +75,37 @@ def one_sided(target: Target, case: Case, eps: float) -> list[tuple[str, float, 
 
     with torch.no_grad():
         v = probes_like(case.params, "cotangent", f(*at.leaves))
+    return kink_pairs(f, at.leaves, v, directions(case.params, at.leaves), eps)
+
+
+def kink_pairs(
+    f: Callable[..., Sequence[torch.Tensor]],
+    leaves: Sequence[torch.Tensor],
+    v: Sequence[torch.Tensor],
+    u: Sequence[torch.Tensor],
+    eps: float,
+    seen_whole: Callable[..., Sequence[torch.Tensor]] | None = None,
+) -> list[tuple[str, float, float, float]]:
+    """Pairs of derivatives of ``f`` at ``leaves``, seen through the cotangent
+    ``v``, that agree wherever ``f`` is differentiable: along the check's own
+    direction u and along a dense one, the right and left derivatives, and the
+    derivative against its sum along random splits of the direction
+    (paths.numerical). ``v`` is the check's own, so only a kink in the outputs
+    the mismatch is seen through counts; the pairs marked DENSE_COTANGENT
+    look at ``seen_whole`` (``f`` itself by default, or a first derivative
+    built with a dense cotangent of its own) through a dense cotangent, for an
+    analytic side that is nan (a nan reaches every output)."""
     pairs = []
-    for along, u in (("u", directions(case.params, at.leaves)), ("a dense direction", directions(_DENSE, at.leaves))):
-        pairs.append((f"right and left derivatives along {along}", *one_sided_differences(f, at.leaves, u, v, eps)))
+    whole = f if seen_whole is None else seen_whole
+    with torch.no_grad():
+        dense_v = probes_like(_DENSE_COTANGENT, "cotangent", whole(*leaves))
+    dense_u = directions(_DENSE, leaves)
+    for along, g, d, through in (
+        ("u", f, u, v),
+        ("a dense direction", f, dense_u, v),
+        (f"a dense direction {DENSE_COTANGENT}", whole, dense_u, dense_v),
+    ):
+        pairs.append((f"right and left derivatives along {along}", *one_sided_differences(g, leaves, d, through, eps)))
         for k in range(SPLITS):
             masks = [
                 torch.from_numpy(
@@ -85,12 +113,12 @@ def one_sided(target: Target, case: Case, eps: float) -> list[tuple[str, float, 
                 )
                 .reshape(l.shape)
                 .to(l.device)
-                for j, l in enumerate(at.leaves)
+                for j, l in enumerate(leaves)
             ]
             pairs.append(
                 (
                     f"the derivative along {along} and its sum along a split of it",
-                    *split_differences(f, at.leaves, u, v, eps, masks),
+                    *split_differences(g, leaves, d, through, eps, masks),
                 )
             )
     return pairs

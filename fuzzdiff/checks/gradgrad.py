@@ -21,6 +21,7 @@ import torch.autograd.forward_ad as fwAD
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs
 from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, directions, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
@@ -140,6 +141,32 @@ def _measure(analytic: Analytic):
     return measure
 
 
+def first_derivative(f: Function, v: Sequence[torch.Tensor]) -> Callable[..., list[torch.Tensor]]:
+    """``x -> J^T v`` at ``x``, by reverse mode: the function a second derivative differentiates."""
+
+    def gradient(*x: torch.Tensor) -> list[torch.Tensor]:
+        with torch.enable_grad():
+            moved = [t.detach().requires_grad_() for t in x]
+            return vjp(f(*moved), moved, v)
+
+    return gradient
+
+
+def kinks(target: Target, case: Case, eps: float) -> list[tuple[str, float, float, float]]:
+    """fuzzdiff.confirm's kink test at a structured point, for a second
+    derivative: the kinks of the first derivative ``J^T v`` along u, seen
+    through w, in float64. An exact zero inside cumprod is no kink of it (a
+    nan there is a bug); the norm at zero is."""
+    ref = leaf_function(target, case, cast=torch.float64, requires_grad=False)
+    u = directions(case.params, ref.leaves)
+    w = probes_like(case.params, "second", ref.leaves)
+    with torch.no_grad():
+        dense = probes_like({"cotangent": DENSE_PROBE}, "cotangent", ref(*ref.leaves))
+    return kink_pairs(
+        first_derivative(ref, _cotangents(case, ref)), ref.leaves, w, u, eps, seen_whole=first_derivative(ref, dense)
+    )
+
+
 def _cotangents(case: Case, f) -> list[torch.Tensor]:
     with torch.no_grad():
         return probes_like(case.params, "cotangent", f(*f.leaves))
@@ -160,6 +187,7 @@ def run(target: Target, case: Case) -> Verdict:
             case,
             tol,
             measure64=(lambda c, eps: m(target, c, eps, torch.float64)) if low else None,
+            sided=lambda c, eps: kinks(target, c, eps),
         )
 
     # Judged one by one: a custom Function without jvp still has its

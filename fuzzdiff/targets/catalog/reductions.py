@@ -63,6 +63,20 @@ def cummax(x, dim):
     return torch.cummax(x, dim).values
 
 
+CUMPROD_JVP_AT_ZERO = Known(
+    "forward2",
+    "reverse mode through the jvp of torch.cumprod gives nan at an exact zero of the input, where "
+    "cumprod is a polynomial: its forward-mode formula divides by the input (torch 2.13.0 CPU; "
+    "reverse over reverse, forward over reverse and nested jvp are right there)",
+    "x = torch.tensor([1.0, 0.0, 2.0], dtype=torch.float64, requires_grad=True); with "
+    "fwAD.dual_level(): t = fwAD.unpack_dual(torch.cumprod(fwAD.make_dual(x, torch.ones(3, "
+    "dtype=torch.float64)), 0)).tangent; torch.autograd.grad(t.sum(), x) -> [3., nan, 1.]; at "
+    "[1.0, 1.5, 2.0] it is [4.5, 4.0, 2.5]",
+    message=r"^<w, d2f\[u, u'\]> reverse-over-forward vs finite differences: analytic nan",
+    features=("structure:zeros",),
+    records=("e748d616911a4660",),
+)
+
 register(
     Target("sum", torch.sum, "x: _ ...", FAMILY, kwargs={"dim": _kw.opt_dims(), "keepdim": _kw.keepdim}),
     # the mean of no values is 0/0: reduced dims hold a value, or the output is empty
@@ -157,7 +171,15 @@ register(
         known=(MEDIAN_STRIDE0,),
     ),
     Target("cumsum", torch.cumsum, "x: ...", FAMILY, kwargs={"dim": _kw.dim()}),
-    Target("cumprod", torch.cumprod, "x: ...", FAMILY, structured=("zeros",), kwargs={"dim": _kw.dim()}),
+    Target(
+        "cumprod",
+        torch.cumprod,
+        "x: ...",
+        FAMILY,
+        structured=("zeros",),
+        kwargs={"dim": _kw.dim()},
+        known=(CUMPROD_JVP_AT_ZERO,),
+    ),
     # forward AD raises on a scan over a size-0 dim: here the scanned dim is
     # non-empty, and logcumsumexp_empty below holds the discrepancy
     Target(
