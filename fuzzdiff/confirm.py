@@ -130,6 +130,7 @@ def judge(
     measure64: Measure | None = None,
     eps: float = EPS,
     sided: Sided | None = None,
+    second_order: bool = False,
 ) -> Verdict:
     """Pass, or climb FD_LADDER with the discrepancy of ``measure`` at ``case``.
 
@@ -137,6 +138,8 @@ def judge(
     float64 on the case's exact values; it is given for low-precision cases.
     ``sided`` gives the one-sided differences of the finite-difference side,
     for the kink test at a structured point (see the module's docstring).
+    ``second_order``: the identity differentiates a first derivative, which a
+    repeated argument (``dist(x, x)``) may hold at a kink whatever its values.
     """
     first = measure(case, eps)
     error, allowed = first.error, tol.allowed(first.scale, first.noise)
@@ -193,14 +196,17 @@ def judge(
         return None
 
     def neighbours() -> Doubt | Survived:
-        if not case.structured and not case.repeated:
+        # A repeated argument (dist(x, x)) is a tie no move of the values
+        # breaks, and no kink test sees (x - x is zero along every direction):
+        # where the identity has no one-sided measure, or differentiates a first
+        # derivative, the neighbours untie it. A first derivative keeps the tie,
+        # since it is well defined there (nextafter(x, x) is x).
+        untie = case.repeated and (sided is None or second_order)
+        if not case.structured and not untie:
             for k in (1, 2):
                 if measure(case.nudged(NUDGE, seed=k), eps).within(tol):
                     return Doubt("vanishes at a neighbouring point (a kink or a tie)")
             return Survived("two neighbouring points")
-        # A repeated argument (dist(x, x)) is a tie no move of the values
-        # breaks, and no kink test sees (x - x is zero along every direction):
-        # the neighbours untie it.
         if sided is None or not case.structured:
             point = "structured point" if case.structured else "repeated argument"
             for k in (1, 2):

@@ -371,6 +371,7 @@ def run(target: Target, case: Case) -> Verdict:
             tol,
             measure64=measure(name, torch.float64) if low else None,
             sided=lambda c, eps: _kinks(target, c, eps),
+            second_order=True,
         )
 
     # Judged one by one: a custom Function without jvp still has its reverse

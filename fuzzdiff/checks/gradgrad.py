@@ -188,6 +188,7 @@ def run(target: Target, case: Case) -> Verdict:
             tol,
             measure64=(lambda c, eps: m(target, c, eps, torch.float64)) if low else None,
             sided=lambda c, eps: kinks(target, c, eps),
+            second_order=True,
         )
 
     # Judged one by one: a custom Function without jvp still has its

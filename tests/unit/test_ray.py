@@ -1,8 +1,10 @@
 """``fuzzdiff run --ray``: the same campaign, its batches on Ray workers (fuzzdiff.cluster).
 
-One local Ray instance of two CPUs serves the module (starting one costs
-seconds); the tests share one xdist group, so that they run in one worker
-and two instances never compete for the cores. The planted targets live in
+One local Ray instance of two CPUs serves the module in each process that
+runs its tests (starting one costs seconds). Under ``--dist loadgroup`` the
+tests share one xdist worker; under ``-n auto``'s load distribution two
+workers may each start an instance, which costs seconds, not correctness
+(``--dist`` is not in addopts: a run without xdist would refuse it). The planted targets live in
 a module written to a temporary directory: the workers import it through the
 sys.path the campaign ships them.
 """
