@@ -32,14 +32,14 @@ import torch.autograd.forward_ad as fwAD
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample, probe_params
 from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs
-from fuzzdiff.checks.gradgrad import first_derivative, first_derivative_finite, once_differentiable
+from fuzzdiff.checks.gradgrad import first_derivative_finite, once_differentiable
 from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.forward import NO_FORWARD_RULE, library_ops, same_layout
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.paths.numerical import directional_difference
-from fuzzdiff.paths.reverse import vjp
+from fuzzdiff.paths.reverse import first_derivative, vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
@@ -174,13 +174,7 @@ def second_difference(
     """``<w, d2f[u, u']>`` by central differences along u' of ``<J^T w, u>``
     (reverse mode, at float64 ``leaves``), and an estimate of their error."""
 
-    def gradient(*x):
-        with torch.enable_grad():
-            moved = [t.detach().requires_grad_() for t in x]
-            outs = f(*moved)
-            return vjp(outs, moved, [wi.to(o.dtype) for wi, o in zip(w, outs)])
-
-    return directional_difference(gradient, leaves, u2, u, eps)
+    return directional_difference(first_derivative(f, w), leaves, u2, u, eps)
 
 
 # -- the check: thin adapters from a Case ----------------------------------------------

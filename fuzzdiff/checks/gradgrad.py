@@ -28,7 +28,7 @@ from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import LeafFunction, leaf_function
 from fuzzdiff.paths.numerical import ROUNDOFF64
-from fuzzdiff.paths.reverse import vjp
+from fuzzdiff.paths.reverse import first_derivative, vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Unsupported, Verdict
@@ -139,17 +139,6 @@ def _measure(analytic: Analytic):
         return Measurement(value, numeric, scale + abs(numeric), noise, defined)
 
     return measure
-
-
-def first_derivative(f: Function, v: Sequence[torch.Tensor]) -> Callable[..., list[torch.Tensor]]:
-    """``x -> J^T v`` at ``x``, by reverse mode: the function a second derivative differentiates."""
-
-    def gradient(*x: torch.Tensor) -> list[torch.Tensor]:
-        with torch.enable_grad():
-            moved = [t.detach().requires_grad_() for t in x]
-            return vjp(f(*moved), moved, v)
-
-    return gradient
 
 
 def kinks(target: Target, case: Case, eps: float) -> list[tuple[str, float, float, float]]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["vjp"]
+__all__ = ["vjp", "first_derivative"]
 
 
 def vjp(
@@ -24,3 +24,18 @@ def vjp(
         [o for o, _ in pairs], list(leaves), [v for _, v in pairs], allow_unused=True, create_graph=create_graph
     )
     return [torch.zeros_like(l) if g is None else g for g, l in zip(grads, leaves)]
+
+
+def first_derivative(
+    f: Callable[..., Sequence[torch.Tensor]], v: Sequence[torch.Tensor]
+) -> Callable[..., list[torch.Tensor]]:
+    """``x -> J^T v`` at ``x``, by reverse mode: the function whose finite
+    differences are a second derivative's reference (``v`` cast to each output's dtype)."""
+
+    def gradient(*x: torch.Tensor) -> list[torch.Tensor]:
+        with torch.enable_grad():
+            moved = [t.detach().requires_grad_() for t in x]
+            outs = f(*moved)
+            return vjp(outs, moved, [vi.to(o.dtype) for vi, o in zip(v, outs)])
+
+    return gradient
