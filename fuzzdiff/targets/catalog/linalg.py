@@ -116,6 +116,20 @@ MATRIX_EXP_BATCH = Known(
 # Identity and diagonal matrices, where these are smooth (eigvalsh's repeated
 # eigenvalues are kinks); repeated singular values too, where a factorization's
 # derivative is defined (qr, pinv at full rank) or a kink (svdvals).
+DET_HESSIAN_REPEATED_SINGULAR = Known(
+    "forward2",
+    "torch.func.hessian and jacrev(jacrev) of torch.linalg.det are nan at any matrix with a "
+    "repeated singular value (the identity, 2I, diag(2, -2), [[0, 1], [1, 0]], diag(1, 2, 2)), where "
+    "det is a polynomial; autograd's double backward and finite differences give the right "
+    "Hessian, and distinct singular values (diag(2, 3)) are right too (torch 2.13.0 CPU)",
+    "torch.func.hessian(torch.linalg.det)(torch.eye(2, dtype=torch.float64)) is all nan; "
+    "the double backward of det at the same point is [[0, 0, 0, 1], [0, 0, -1, 0], [0, -1, 0, "
+    "0], [1, 0, 0, 0]]",
+    message=r"^<w, d2f\[u, u'\]> (hessian|jacrev\(jacrev\)) vs finite differences: analytic nan",
+    features=("0:structure:identity|0:structure:diagonal|0:structure:repeated_singular",),
+    records=("8749a51295a3d9c1",),
+)
+
 MATRICES = ("identity", "diagonal")
 SINGULAR = ("identity", "diagonal", "repeated_singular")
 
@@ -149,7 +163,7 @@ register(
         domain=UNIT,
         max_side=3,
         structured=MATRICES,
-        known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG),
+        known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG, DET_HESSIAN_REPEATED_SINGULAR),
     ),
     Target(
         "slogdet",
@@ -159,7 +173,7 @@ register(
         domain=UNIT,
         max_side=3,
         structured=MATRICES,
-        known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG),
+        known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG, DET_HESSIAN_REPEATED_SINGULAR),
     ),
     Target(
         "logdet",
@@ -169,7 +183,7 @@ register(
         domain=UNIT,
         max_side=3,
         structured=MATRICES,
-        known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG),
+        known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG, DET_HESSIAN_REPEATED_SINGULAR),
     ),
     Target("cholesky", cholesky, SQUARE, FAMILY, domain=UNIT, max_side=3),
     Target("qr", qr, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=SINGULAR),
