@@ -23,12 +23,15 @@ zero. Whether a structure is a kink depends on the target (zeros are kinks of
 A second derivative asks it of the first derivative it differentiates. An
 identity without a one-sided measure (forward against reverse mode) keeps
 the old question, at neighbours moved off the structure: it may hide a bug
-there, never invent one. An argument passed
-twice (``dist(x, x)``, ``Case.repeated``) is such a structure: ``x - x`` sits
-at the norm's kink whatever ``x`` is, so those neighbours pass ``x``, moved,
-and a copy of it. There a non-finite analytic side that is finite at a
-neighbour is a singularity of the point, however low precision rounds the
-finite value.
+there, never invent one.
+
+An argument passed twice (``dist(x, x)``, ``Case.repeated``) is a structure
+no kink test sees: ``x - x`` sits at the norm's kink whatever ``x`` is. For
+the identities without a one-sided measure and for second derivatives, the
+neighbours pass ``x``, moved, and a copy of it; there a non-finite analytic
+side that is finite at a neighbour is a singularity of the point, however
+low precision rounds the finite value. A first derivative keeps the tie:
+it is well defined there (``nextafter(x, x)`` is ``x``).
 """
 
 from __future__ import annotations
