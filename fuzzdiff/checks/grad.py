@@ -100,21 +100,24 @@ def kink_pairs(
     with torch.no_grad():
         dense_v = probes_like(_DENSE_COTANGENT, "cotangent", whole(*leaves))
     dense_u = directions(_DENSE, leaves)
+    splits = [
+        [
+            torch.from_numpy(
+                draws.bits(draws.words(_SPLIT_SEED + 16 * k + j, l.numel(), draws.NUDGES)).astype("float64")
+            )
+            .reshape(l.shape)
+            .to(l.device)
+            for j, l in enumerate(leaves)
+        ]
+        for k in range(SPLITS)
+    ]
     for along, g, d, through in (
         ("u", f, u, v),
         ("a dense direction", f, dense_u, v),
         (f"a dense direction {DENSE_COTANGENT}", whole, dense_u, dense_v),
     ):
         pairs.append((f"right and left derivatives along {along}", *one_sided_differences(g, leaves, d, through, eps)))
-        for k in range(SPLITS):
-            masks = [
-                torch.from_numpy(
-                    draws.bits(draws.words(_SPLIT_SEED + 16 * k + j, l.numel(), draws.NUDGES)).astype("float64")
-                )
-                .reshape(l.shape)
-                .to(l.device)
-                for j, l in enumerate(leaves)
-            ]
+        for masks in splits:
             pairs.append(
                 (
                     f"the derivative along {along} and its sum along a split of it",
