@@ -7,11 +7,12 @@ import functools
 import io
 import json
 import os
+import re
 import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,18 +24,22 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fuzzdiff.blame import USER, Blame
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz
+from fuzzdiff.fresh import FreshProcess
+from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz, root_cause
+from fuzzdiff.known import Known
 from fuzzdiff.script.literals import ScriptError
 from fuzzdiff.script.source import target_code
-from fuzzdiff.targets.target import Target
+from fuzzdiff.targets.target import Target, Tol
 from fuzzdiff.targets.user import definition, importable, per_sample_target, user_target
+from fuzzdiff.torch_logs import torch_logs
 from fuzzdiff.verdict import FAILED, Verdict
 from strategies.layouts import check_layout_features
 
-__all__ = ["check", "assert_ok", "Report", "Failure"]
+__all__ = ["check", "assert_ok", "Report", "Failure", "declared_tolerances"]
 
 # summary() columns: (header, row key). "runs" are check runs (verdicts): each drawn
 # case runs at several value variants; "cases" are the drawn cases (structures).
@@ -56,6 +61,8 @@ class Failure:
     record_path: Path | None
     case: Case
     shrink_cut: bool = False  # shrinking stopped at its time bound: the case may not be minimal
+    blame: Blame | None = None  # whose bug it is, PyTorch's or the code's, with the evidence
+    elsewhere: str = ""  # how it was confirmed outside the run's process ("reproduced in a fresh process")
 
     @property
     def repro(self) -> str:
@@ -77,10 +84,20 @@ class Report:
     def ok(self) -> bool:
         return not self.failures
 
-    def add_failure(self, check: str, failure: FuzzFailure) -> None:
-        self.tallies[check] = failure.tally or Tally()
+    tolerances: str = ""  # the tolerances the caller declared, as the summary shows them
+    logs: Counter[str] = field(default_factory=Counter)  # torch's log messages during the runs, by text
+
+    def add_failure(self, check: str, failure: FuzzFailure, message: str | None = None) -> None:
         self.failures.append(
-            Failure(check, failure.verdict.message, failure.record_path, failure.case, failure.shrink_cut)
+            Failure(
+                check,
+                failure.verdict.message if message is None else message,
+                failure.record_path,
+                failure.case,
+                failure.shrink_cut,
+                failure.blame,
+                failure.elsewhere,
+            )
         )
 
     def row(self, check: str) -> dict[str, int]:
@@ -110,18 +127,48 @@ class Report:
         out = io.StringIO()
         console = Console(file=out, width=110, no_color=True, highlight=False)
         console.print(table)
+        if self.tolerances:
+            console.print(f"tolerances declared: {self.tolerances}")
         for name, tally in self.tallies.items():
             if tally.only_unsupported:
                 console.print(f"{name} unsupported: {tally.reasons['unsupported']}")
+            elif tally.counts["inconclusive"]:
+                console.print(f"{name} inconclusive: {_reasons(tally, 'inconclusive')}", soft_wrap=True)
         for text, n in self.warnings.most_common():
             console.print(f"warning, {n} time(s) during the run: {text}", soft_wrap=True)
+        for text, n in self.logs.most_common(5):
+            console.print(f"torch logged, {n} time(s) during the run: {text}", soft_wrap=True)
+        if len(self.logs) > 5:
+            console.print(f"torch logged {len(self.logs) - 5} other message(s), {sum(self.logs.values())} in all")
         for f in self.failures:
-            cut = "\n  (shrinking was cut short at its time bound: the case may not be minimal)" if f.shrink_cut else ""
-            console.print(f"FAILED {f.check}: {f.message}\n  {f.repro}{cut}", soft_wrap=True)
+            console.print(_failure_text(f), soft_wrap=True)
         return out.getvalue()
 
     def __str__(self) -> str:
         return self.summary()
+
+
+def _failure_text(f: Failure) -> str:
+    whose = f" ({f.blame.headline})" if f.blame is not None else ""
+    lines = [f"FAILED {f.check}{whose}: {f.message}"]
+    if f.blame is not None:
+        lines.append(f"  whose: {f.blame.evidence}")
+    if f.elsewhere:
+        lines.append(f"  {f.elsewhere}")
+    lines.append(f"  {f.repro}")
+    if f.shrink_cut:
+        lines.append("  (shrinking was cut short at its time bound: the case may not be minimal)")
+    return "\n".join(lines)
+
+
+def _reasons(tally: Tally, kind: str, most: int = 3) -> str:
+    """A kind's counts by reason, the commonest first."""
+    reasons = Counter({why: n for (k, why), n in tally.why.items() if k == kind})
+    shown = [f"{n} x {why}" for why, n in reasons.most_common(most)]
+    rest = sum(reasons.values()) - sum(n for _, n in reasons.most_common(most))
+    if rest:
+        shown.append(f"{rest} other")
+    return f"{tally.counts[kind]} run(s): " + "; ".join(shown) if shown else str(tally.counts[kind])
 
 
 # Drawn cases per check. 100 at 2 variants answers a cheap function in about
@@ -182,6 +229,9 @@ def check(
     structured: Iterable[str] = (),
     progress: bool | None = None,
     config: FuzzConfig | None = None,
+    rtol: float | Mapping[str, float] | None = None,
+    atol: float | Mapping[str, float] | None = None,
+    isolate: bool = True,
 ) -> Report:
     """Fuzz ``fn`` with every check that applies (or ``checks``); never raises for a failure.
 
@@ -216,21 +266,25 @@ def check(
     if structured:
         target = replace(target, structured=tuple(structured))  # validated by Target: a ValueError
     names = _checks(checks)
+    declared = declared_tolerances(names, rtol=rtol, atol=atol)
+    if declared:
+        target = replace(target, tolerances={**target.tolerances, **declared})
     hsettings = _settings(max_examples, seed)
-    report = Report(target)
+    report = Report(target, tolerances=_tolerance_words(declared, names))
     recipe = _recipe(target, fn)
     outside = tuple(invalid)  # exceptions of the plain call that mean "not in the function's domain"
+    rules: list[tuple[str, str]] = []  # input-domain errors found (type, message pattern): rejected from then on
     drawn = _case_options(layouts, alias)
 
-    def run(name: str) -> Tally:
+    def attempt(name: str, fresh: FreshProcess | None, seen: tuple[Known, ...]) -> Tally:
         if not alias and CHECKS[name].aliasing == "required":
             tally = Tally()
             tally.add(Verdict("unsupported", "aliasing is switched off for this run (alias=False)"))
             return tally
-        fuzzed = target
+        fuzzed = replace(target, invalid=target.invalid + tuple(rules))
         if name == "per_sample" and isinstance(fn, torch.nn.Module):
             # per-sample gradients need the module itself, on one sample's shapes
-            fuzzed = per_sample_target(target, fn)
+            fuzzed = replace(per_sample_target(target, fn), invalid=fuzzed.invalid)
         if outside:
             fuzzed = replace(fuzzed, fn=_rejecting(fuzzed.fn, outside))
         try:
@@ -242,6 +296,8 @@ def check(
                 config=config,
                 shrink_seconds=shrink_seconds,
                 definition=recipe,
+                fresh=fresh,
+                seen=seen,
                 **drawn,
             )
         except Unsatisfiable:
@@ -250,50 +306,98 @@ def check(
                 Verdict(
                     "unsupported",
                     "every input drawn lies outside the function's domain "
-                    f"(it raised {', '.join(e.__name__ for e in outside)})",
+                    f"(it raises {', '.join([e.__name__ for e in outside] + [k for k, _ in rules])})",
                 )
             )
             return tally
 
-    with _progress(progress, len(names)) as step, warnings.catch_warnings(record=True) as caught:
+    def run(name: str, fresh: FreshProcess | None) -> Tally:
+        """The check's runs until it finds nothing new: a failure's root cause is
+        reported once and the search goes on, up to MAX_FAILURES of them; an
+        input where the function itself raises is reported once, and such
+        inputs are rejected from then on, by every check."""
+        tally = Tally()
+        seen: list[Known] = []
+        for _ in range(MAX_FAILURES + MAX_DOMAIN_ERRORS):
+            try:
+                tally.merge(attempt(name, fresh, tuple(seen)))
+                break
+            except FuzzFailure as failure:
+                tally.merge(failure.tally or Tally())
+                domain = _domain_error(target, name, failure)
+                if domain is not None:
+                    rule, message = domain
+                    rules.append(rule)
+                    report.add_failure(DOMAIN, failure, message)
+                    continue
+                report.add_failure(name, failure)
+                seen.append(root_cause(failure, name, target))
+                if len(seen) >= MAX_FAILURES:
+                    break
+        return tally
+
+    with (
+        _progress(progress, len(names)) as step,
+        warnings.catch_warnings(record=True) as caught,
+        torch_logs(capture=not os.environ.get("TORCH_LOGS")) as logs,
+        FreshProcess() as fresh,
+    ):
         # torch's warnings inside the runs (a vmap fallback warns on every call):
         # collected and summarized once in the report, not printed per run
         warnings.simplefilter("always")
         for name in names:
             step(name)
             start = time.perf_counter()
-            try:
-                report.tallies[name] = run(name)
-            except FuzzFailure as failure:
-                raised = _plain_call_error(target, failure.case)
-                if raised is None:
-                    report.add_failure(name, failure)
-                else:
-                    # the function itself raises here: one input-domain finding, not one per
-                    # check; the checks then go on without inputs where it raises so
-                    report.failures.append(
-                        Failure(
-                            DOMAIN,
-                            f"the function raises {type(raised).__name__} at this input, in its "
-                            f"plain call: {raised} (invalid=({type(raised).__name__},) declares such inputs "
-                            "outside its domain)",
-                            failure.record_path,
-                            failure.case,
-                            failure.shrink_cut,
-                        )
-                    )
-                    outside += (type(raised),)
-                    try:
-                        report.tallies[name] = run(name)
-                    except FuzzFailure as again:
-                        report.add_failure(name, again)
+            report.tallies[name] = run(name, fresh if isolate else None)
             report.seconds[name] = time.perf_counter() - start
     report.warnings = Counter(
         f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]}"
         for w in caught
         if not _torch_internal(w)
     )
+    report.logs = logs
     return report
+
+
+# A check reports at most this many distinct failures (root causes), and the
+# whole call this many input-domain errors, each one rerun of a check.
+MAX_FAILURES = 3
+MAX_DOMAIN_ERRORS = 3
+
+
+def declared_tolerances(
+    names: Iterable[str], *, rtol: float | Mapping[str, float] | None, atol: float | Mapping[str, float] | None
+) -> dict[str, Tol]:
+    """The caller's tolerances as per-check overrides: a number for every
+    check, or a mapping check -> number. A declared tolerance loosens the
+    dtype's default, never tightens it (fuzzdiff.tolerance)."""
+    names = list(names)
+    per: dict[str, dict[str, float]] = {}
+    for which, value in (("rtol", rtol), ("atol", atol)):
+        if value is None:
+            continue
+        items = value.items() if isinstance(value, Mapping) else ((n, value) for n in names)
+        for check_name, number in items:
+            get_check(check_name)  # UnknownCheck names the valid ones
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or not number >= 0:
+                raise ValueError(f"{which} must be a number >= 0 (or a mapping check -> number), got {number!r}")
+            per.setdefault(check_name, {})[which] = float(number)
+    return {
+        name: Tol(v.get("atol", 0.0), v.get("rtol", 0.0), "declared by the caller (fuzzdiff.check rtol=/atol=)")
+        for name, v in per.items()
+    }
+
+
+def _tolerance_words(declared: Mapping[str, Tol], names: Sequence[str]) -> str:
+    if not declared:
+        return ""
+    values = {(t.rtol, t.atol) for t in declared.values()}
+    if len(values) == 1 and set(declared) == set(names):
+        ((rtol, atol),) = values
+        return f"rtol={rtol:g}, atol={atol:g} for every check (the larger of these and the dtype's default applies)"
+    return "; ".join(f"{n}: rtol={t.rtol:g}, atol={t.atol:g}" for n, t in declared.items()) + (
+        " (the larger of these and the dtype's default applies)"
+    )
 
 
 DOMAIN = "input-domain"  # Failure.check of an input where the function itself raises
@@ -345,6 +449,35 @@ def _torch_internal(w: warnings.WarningMessage) -> bool:
     """A deprecation inside torch itself (``torch.jit.script`` on import paths
     the checks take): nothing the user's code did or can change."""
     return issubclass(w.category, DeprecationWarning) and f"{os.sep}torch{os.sep}" in (w.filename or "")
+
+
+def _domain_error(target: Target, check_name: str, failure: FuzzFailure) -> tuple[tuple[str, str], str] | None:
+    """Whether ``failure`` is the function raising at its input: in its plain
+    call, or (blamed on it, not on torch) in its backward or under a
+    transform. Then the rule that rejects such errors from then on, and the
+    finding's message; None for any other failure."""
+    exception = failure.verdict.errors.get("exception")
+    if not isinstance(exception, str):
+        return None
+    plain = _plain_call_error(target, failure.case)
+    if plain is not None:
+        kind, text, where = type(plain).__name__, str(plain), "in its plain call"
+    elif failure.blame is not None and failure.blame.whose == USER:
+        kind = exception
+        text = failure.verdict.message.removeprefix(f"raised {exception}: ")
+        where = f"under the {check_name} check ({failure.verdict.errors.get('raised_in', 'in your code')})"
+    else:
+        return None
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    rule = (kind, "^" + re.escape(_NUMBERS.sub("#", first)).replace(re.escape("#"), r"\d+"))
+    message = (
+        f"the function raises {kind} at this input, {where}: {first[:300]} "
+        f"(invalid=({kind},) declares such inputs outside its domain)"
+    )
+    return rule, message
+
+
+_NUMBERS = re.compile(r"\d+")
 
 
 def _plain_call_error(target: Target, case: Case) -> Exception | None:

@@ -50,10 +50,12 @@ import torch
 from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis import settings as hsettings
 
+from fuzzdiff import torch_state
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.corpus import _safe
 from fuzzdiff.database import example_database
+from fuzzdiff.fresh import FreshProcess
 from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz, settle_heap
 from fuzzdiff.journal import STOPS, forget, recover
 from fuzzdiff.schedule import BatchReport, Scheduler, batch_seed
@@ -130,6 +132,8 @@ class Found:
     verdict: Verdict
     record_path: str | None = None
     record_created: bool = False
+    blame: dict | None = None  # whose bug it is (fuzzdiff.blame.Blame.to_json)
+    elsewhere: str = ""  # how it was confirmed outside the worker ("reproduced in a fresh process")
 
 
 @dataclass
@@ -151,6 +155,7 @@ class PairResult:
     batches: int = 0
     scores: list[float] = field(default_factory=list)  # the scheduler's score after each batch
     found_at: float | None = None  # seconds into the campaign when its failure (or a known hit) came back
+    disturbed: str | None = None  # what left the worker unlike a fresh process (fuzzdiff.torch_state): it is replaced
 
     @property
     def known(self) -> bool:
@@ -366,6 +371,7 @@ def run_batch(job: Job, opts: dict) -> PairResult:
     t0 = time.monotonic()
     result = PairResult(job.target, job.check, Tally(), ref=job.target)
     clock = _Deadline(job.deadline)
+    disturbed = torch_state.disturbances()
     try:
         target, check = get_target(job.target), get_check(job.check)
         result.target = target.name
@@ -389,6 +395,7 @@ def run_batch(job: Job, opts: dict) -> PairResult:
             timeout=opts["timeout"],
             recover_crashes=False,
             journal_dir=opts.get("journal"),
+            fresh=_fresh_process(opts),
             **job.cases,
         )
     except _Stop:
@@ -401,12 +408,29 @@ def run_batch(job: Job, opts: dict) -> PairResult:
             failure.verdict,
             None if failure.record_path is None else str(failure.record_path),
             failure.record_created,
+            None if failure.blame is None else failure.blame.to_json(),
+            failure.elsewhere,
         )
         result.tally = failure.tally or result.tally
     except Exception as e:  # noqa: BLE001 - a framework error must not end the campaign
         result.error = f"{type(e).__name__}: {e}"
+    if torch_state.disturbances() > disturbed:
+        result.disturbed = torch_state.last_disturbance()
     result.seconds = time.monotonic() - t0
     return result
+
+
+_FRESH: list[FreshProcess] = []  # the worker's own replaying process, once it has one
+
+
+def _fresh_process(opts: dict) -> FreshProcess | None:
+    """The worker's process that replays its failures afresh (fuzzdiff.fresh),
+    started on its first failure; None where the campaign does without."""
+    if not opts.get("isolate", True):
+        return None
+    if not _FRESH:
+        _FRESH.append(FreshProcess())
+    return _FRESH[0]
 
 
 def start_worker(opts: dict) -> None:
@@ -431,10 +455,12 @@ def _worker(conn, opts: dict) -> None:
         try:
             job = conn.recv()
         except EOFError:
-            return
+            break
         if job is None:
-            return
+            break
         conn.send((job.key, run_batch(job, opts)))
+    for fresh in _FRESH:
+        fresh.close()
 
 
 # -- where batches run --------------------------------------------------------------------
@@ -536,6 +562,7 @@ class ForkPool:
         self.opts, self.slots = opts, slots
         self.ctx = mp.get_context("forkserver")
         self.ctx.set_forkserver_preload(list(preload))
+        self.replaced = 0  # workers replaced because something disturbed their process
         self.workers: list[_Process] = []
         for _ in range(slots):
             self.workers.append(self._spawn())
@@ -566,6 +593,8 @@ class ForkPool:
                     pass  # died: reported below once the process is gone
                 else:
                     worker.busy = False
+                    if result.disturbed:  # its next batches would run in a process unlike a fresh one
+                        self._replace(k)
                     events.append(Done(k, result))
                     continue
             if worker.proc.sentinel in ready or not worker.proc.is_alive():
@@ -577,6 +606,21 @@ class ForkPool:
                 else:
                     events.append(Died(k, _signal_name(worker.proc.exitcode)))
         return events
+
+    def _replace(self, k: int) -> None:
+        """An idle worker, stopped and forked anew from the forkserver."""
+        worker = self.workers[k]
+        try:
+            worker.conn.send(None)
+        except OSError:
+            pass
+        worker.proc.join(timeout=5)
+        if worker.proc.is_alive():
+            worker.proc.kill()
+            worker.proc.join(timeout=5)
+        worker.conn.close()
+        self.workers[k] = self._spawn()
+        self.replaced += 1
 
     def kill(self, k: int) -> None:
         worker = self.workers[k]

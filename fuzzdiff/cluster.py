@@ -313,7 +313,20 @@ class RayPool:
                 for (k, _), result in zip(call.jobs, results):
                     self._write_failure(result)
                     events.append(Done(k, result))
+                if any(r.disturbed for r in results):
+                    self._replace(call.actor)
         return events
+
+    def _replace(self, index: int) -> None:
+        """An actor whose process something disturbed (fuzzdiff.torch_state),
+        idle now that its call is done: a fresh one takes its slots, on its node."""
+        a = self.actors[index]
+        if a.retired:
+            return
+        with contextlib.suppress(Exception):
+            self.ray.kill(a.handle, no_restart=True)
+        a.handle = self._actor(a.node_id)
+        a.ready = a.handle.ready.remote()
 
     def _get(self, refs: list) -> dict:
         """The values of ``refs`` in one call where none failed (else none: each is
@@ -328,7 +341,7 @@ class RayPool:
         found = result.failure
         if found is None or self.corpus is None:
             return
-        path, created = write_record(self.corpus, found.check, found.case, found.verdict)
+        path, created = write_record(self.corpus, found.check, found.case, found.verdict, blame=found.blame)
         found.record_path, found.record_created = str(path), created
 
     def _died(self, ref: Any, call: _Call, error: Exception) -> list[Event]:

@@ -26,7 +26,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -41,7 +40,7 @@ from safetensors.torch import load_file, save
 from fuzzdiff.case import DTYPES, Case, CaseError, case_from_json
 from fuzzdiff.config import default_corpus
 from fuzzdiff.draws import SCHEME
-from fuzzdiff.verdict import KINDS, Verdict
+from fuzzdiff.verdict import KINDS, Verdict, error_shape
 from fuzzdiff.version import __version__
 
 __all__ = [
@@ -110,16 +109,6 @@ def signature(check: str, case: Case, verdict: Verdict) -> dict:
     if isinstance(exception, str):
         sig["error"] = f"{exception}: {error_shape(verdict)[:200]}"
     return sig
-
-
-_NUMBERS = re.compile(r"\d+")
-
-
-def error_shape(verdict: Verdict) -> str:
-    """The first line of a failure's message with its numbers taken out: what
-    makes two raises of one type the same error (the same one at other sizes)."""
-    first = verdict.message.splitlines()[0] if verdict.message else ""
-    return _NUMBERS.sub("#", first)
 
 
 def _record_id(sig: Mapping) -> str:
@@ -192,6 +181,7 @@ class Record:
     path: Path | None = None
     definition: Mapping[str, Any] | None = None  # a user target's fn, spec and domain
     draws: str = SCHEME  # what drew the random tensors that are not stored (fuzzdiff.draws)
+    blame: Mapping[str, Any] | None = None  # whose bug it is, with the evidence (fuzzdiff.blame)
 
     @property
     def target(self) -> str:
@@ -220,6 +210,8 @@ class Record:
                 stored["data"] = _encode(t)
             inputs[i]["storage"] = stored
         extra = {} if self.definition is None else {"definition": dict(self.definition)}
+        if self.blame is not None:
+            extra["blame"] = dict(self.blame)
         return _clean(
             {
                 **extra,
@@ -248,17 +240,19 @@ def write_record(
     verdict: Verdict,
     status: str = "open",
     definition: Mapping[str, Any] | None = None,
+    blame: Mapping[str, Any] | None = None,
 ) -> tuple[Path, bool]:
     """Write the record unless one with the same signature exists.
 
     Returns ``(path, created)``; safe under any number of concurrent writers.
     ``definition`` rebuilds a user target that is not importable as a Target
-    (fuzzdiff.targets.user.definition).
+    (fuzzdiff.targets.user.definition); ``blame`` says whose bug it is
+    (fuzzdiff.blame.Blame.to_json).
     """
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
     sig = signature(check, case, verdict)
-    record = Record(_record_id(sig), check, case, verdict, status, definition=definition)
+    record = Record(_record_id(sig), check, case, verdict, status, definition=definition, blame=blame)
     folder = Path(root) / check / _safe(case.target)
     path = folder / f"{record.id}.json"
     if path.exists():
@@ -403,6 +397,9 @@ def read_record(path: Path | str) -> Record:
     definition = data.get("definition")
     if definition is not None and not isinstance(definition, dict):
         raise CorpusError(f"{path}: field 'definition' must be an object")
+    blame = data.get("blame")
+    if blame is not None and not (isinstance(blame, dict) and isinstance(blame.get("whose"), str)):
+        raise CorpusError(f"{path}: field 'blame' must be an object with a string 'whose'")
     return Record(
         _field(data, "id", path, str),
         check,
@@ -413,6 +410,7 @@ def read_record(path: Path | str) -> Record:
         path,
         definition,
         draws,
+        blame,
     )
 
 

@@ -11,6 +11,7 @@ import gc
 import json
 import math
 import os
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -22,20 +23,23 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from hypothesis.errors import FlakyFailure
 
-from fuzzdiff.case import Case
+from fuzzdiff import torch_state
+from fuzzdiff.blame import Blame, Evidence, blame, gather
+from fuzzdiff.case import Case, Layout
 from fuzzdiff.checks import Check, get_check, validate
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.corpus import write_record
 from fuzzdiff.features import case_features
+from fuzzdiff.fresh import FreshProcess
 from fuzzdiff.journal import Journal, recover
 from fuzzdiff.known import Known, crashing, matching
 from fuzzdiff.runner import case_strategy, verdict_at
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.timeout import ExampleTimeout, Watchdog
-from fuzzdiff.verdict import Verdict
+from fuzzdiff.verdict import Verdict, error_shape, identity, mismatch, short_reason
 
-__all__ = ["fuzz", "Tally", "FuzzFailure", "example_structures", "settle_heap", "environ_config"]
+__all__ = ["fuzz", "Tally", "FuzzFailure", "example_structures", "settle_heap", "environ_config", "root_cause"]
 
 
 class FuzzFailure(AssertionError):
@@ -47,6 +51,8 @@ class FuzzFailure(AssertionError):
         self.record_path: Path | None = None
         self.record_created = False
         self.shrink_cut = False  # shrinking stopped at its time bound (fuzz's shrink_seconds)
+        self.blame: Blame | None = None  # whose bug it is, with the evidence (fuzzdiff.blame)
+        self.elsewhere = ""  # how it was confirmed outside the run's process (fuzzdiff.fresh)
         super().__init__(
             f"{check} failed for {target}: {verdict.message}\ncase: {json.dumps(case.to_json(), sort_keys=True)}"
         )
@@ -69,10 +75,16 @@ class Tally:
     # Confirmed failures that matched a known discrepancy's signature, by its
     # description: counted, never raised, so the search goes on for new ones.
     known: Counter = field(default_factory=Counter)
+    # Why runs were inconclusive or unsupported, by kind and reason (numbers taken out)
+    why: Counter = field(default_factory=Counter)
+    # Confirmed failures of a root cause found before in the same call (api.check's later runs)
+    repeats: Counter = field(default_factory=Counter)
 
     def add(self, verdict: Verdict) -> None:
         self.counts[verdict.kind] += 1
         self.reasons.setdefault(verdict.kind, verdict.message)
+        if verdict.kind in ("inconclusive", "unsupported"):
+            self.why[(verdict.kind, short_reason(verdict))] += 1
 
     def add_known(self, known: Known, verdict: Verdict) -> None:
         self.counts["known"] += 1
@@ -88,6 +100,8 @@ class Tally:
         self.features |= other.features
         self.cases += other.cases
         self.known.update(other.known)
+        self.why.update(other.why)
+        self.repeats.update(other.repeats)
 
     @property
     def examples(self) -> int:
@@ -209,6 +223,8 @@ def fuzz(
     recover_crashes: bool = True,
     journal_dir=None,
     config: FuzzConfig | None = None,
+    fresh: FreshProcess | None = None,
+    seen: tuple[Known, ...] = (),
     **case_options,
 ) -> Tally:
     """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
@@ -247,6 +263,16 @@ def fuzz(
     with how its worker died). ``journal_dir`` journals the examples there when
     there is no corpus (a campaign worker on a machine without it, whose
     crash the campaign records elsewhere: fuzzdiff.cluster).
+
+    ``fresh`` (a fuzzdiff.fresh.FreshProcess) replays the shrunk failure in
+    a process that has run nothing else, before it is reported or recorded:
+    one that passes there is this process's state, not the target's, and
+    ends the run as "inconclusive" (naming what disturbed this process)
+    rather than as a failure. The failure carries whose bug it is
+    (fuzzdiff.blame), found there, or here without ``fresh``.
+    ``seen``: signatures of failures already reported by the caller
+    (``root_cause``): a failure that matches one is counted, not raised, so
+    that the run looks for another.
     """
     config = FuzzConfig.resolve(
         base=config or environ_config(), variants=variants, structures=structures, corpus=corpus
@@ -306,6 +332,10 @@ def fuzz(
                         tally.add_known(known, verdict)
                         continue
                     tally.add(verdict)
+                    again = matching(seen, check.name, variant, verdict) if seen else None
+                    if again is not None:  # a failure the caller has reported: look for another
+                        tally.repeats[again.reason] += 1
+                        continue
                     if verdict.failed:
                         shrink.failed(cases)
                         raise FuzzFailure(check.name, target.name, variant, verdict)
@@ -365,9 +395,16 @@ def fuzz(
     except FuzzFailure as failure:
         failure.tally = tally
         failure.shrink_cut = shrink.cut
+        if not _settle(failure, check, target, definition, fresh):
+            return tally  # this process's state, not the target's: an inconclusive run
         if corpus is not None:
             failure.record_path, failure.record_created = write_record(
-                corpus, failure.check, failure.case, failure.verdict, definition=definition
+                corpus,
+                failure.check,
+                failure.case,
+                failure.verdict,
+                definition=definition,
+                blame=None if failure.blame is None else failure.blame.to_json(),
             )
         raise
     finally:
@@ -376,3 +413,80 @@ def fuzz(
         if journal is not None:
             journal.close()
     return tally
+
+
+def _settle(failure: FuzzFailure, check: Check, target: Target, definition, fresh: FreshProcess | None) -> bool:
+    """Confirm ``failure`` outside this process and find whose bug it is;
+    False when it is this process's state rather than the target's (then its
+    tally says so, as inconclusive runs)."""
+    verdict = failure.verdict
+    if verdict.kind != "fail":  # a time-out is not replayed: it would cost its timeout again
+        failure.blame = blame(check.name, target, verdict, Evidence())
+        return True
+    if fresh is not None:
+        replayed = fresh.replay(check.name, failure.case, verdict, definition)
+        if replayed.verdict is not None and mismatch(verdict, replayed.verdict) is not None:
+            before = torch_state.last_disturbance()
+            tally = failure.tally
+            assert tally is not None
+            tally.counts["inconclusive"] += tally.counts.pop("fail", 0)
+            why = (
+                f"process-state dependent: {_first_line(verdict.message)[:200]} here, but "
+                f"{replayed.verdict.kind} in a fresh process"
+                + (f"; this process was disturbed before: {before}" if before else "")
+            )
+            tally.reasons["inconclusive"] = why
+            tally.why[("inconclusive", short_reason(Verdict("inconclusive", why)))] += 1
+            return False
+        if replayed.verdict is not None:
+            failure.elsewhere = "reproduced in a fresh process"
+            failure.blame = replayed.blame
+            return True
+        failure.elsewhere = f"not replayed in a fresh process ({replayed.failed})"
+    failure.blame = blame(check.name, target, verdict, gather(check, target, failure.case))
+    return True
+
+
+def _first_line(message: str) -> str:
+    return message.splitlines()[0] if message else ""
+
+
+def root_cause(failure: FuzzFailure, check: Check | str, target: Target) -> Known:
+    """A signature that the same root cause's other failures match: the check,
+    the exception's type and message with the numbers taken out, or for a
+    mismatch its identity, whether its analytic side is finite, and the
+    features of the shrunk case that trigger it (a structured point,
+    aliasing, an empty input; a layout, unless the failure stays at the same
+    values laid out contiguously)."""
+    verdict = failure.verdict
+    exception = verdict.errors.get("exception")
+    reason = f"the same failure as the one reported ({_first_line(verdict.message)[:120]})"
+    if isinstance(exception, str):
+        pattern = re.escape(error_shape(verdict)).replace(re.escape("#"), r"\d+")
+        return Known(failure.check, reason, "reported above", raises=exception, message="^" + pattern)
+    features = {f for f in case_features(failure.case) if f.startswith(TRIGGERS)}
+    if features & set(LAYOUTS) and _fails_contiguous(failure, check, target):
+        features -= set(LAYOUTS)
+    analytic = verdict.errors.get("analytic")
+    finite = not isinstance(analytic, float) or math.isfinite(analytic)
+    message = "^" + re.escape(identity(verdict)) + ":" + ("" if finite else r".*analytic (nan|-?inf)\b")
+    return Known(failure.check, reason, "reported above", message=message, features=tuple(sorted(features)))
+
+
+def _fails_contiguous(failure: FuzzFailure, check: Check | str, target: Target) -> bool:
+    """The same failure at the case's values, every argument contiguous."""
+    case = failure.case
+    plain = case.with_layouts([Layout.contiguous(a.shape) for a in case.args])
+    check = get_check(check) if isinstance(check, str) else check
+    try:
+        verdict = verdict_at(check, target, plain)
+    except Exception:  # noqa: BLE001 - rejected or malformed there: no evidence either way
+        return False
+    return mismatch(failure.verdict, verdict) is None
+
+
+# Features that make a failure's root cause (fuzzdiff.features): a structure, a
+# layout, aliasing, an empty input; not a size of one or a rank of zero, which
+# shrinking reaches on the way to any minimal case.
+LAYOUTS = ("stride0", "permuted", "gapped", "offset")
+TRIGGERS = ("structure:", *LAYOUTS, "alias:", "nonleaf-view", "empty")

@@ -15,7 +15,7 @@ from pathlib import Path
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.corpus import CorpusError, Record, error_shape, read_record
+from fuzzdiff.corpus import CorpusError, Record, read_record
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets import UnknownTarget, get_target
 from fuzzdiff.targets.target import Target
@@ -26,9 +26,9 @@ from fuzzdiff.targets.user import (
     plan_import,
 )
 from fuzzdiff.timeout import ExampleTimeout, limited
-from fuzzdiff.verdict import KINDS, Verdict
+from fuzzdiff.verdict import KINDS, Verdict, mismatch
 
-__all__ = ["read", "load", "imports", "replay", "describe", "regression_test"]
+__all__ = ["read", "load", "imports", "replay", "describe", "regression_test", "mismatch"]
 
 
 def read(record: Record | Path | str) -> Record:
@@ -162,32 +162,6 @@ def _replay_isolated(record: Record, trust_source: bool = False, allow_import: t
             f"the replay in a child process exited cleanly without a verdict (its output ended {kind[-200:]!r})",
         )
     return Verdict(kind, f"the replay in a child process did not crash (verdict {kind})")
-
-
-def mismatch(recorded: Verdict, replayed: Verdict) -> str | None:
-    """Why ``replayed`` is not the failure ``recorded`` (None: it is): the same
-    kind, the same exception type for a raise, the same identity for a
-    numerical failure (the text before the first colon). A failure that now
-    replays inconclusive because its replays disagree still shows."""
-    if replayed.kind == "inconclusive" and recorded.kind == "fail" and "nondeterministic" in replayed.message:
-        return None  # a failure that shows some of the time (a kernel reading memory outside its input)
-    if replayed.kind != recorded.kind:
-        return f"recorded {recorded.kind}, replayed {replayed.kind}: {_first_line(replayed.message)[:300]}"
-    exception = recorded.errors.get("exception")
-    if exception is not None and replayed.errors.get("exception") != exception:
-        return f"recorded a raised {exception}, replayed {_first_line(replayed.message)[:300]}"
-    if exception is not None and error_shape(replayed) != error_shape(recorded):
-        # the same type with another message is another error (fuzzdiff.corpus.signature)
-        return f"recorded {_first_line(recorded.message)[:300]!r}, replayed {_first_line(replayed.message)[:300]!r}"
-    if exception is None and recorded.kind == "fail":
-        identity = recorded.message.split(":", 1)[0]
-        if replayed.message.split(":", 1)[0] != identity:
-            return f"recorded {identity!r}, replayed {_first_line(replayed.message)[:300]}"
-    return None
-
-
-def _first_line(message: str) -> str:
-    return message.splitlines()[0] if message else ""
 
 
 def describe(case: Case) -> list[str]:

@@ -8,21 +8,23 @@ target at a valid input is a finding, reported as a failure once it replays.
 from __future__ import annotations
 
 import traceback
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
 
-from fuzzdiff import cuda_context
+from fuzzdiff import cuda_context, torch_state
 from fuzzdiff.case import Case, CaseError
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.checks.check import ProbeParams
 from fuzzdiff.paths.seeded import reseeding, run_seeded
 from fuzzdiff.precision import cuda_present, ieee_float32
+from fuzzdiff.raised import Raised, raised
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
+from fuzzdiff.torch_state import Left, kept
 from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS, unsupported_reason
 from fuzzdiff.verdict import Verdict
 from strategies.cases import CasePlan, case_plan, draw_case
@@ -63,31 +65,82 @@ def _precise_verdict(check: Check, target: Target, case: Case) -> Verdict:
 
 
 def _verdict(check: Check, target: Target, case: Case) -> Verdict:
-    try:
-        return check.run(target, case)
-    except (CaseError, UnsatisfiedAssumption):
-        raise  # a malformed case is the caller's error; a rejected one, outside the target's domain
-    except Exception as first:  # noqa: BLE001 - the target's errors are findings
-        if cuda_present():
-            lost = cuda_context.verdict_after(first)
-            if lost is not None:
-                return lost
-        reason = unsupported_reason(first)
-        if reason is not None:
-            return Verdict("unsupported", reason)
-        try:
-            check.run(target, case)
-        except Exception as again:  # noqa: BLE001
-            if type(again) is type(first) and str(again) == str(first):
-                return Verdict(
-                    "fail",
-                    f"raised {type(first).__name__}: {first}",
-                    {"exception": type(first).__name__, "traceback": traceback.format_exception(first)[-3:]},
-                )
-            return Verdict("inconclusive", f"raised {type(first).__name__} once, then {type(again).__name__}: {again}")
+    outcome, left = _attempt(check, target, case)
+    if isinstance(outcome, Verdict):
+        if left:
+            return replace(outcome, errors={**outcome.errors, "torch_state": str(left)})
+        return outcome
+    first = outcome.error
+    if cuda_present():
+        lost = cuda_context.verdict_after(first)
+        if lost is not None:
+            return lost
+    reason = unsupported_reason(first)
+    if reason is not None:
+        return Verdict("unsupported", reason)
+    if target.rejects(first):
+        raise UnsatisfiedAssumption(f"outside the target's domain: {type(first).__name__}: {first}")
+    if outcome.origin.internal or outcome.origin.part is not None:
+        torch_state.note(f"{check.name} on {target.name} raised {type(first).__name__} in {outcome.origin.where}")
+    again, _ = _attempt(check, target, case)
+    if isinstance(again, Verdict):
         return Verdict(
             "inconclusive", f"raised {type(first).__name__}: {first} once; the replay passed (nondeterministic)"
         )
+    if type(again.error) is not type(first) or str(again.error) != str(first):
+        return Verdict(
+            "inconclusive", f"raised {type(first).__name__} once, then {type(again.error).__name__}: {again.error}"
+        )
+    errors = {"exception": type(first).__name__, "traceback": outcome.tail, **outcome.origin.as_errors()}
+    if left:
+        errors["torch_state"] = str(left)
+    return Verdict("fail", f"raised {type(first).__name__}: {first}", errors)
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """A run's exception, its frames let go (``_let_go``), with what the
+    verdict needs of them: where it came from and the traceback's tail."""
+
+    error: Exception
+    origin: Raised
+    tail: list[str]
+
+
+def _attempt(check: Check, target: Target, case: Case) -> tuple[Verdict | _Raised, Left]:
+    """One run of the check: its verdict or the target's exception, and what
+    the run left changed of torch's thread-local state (put back already:
+    the runs after it are not its victims; fuzzdiff.torch_state)."""
+    with kept() as left:
+        try:
+            outcome: Verdict | _Raised = check.run(target, case)
+        except (CaseError, UnsatisfiedAssumption):
+            raise  # a malformed case is the caller's error; a rejected one, outside the target's domain
+        except Exception as e:  # noqa: BLE001 - the target's errors are findings
+            outcome = _Raised(e, raised(e), traceback.format_exception(e)[-3:])
+            _let_go(e)
+    if left:
+        torch_state.note(f"{check.name} on {target.name}: {left}")
+    return outcome, left
+
+
+def _let_go(error: BaseException) -> None:
+    """Free the frames of ``error``'s traceback (and of the errors it chains)
+    now, within ``kept()``: a dispatch-key guard that torch created inside a
+    call that raised lives on in those frames, and when it is freed it sets
+    the thread's dispatch keys back to what it saw, long after the run, in
+    whatever runs then (aot_function of jvp over a captured constant leaves
+    every later backward of the process without autograd that way)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        e.__traceback__ = None
+        todo += [e.__cause__, e.__context__]
 
 
 def case_strategy(check: Check, target: Target, **case_options) -> st.SearchStrategy[Case]:

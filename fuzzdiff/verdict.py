@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Verdict", "KINDS", "FAILED", "Unsupported"]
+__all__ = ["Verdict", "KINDS", "FAILED", "Unsupported", "error_shape", "mismatch", "identity", "short_reason"]
 
 KINDS = ("pass", "fail", "unsupported", "inconclusive", "crash", "timeout")
 # "crash": the process died running the case (recorded from the in-flight
@@ -38,3 +39,57 @@ class Verdict:
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}" if self.message else self.kind
+
+
+_NUMBERS = re.compile(r"\d+")
+
+
+def error_shape(verdict: Verdict) -> str:
+    """The first line of a failure's message with its numbers taken out: what
+    makes two raises of one type the same error (the same one at other sizes)."""
+    first = verdict.message.splitlines()[0] if verdict.message else ""
+    return _NUMBERS.sub("#", first)
+
+
+def identity(verdict: Verdict) -> str:
+    """What a numerical failure compares: its message up to the first colon."""
+    return verdict.message.split(":", 1)[0]
+
+
+def mismatch(recorded: Verdict, replayed: Verdict) -> str | None:
+    """Why ``replayed`` is not the failure ``recorded`` (None: it is): the same
+    kind, the same exception type for a raise, the same identity for a
+    numerical failure (the text before the first colon). A failure that now
+    replays inconclusive because its replays disagree still shows."""
+    if replayed.kind == "inconclusive" and recorded.kind == "fail" and "nondeterministic" in replayed.message:
+        return None  # a failure that shows some of the time (a kernel reading memory outside its input)
+    if replayed.kind != recorded.kind:
+        return f"recorded {recorded.kind}, replayed {replayed.kind}: {_first_line(replayed.message)[:300]}"
+    exception = recorded.errors.get("exception")
+    if exception is not None and replayed.errors.get("exception") != exception:
+        return f"recorded a raised {exception}, replayed {_first_line(replayed.message)[:300]}"
+    if exception is not None and error_shape(replayed) != error_shape(recorded):
+        # the same type with another message is another error (fuzzdiff.corpus.signature)
+        return f"recorded {_first_line(recorded.message)[:300]!r}, replayed {_first_line(replayed.message)[:300]!r}"
+    if exception is None and recorded.kind == "fail" and identity(replayed) != identity(recorded):
+        return f"recorded {identity(recorded)!r}, replayed {_first_line(replayed.message)[:300]}"
+    return None
+
+
+def _first_line(message: str) -> str:
+    return message.splitlines()[0] if message else ""
+
+
+_FLOATS = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?|\bnan\b|-?\binf\b")
+
+
+def short_reason(verdict: Verdict) -> str:
+    """Why a run was inconclusive or unsupported, in a few words that many
+    runs share: the deciding doubt (after the last "; "), without the
+    identity in front and with its numbers taken out."""
+    text = _first_line(verdict.message)
+    if "; " in text:
+        text = text.rsplit("; ", 1)[1]
+    elif ": " in text and verdict.kind == "inconclusive":
+        text = text.split(": ", 1)[1]
+    return _FLOATS.sub("#", text)[:160]

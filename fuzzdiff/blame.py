@@ -1,0 +1,192 @@
+"""Whose bug a failure is: PyTorch's, or the code under test's, with the evidence.
+
+A user who points fuzzdiff at their library must not be sent to debug
+torch's compiler, nor a torch maintainer sent a library's wrong backward. The
+evidence, strongest first:
+
+1. the target is torch's own (a catalog op, an OpInfo sample);
+2. torch failed an internal assert ("please report a bug to PyTorch");
+3. the failing run left torch's thread-local state changed (fuzzdiff.torch_state);
+4. the error was raised inside torch's machinery (Dynamo, Inductor,
+   AOTAutograd, FX, fake tensors, functorch: fuzzdiff.raised);
+5. a plain-torch stand-in of the same shape fails the same way at the same
+   inputs, layouts and check parameters (fuzzdiff.targets.standin): then the
+   stand-in is the torch-only repro;
+6. the check compares two of torch's ways of running the very same code
+   (compiled and eager, batched and looped, two memory layouts...), and the
+   code defines no derivative or batching rule of its own: whatever differs
+   is torch's.
+
+Otherwise the failure is the code's own: a derivative rule it defines, an
+error raised in it, or a mismatch that needs it, shown at the shrunk input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from fuzzdiff.case import Case
+from fuzzdiff.checks import Check
+from fuzzdiff.runner import verdict_at
+from fuzzdiff.targets.standin import StandIn, stand_in
+from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Verdict, mismatch
+
+__all__ = ["Blame", "Evidence", "gather", "blame", "PYTORCH", "USER", "VIA", "MECHANISMS", "custom_rules"]
+
+PYTORCH, USER = "pytorch", "user"
+# The evidence that decided, in the order it is asked (see the module's docstring).
+VIA = ("torch's target", "internal assert", "torch state", "torch machinery", "stand-in", "mechanism", "user")
+
+# Checks that run the target's own code on both sides, through two of torch's
+# mechanisms; what differs between the sides is the mechanism.
+MECHANISMS = {
+    "compile": "compiler",
+    "vmap": "vmap",
+    "layout": "handling of memory layouts",
+    "alias": "handling of aliased inputs",
+    "device": "CUDA kernels",
+    "checkpoint": "activation checkpointing",
+}
+# Families whose targets are torch's own code (or programs of torch ops).
+USER_FAMILIES = ("user", "selftest")
+
+
+@dataclass(frozen=True)
+class Blame:
+    """``whose``: PYTORCH or USER; ``evidence``: why, in one sentence;
+    ``via``: which piece of evidence decided (one of VIA)."""
+
+    whose: str
+    evidence: str
+    via: str = "user"
+
+    @property
+    def headline(self) -> str:
+        return "likely a PyTorch bug, not your code" if self.whose == PYTORCH else "in your code"
+
+    def to_json(self) -> dict:
+        return {"whose": self.whose, "evidence": self.evidence, "via": self.via}
+
+    @staticmethod
+    def from_json(data) -> Blame | None:
+        if isinstance(data, dict) and data.get("whose") in (PYTORCH, USER) and isinstance(data.get("evidence"), str):
+            via = data.get("via")
+            return Blame(data["whose"], data["evidence"], via if via in VIA else "user")
+        return None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What running things found: the stand-in's verdict (None: none could be
+    built) and the derivative rules the target defines itself."""
+
+    stand_in: StandIn | None = None
+    stand_in_verdict: Verdict | None = None
+    rules: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        out: dict = {"rules": list(self.rules)}
+        if self.stand_in is not None and self.stand_in_verdict is not None:
+            v = self.stand_in_verdict
+            out["stand_in"] = {
+                "description": self.stand_in.description,
+                "source": self.stand_in.source,
+                "verdict": {"kind": v.kind, "message": v.message, "errors": v.errors},
+            }
+        return out
+
+
+def gather(check: Check, target: Target, case: Case) -> Evidence:
+    """Run what the blame needs beyond the failure itself, for user code only."""
+    if target.family not in USER_FAMILIES:
+        return Evidence()
+    rules = custom_rules(target, case)
+    if target.module is not None:  # per-sample gradients need the module itself
+        return Evidence(rules=rules)
+    standin = stand_in(target, case)
+    if standin is None:
+        return Evidence(rules=rules)
+    try:
+        verdict = verdict_at(check, standin.target, case)
+    except Exception as e:  # noqa: BLE001 - e.g. the case's params do not fit the stand-in: no evidence
+        verdict = Verdict("unsupported", f"the stand-in could not run this case: {type(e).__name__}: {e}")
+    return Evidence(standin, verdict, rules)
+
+
+def custom_rules(target: Target, case: Case) -> tuple[str, ...]:
+    """The derivative rules the target brings itself: its autograd.Functions
+    and custom ops with their own backward, found in the graph of one float64
+    call (torch's own nodes are C++ classes; a Python-defined rule is a
+    ``BackwardCFunction``)."""
+    try:
+        inputs = case.materialize(cast=torch.float64)
+        out = target(*inputs.args, **case.kwargs)
+    except Exception:  # noqa: BLE001 - no graph to read
+        return ()
+    found: dict[str, None] = {}
+    todo = [t.grad_fn for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    seen: set[int] = set()
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, torch.autograd.function.BackwardCFunction):
+            cls = getattr(node, "_forward_cls", None)
+            name = getattr(cls, "__qualname__", type(node).__name__)
+            # torch's own Python Functions (reentrant checkpoint) are not the target's rules; custom ops are
+            if not getattr(cls, "__module__", "").startswith("torch.") or name.startswith("GeneratedBackwardFor"):
+                found[name] = None
+        todo.extend(n for n, _ in node.next_functions if n is not None)
+    return tuple(found)
+
+
+def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> Blame:
+    """Whose bug the failure ``verdict`` of ``check`` on ``target`` is (see the module's docstring)."""
+    errors = verdict.errors if isinstance(verdict.errors, dict) else {}
+    if target.family not in USER_FAMILIES:
+        return Blame(PYTORCH, f"the target is torch's own ({target.family} {target.name})", "torch's target")
+    if errors.get("internal_assert"):
+        return Blame(
+            PYTORCH, f"torch failed an internal assert ({errors.get('raised_in', 'in C++')})", "internal assert"
+        )
+    if errors.get("torch_state"):
+        return Blame(PYTORCH, f"the failing run left torch broken: {errors['torch_state']}", "torch state")
+    if errors.get("torch_part"):
+        return Blame(
+            PYTORCH,
+            f"raised inside torch's {errors['torch_part']} ({errors.get('raised_in')}), not in your code",
+            "torch machinery",
+        )
+    if evidence.stand_in is not None and evidence.stand_in_verdict is not None:
+        if mismatch(verdict, evidence.stand_in_verdict) is None:
+            return Blame(
+                PYTORCH,
+                f"{evidence.stand_in.description} fails the same way at the same inputs, layouts and check "
+                "parameters: no code of yours is needed",
+                "stand-in",
+            )
+    mechanism = MECHANISMS.get(check)
+    if mechanism is not None and not evidence.rules:
+        return Blame(
+            PYTORCH,
+            f"the {check} check runs your function's own code on both sides, which differ only in torch's "
+            f"{mechanism}, and your function defines no derivative rule of its own",
+            "mechanism",
+        )
+    return Blame(USER, _why_user(errors, evidence))
+
+
+def _why_user(errors: dict, evidence: Evidence) -> str:
+    parts: list[str] = []
+    if errors.get("exception"):
+        parts.append(f"raised in {errors.get('raised_in', 'your code')}")
+    if evidence.rules:
+        parts.append(f"your derivative rule(s) {', '.join(evidence.rules)} take part")
+    if evidence.stand_in is not None and evidence.stand_in_verdict is not None:
+        parts.append(f"{evidence.stand_in.description} gives {evidence.stand_in_verdict.kind} at the same case")
+    return "; ".join(parts) or "the failure needs your function: nothing points at torch"

@@ -1,0 +1,232 @@
+"""Replaying a failure in a fresh process before it is called the target's.
+
+A process in which torch once failed an internal assert, or a compile broke
+half-way, may fail everything after it: a long campaign worker, or one
+``fuzzdiff.check`` running fifteen checks in a row. What fails only there is
+the process's state, not the target. So a confirmed failure is replayed once
+more, in a Python process that has run nothing else (``FreshProcess``), from
+the very record that would be written: the same check, case, values and
+target recipe. That process also gathers the evidence of whose bug it is
+(fuzzdiff.blame), away from whatever the first one went through.
+
+The replaying process is started on the first failure and serves the
+following ones, until it is disturbed itself or its owner closes it; it ends
+by itself when its owner dies (its stdin closes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fuzzdiff import torch_state
+from fuzzdiff.blame import Blame, blame, gather
+from fuzzdiff.case import Case
+from fuzzdiff.checks import get_check
+from fuzzdiff.corpus import read_record, write_record
+from fuzzdiff.runner import run_check
+from fuzzdiff.targets import get_target
+from fuzzdiff.targets.user import from_definition
+from fuzzdiff.verdict import Verdict
+
+__all__ = ["FreshProcess", "Replayed", "REPLAY_SECONDS"]
+
+REPLAY_SECONDS = 600.0  # a replay that compiles (an inductor compile on busy cores) takes minutes at worst
+START_SECONDS = 120.0  # importing torch and fuzzdiff, on busy cores
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """A fresh process's answer: the verdict there, whose bug it is, and the
+    stand-in's code and verdict (fuzzdiff.blame.Evidence, as JSON); or
+    ``failed``: why there is no answer (the target cannot be rebuilt there,
+    the process died or took too long)."""
+
+    verdict: Verdict | None = None
+    blame: Blame | None = None
+    evidence: Mapping[str, Any] | None = None
+    failed: str | None = None
+
+
+class FreshProcess:
+    """A clean Python process that replays failures (see the module's docstring)."""
+
+    def __init__(self, timeout: float = REPLAY_SECONDS):
+        self.timeout = timeout
+        self._proc: subprocess.Popen | None = None
+        self._answers: int | None = None  # the read end of the answers' pipe
+        self._log: Any = None
+        self._folder = tempfile.TemporaryDirectory(prefix="fuzzdiff-fresh-")
+        self.replays = 0
+        self.seconds = 0.0
+
+    def replay(self, check: str, case: Case, verdict: Verdict, definition: Mapping | None = None) -> Replayed:
+        """The verdict of ``check`` at ``case`` in a fresh process, with the
+        blame; ``definition`` rebuilds a user target there (its recipe)."""
+        start = time.monotonic()
+        try:
+            path, _ = write_record(self._folder.name, check, case, verdict, definition=definition)
+            return self._ask(path)
+        finally:
+            self.replays += 1
+            self.seconds += time.monotonic() - start
+
+    def _ask(self, record: Path) -> Replayed:
+        if self._proc is None or self._proc.poll() is not None:
+            failed = self._start()
+            if failed is not None:
+                return Replayed(failed=failed)
+        assert self._proc is not None and self._proc.stdin is not None and self._answers is not None
+        try:
+            self._proc.stdin.write(json.dumps({"record": str(record)}) + "\n")
+            self._proc.stdin.flush()
+        except OSError as e:
+            self.close()
+            return Replayed(failed=f"the replaying process is gone ({e}){self._tail()}")
+        line = self._read_line(self.timeout)
+        if line is None:
+            tail = self._tail()
+            self.close()
+            return Replayed(failed=f"no answer from the replaying process within {self.timeout:.0f} s{tail}")
+        answer = json.loads(line)
+        if answer.get("disturbed"):
+            self.close()  # its next replay would not be in a fresh process
+        if "failed" in answer:
+            return Replayed(failed=answer["failed"])
+        v = answer["verdict"]
+        return Replayed(
+            Verdict(v["kind"], v["message"], v["errors"]),
+            Blame.from_json(answer.get("blame")),
+            answer.get("evidence"),
+        )
+
+    def _start(self) -> str | None:
+        read, write = os.pipe()
+        self._log = tempfile.TemporaryFile(mode="w+")
+        env = dict(os.environ)
+        # the caller's import path, so that its own modules (the target's) import there too
+        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "fuzzdiff.fresh", str(write)],
+                stdin=subprocess.PIPE,
+                stdout=self._log,
+                stderr=self._log,
+                pass_fds=(write,),
+                env=env,
+                cwd=os.getcwd(),
+                text=True,
+            )
+        except OSError as e:
+            os.close(read)
+            return f"could not start a fresh Python process: {e}"
+        finally:
+            os.close(write)
+        self._answers = read
+        ready = self._read_line(START_SECONDS)
+        if ready != "ready":
+            tail = self._tail()
+            self.close()
+            return f"the fresh process did not start{tail}"
+        return None
+
+    def _read_line(self, seconds: float) -> str | None:
+        """One line from the answers' pipe, or None at EOF or after ``seconds``."""
+        assert self._answers is not None
+        data = b""
+        end = time.monotonic() + seconds
+        while not data.endswith(b"\n"):
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self._answers], [], [], left)[0]:
+                return None
+            chunk = os.read(self._answers, 1 << 16)
+            if not chunk:
+                return None
+            data += chunk
+        return data.decode().strip()
+
+    def _tail(self) -> str:
+        if self._log is None:
+            return ""
+        try:
+            self._log.seek(0)
+            lines = [line for line in self._log.read().splitlines() if line.strip()]
+        except (OSError, ValueError):
+            return ""
+        return f": {lines[-1][:300]}" if lines else ""
+
+    def close(self) -> None:
+        if self._proc is not None:
+            try:
+                if self._proc.stdin is not None:
+                    self._proc.stdin.close()
+                self._proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+        if self._answers is not None:
+            os.close(self._answers)
+            self._answers = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> FreshProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        self._folder.cleanup()
+
+
+# -- the fresh process's side --------------------------------------------------------------
+
+
+def _serve(answers: int) -> None:
+    """Replay the records named on stdin, one JSON answer per line on ``answers``."""
+    torch.set_num_threads(1)  # a process of fuzzdiff's own, beside the one that called it
+    out = os.fdopen(answers, "w")
+    out.write("ready\n")
+    out.flush()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        before = torch_state.disturbances()
+        try:
+            answer = _replay(json.loads(line)["record"])
+        except Exception as e:  # noqa: BLE001 - any error is an answer, never a dead replayer
+            answer = {"failed": f"the fresh process could not replay it: {type(e).__name__}: {e}"}
+        answer["disturbed"] = torch_state.disturbances() > before
+        out.write(json.dumps(answer, default=str) + "\n")
+        out.flush()
+
+
+def _replay(path: str) -> dict:
+    record = read_record(path)
+    if record.definition is not None:
+        target = from_definition(record.definition, trust_source=True)  # written by the process that asked
+    else:
+        target = get_target(record.target)
+    verdict = run_check(record.check, target, record.case)
+    answer: dict = {"verdict": {"kind": verdict.kind, "message": verdict.message, "errors": verdict.errors}}
+    if verdict.failed:
+        evidence = gather(get_check(record.check), target, record.case)
+        answer["blame"] = blame(record.check, target, record.verdict, evidence).to_json()
+        answer["evidence"] = evidence.to_json()
+    return answer
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]))

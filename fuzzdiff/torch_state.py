@@ -1,0 +1,171 @@
+"""torch's thread-local state, which an error deep inside torch can leave changed.
+
+An exception that unwinds through AOTAutograd or functorch can skip the C++
+guards that were to put torch's dispatch state back: ``aot_function`` of
+``torch.func.jvp`` over a captured constant fails an internal assert and
+leaves the Autograd keys excluded, and from then on every backward in the
+process raises "element 0 of tensors does not require grad"; a failed fake
+tensor conversion leaves the Python key excluded ("you set no_dispatch()").
+Every later check in that process would fail, and none of it would be the
+target's doing.
+
+So each check's run is bracketed by ``kept()``. What changed is put back, where torch offers a way to, and named, so
+that the run that broke the process is known and the runs after it are not
+its victims. What cannot be put back (``Left.lasting``) taints the
+process: its later failures are not believed until they replay elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.autograd.forward_ad as forward_ad
+from torch.overrides import _get_current_function_mode_stack
+from torch.overrides import _pop_mode as _pop_function_mode
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+from torch.utils._python_dispatch import _pop_mode as _pop_dispatch_mode
+
+__all__ = ["TorchState", "Left", "snapshot", "kept", "note", "disturbances", "last_disturbance"]
+
+
+@dataclass(frozen=True)
+class TorchState:
+    """The thread-local settings a check's run must leave as it found them.
+    Dispatch key sets as their raw bits: a snapshot costs microseconds."""
+
+    grad: bool
+    forward_grad: bool
+    inference: bool
+    excluded: int
+    included: int
+    functorch_level: int | None
+    dispatch_modes: int
+    function_modes: int
+    dual_level: int
+    default_dtype: torch.dtype
+
+
+def snapshot() -> TorchState:
+    return TorchState(
+        grad=torch.is_grad_enabled(),
+        forward_grad=torch._C._is_fwd_grad_enabled(),
+        inference=torch.is_inference_mode_enabled(),
+        excluded=torch._C._dispatch_tls_local_exclude_set().raw_repr(),
+        included=torch._C._dispatch_tls_local_include_set().raw_repr(),
+        functorch_level=torch._C._functorch.maybe_current_level(),
+        dispatch_modes=len(_get_current_dispatch_mode_stack()),
+        function_modes=len(_get_current_function_mode_stack()),
+        dual_level=forward_ad._current_level,
+        default_dtype=torch.get_default_dtype(),
+    )
+
+
+@dataclass
+class Left:
+    """What a run left changed: ``fixed`` was put back, ``lasting`` could not be."""
+
+    fixed: tuple[str, ...] = ()
+    lasting: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.fixed or self.lasting)
+
+    def __str__(self) -> str:
+        parts = []
+        if self.fixed:
+            parts.append(f"{'; '.join(self.fixed)} (put back)")
+        if self.lasting:
+            parts.append(f"{'; '.join(self.lasting)} (cannot be put back)")
+        return "torch's thread-local state was left changed: " + "; ".join(parts)
+
+
+@contextmanager
+def kept() -> Iterator[Left]:
+    """Run the block, then put back what it changed of torch's thread-local
+    state; the yielded ``Left`` says what that was, once the block is done.
+    The dispatch key sets are put back whole by torch's own guard (several of
+    their keys have no Python name to set one by one)."""
+    before = snapshot()
+    left = Left()
+    with torch._C._PreserveDispatchKeyGuard():
+        try:
+            yield left
+        finally:
+            left.fixed, left.lasting = _put_back(before)
+
+
+def _put_back(before: TorchState) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    after = snapshot()
+    if after == before:
+        return (), ()
+    fixed: list[str] = []
+    lasting: list[str] = []
+    sets = (("excluded", before.excluded, after.excluded), ("included", before.included, after.included))
+    for which, was, now in sets:
+        if was != now:
+            fixed.append(f"dispatch keys {_key_change(was, now, which)}")
+    if after.grad != before.grad:
+        torch._C._set_grad_enabled(before.grad)
+        fixed.append(f"grad mode left {'on' if after.grad else 'off'}")
+    if after.forward_grad != before.forward_grad:
+        torch._C._set_fwd_grad_enabled(before.forward_grad)
+        fixed.append(f"forward grad left {'on' if after.forward_grad else 'off'}")
+    while forward_ad._current_level > before.dual_level:
+        forward_ad.exit_dual_level()
+        fixed.append("a forward-AD dual level left open")
+    while len(_get_current_dispatch_mode_stack()) > before.dispatch_modes:
+        fixed.append(f"dispatch mode {type(_pop_dispatch_mode()).__name__} left on")
+    while len(_get_current_function_mode_stack()) > before.function_modes:
+        fixed.append(f"function mode {type(_pop_function_mode()).__name__} left on")
+    if after.default_dtype != before.default_dtype:
+        torch.set_default_dtype(before.default_dtype)
+        fixed.append(f"default dtype left at {after.default_dtype}")
+    if after.inference != before.inference:
+        lasting.append(f"inference mode left {'on' if after.inference else 'off'}")
+    if after.functorch_level != before.functorch_level:
+        lasting.append(f"functorch transform level {after.functorch_level} active ({before.functorch_level} before)")
+    return tuple(fixed), tuple(lasting)
+
+
+def _key_change(was: int, now: int, which: str) -> str:
+    """How a thread's local key set changed, by the names torch prints."""
+    old, new = _names(was), _names(now)
+    words = []
+    if new - old:
+        words.append(f"left {which}: {', '.join(sorted(new - old))}")
+    if old - new:
+        words.append(f"no longer {which}: {', '.join(sorted(old - new))}")
+    return "; ".join(words) or f"{which} {was:#x}, now {now:#x}"
+
+
+def _names(raw: int) -> set[str]:
+    text = str(torch._C.DispatchKeySet.from_raw_repr(raw))  # DispatchKeySet(A, B, ...)
+    inner = text[text.find("(") + 1 : text.rfind(")")]
+    return {k.strip() for k in inner.split(",") if k.strip()}
+
+
+# What disturbed this process so far (a run that left torch's state changed,
+# a failed internal assert, an error inside torch's compiler or transforms):
+# the few latest, for a failure that replays elsewhere as a pass to name
+# what came before it, and a count, for a campaign to replace its worker.
+_DISTURBANCES: deque[str] = deque(maxlen=8)
+_COUNT = [0]
+
+
+def note(event: str) -> None:
+    """Remember that ``event`` may have left this process unlike a fresh one."""
+    _DISTURBANCES.append(event)
+    _COUNT[0] += 1
+
+
+def disturbances() -> int:
+    """How many disturbances this process has seen."""
+    return _COUNT[0]
+
+
+def last_disturbance() -> str | None:
+    return _DISTURBANCES[-1] if _DISTURBANCES else None
