@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fuzzdiff import torch_state
 from fuzzdiff.blame import USER, Blame
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS, get_check
@@ -275,6 +276,7 @@ def check(
     outside = tuple(invalid)  # exceptions of the plain call that mean "not in the function's domain"
     rules: list[tuple[str, str]] = []  # input-domain errors found (type, message pattern): rejected from then on
     drawn = _case_options(layouts, alias)
+    capture = not os.environ.get("TORCH_LOGS")  # torch's logs are counted, unless the caller asked for them
 
     def attempt(name: str, fresh: FreshProcess | None, seen: tuple[Known, ...]) -> Tally:
         if not alias and CHECKS[name].aliasing == "required":
@@ -298,6 +300,7 @@ def check(
                 definition=recipe,
                 fresh=fresh,
                 seen=seen,
+                capture_logs=capture,
                 **drawn,
             )
         except Unsatisfiable:
@@ -339,8 +342,9 @@ def check(
     with (
         _progress(progress, len(names)) as step,
         warnings.catch_warnings(record=True) as caught,
-        torch_logs(capture=not os.environ.get("TORCH_LOGS")) as logs,
+        torch_logs(capture) as logs,
         FreshProcess() as fresh,
+        torch_state.kept(),  # the caller's thread as it was, whatever a run's leftovers do late
     ):
         # torch's warnings inside the runs (a vmap fallback warns on every call):
         # collected and summarized once in the report, not printed per run
@@ -356,6 +360,8 @@ def check(
         if not _torch_internal(w)
     )
     report.logs = logs
+    for tally in report.tallies.values():
+        report.logs.update(tally.logs)
     return report
 
 

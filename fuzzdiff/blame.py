@@ -186,7 +186,9 @@ def _why_user(errors: dict, evidence: Evidence) -> str:
     if errors.get("exception"):
         parts.append(f"raised in {errors.get('raised_in', 'your code')}")
     if evidence.rules:
-        parts.append(f"your derivative rule(s) {', '.join(evidence.rules)} take part")
+        parts.append(f"your own derivative rule(s) take part: {', '.join(evidence.rules)}")
     if evidence.stand_in is not None and evidence.stand_in_verdict is not None:
-        parts.append(f"{evidence.stand_in.description} gives {evidence.stand_in_verdict.kind} at the same case")
+        kind = evidence.stand_in_verdict.kind
+        outcome = "passes" if kind == "pass" else f"is {kind}"
+        parts.append(f"{evidence.stand_in.description} {outcome} at the same inputs and check parameters")
     return "; ".join(parts) or "the failure needs your function: nothing points at torch"

@@ -166,6 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="stop shrinking a failure after S seconds; the report says so (default: 10)",
     )
+    for which, default in (("rtol", "1e-7 in float64, 2e-4 in float32"), ("atol", "1e-10 in float64, 1e-5 in float32")):
+        chk.add_argument(
+            f"--{which}",
+            nargs="+",
+            metavar="[CHECK=]VALUE",
+            help=f"the {which} your function is accurate to, for every check or per check (e.g. grad=1e-6); "
+            f"the larger of it and the dtype's default applies ({default})",
+        )
     chk.add_argument("--seed", type=int, help="make the run reproducible")
     chk.set_defaults(handler="cmd_check")
 

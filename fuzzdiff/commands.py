@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fuzzdiff import api, repro
+from fuzzdiff.blame import Blame
 from fuzzdiff.campaign import BatchSize, case_options, round_one_order, run_campaign
 from fuzzdiff.case import DTYPES
 from fuzzdiff.checks import CHECKS, UnknownCheck, get_check
@@ -397,6 +398,11 @@ def cmd_run(args) -> int:
         message = r.error or (r.failure.verdict.message if r.failure is not None else "")
         print(f"\n{r.check} {r.target}: {message}")
         if r.failure is not None:
+            whose = Blame.from_json(r.failure.blame)
+            if whose is not None:
+                print(f"  whose: {whose.headline}: {whose.evidence}")
+            if r.failure.elsewhere:
+                print(f"  {r.failure.elsewhere}")
             print(f"  case: {json.dumps(r.failure.case.to_json(), sort_keys=True)}")
             if r.failure.record_path:
                 state = "new record" if r.failure.record_created else "already recorded"
@@ -539,6 +545,11 @@ def cmd_check(args) -> int:
         raise UsageError("--max-examples must be at least 1")
     if args.variants < 1:
         raise UsageError("--variants must be at least 1")
+    rtol, atol = _tolerance(args.rtol, "--rtol"), _tolerance(args.atol, "--atol")
+    try:
+        api.declared_tolerances(checks or list(CHECKS), rtol=rtol, atol=atol)
+    except (UnknownCheck, ValueError) as e:
+        raise UsageError(str(e)) from None
     with _stops_interrupt():
         report = api.check(
             target,
@@ -548,9 +559,26 @@ def cmd_check(args) -> int:
             corpus=_corpus_root(args),
             variants=args.variants,
             shrink_seconds=args.shrink_seconds,
+            rtol=rtol,
+            atol=atol,
         )
     print(report.summary(), end="")
     return 0 if report.ok else 1
+
+
+def _tolerance(values: list[str] | None, option: str) -> float | dict[str, float] | None:
+    """``--rtol 1e-6`` (every check) or ``--rtol grad=1e-6 forward=1e-5``."""
+    if not values:
+        return None
+    try:
+        if len(values) == 1 and "=" not in values[0]:
+            return float(values[0])
+        pairs = [v.split("=", 1) for v in values]
+        if any(len(p) != 2 for p in pairs):
+            raise ValueError
+        return {name: float(number) for name, number in pairs}
+    except ValueError:
+        raise UsageError(f"{option} {' '.join(values)!r}: expected a number, or CHECK=NUMBER per check") from None
 
 
 def _corpus_root(args):
@@ -598,6 +626,9 @@ def cmd_repro(args) -> int:
     print(f"replayed: {verdict}")
     same = verdict.kind == record.verdict.kind
     print("reproduced" if same else f"did not reproduce: recorded {record.verdict.kind}, replayed {verdict.kind}")
+    if verdict.failed:
+        whose = repro.whose(record, target)
+        print(f"whose:    {whose.headline}: {whose.evidence}")
     return 1 if verdict.failed else 0
 
 

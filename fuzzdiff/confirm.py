@@ -257,11 +257,7 @@ def judge(
             return Doubt(f"float64 agrees on the same values, and {low.message}")
         return Survived(f"a float64 run (float64 agrees, but {low.message})", {"vs_float64": low.errors})
 
-    bound = (
-        f"allowed {allowed:.3g}"
-        if math.isfinite(allowed)
-        else "no tolerance applies: the reference's scale is not finite"
-    )
+    bound = f"allowed {allowed:.3g}" if math.isfinite(allowed) else f"no tolerance applies: {_not_finite(first)}"
     steps: dict[str, Step] = {"replay": replay, "eps": other_eps, "jitter": jitter, "neighbours": neighbours}
     if measure64 is not None:
         steps["float64"] = float64
@@ -271,6 +267,15 @@ def judge(
         first.summary(),
         steps,
     )
+
+
+def _not_finite(m: Measurement) -> str:
+    """Which side of a measurement makes its allowed error not finite."""
+    if not math.isfinite(m.analytic):
+        return "the analytic side is not finite"
+    if not math.isfinite(m.noise):
+        return "the reference's error estimate is not finite"
+    return "the derivatives' scale is not finite"
 
 
 def _grows_like_a_jump(coarse: float, mid: float, fine: float) -> bool:

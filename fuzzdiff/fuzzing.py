@@ -37,6 +37,7 @@ from fuzzdiff.runner import case_strategy, verdict_at
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.timeout import ExampleTimeout, Watchdog
+from fuzzdiff.torch_logs import torch_logs
 from fuzzdiff.verdict import Verdict, error_shape, identity, mismatch, short_reason
 
 __all__ = ["fuzz", "Tally", "FuzzFailure", "example_structures", "settle_heap", "environ_config", "root_cause"]
@@ -79,6 +80,7 @@ class Tally:
     why: Counter = field(default_factory=Counter)
     # Confirmed failures of a root cause found before in the same call (api.check's later runs)
     repeats: Counter = field(default_factory=Counter)
+    logs: Counter = field(default_factory=Counter)  # torch's log messages during the run, by text
 
     def add(self, verdict: Verdict) -> None:
         self.counts[verdict.kind] += 1
@@ -102,6 +104,7 @@ class Tally:
         self.known.update(other.known)
         self.why.update(other.why)
         self.repeats.update(other.repeats)
+        self.logs.update(other.logs)
 
     @property
     def examples(self) -> int:
@@ -225,6 +228,7 @@ def fuzz(
     config: FuzzConfig | None = None,
     fresh: FreshProcess | None = None,
     seen: tuple[Known, ...] = (),
+    capture_logs: bool = True,
     **case_options,
 ) -> Tally:
     """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
@@ -272,7 +276,9 @@ def fuzz(
     (fuzzdiff.blame), found there, or here without ``fresh``.
     ``seen``: signatures of failures already reported by the caller
     (``root_cause``): a failure that matches one is counted, not raised, so
-    that the run looks for another.
+    that the run looks for another. ``capture_logs``: torch's log messages
+    during the run are counted into the tally (``Tally.logs``), not printed
+    or handed to the caller's handlers (fuzzdiff.torch_logs).
     """
     config = FuzzConfig.resolve(
         base=config or environ_config(), variants=variants, structures=structures, corpus=corpus
@@ -373,7 +379,11 @@ def fuzz(
         if timeout > 0:
             watch = Watchdog(timeout, None if journal is None else journal.hang_path)
         try:
-            property_()
+            with torch_state.run(), torch_logs(capture_logs) as logs:
+                try:
+                    property_()
+                finally:
+                    tally.logs.update(logs)
         except ExampleTimeout as stop:
             # Not shrunk: every shrink step of a hang would cost a full timeout.
             verdict = Verdict(
@@ -430,13 +440,12 @@ def _settle(failure: FuzzFailure, check: Check, target: Target, definition, fres
             tally = failure.tally
             assert tally is not None
             tally.counts["inconclusive"] += tally.counts.pop("fail", 0)
+            what = verdict.errors.get("exception") or identity(verdict)
             why = (
-                f"process-state dependent: {_first_line(verdict.message)[:200]} here, but "
-                f"{replayed.verdict.kind} in a fresh process"
-                + (f"; this process was disturbed before: {before}" if before else "")
+                f"process-state dependent: {what} fails here, but replays as {replayed.verdict.kind} in a fresh process"
             )
-            tally.reasons["inconclusive"] = why
-            tally.why[("inconclusive", short_reason(Verdict("inconclusive", why)))] += 1
+            tally.reasons["inconclusive"] = why + (f" (this process was disturbed before: {before})" if before else "")
+            tally.why[("inconclusive", why)] += 1
             return False
         if replayed.verdict is not None:
             failure.elsewhere = "reproduced in a fresh process"

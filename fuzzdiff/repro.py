@@ -12,6 +12,7 @@ import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
+from fuzzdiff.blame import Blame, blame, gather
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
@@ -28,7 +29,7 @@ from fuzzdiff.targets.user import (
 from fuzzdiff.timeout import ExampleTimeout, limited
 from fuzzdiff.verdict import KINDS, Verdict, mismatch
 
-__all__ = ["read", "load", "imports", "replay", "describe", "regression_test", "mismatch"]
+__all__ = ["read", "load", "imports", "replay", "whose", "describe", "regression_test", "mismatch"]
 
 
 def read(record: Record | Path | str) -> Record:
@@ -93,6 +94,14 @@ def load(
         where = "definition" if record.definition is not None else "target"
         raise CorpusError(f"{record.path}: field {where!r}: {e}") from None
     return record, target
+
+
+def whose(record: Record, target: Target) -> Blame:
+    """Whose bug the record's failure is: as recorded, else found now (fuzzdiff.blame)."""
+    recorded = Blame.from_json(record.blame)
+    if recorded is not None:
+        return recorded
+    return blame(record.check, target, record.verdict, gather(CHECKS[record.check], target, record.case))
 
 
 def _names(allow_import: Iterable[str]) -> tuple[str, ...]:

@@ -33,8 +33,9 @@ class _Counting(logging.Handler):
 
 
 def _prints(logger: logging.Logger) -> bool:
-    """Whether the logger writes to a stream (not a structured trace file)."""
-    return bool(logger.handlers) and all(type(h) is logging.StreamHandler for h in logger.handlers)
+    """Whether the logger has handlers of its own that show or keep its records
+    (a stream, a test runner's capture), not torch's structured trace alone."""
+    return any(type(h).__name__ != "LazyTraceHandler" for h in logger.handlers)
 
 
 @contextmanager
@@ -49,10 +50,19 @@ def torch_logs(capture: bool = True) -> Iterator[Counter[str]]:
     swapped = []
     for name, logger in list(logging.Logger.manager.loggerDict.items()):
         if isinstance(logger, logging.Logger) and name.split(".")[0] == "torch" and _prints(logger):
-            swapped.append((logger, logger.handlers))
+            swapped.append((logger, logger.handlers, logger.propagate))
             logger.handlers = [handler]
+    # torch's root logger too, whether torch set up its logging yet or not: a
+    # record that reaches a handler that keeps it (pytest's log capture) keeps
+    # its exception's frames alive, and a guard of torch in them (fuzzdiff.torch_state)
+    root = logging.getLogger("torch")
+    if all(logger is not root for logger, _, _ in swapped):
+        swapped.append((root, root.handlers, root.propagate))
+        root.handlers = [handler]
+    root.propagate = False
     try:
         yield counts
     finally:
-        for logger, handlers in swapped:
+        for logger, handlers, propagate in swapped:
             logger.handlers = handlers
+            logger.propagate = propagate

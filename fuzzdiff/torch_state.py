@@ -29,7 +29,7 @@ from torch.overrides import _pop_mode as _pop_function_mode
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from torch.utils._python_dispatch import _pop_mode as _pop_dispatch_mode
 
-__all__ = ["TorchState", "Left", "snapshot", "kept", "note", "disturbances", "last_disturbance"]
+__all__ = ["TorchState", "Left", "snapshot", "kept", "run", "note", "disturbances", "last_disturbance"]
 
 
 @dataclass(frozen=True)
@@ -88,14 +88,63 @@ def kept() -> Iterator[Left]:
     """Run the block, then put back what it changed of torch's thread-local
     state; the yielded ``Left`` says what that was, once the block is done.
     The dispatch key sets are put back whole by torch's own guard (several of
-    their keys have no Python name to set one by one)."""
+    their keys have no Python name to set one by one).
+
+    Within one ``run()`` (a fuzzing run's blocks, one after the other), a
+    block also finds the key sets as the block before it left them: a guard
+    of a call that raised, kept alive by a reference to its frames (a log
+    record holding the exception), sets them back to what it saw when it is
+    freed at last, between two blocks."""
     before = snapshot()
+    last = _LAST[0]
+    if last is not None and (before.excluded, before.included) != (last.excluded, last.included):
+        change = "; ".join(
+            f"dispatch keys {_key_change(was, now, which)}"
+            for which, was, now in (
+                ("excluded", last.excluded, before.excluded),
+                ("included", last.included, before.included),
+            )
+            if was != now
+        )
+        note(f"torch's thread-local state changed between two runs (an object of an earlier run freed late): {change}")
+        _force_keys(last)
+        before = snapshot()
     left = Left()
     with torch._C._PreserveDispatchKeyGuard():
         try:
             yield left
         finally:
             left.fixed, left.lasting = _put_back(before)
+    if _RUNNING[0]:
+        _LAST[0] = snapshot()
+
+
+_LAST: list[TorchState | None] = [None]  # the state the last block of the current run left
+_RUNNING = [False]
+_HELD: list = []  # the guards that force the key sets (see _force_keys)
+
+
+@contextmanager
+def run() -> Iterator[None]:
+    """A sequence of ``kept()`` blocks with nothing of the caller's between
+    them (one fuzzing run): each finds the key sets as the last one left them."""
+    outer = _LAST[0], _RUNNING[0]
+    _LAST[0], _RUNNING[0] = None, True
+    try:
+        yield
+    finally:
+        _LAST[0], _RUNNING[0] = outer
+
+
+def _force_keys(state: TorchState) -> None:
+    """Set the thread's local key sets to ``state``'s. torch offers no setter
+    for a whole set, only a guard that forces one until it exits; it is
+    entered and held, never exited, so the sets stay as forced."""
+    guard = torch._C._ForceDispatchKeyGuard(
+        torch._C.DispatchKeySet.from_raw_repr(state.included), torch._C.DispatchKeySet.from_raw_repr(state.excluded)
+    )
+    guard.__enter__()
+    _HELD.append(guard)
 
 
 def _put_back(before: TorchState) -> tuple[tuple[str, ...], tuple[str, ...]]:

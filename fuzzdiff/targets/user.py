@@ -26,7 +26,7 @@ from fuzzdiff.case import DTYPES
 from fuzzdiff.spec import parse_spec
 from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
 from fuzzdiff.targets.module import one_sample
-from fuzzdiff.targets.target import Target
+from fuzzdiff.targets.target import Target, Tol
 
 __all__ = [
     "resolve_user_target",
@@ -428,6 +428,10 @@ def definition(target: Target, source: dict | None = None) -> dict | None:
         "dtypes": [str(d).removeprefix("torch.") for d in target.dtypes],
         "functional": target.functional,
     }
+    if target.tolerances:  # declared by the caller: a replay judges by them too
+        out["tolerances"] = {
+            k: {"atol": t.atol, "rtol": t.rtol, "reason": t.reason} for k, t in target.tolerances.items()
+        }
     if not importable(target):
         assert source is not None  # else returned None above
         out["source"] = {k: source[k] for k in SOURCE_FIELDS}
@@ -471,6 +475,12 @@ def from_definition(data, *, trust_source: bool = False) -> Target:
     if unknown:
         raise ValueError(f"field 'definition.dtypes' has unknown dtype(s) {unknown}")
     dtypes = tuple(DTYPES[d] for d in data.get("dtypes", ["float64", "float32"]))
+    tolerances = data.get("tolerances", {})
+    if not isinstance(tolerances, dict) or not all(
+        isinstance(t, dict) and all(isinstance(t.get(k), (int, float)) for k in ("atol", "rtol"))
+        for t in tolerances.values()
+    ):
+        raise ValueError("field 'definition.tolerances' must map check names to {atol, rtol, reason}")
     return Target(
         data["fn"],
         fn,
@@ -479,4 +489,8 @@ def from_definition(data, *, trust_source: bool = False) -> Target:
         dtypes=dtypes,
         domain={k: tuple(v) for k, v in domain.items()},
         functional=bool(data.get("functional", True)),
+        tolerances={
+            k: Tol(float(t["atol"]), float(t["rtol"]), str(t.get("reason") or "declared"))
+            for k, t in tolerances.items()
+        },
     )

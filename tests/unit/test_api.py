@@ -454,3 +454,78 @@ def test_the_summary_counts_drawn_cases_and_their_runs():
     assert 0 < row["cases"] <= 10 and row["examples"] == 3 * row["cases"] == row["passed"]
     header = next(line for line in report.summary().splitlines() if "cases" in line)
     assert "runs" in header and "seconds" in header
+
+
+ADAPTIVE = '''
+import torch
+
+
+def integrate(x):
+    """exp(-x) by RK4 on y' = -x y over [0, 1], on a grid that the solution
+    chooses (detached, as adaptive step control is): accurate to about 1e-5,
+    and so are its gradients, which miss the grid's dependence on x."""
+    y = torch.ones_like(x)
+    p = 1.0 + 0.5 * torch.tanh(x.detach())
+    n = 40
+    t_prev = torch.zeros_like(x)
+    for k in range(1, n + 1):
+        t = (k / n) ** p
+        h = t - t_prev
+        k1 = -x * y
+        k2 = -x * (y + h / 2 * k1)
+        k3 = -x * (y + h / 2 * k2)
+        k4 = -x * (y + h * k3)
+        y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        t_prev = t
+    return y
+'''
+
+
+def test_a_declared_tolerance_accepts_an_adaptive_solvers_accuracy(importable, tmp_path):
+    solver = importable("adaptive_solver", ADAPTIVE)
+    strict = fuzzdiff.check(solver.integrate, "x: n", checks=("grad",), seed=1, max_examples=30)
+    (failure,) = strict.failures
+    assert failure.check == "grad" and failure.blame.whose == "user"
+    declared = fuzzdiff.check(solver.integrate, "x: n", checks=("grad",), seed=1, max_examples=30, rtol=1e-4,
+                              corpus=tmp_path / "corpus")
+    assert declared.ok, declared.summary()
+    assert "tolerances declared: rtol=0.0001, atol=0 for every check" in declared.summary()
+    # per check, and from the shell; a record replays under the tolerance it was found with
+    assert fuzzdiff.check(solver.integrate, "x: n", checks=("grad",), seed=1, max_examples=30,
+                          rtol={"grad": 1e-4}).ok
+    assert main(["check", "adaptive_solver:integrate", "--spec", "x: n", "--checks", "grad", "--seed", "1",
+                 "--max-examples", "30", "--rtol", "grad=1e-4"]) == 0
+    with pytest.raises(UnknownCheck):
+        fuzzdiff.check(solver.integrate, "x: n", rtol={"gradd": 1e-4})
+    with pytest.raises(ValueError, match="rtol must be a number >= 0"):
+        fuzzdiff.check(solver.integrate, "x: n", rtol=-1.0)
+
+
+def test_the_summary_says_why_runs_were_inconclusive_and_counts_torchs_logs(capfd):
+    import logging
+
+    def kinked(x):
+        logging.getLogger("torch._dynamo").warning("a message torch would print")
+        return x.clamp(-0.5, 0.5)  # kinks at +-0.5, where drawn values often lie: inconclusive there
+
+    report = fuzzdiff.check(kinked, "x: n", checks=("grad",), seed=2, max_examples=40, sizes=(1, 3))
+    text = report.summary()
+    assert report.ok
+    assert "grad inconclusive:" in text and "vanishes at a neighbouring point" in text
+    assert "torch logged" in text and "a message torch would print" in text
+    assert "a message torch would print" not in capfd.readouterr().err
+
+
+def test_a_nan_gradient_names_the_analytic_side_as_the_one_not_finite():
+    class NanGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * float("nan")
+
+    report = fuzzdiff.check(NanGrad.apply, "x: n", checks=("grad",), seed=0, max_examples=10, isolate=False)
+    (failure,) = report.failures
+    assert "the analytic side is not finite" in failure.message

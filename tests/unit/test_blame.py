@@ -1,0 +1,116 @@
+"""fuzzdiff.blame: whose bug a failure is, PyTorch's or the code's, with the evidence."""
+
+import torch
+
+from fuzzdiff.blame import PYTORCH, USER, Evidence, blame, custom_rules, gather
+from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.checks import get_check
+from fuzzdiff.raised import raised
+from fuzzdiff.targets import get_target
+from fuzzdiff.targets.standin import stand_in
+from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Verdict
+
+PROBES = {
+    "cotangent": {"seed": 1, "layout": "contiguous", "zeros": 0.0},
+    "direction": {"seed": 2, "layout": "contiguous", "zeros": 0.0},
+}
+
+
+class WrongSquare(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * g * x
+
+
+def two_outputs(x, y):
+    return (x * y).sum(-1), torch.cat([x, y], -1)
+
+
+def _user(fn, spec):
+    return Target(getattr(fn, "__qualname__", "fn"), fn, spec, family="user")
+
+
+def _case(*shapes):
+    return Case("fn", tuple(Arg(s, Values(seed=3 + i)) for i, s in enumerate(shapes)), "float64", params=PROBES)
+
+
+MISMATCH = Verdict("fail", "<J^T v, u> vs finite differences: analytic 1 vs reference 2; confirmed", {"analytic": 1.0})
+
+
+def test_a_catalog_target_is_torchs_own():
+    whose = blame("grad", get_target("sin"), MISMATCH, Evidence())
+    assert whose.whose == PYTORCH and "torch's own" in whose.evidence and whose.via == "torch's target"
+
+
+def test_an_internal_assert_and_torchs_machinery_point_at_pytorch():
+    target = _user(torch.sin, "x: n")
+    internal = Verdict("fail", "raised RuntimeError: ...", {"exception": "RuntimeError", "internal_assert": True})
+    assert blame("compile", target, internal, Evidence()).via == "internal assert"
+    inside = Verdict("fail", "raised X", {"exception": "X", "torch_part": "AOTAutograd", "raised_in": "torch/a.py:1"})
+    whose = blame("compile", target, inside, Evidence())
+    assert whose.whose == PYTORCH and "AOTAutograd" in whose.evidence
+    broken = Verdict("fail", "raised X", {"exception": "X", "torch_state": "dispatch keys left excluded: Python"})
+    assert blame("grad", target, broken, Evidence()).via == "torch state"
+
+
+def test_where_an_error_was_raised_is_read_from_its_root_cause():
+    def user_code():
+        raise ValueError("mine")
+
+    try:
+        try:
+            user_code()
+        except ValueError as e:
+            raise RuntimeError("wrapped by a compiler") from e
+    except RuntimeError as e:
+        origin = raised(e)
+    assert "in user_code" in origin.where and origin.part is None and not origin.internal
+    try:
+        torch.fx.symbolic_trace(lambda x: x if x.sum() > 0 else -x)
+    except Exception as e:  # noqa: BLE001
+        origin = raised(e)
+    assert origin.part == "FX tracing", origin
+
+
+def test_a_wrong_backward_of_the_users_own_is_theirs():
+    target = _user(WrongSquare.apply, "x: n")
+    case = _case((3,))
+    assert custom_rules(target, case) == ("WrongSquare",)
+    evidence = gather(get_check("grad"), target, case)
+    assert evidence.stand_in_verdict.kind == "pass"
+    whose = blame("grad", target, MISMATCH, evidence)
+    assert whose.whose == USER and "WrongSquare" in whose.evidence and "passes" in whose.evidence
+
+
+def test_a_failure_the_stand_in_shares_is_pytorchs_and_the_stand_in_is_its_repro():
+    target = _user(two_outputs, "x: n m, y: n m")
+    case = _case((2, 3), (2, 3))
+    standin = stand_in(target, case)
+    x, y = case.materialize(requires_grad=False).args
+    outs = standin.target.fn(x, y)
+    assert [o.shape for o in outs] == [o.shape for o in two_outputs(x, y)]
+    namespace: dict = {}
+    exec("\n".join([*standin.source["imports"], *standin.source["setup"], *standin.source["definitions"]]), namespace)
+    again = namespace[standin.source["call"]](x, y)  # the stored code is the function: it replays elsewhere
+    assert all(torch.equal(a, b) for a, b in zip(outs, again))
+    same = Evidence(standin, MISMATCH)
+    whose = blame("grad", target, MISMATCH, same)
+    assert whose.whose == PYTORCH and whose.via == "stand-in" and "no code of yours" in whose.evidence
+    differs = Evidence(standin, Verdict("pass"))
+    assert blame("grad", target, MISMATCH, differs).whose == USER
+
+
+def test_two_of_torchs_ways_of_running_the_same_code_disagree_is_torchs_unless_the_code_brings_a_rule():
+    target = _user(two_outputs, "x: n m, y: n m")
+    mismatch = Verdict("fail", "inductor vs eager: output 0 differs", {})
+    whose = blame("compile", target, mismatch, Evidence())
+    assert whose.whose == PYTORCH and whose.via == "mechanism" and "compiler" in whose.evidence
+    assert blame("compile", target, mismatch, Evidence(rules=("WrongSquare",))).whose == USER
+    assert blame("grad", target, mismatch, Evidence()).whose == USER  # grad's other side is maths, not torch

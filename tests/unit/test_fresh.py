@@ -1,0 +1,75 @@
+"""fuzzdiff.fresh: a failure is replayed in a fresh process before it is the target's."""
+
+import fuzzdiff
+from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.fresh import FreshProcess
+from fuzzdiff.verdict import Verdict
+
+# A function whose backward depends on the state of its process: right in a
+# fresh one, wrong once something in this process has set BROKEN (as torch's
+# state is, after an internal assert elsewhere).
+STATEFUL = '''
+import torch
+
+BROKEN = [False]
+
+
+class Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return (3 if BROKEN[0] else 2) * g * x
+'''
+
+
+def test_a_failure_that_passes_in_a_fresh_process_is_not_the_targets(importable):
+    module = importable("stateful_ops", STATEFUL)
+    module.BROKEN[0] = True
+    report = fuzzdiff.check(module.Twice.apply, "x: n", checks=("grad",), seed=1, max_examples=20)
+    assert report.ok, report.summary()
+    tally = report.tallies["grad"]
+    assert tally.counts["inconclusive"] > 0 and tally.counts["fail"] == 0
+    assert "process-state dependent" in tally.reasons["inconclusive"]
+    assert "but replays as pass in a fresh process" in tally.reasons["inconclusive"]
+    assert "process-state dependent" in report.summary()
+    # without the fresh replay, the same run blames the function
+    unisolated = fuzzdiff.check(module.Twice.apply, "x: n", checks=("grad",), seed=1, max_examples=20, isolate=False)
+    assert [f.check for f in unisolated.failures] == ["grad"]
+
+
+def test_a_failure_that_reproduces_there_is_reported_as_reproduced(importable):
+    module = importable("stateful_ops", STATEFUL.replace("(3 if BROKEN[0] else 2)", "3"))
+    report = fuzzdiff.check(module.Twice.apply, "x: n", checks=("grad",), seed=1, max_examples=20)
+    (failure,) = report.failures
+    assert failure.elsewhere == "reproduced in a fresh process"
+    assert failure.blame.whose == "user" and "Twice" in failure.blame.evidence
+    assert "reproduced in a fresh process" in report.summary()
+
+
+def test_the_replaying_process_ends_with_its_owner(importable):
+    module = importable("stateful_ops", STATEFUL.replace("(3 if BROKEN[0] else 2)", "3"))
+    case = Case("stateful_ops:Twice.apply", (Arg((3,), Values(seed=2)),), "float64", params={
+        "cotangent": {"seed": 1, "layout": "contiguous", "zeros": 0.0},
+        "direction": {"seed": 2, "layout": "contiguous", "zeros": 0.0},
+    })
+    target = fuzzdiff.api.user_target(module.Twice.apply, "x: n")
+    definition = fuzzdiff.api.definition(target)
+    with FreshProcess() as fresh:
+        first = fresh.replay("grad", case, Verdict("fail", "<J^T v, u> vs finite differences: ..."), definition)
+        child = fresh._proc
+        second = fresh.replay("grad", case, Verdict("fail", "<J^T v, u> vs finite differences: ..."), definition)
+        assert fresh._proc is child  # one process serves every replay
+    assert first.verdict.kind == second.verdict.kind == "fail" and first.blame.whose == "user"
+    assert child.poll() is not None and fresh._proc is None  # and it is gone once its owner closes it
+
+
+def test_a_target_that_cannot_be_rebuilt_there_says_why():
+    with FreshProcess() as fresh:
+        case = Case("not_a_target_anywhere", (Arg((2,), Values()),), "float64")
+        answer = fresh.replay("grad", case, Verdict("fail", "x: y"))
+    assert answer.verdict is None and "unknown target 'not_a_target_anywhere'" in answer.failed
