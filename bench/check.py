@@ -10,8 +10,15 @@ Two figures:
   bug, shrunk; the median and the largest time, and whether each was found.
   With ``--twins`` also each correct twin, which must pass.
 
+What isolation costs (``--isolation``): every failure is replayed in a fresh
+process before it is reported (fuzzdiff.fresh), which costs a Python start,
+torch's import and the replay, once per ``fuzzdiff.check`` call that fails,
+and a replay per further failure. The zoo's bugs are timed with
+``isolate=True`` (the default) and ``isolate=False``, pair by pair.
+
     python bench/check.py                 # both
     python bench/check.py --no-zoo        # the cheap function only
+    python bench/check.py --isolation     # the zoo, with and without the fresh replay
 
 Each run is in this process, after one untimed warm-up call (torch's and
 Hypothesis's first-call costs are paid once per test session, too), in a
@@ -51,6 +58,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-zoo", action="store_true", help="only the cheap function")
     parser.add_argument("--twins", action="store_true", help="also check every correct twin")
     parser.add_argument("--seed", type=int, default=None, help="a fixed seed (default: random runs)")
+    parser.add_argument("--isolation", action="store_true", help="time the zoo with and without the fresh replay")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     # A fresh directory: no example database from an earlier run replays its failures first.
@@ -69,6 +77,8 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT / "tests" / "selftest"))
     from zoo import ZOO  # noqa: E402 - the self-test zoo lives with the tests
 
+    if args.isolation:
+        return isolation(ZOO, args.seed)
     times, missed, twins_failed = [], [], []
     for planted in ZOO:
         if CHECKS[planted.check].why_not(planted.bug) is not None:
@@ -91,6 +101,28 @@ def main(argv=None) -> int:
         print("missed: " + ", ".join(missed))
     if args.twins:
         print(f"twins failing: {len(twins_failed)}" + (f" ({', '.join(twins_failed)})" if twins_failed else ""))
+    return 0
+
+
+def isolation(zoo, seed: int | None) -> int:
+    """Each applicable zoo bug, checked with the fresh replay and without it."""
+    extra, fresh_times = [], []
+    for planted in zoo:
+        if CHECKS[planted.check].why_not(planted.bug) is not None:
+            continue
+        times = {}
+        for isolate in (True, False):
+            report, times[isolate] = timed(fuzzdiff.check, planted.bug, checks=(planted.check,), seed=seed,
+                                           progress=False, isolate=isolate)
+            if isolate:
+                elsewhere = {f.elsewhere for f in report.failures}
+        extra.append(times[True] - times[False])
+        fresh_times.append(times[True])
+        print(f"  {times[True]:6.1f} s isolated, {times[False]:6.1f} s not  {planted.check:10s} "
+              f"{planted.bug.name}  ({'; '.join(sorted(elsewhere)) or 'no failure'})")
+    print(f"isolation: {len(extra)} zoo bugs; time to report with the fresh replay: median "
+          f"{statistics.median(fresh_times):.1f} s; its extra cost per call: median {statistics.median(extra):.1f} s, "
+          f"largest {max(extra):.1f} s")
     return 0
 
 

@@ -286,7 +286,12 @@ def check(
         fuzzed = replace(target, invalid=target.invalid + tuple(rules))
         if name == "per_sample" and isinstance(fn, torch.nn.Module):
             # per-sample gradients need the module itself, on one sample's shapes
-            fuzzed = replace(per_sample_target(target, fn), invalid=fuzzed.invalid)
+            try:
+                fuzzed = replace(per_sample_target(target, fn), invalid=fuzzed.invalid)
+            except ValueError as e:  # the spec names no batch dim to take samples along
+                tally = Tally()
+                tally.add(Verdict("unsupported", str(e)))
+                return tally
         if outside:
             fuzzed = replace(fuzzed, fn=_rejecting(fuzzed.fn, outside))
         try:

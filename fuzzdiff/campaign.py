@@ -245,7 +245,8 @@ class Campaign:
         return sum(r.family == family for r in self.results), self.applicable[family]
 
     def per_check(self) -> dict[str, Counter]:
-        """Per check: pairs, verdicts (examples are their sum), crashes and new records."""
+        """Per check: pairs, verdicts (examples are their sum), crashes, new
+        records, and failing pairs by whose bug they are."""
         table: dict[str, Counter] = defaultdict(Counter)
         for check, n in self.applicable_checks.items():
             table[check]["applicable"] = n
@@ -258,6 +259,9 @@ class Campaign:
             row["crashed"] += r.error is not None
             row["known pairs"] += r.known
             row["new records"] += r.new_records
+            blame = r.failure.blame if r.failure is not None else None
+            if blame:  # the failing pairs by whose bug it is (fuzzdiff.blame)
+                row["pytorch's" if blame.get("whose") == "pytorch" else "yours"] += 1
         return dict(table)
 
     @property

@@ -156,6 +156,8 @@ RUN_COLUMNS = (
     ("crashed", "crashed"),
     ("known", "known"),
     ("new records", "new records"),
+    ("PyTorch's", "pytorch's"),
+    ("yours", "yours"),
 )
 
 

@@ -529,3 +529,10 @@ def test_a_nan_gradient_names_the_analytic_side_as_the_one_not_finite():
     report = fuzzdiff.check(NanGrad.apply, "x: n", checks=("grad",), seed=0, max_examples=10, isolate=False)
     (failure,) = report.failures
     assert "the analytic side is not finite" in failure.message
+
+
+def test_a_module_whose_spec_has_no_batch_dim_is_unsupported_by_per_sample_not_an_error():
+    report = fuzzdiff.check(torch.nn.Linear(3, 2).double(), "x: *b 3", checks=("grad", "per_sample"),
+                            dtypes=(torch.float64,), max_examples=5, seed=0)
+    assert report.ok and report.tallies["per_sample"].only_unsupported
+    assert "same named batch dim" in report.tallies["per_sample"].reasons["unsupported"]
