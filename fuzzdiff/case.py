@@ -145,7 +145,8 @@ class Values:
     each (fuzzdiff.structures): ties, exact zeros, identity or diagonal
     matrices, repeated singular values, large values. A nudge keeps them (it
     moves the values before the structure is applied), unless ``nudge_off``:
-    then it moves the structured values themselves, off their structure.
+    then it moves the structured values themselves, off their structure, and
+    each value that repeats along a ``constant`` dim on its own.
     """
 
     seed: int = 0
@@ -196,13 +197,16 @@ class Values:
         imaginary parts in [2n, 4n) and junk from 4n on."""
         n = math.prod(shape)
         kind = self.kind
+        repeats = [d for d in self.constant if d < len(shape) and shape[d] > 1]
+        # nudged off the repeats too: each repeated value moves on its own, after they are made
+        untie = bool(self.nudge and self.nudge_off and repeats) and kind == "float"
         if kind == "float":
-            out = self._reals(n, 0)
+            out = self._reals(n, 0, nudged=not untie)
             if dtype.is_complex:
                 real, out = out, np.empty(n, np.complex128)
-                out.real, out.imag = real, self._reals(n, 2 * n)
+                out.real, out.imag = real, self._reals(n, 2 * n, nudged=not untie)
             if self.structure:
-                out = self._structured(out, shape)
+                out = self._structured(out, shape, nudged=not untie)
             if self.specials and n:
                 for pos, name in self.specials:  # exact in float64, and after rounding to dtype
                     out[pos % n] = special_value(name, dtype)
@@ -211,16 +215,32 @@ class Values:
         else:  # bool
             out = draws.bits(draws.words(self.seed, n))
         out = out.reshape(shape)
-        if self.constant:
-            for d in self.constant:
-                if d < len(shape) and shape[d] > 1:
-                    out = np.broadcast_to(out[(slice(None),) * d + (slice(0, 1),)], shape)
+        if repeats:
+            for d in repeats:
+                out = np.broadcast_to(out[(slice(None),) * d + (slice(0, 1),)], shape)
             out = np.ascontiguousarray(out)
+        if untie:
+            out = self._untied(out)
         return out
 
-    def _reals(self, n: int, start: int) -> np.ndarray:
+    def _untied(self, x: np.ndarray) -> np.ndarray:
+        """Values ``x`` that repeat along ``constant`` dims, each moved on its
+        own by the nudge (special positions keep their values)."""
+        flat = x.reshape(-1)
+        n = flat.size
+        moved = flat + self._step(n, self.nudge, self.nudge_seed)
+        if np.iscomplexobj(flat):
+            moved = moved + 1j * self._step(n, self.nudge, self.nudge_seed, 2 * n)
+        else:
+            moved = self._pushed(moved)
+        for pos, _ in self.specials:
+            moved[pos % n] = flat[pos % n]
+        return moved.reshape(x.shape)
+
+    def _reals(self, n: int, start: int, nudged: bool = True) -> np.ndarray:
         """``n`` float64 values from words ``start`` on (2n at most) of the
-        values stream, nudged from the same words of the nudges stream."""
+        values stream, nudged from the same words of the nudges stream
+        (unless ``nudged`` is False: the caller moves them later)."""
         lo, hi = self.low, self.high
         if self.distinct and n > 1:
             # A shuffled, jittered ladder: rung r at r + [0.3, 0.7) of n rungs,
@@ -237,15 +257,15 @@ class Values:
                 x = np.multiply(draws.integers(z, first, last), grid, dtype=np.float64)
             else:  # no grid, or no grid point inside the interval
                 x = draws.uniform(z, lo, hi)
-        if self.nudge and not (self.nudge_off and self.structure):
+        if nudged and self.nudge and not (self.nudge_off and self.structure):
             x += self._step(n, self.nudge, self.nudge_seed, start)
         return self._pushed(x)
 
-    def _structured(self, out: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    def _structured(self, out: np.ndarray, shape: tuple[int, ...], nudged: bool = True) -> np.ndarray:
         """Flat values ``out`` at their structured point (then nudged off it
-        for ``nudge_off``), flat again."""
+        for ``nudge_off``, unless ``nudged`` is False), flat again."""
         x = structured(out.reshape(shape), self.structure, self.low, self.high).reshape(-1)
-        if self.nudge and self.nudge_off:
+        if nudged and self.nudge and self.nudge_off:
             n = x.size
             x = x + self._step(n, self.nudge, self.nudge_seed)
             if np.iscomplexobj(x):
@@ -433,6 +453,8 @@ class Case:
     # stored values). Anything that redraws the values or moves the layouts
     # drops it; nudged() moves the pinned values themselves.
     data: Mapping[int, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
+    # Arguments the target gets as contiguous copies of themselves (``copied``).
+    copies: tuple[int, ...] = ()
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -459,6 +481,48 @@ class Case:
         between arguments that no move of the values breaks (``dist(x, x)``)."""
         return any(a.alias is not None and a.alias.kind == "same" for a in self.args)
 
+    @property
+    def stride0(self) -> bool:
+        """Some argument that neighbours move is laid out with stride 0 along a
+        dim of size > 1, in a storage of its own: its layout repeats its
+        values, and may have made the point singular (repeated rows make a
+        rank-deficient matrix) where the values alone would not."""
+        return bool(self._stride0_args())
+
+    def _stride0_args(self) -> list[int]:
+        shared = {self.owner(i) for i, a in enumerate(self.args) if a.alias is not None}
+        return [
+            i
+            for i, a in enumerate(self.args)
+            if a.alias is None
+            and i not in shared
+            and a.grad != "none"
+            and a.values.kind == "float"
+            and a.layout is not None
+            and any(st == 0 and n > 1 for n, st in zip(a.shape, a.layout.strides))
+        ]
+
+    def copied(self) -> Case:
+        """The case with each ``stride0`` argument passed to the target as a
+        contiguous copy of itself: the same leaves, values and directions, each
+        repeated value in memory of its own. A mismatch that vanishes here is
+        the stride-0 layout's own."""
+        return replace(self, copies=tuple(self._stride0_args()))
+
+    def spread(self) -> Case:
+        """The same values with each ``stride0`` argument laid out contiguously:
+        every repeated value stored on its own (they still repeat), so that a
+        neighbour (``nudged(..., keep_structure=False)``) can move each apart.
+        Pinned values are copied out of the old layout."""
+        args, data = list(self.args), dict(self.data)
+        for i in self._stride0_args():
+            a = args[i]
+            args[i] = replace(a, layout=None)
+            if i in data:
+                lay = a.strided
+                data[i] = data[i].as_strided(a.shape, lay.strides, lay.offset).contiguous().reshape(-1)
+        return replace(self, args=tuple(args), data=data)
+
     def untied(self) -> Case:
         """Each argument that repeats a leaf argument (alias "same") made a leaf
         of its own with the same values: the tie is kept, the sharing is not."""
@@ -474,8 +538,10 @@ class Case:
     def nudged(self, amount: float, seed: int, keep_structure: bool = True) -> Case:
         """A neighbouring point: every floating value of a differentiable
         argument moved by at most ``amount`` of its range; structured values
-        stay structured (the ties still tie, the zeros are still zeros),
-        unless ``keep_structure`` is False: then a repeated argument
+        stay structured (the ties still tie, the zeros are still zeros), and
+        so do values that repeat along a ``Values.constant`` dim, unless
+        ``keep_structure`` is False: then each of those moves on its own
+        (where the layout stores each: ``spread``), and a repeated argument
         (``repeated``) becomes its own leaf too, and stays where it is while
         the argument it repeats moves (two moves could coincide: a step is
         clipped to the amount).
@@ -498,9 +564,9 @@ class Case:
     def _moved(self, i: int, storage: torch.Tensor, amount: float, seed: int, off: bool = False) -> torch.Tensor:
         """Pinned storage ``i`` nudged: each float element (each part of a
         complex one) moved as ``Values`` nudges a draw, kinks avoided again;
-        special positions keep their values, ``values.constant`` dims stay
-        constant (stride-0 dims are: their elements are one storage element)
-        and the structure is put back unless ``off``."""
+        special positions keep their values, and unless ``off``,
+        ``values.constant`` dims stay constant (stride-0 dims are: their
+        elements are one storage element) and the structure is put back."""
         if not (storage.dtype.is_floating_point or storage.dtype.is_complex):
             return storage
         a, values = self.args[i], self.args[i].values
@@ -519,7 +585,7 @@ class Case:
         if values.structure and not off:
             before = _array(lay.writable_view(storage.detach().cpu(), a.shape))
             view.copy_(torch.from_numpy(np.asarray(restored(_array(view), before, values.structure))))
-        for d in values.constant:
+        for d in () if off else values.constant:
             if d < view.dim() and view.shape[d] > 1:
                 view.copy_(view.narrow(d, 0, 1).expand(view.shape).clone())
         return moved if storage.device == moved.device else moved.to(storage.device)
@@ -699,6 +765,8 @@ class Case:
                         out.append(ls[k])
                 return out
 
+        if self.copies:
+            rebuild = _copying(rebuild, self.copies)
         return Inputs(rebuild(leaves), leaves, rebuild, self._plan[2])
 
     @cached_property
@@ -760,12 +828,26 @@ class Case:
             values = arg["values"]
             if not values.get("structure"):
                 values.pop("structure", None)
-                values.pop("nudge_off", None)
+                if not values.get("nudge_off"):
+                    values.pop("nudge_off", None)
+        if not out["copies"]:
+            del out["copies"]
         return out
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> Case:
         return case_from_json(data)
+
+
+def _copying(
+    rebuild: Callable[[Sequence[torch.Tensor]], list[torch.Tensor]], copies: tuple[int, ...]
+) -> Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]:
+    """``rebuild`` with arguments ``copies`` made contiguous copies (differentiable)."""
+
+    def rebuild_copies(leaves: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return [t.contiguous() if i in copies else t for i, t in enumerate(rebuild(leaves))]
+
+    return rebuild_copies
 
 
 def _mix(seed: int, k: int) -> int:
@@ -920,7 +1002,10 @@ def case_from_json(data: Mapping[str, Any], where: str = "case") -> Case:
         device=_get(data, "device", where, str, "cpu"),
         kwargs=_get(data, "kwargs", where, dict, {}),
         params=_get(data, "params", where, dict, {}),
+        copies=_ints(_get(data, "copies", where, list, []), f"{where}.copies"),
     )
+    if any(not 0 <= i < len(case.args) for i in case.copies):
+        raise CaseError(f"{where}.copies: argument indices in [0, {len(case.args)}), got {list(case.copies)}")
     for i, a in enumerate(case.args):
         if a.alias is not None and not 0 <= a.alias.of < i:
             raise CaseError(f"{where}.args[{i}].alias.of: must name an earlier argument, got {a.alias.of}")

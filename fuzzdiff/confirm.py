@@ -32,6 +32,17 @@ neighbours pass ``x``, moved, and a copy of it; there a non-finite analytic
 side that is finite at a neighbour is a singularity of the point, however
 low precision rounds the finite value. A first derivative keeps the tie:
 it is well defined there (``nextafter(x, x)`` is ``x``).
+
+A stride-0 layout repeats values (``Case.stride0``), which may make the point
+singular where the values alone would not (repeated rows: a rank-deficient
+matrix), and neighbours in that layout repeat them too. So the neighbours ask
+the values, not the memory: a mismatch that vanishes once the target gets the
+same values contiguously (``Case.copied``) is the layout's own, and its
+neighbours keep the layout. One that persists meets the kink test at the same
+values laid out contiguously (``Case.spread``: there directions move each
+repeated value on its own), then neighbours that move each repeated value
+independently; a kink, a singularity or a mismatch gone there is
+inconclusive, "singular point (stride-0 input)".
 """
 
 from __future__ import annotations
@@ -71,6 +82,9 @@ __all__ = [
     "CONDITIONING",
     "Sided",
     "kink",
+    "neighbours_step",
+    "layout_own",
+    "SINGULAR",
 ]
 
 EPS = 1e-6  # finite-difference step in float64, along a direction of norm ~1 per element
@@ -199,6 +213,34 @@ def judge(
         return None
 
     def neighbours() -> Doubt | Survived:
+        if not case.stride0:
+            return around()
+        # A stride-0 layout repeats values, which may make the point singular
+        # (repeated rows: a rank-deficient matrix) where the values alone would
+        # not: the question is asked of the values (see the module's docstring).
+        if measure(case.copied(), eps).within(tol):
+            return layout_own(around())
+        spread, evidence = case.spread(), ""
+        if sided is not None:
+            doubt = kink(sided, spread, eps, tol, first.scale, math.isfinite(first.analytic), where=CONTIGUOUS)
+            if doubt is not None:
+                return Doubt(f"{SINGULAR}: {doubt.why.removeprefix('a singular point: ')}")
+            evidence = f"no kink at {CONTIGUOUS} (along u or a dense direction), "
+            if case.structured or case.repeated:
+                # their neighbours keep the structure (a zero of cumprod stays a zero)
+                found = around()
+                return found if isinstance(found, Doubt) else Survived(evidence + found.label, found.errors)
+        for k in (1, 2):
+            near = measure(spread.nudged(NUDGE, seed=k, keep_structure=False), eps)
+            if near.within(tol):
+                return Doubt(f"{SINGULAR}: vanishes at a neighbouring point {UNTIED}")
+            if not math.isfinite(first.analytic) and math.isfinite(near.analytic):
+                return Doubt(
+                    f"{SINGULAR}: {first.analytic!r} only at the point, finite at a neighbouring point {UNTIED}"
+                )
+        return Survived(f"{evidence}{COPIED} and two neighbouring points {UNTIED}")
+
+    def around() -> Doubt | Survived:
         # A repeated argument (dist(x, x)) is a tie no move of the values
         # breaks, and no kink test sees (x - x is zero along every direction):
         # where the identity has no one-sided measure, or differentiates a first
@@ -285,7 +327,15 @@ def _grows_like_a_jump(coarse: float, mid: float, fine: float) -> bool:
     return abs(fine) >= 4 * abs(mid) >= 16 * abs(coarse) > 0
 
 
-def kink(sided: Sided, case: Case, eps: float, tol: Tolerance, scale: float, finite: bool = True) -> Doubt | None:
+def kink(
+    sided: Sided,
+    case: Case,
+    eps: float,
+    tol: Tolerance,
+    scale: float,
+    finite: bool = True,
+    where: str = "the structured point",
+) -> Doubt | None:
     """A doubt when ``case`` is a kink along the probes: two of its
     derivatives that agree wherever it is differentiable (the right and the
     left one; the one along u and its sum along a split of u, for the kinks
@@ -297,7 +347,8 @@ def kink(sided: Sided, case: Case, eps: float, tol: Tolerance, scale: float, fin
 
     Pairs seen through a dense cotangent (``DENSE_COTANGENT`` in their name)
     count only where the analytic side is not ``finite``: a nan reaches every
-    output, whatever the check's cotangent sees."""
+    output, whatever the check's cotangent sees. ``where`` names the point
+    in the doubt."""
     pairs = sided(case, eps)
     late = list(sided(case, eps / 8))
     for (what, a, b, noise), (_, a8, b8, noise8) in zip(pairs, late):
@@ -311,8 +362,42 @@ def kink(sided: Sided, case: Case, eps: float, tol: Tolerance, scale: float, fin
         gap, gap8 = abs(a - b), abs(a8 - b8)
         if tol.allows(gap, scale, noise) or tol.allows(gap8, scale, noise8) or gap8 <= gap / 4:
             continue
-        return Doubt(f"a kink at the structured point: {what} differ ({a!r} vs {b!r}), at eps/8 too")
+        return Doubt(f"a kink at {where}: {what} differ ({a!r} vs {b!r}), at eps/8 too")
     return None
+
+
+# A mismatch at a stride-0 input, asked of its values (Case.copied, Case.spread).
+SINGULAR = "singular point (stride-0 input)"
+UNTIED = "where the repeated values move independently"
+CONTIGUOUS = "the same values laid out contiguously"
+COPIED = "the same values passed contiguously"
+LAYOUT_OWN = "it vanishes where the target gets the same values contiguously: a mismatch of the stride-0 layout"
+
+
+def layout_own(found: Doubt | Survived) -> Doubt | Survived:
+    """The neighbours' verdict on a mismatch of the stride-0 layout, saying so when it survives."""
+    return Survived(f"{found.label} ({LAYOUT_OWN})", found.errors) if isinstance(found, Survived) else found
+
+
+def neighbours_step(case: Case, agrees: Callable[[Case], bool]) -> Doubt | Survived:
+    """The neighbours step of a comparison of whole results (vmap, per_sample,
+    compile, checkpoint, device), which has no one-sided measure: doubt when
+    the two sides agree (``agrees(c)``) at a neighbouring point of ``case``.
+
+    At a stride-0 input (``Case.stride0``) the values are asked, not the
+    memory: where the target agrees given the same values contiguously
+    (``Case.copied``), the mismatch is the layout's own, and its neighbour
+    keeps the layout; where it disagrees there too, the neighbour moves each
+    repeated value on its own (``Case.spread``), off the singular point the
+    layout made (repeated rows: a rank-deficient matrix)."""
+    if case.stride0 and not agrees(case.copied()):
+        if agrees(case.spread().nudged(NUDGE, seed=1, keep_structure=False)):
+            return Doubt(f"{SINGULAR}: vanishes at a neighbouring point {UNTIED}")
+        return Survived(f"{COPIED} and a neighbouring point {UNTIED}")
+    found: Doubt | Survived = Survived("a neighbouring point")
+    if agrees(case.nudged(NUDGE, seed=1)):
+        found = Doubt("vanishes at a neighbouring point (a tie or a kink)")
+    return layout_own(found) if case.stride0 else found
 
 
 # The name mark of a kink test's pair seen through a dense cotangent (checks.grad.kink_pairs).
@@ -471,14 +556,16 @@ MISMATCH_LADDER = Ladder(("replay", "float64", "neighbours"))
 def confirm_mismatch(
     identity: str,
     d: Discrepancy,
+    case: Case,
     *,
     replays: Callable[[], bool],
-    agrees_nearby: Callable[[], bool],
+    agrees_at: Callable[[Case], bool],
     low: LowPrecision | None = None,
 ) -> Verdict:
-    """MISMATCH_LADDER for a mismatch ``d`` of two whole results: it must
-    replay and persist at a neighbouring point; for low precision (``low``),
-    either persist in float64 too, or, where float64 agrees, the
+    """MISMATCH_LADDER for a mismatch ``d`` of two whole results at ``case``:
+    it must replay and persist at a neighbouring point (``neighbours_step``,
+    ``agrees_at(c)``: the two agree at case ``c``); for low precision
+    (``low``), either persist in float64 too, or, where float64 agrees, the
     low-precision side must be wrong against float64 (against_float64)."""
 
     def float64() -> Doubt | Survived:
@@ -493,7 +580,7 @@ def confirm_mismatch(
 
     steps: dict[str, Step] = {
         "replay": lambda: None if replays() else Doubt("a replay gave other results (nondeterministic)"),
-        "neighbours": lambda: Doubt("vanishes at a neighbouring point (a tie or a kink)") if agrees_nearby() else None,
+        "neighbours": lambda: neighbours_step(case, agrees_at),
     }
     if low is not None:
         steps["float64"] = float64

@@ -2,9 +2,12 @@
 
 An op without a forward-mode formula, without double backward or without
 complex support raises when a check asks for it; that is "unsupported" and
-never a failure. The patterns are torch's own messages, matched precisely:
-an error that does not say "no formula, no rule, cannot trace" is a finding,
-a ``NotImplementedError`` raised by the target's own code included.
+never a failure. So is code a path cannot trace: a function that reads a
+tensor's memory (``.numpy()``, a numba kernel) or its values into Python
+(``.item()``, ``if x.sum() > 0``) under torch.compile, AOTAutograd or a
+torch.func transform. The patterns are torch's own messages, matched
+precisely: an error that does not say "no formula, no rule, cannot trace" is
+a finding, a ``NotImplementedError`` raised by the target's own code included.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import re
 
 from fuzzdiff.verdict import Unsupported
 
-__all__ = ["UNSUPPORTED_PATTERNS", "unsupported_reason"]
+__all__ = ["UNSUPPORTED_PATTERNS", "MEANINGS", "UNTRACEABLE", "unsupported_reason"]
 
 UNSUPPORTED_PATTERNS = tuple(
     re.compile(p, re.I)
@@ -68,11 +71,62 @@ UNSUPPORTED_PATTERNS = tuple(
 )
 
 
-def unsupported_reason(exc: BaseException) -> str | None:
-    """torch's reason when ``exc`` says a formula is missing, else None."""
+_READS_MEMORY = "the function reads a tensor's memory (.numpy(), .tolist(), np.asarray, a non-torch kernel)"
+
+# What some of those refusals mean, said first in the reason: torch's words
+# name the mechanism (a tensor without storage), not what the function did.
+MEANINGS = tuple(
+    (re.compile(p, re.I), meaning)
+    for p, meaning in (
+        (
+            r"Cannot access (storage|data pointer) of "
+            r"(BatchedTensorImpl|TensorWrapper|Tensor that doesn't have storage)",
+            f"{_READS_MEMORY}, which a torch.func transform cannot trace",
+        ),
+        (
+            r"Cannot access data pointer of Tensor \(e\.g\. FakeTensor, FunctionalTensor\)",
+            f"{_READS_MEMORY}, which cannot be traced",
+        ),
+        (
+            r"GuardOnDataDependentSymNode|DataDependentOutputException|Could not guard on data-dependent expression",
+            "the function reads a tensor's values into Python (.item(), .tolist(), a tensor in an if), "
+            "which cannot be traced",
+        ),
+    )
+)
+
+# Said by the tensor subclasses a tracer runs the function on (FakeTensor,
+# FunctionalTensor): unsupported only where the caller traces. Elsewhere they
+# come from the user's own subclass, or from a custom op's fake kernel, which
+# must not read data (opcheck's finding).
+UNTRACEABLE = tuple(
+    (re.compile(p), meaning)
+    for p, meaning in (
+        (
+            r"\.numpy\(\) is not supported for tensor subclasses\.",
+            "the function calls .numpy() (np.asarray, a non-torch kernel), which cannot be traced",
+        ),
+        (
+            r"\.tolist\(\) is not supported for tensor subclasses|"
+            r"tolist\(\) shouldn't be called on a tensor with unallocated storage",
+            "the function calls .tolist(), which cannot be traced",
+        ),
+    )
+)
+
+
+def unsupported_reason(exc: BaseException, *, traced: bool = False) -> str | None:
+    """torch's reason when ``exc`` says a formula is missing or the code
+    cannot be traced, else None; what it means comes first where torch's
+    words do not say (MEANINGS). ``traced``: ``exc`` comes from tracing the
+    target (the compiled side of the compile check), so UNTRACEABLE applies."""
     if isinstance(exc, Unsupported):
         return str(exc)
     text = f"{type(exc).__name__}: {exc}"
+    first = text.splitlines()[0][:300]
+    for pattern, meaning in (*MEANINGS, *(UNTRACEABLE if traced else ())):
+        if pattern.search(text):
+            return f"{meaning}: {first}"
     if any(p.search(text) for p in UNSUPPORTED_PATTERNS):
-        return text.splitlines()[0][:300]
+        return first
     return None

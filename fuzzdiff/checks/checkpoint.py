@@ -39,7 +39,7 @@ from torch.utils.checkpoint import checkpoint
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import worst_discrepancy
-from fuzzdiff.confirm import NUDGE
+from fuzzdiff.confirm import neighbours_step
 from fuzzdiff.directions import probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.ladder import Doubt, Ladder, Step, Survived
@@ -167,11 +167,11 @@ def run(target: Target, case: Case) -> Verdict:
             return Survived("replay (the plain call replays bit for bit, the checkpointed one is wrong again)")
         return None
 
-    def neighbours() -> Doubt | None:
-        nudged = case.nudged(NUDGE, seed=1)
-        if worst_discrepancy(names, evaluate(target, nudged, way)[1], evaluate(target, nudged, PLAIN)[1], tol) is None:
-            return Doubt("vanishes at a neighbouring point (a tie or a kink)")
-        return None
+    def neighbours() -> Doubt | Survived | None:
+        return neighbours_step(
+            case,
+            lambda c: worst_discrepancy(names, evaluate(target, c, way)[1], evaluate(target, c, PLAIN)[1], tol) is None,
+        )
 
     steps: dict[str, Step] = {"replay": replay, "neighbours": neighbours}
     return LADDER.climb(f"checkpoint({way}) vs plain", str(d), d.summary(), steps)

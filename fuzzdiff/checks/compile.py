@@ -26,10 +26,13 @@ must not vanish at a neighbouring point (a tie or a clamp boundary), and in
 low precision the compiled result must be further from a float64 eager run
 than eager is, by a factor of 10 beyond the tolerance (inductor reassociates
 sums). A metadata mismatch must replay. Dynamo's Unsupported errors, graph
-breaks and data-dependent guards are "unsupported"; so is an example eager
-itself rejects (a partially overlapping write). Where eager refuses only the
-backward (a saved tensor written in place), both sides run under no_grad:
-AOTAutograd traces that backward and would refuse the forward too.
+breaks, data-dependent guards and code the tracer cannot follow
+(``.numpy()`` or ``.tolist()`` at a FakeTensor; from a custom op, whose fake
+kernel must not read data, that is a finding) are "unsupported"; so is an
+example eager itself rejects (a partially overlapping write). Where eager
+refuses only the backward (a saved tensor written in place), both sides run
+under no_grad: AOTAutograd traces that backward and would refuse the forward
+too.
 """
 
 from __future__ import annotations
@@ -43,10 +46,11 @@ from hypothesis import strategies as st
 
 from fuzzdiff.case import Case, Layout
 from fuzzdiff.checks.check import Check, CiSample
+from fuzzdiff.checks.opcheck import custom_op
 from fuzzdiff.compare import Discrepancy, max_abs, result_discrepancy, worst_discrepancy
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.confirm import NUDGE
-from fuzzdiff.ladder import MARGIN, Doubt, Ladder, Step
+from fuzzdiff.confirm import neighbours_step
+from fuzzdiff.ladder import MARGIN, Doubt, Ladder, Step, Survived
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
@@ -217,7 +221,9 @@ def run(target: Target, case: Case) -> Verdict:
     try:
         got = path.run(target, case, backend, grads=grads)
     except Exception as e:  # noqa: BLE001
-        reason = unsupported_reason(e)
+        # Code the tracer cannot follow (.numpy() at a FakeTensor) is unsupported;
+        # from a custom op it is the op's fake kernel reading data: a finding.
+        reason = unsupported_reason(e, traced=not custom_op(target.fn))
         if reason is not None:
             return Verdict("unsupported", f"{identity.removesuffix(' vs eager')}: {reason}")
         raise
@@ -247,11 +253,8 @@ def run(target: Target, case: Case) -> Verdict:
             return None
         return Doubt("compiled is about as close to a float64 eager run as eager is (rounding)")
 
-    def neighbours() -> Doubt | None:
-        nudged = case.nudged(NUDGE, seed=1)
-        if _values(rerun(nudged, None), rerun(nudged, backend), tol) is None:
-            return Doubt("vanishes at a neighbouring point (a tie or a kink)")
-        return None
+    def neighbours() -> Doubt | Survived | None:
+        return neighbours_step(case, lambda c: _values(rerun(c, None), rerun(c, backend), tol) is None)
 
     steps: dict[str, Step] = {"replay": replay, "neighbours": neighbours}
     if case.torch_dtype != torch.float64:

@@ -19,7 +19,7 @@ import torch
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
 from fuzzdiff.compare import max_abs, mismatch, worst_discrepancy
-from fuzzdiff.confirm import NUDGE
+from fuzzdiff.confirm import neighbours_step
 from fuzzdiff.ladder import MARGIN, Doubt, Ladder, Step, Survived
 from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.targets.target import Target
@@ -70,13 +70,15 @@ def compare_devices(target: Target, case: Case, device: str = "cuda", *, run: Ru
             )
         return Survived(f"a float64 reference ({device} vs float64: {far})", {"vs_float64": far.summary()})
 
-    def neighbours() -> Doubt | None:
+    def neighbours() -> Doubt | Survived | None:
         # CPU and cuDNN may pick different one-sided derivatives at a kink (relu'(0))
-        nearby = case.nudged(NUDGE, seed=1)
-        there_ = run(target, nearby, device)[1]
-        if worst_discrepancy(names, there_, run(target, nearby, "cpu")[1], tol, scale_floor=floor) is None:
-            return Doubt("vanishes at a neighbouring point (a tie or a kink)")
-        return None
+        return neighbours_step(
+            case,
+            lambda c: (
+                worst_discrepancy(names, run(target, c, device)[1], run(target, c, "cpu")[1], tol, scale_floor=floor)
+                is None
+            ),
+        )
 
     steps: dict[str, Step] = {"replay": replay, "float64": float64, "neighbours": neighbours}
     return LADDER.climb(f"{device} vs cpu", f"on the same values: {d}", d.summary(), steps)

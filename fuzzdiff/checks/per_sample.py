@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import Discrepancy, result_discrepancy
-from fuzzdiff.confirm import NUDGE, LowPrecision, confirm_mismatch
+from fuzzdiff.confirm import LowPrecision, confirm_mismatch
 from fuzzdiff.paths import expanded as path
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import LOW_PRECISION, Tolerance, tolerance
@@ -144,8 +144,9 @@ def _run(target: Target, case: Case) -> Verdict:
     return confirm_mismatch(
         identity,
         d,
+        case,
         replays=lambda: _replays(first, path.run(target, case)),
-        agrees_nearby=lambda: _discrepancy(path.run(target, case.nudged(NUDGE, seed=1)), tol) is None,
+        agrees_at=lambda c: _discrepancy(path.run(target, c), tol) is None,
         low=LowPrecision(case, tol, list(first.looped.names), list(getattr(first, side).tensors), run64)
         if case.torch_dtype in LOW_PRECISION
         else None,

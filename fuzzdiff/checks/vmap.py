@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import result_discrepancy
-from fuzzdiff.confirm import NUDGE, LowPrecision, confirm_mismatch
+from fuzzdiff.confirm import LowPrecision, confirm_mismatch
 from fuzzdiff.paths import vmap as path
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import LOW_PRECISION, Tolerance, tolerance
@@ -69,8 +69,9 @@ def run(target: Target, case: Case) -> Verdict:
     return confirm_mismatch(
         identity,
         d,
+        case,
         replays=replays,
-        agrees_nearby=lambda: result_discrepancy(*path.run(target, case.nudged(NUDGE, seed=1)), tol) is None,
+        agrees_at=lambda c: result_discrepancy(*path.run(target, c), tol) is None,
         low=LowPrecision(case, tol, list(vmapped.names), list(vmapped.tensors), run64)
         if case.torch_dtype in LOW_PRECISION
         else None,

@@ -9,11 +9,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, find, given, settings
 from torch.utils._pytree import tree_map
 
+import fuzzdiff
 from fuzzdiff.case import Case
 from fuzzdiff.checks import get_check
 from fuzzdiff.checks.compile import DESCRIBED
@@ -289,3 +291,114 @@ def test_a_dropped_custom_backward_is_found_by_the_reverse_transforms_only():
         bug, twin = run_check(CHECK, p.bug, case), run_check(CHECK, p.twin, case)
         assert twin.kind == "pass", (transform, twin)
         assert bug.kind == ("fail" if transform in ("grad", "vjp") else "pass"), (transform, bug)
+
+
+# -- code a tracer cannot follow is unsupported, with what it does --------------------------
+
+
+class NumpySin(torch.autograd.Function):
+    """sin by a NumPy kernel (as a numba or C extension would run it), with
+    correct derivatives: right wherever it runs, untraceable by AOTAutograd."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return torch.from_numpy(np.sin(x.detach().cpu().numpy())).to(x.device)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos()
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t * x.cos()
+
+
+def sin_scaled_by_a_list(x):
+    """sin, times a factor read through .tolist() (always 1)."""
+    return x.sin() * float(len(x.detach().reshape(-1).tolist()) >= 0)
+
+
+def _hand_case(target: Target, backend: str, transform: str) -> Case:
+    from fuzzdiff.case import Arg, Values
+
+    probe = {"seed": 1, "layout": "contiguous", "zeros": 0.0}
+    params = {"backend": backend, "transform": transform, "cotangent": probe, "direction": probe, "batch": 2}
+    return Case(target.ref, (Arg((3, 4), Values(seed=1)),), "float64", params=params)
+
+
+NUMPY_SIN = Target("unit_numpy_sin", NumpySin.apply, "x: 3 4")
+
+
+@pytest.mark.parametrize("backend", ["aot_function", "aot_function_min_cut"])
+@pytest.mark.parametrize("transform", path.TRANSFORMS)
+def test_a_function_that_calls_numpy_is_unsupported_under_tracing(backend, transform):
+    verdict = run_check(CHECK, NUMPY_SIN, _hand_case(NUMPY_SIN, backend, transform))
+    assert verdict.kind == "unsupported", verdict
+    assert ".numpy()" in verdict.message and "cannot" in verdict.message and "trace" in verdict.message, verdict
+
+
+@pytest.mark.parametrize("transform", ["grad", "vjp", "jvp"])
+def test_a_function_that_calls_tolist_is_unsupported_under_tracing(transform):
+    target = Target("unit_tolist_sin", sin_scaled_by_a_list, "x: 3 4")
+    verdict = run_check(CHECK, target, _hand_case(target, "aot_function", transform))
+    assert verdict.kind == "unsupported", verdict
+    assert "calls .tolist(), which cannot be traced" in verdict.message, verdict
+
+
+def test_a_function_that_calls_numpy_never_fails_a_check(tmp_path):
+    report = fuzzdiff.check(NumpySin.apply, "x: n m", seed=0, max_examples=12, corpus=tmp_path)
+    assert report.ok, report.summary()
+    assert report.row("compile")["unsupported"] > 0 and report.row("compile")["passed"] > 0, report.summary()
+    assert report.row("grad")["passed"] > 0
+
+
+@torch.library.custom_op("fuzzdiff_test::numpy_sin", mutates_args=())
+def numpy_sin_op(x: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(np.sin(x.numpy()))
+
+
+@numpy_sin_op.register_fake
+def _(x):
+    return torch.from_numpy(np.sin(x.numpy()))  # the bug: a fake kernel must not read data
+
+
+numpy_sin_op.register_autograd(
+    lambda ctx, g: g * ctx.saved_tensors[0].cos(),
+    setup_context=lambda ctx, inputs, output: ctx.save_for_backward(inputs[0]),
+)
+
+
+def test_a_fake_kernel_that_calls_numpy_is_a_finding():
+    """A custom op is how untraceable code is made traceable: where its
+    fake kernel reads data, tracing raises the same words, and it is a bug."""
+    target = Target("unit_numpy_sin_op", numpy_sin_op, "x: 3 4")
+    verdict = run_check(CHECK, target, _hand_case(target, "aot_function", "none"))
+    assert verdict.kind == "fail" and ".numpy() is not supported" in verdict.message, verdict
+
+
+def test_meanings_reword_refusals_and_refuse_nothing_more():
+    """A meaning only says what a refusal is; untraceable words are unsupported only under tracing."""
+    from fuzzdiff.unsupported import MEANINGS, UNSUPPORTED_PATTERNS, UNTRACEABLE, unsupported_reason
+
+    said = [
+        RuntimeError("Cannot access data pointer of Tensor that doesn't have storage"),
+        RuntimeError("Cannot access data pointer of Tensor (e.g. FakeTensor, FunctionalTensor). If you're using"),
+        RuntimeError("Could not guard on data-dependent expression Eq(u0, 1) (unhinted: Eq(u0, 1))"),
+    ]
+    for e, (_, meaning) in zip(said, MEANINGS):
+        text = f"RuntimeError: {e}"
+        assert any(p.search(text) for p in UNSUPPORTED_PATTERNS)
+        assert unsupported_reason(e) == f"{meaning}: {text}"
+    numpy = RuntimeError(".numpy() is not supported for tensor subclasses.")
+    assert unsupported_reason(numpy) is None
+    assert unsupported_reason(numpy, traced=True) == f"{UNTRACEABLE[0][1]}: RuntimeError: {numpy}"
+    assert unsupported_reason(RuntimeError("numpy() failed"), traced=True) is None
