@@ -276,7 +276,6 @@ def check(
     outside = tuple(invalid)  # exceptions of the plain call that mean "not in the function's domain"
     rules: list[tuple[str, str]] = []  # input-domain errors found (type, message pattern): rejected from then on
     drawn = _case_options(layouts, alias)
-    capture = not os.environ.get("TORCH_LOGS")  # torch's logs are counted, unless the caller asked for them
 
     def attempt(name: str, fresh: FreshProcess | None, seen: tuple[Known, ...]) -> Tally:
         if not alias and CHECKS[name].aliasing == "required":
@@ -305,7 +304,6 @@ def check(
                 definition=recipe,
                 fresh=fresh,
                 seen=seen,
-                capture_logs=capture,
                 **drawn,
             )
         except Unsatisfiable:
@@ -347,7 +345,7 @@ def check(
     with (
         _progress(progress, len(names)) as step,
         warnings.catch_warnings(record=True) as caught,
-        torch_logs(capture) as logs,
+        torch_logs() as logs,
         FreshProcess() as fresh,
         torch_state.kept(),  # the caller's thread as it was, whatever a run's leftovers do late
     ):

@@ -114,17 +114,13 @@ class FreshProcess:
     def _start(self) -> str | None:
         read, write = os.pipe()
         self._log = tempfile.TemporaryFile(mode="w+")
-        env = dict(os.environ)
-        # the caller's import path, so that its own modules (the target's) import there too
-        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "fuzzdiff.fresh", str(write)],
+                [sys.executable, "-c", _BOOT, str(write), json.dumps([p or os.getcwd() for p in sys.path])],
                 stdin=subprocess.PIPE,
                 stdout=self._log,
                 stderr=self._log,
                 pass_fds=(write,),
-                env=env,
                 cwd=os.getcwd(),
                 text=True,
             )
@@ -193,6 +189,12 @@ class FreshProcess:
 
 # -- the fresh process's side --------------------------------------------------------------
 
+# the whole child: the caller's import path first, so that fuzzdiff and the target's modules import there too
+_BOOT = (
+    "import json, sys; sys.path[:0] = json.loads(sys.argv[2]); "
+    "from fuzzdiff.fresh import _serve; _serve(int(sys.argv[1]))"
+)
+
 
 def _serve(answers: int) -> None:
     """Replay the records named on stdin, one JSON answer per line on ``answers``."""
@@ -226,7 +228,3 @@ def _replay(path: str) -> dict:
         answer["blame"] = blame(record.check, target, record.verdict, evidence).to_json()
         answer["evidence"] = evidence.to_json()
     return answer
-
-
-if __name__ == "__main__":
-    _serve(int(sys.argv[1]))

@@ -6,7 +6,8 @@ goes: a fake-tensor conversion that fails logs its whole traceback at ERROR
 Hundreds of such lines, between a user's own output, say nothing the report
 does not; so for the length of a ``fuzzdiff.check`` they are counted by text
 and the report shows the commonest once. The loggers' handlers are the
-caller's again afterwards.
+caller's again afterwards, and a logger the caller turned up ($TORCH_LOGS)
+logs as it would.
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ class _Counting(logging.Handler):
 
 def _prints(logger: logging.Logger) -> bool:
     """Whether the logger has handlers of its own that show or keep its records
-    (a stream, a test runner's capture), not torch's structured trace alone."""
-    return any(type(h).__name__ != "LazyTraceHandler" for h in logger.handlers)
+    (a stream, a test runner's capture), not torch's structured trace alone,
+    and the caller did not ask for more of it than warnings ($TORCH_LOGS,
+    torch._logging.set_logs: a level below WARNING)."""
+    asked = logging.NOTSET < logger.level < logging.WARNING
+    return not asked and any(type(h).__name__ != "LazyTraceHandler" for h in logger.handlers)
 
 
 @contextmanager
