@@ -220,7 +220,7 @@ def check(
     hsettings = _settings(max_examples, seed)
     with warnings.catch_warnings(record=True) as probing:
         warnings.simplefilter("always")
-        target = probed(target)  # a function that draws random numbers is checked seeded alike
+        target = probed(target, config.timeout)  # a function that draws random numbers is checked seeded alike
     report = Report(target)
     recipe = _recipe(target, fn)
     outside = tuple(invalid)  # exceptions of the plain call that mean "not in the function's domain"

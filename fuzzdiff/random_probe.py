@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from hypothesis import HealthCheck, Phase, Verbosity, find, settings
 from hypothesis import strategies as st
-from hypothesis.errors import NoSuchExample
+from hypothesis.errors import NoSuchExample, Unsatisfiable
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case import Case
@@ -32,6 +32,7 @@ from fuzzdiff.checks import CHECKS
 from fuzzdiff.paths.seeded import run_seeded, seed_generators
 from fuzzdiff.targets.randomness import seeded_alike
 from fuzzdiff.targets.target import Target
+from fuzzdiff.timeout import ExampleTimeout, limited
 from strategies.cases import cases
 
 __all__ = ["probed", "differ", "SEEDED", "UNSEEDABLE", "UNSEEDABLE_WARNING", "PROBES"]
@@ -57,13 +58,19 @@ UNSEEDABLE_WARNING = (
 )
 
 
-def probed(target: Target) -> Target:
+def probed(target: Target, timeout: float = 0.0) -> Target:
     """``target``, as a random one if its outputs differ between calls on the
-    same inputs; a warning says so. A target declared random is not asked."""
+    same inputs; a warning says so. A target declared random is not asked.
+    A probe that runs past ``timeout`` seconds (0: no limit) answers nothing:
+    the checks then report the hang, as a ``timeout`` record."""
     if target.random:
         return target
-    # the calls draw from the caller's generators: run_seeded gives them back as they were
-    verdict = run_seeded(SEED, lambda: _randomness(target))
+    try:
+        with limited(timeout):
+            # the calls draw from the caller's generators: run_seeded gives them back as they were
+            verdict = run_seeded(SEED, lambda: _randomness(target))
+    except ExampleTimeout:
+        return target
     if verdict == "seeded":
         warnings.warn(SEEDED, stacklevel=2)
         return seeded_alike(target)
@@ -116,14 +123,15 @@ def _cases(target: Target) -> list[Case]:
         suppress_health_check=list(HealthCheck),
         verbosity=Verbosity.quiet,
     )
+    several = st.lists(one, min_size=PROBES, max_size=PROBES)
     try:
-        return find(
-            st.lists(one, min_size=PROBES, max_size=PROBES),
-            lambda found: all(math.prod(a.shape) > 1 for c in found for a in c.args),
-            settings=config,
-        )
+        return find(several, lambda found: all(math.prod(a.shape) > 1 for c in found for a in c.args), settings=config)
     except NoSuchExample:  # sizes pinned at 0 or 1: ask where the spec lets it
-        return find(st.lists(one, min_size=PROBES, max_size=PROBES), lambda found: True, settings=config)
+        pass
+    try:
+        return find(several, lambda found: True, settings=config)
+    except (NoSuchExample, Unsatisfiable):  # no input to ask at: the checks will say why
+        return []
 
 
 def _call(target: Target, case: Case) -> list[Any] | None:

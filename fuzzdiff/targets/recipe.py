@@ -49,7 +49,6 @@ __all__ = [
     "load_module_state",
     "call_module",
     "ModuleFunction",
-    "CONTAINERS",
 ]
 
 Resolve = Callable[[str], Any]  # module:qualname -> the object (fuzzdiff.targets.user.import_object)
@@ -59,7 +58,6 @@ class NoRecipe(ValueError):
     """Why a module cannot be built again from what a record can store."""
 
 
-CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 TRUSTED = "torch"  # names under it import and build torch's own code only
 
 
@@ -106,11 +104,12 @@ def constructor(module: torch.nn.Module) -> dict:
     ``args``, ``kwargs``, each argument encoded (``encode``)."""
     cls = type(module)
     ref = class_reference(cls)
-    if isinstance(module, torch.nn.ModuleDict):
+    init = _init_of(cls)  # a subclass with a constructor of its own is built by it, not as a container
+    if isinstance(module, torch.nn.ModuleDict) and init is torch.nn.ModuleDict.__init__:
         return {"class": ref, "args": [encode(OrderedDict(module.items()))], "kwargs": {}}
-    if isinstance(module, torch.nn.ModuleList):
+    if isinstance(module, torch.nn.ModuleList) and init is torch.nn.ModuleList.__init__:
         return {"class": ref, "args": [encode(list(module))], "kwargs": {}}
-    if isinstance(module, torch.nn.Sequential):
+    if isinstance(module, torch.nn.Sequential) and init is torch.nn.Sequential.__init__:
         names = list(module._modules)
         if names == [str(i) for i in range(len(names))]:
             return {"class": ref, "args": [encode(m) for m in module], "kwargs": {}}

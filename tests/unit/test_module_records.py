@@ -196,12 +196,21 @@ def test_a_large_state_goes_to_a_data_file_beside_the_record_and_merges_with_it(
 # -- the recipe itself ---------------------------------------------------------------------
 
 
+class MLP(torch.nn.Sequential):
+    """A container subclass with a constructor of its own: built by it, not from its children."""
+
+    def __init__(self, sizes):
+        self.sizes = sizes
+        super().__init__(*[torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])])
+
+
 @pytest.mark.parametrize("make", [
+    lambda: MLP((2, 3, 1)),
     lambda: torch.nn.LSTM(3, 4, num_layers=2, batch_first=True, proj_size=2),
     lambda: torch.nn.Conv2d(3, 4, (3, 2), padding=1, bias=False),
     lambda: torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.GroupNorm(1, 3)).double(),
     lambda: torch.nn.ModuleDict({"b": torch.nn.PReLU(2), "a": torch.nn.Embedding(5, 2)}),
-], ids=["lstm", "conv2d", "sequential-float64", "moduledict"])
+], ids=["sequential-subclass", "lstm", "conv2d", "sequential-float64", "moduledict"])
 def test_a_recipe_builds_the_same_module(make):
     original = make()
     built = build(recipe(original, import_object), import_object)

@@ -11,6 +11,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 import fuzzdiff
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.corpus import read_record
 from fuzzdiff.random_probe import SEEDED, UNSEEDABLE, UNSEEDABLE_WARNING, probed
 from fuzzdiff.repro import replay
@@ -156,3 +158,17 @@ def test_a_record_of_a_random_function_replays_seeded_and_its_script_seeds_every
     ran = subprocess.run([sys.executable, "-I", str(tmp_path / "repro_random.py")], capture_output=True, text=True,
                          cwd=tmp_path.parent, timeout=120)
     assert ran.returncode == 1 and ran.stdout.splitlines()[-1].startswith("MISMATCH: "), ran.stdout + ran.stderr
+
+
+def _sleeps(x):
+    time.sleep(3)
+    return x
+
+
+def test_a_function_that_hangs_is_not_held_up_by_the_probe():
+    """The probe runs under the per-example timeout: the check reports the hang, at once."""
+    start = time.perf_counter()
+    report = fuzzdiff.check(_sleeps, "x: n", checks=["grad"], max_examples=1, seed=0,
+                            config=FuzzConfig(timeout=0.5), shrink_seconds=0)
+    assert [f.check for f in report.failures] == ["grad"] and "did not finish" in report.failures[0].message
+    assert time.perf_counter() - start < 10  # six unlimited probe calls alone would take 18 s
