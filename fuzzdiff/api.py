@@ -32,10 +32,11 @@ from fuzzdiff.config import FuzzConfig
 from fuzzdiff.fresh import FreshProcess
 from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz, root_cause
 from fuzzdiff.known import Known
+from fuzzdiff.random_probe import probed
 from fuzzdiff.script.literals import ScriptError
 from fuzzdiff.script.source import target_code
 from fuzzdiff.targets.target import Target, Tol
-from fuzzdiff.targets.user import definition, importable, per_sample_target, user_target
+from fuzzdiff.targets.user import definition, importable, module_definition, per_sample_target, user_target
 from fuzzdiff.torch_logs import torch_logs
 from fuzzdiff.verdict import FAILED, Verdict
 from strategies.layouts import check_layout_features
@@ -271,6 +272,9 @@ def check(
     if declared:
         target = replace(target, tolerances={**target.tolerances, **declared})
     hsettings = _settings(max_examples, seed)
+    with warnings.catch_warnings(record=True) as probing:
+        warnings.simplefilter("always")
+        target = probed(target, config.timeout)  # a function that draws random numbers is checked seeded alike
     report = Report(target, tolerances=_tolerance_words(declared, names))
     recipe = _recipe(target, fn)
     outside = tuple(invalid)  # exceptions of the plain call that mean "not in the function's domain"
@@ -359,7 +363,7 @@ def check(
             report.seconds[name] = time.perf_counter() - start
     report.warnings = Counter(
         f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]}"
-        for w in caught
+        for w in [*probing, *caught]
         if not _torch_internal(w)
     )
     report.logs = logs
@@ -415,7 +419,10 @@ DOMAIN = "input-domain"  # Failure.check of an input where the function itself r
 def _recipe(target: Target, fn: Callable[..., Any]) -> dict[str, Any] | None:
     """The record's recipe of a user target: its ``module:qualname``, or where
     that does not import back in a fresh process (a lambda, a local function,
-    ``__main__``), its self-contained source. Warns once when neither works."""
+    ``__main__``), its self-contained source; a module's, its recipe. Warns
+    once when none works."""
+    if isinstance(fn, torch.nn.Module):
+        return module_definition(target, fn)
     if target.family != "user" or importable(target):
         return definition(target)
     try:

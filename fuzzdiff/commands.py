@@ -46,6 +46,7 @@ from fuzzdiff.spec import SpecError
 from fuzzdiff.targets import all_targets
 from fuzzdiff.targets.opinfo import OpInfoError
 from fuzzdiff.targets.opinfo import select as select_opinfo
+from fuzzdiff.targets.recipe import references
 from fuzzdiff.targets.user import import_object, is_module_name, user_target
 from fuzzdiff.vmap_fallbacks import fallback_report
 
@@ -602,8 +603,7 @@ def cmd_repro(args) -> int:
     record = repro.read(path)  # JSON only: nothing imported yet
     if args.script and not args.in_process and record.verdict.kind == "crash":
         return _script_in_child(path, args)
-    planned = repro.imports(record, allowed)  # refused (exit 2) before anything is imported
-    if planned is not None:
+    for planned in repro.planned_imports(record, allowed):  # refused (exit 2) before anything is imported
         print(f"fuzzdiff: {planned}", file=sys.stderr)
     record, target = repro.load(record, trust_source=args.trust_source, allow_import=allowed)
     if args.script:
@@ -703,6 +703,11 @@ def cmd_corpus_show(args) -> int:
         print(f"  {line}")
     if record.case.params:
         print(f"params:     {json.dumps(record.case.params, sort_keys=True)}")
+    module = (record.definition or {}).get("module")
+    if isinstance(module, dict):  # what replaying it builds, and imports
+        call = {k: module.get(k) for k in ("class", "args", "kwargs")}
+        print(f"module:     {json.dumps(call, sort_keys=True)}")
+        print(f"imports:    {', '.join(references(module)) or 'torch only'}")
     print(f"replay:     fuzzdiff repro {record.path} [--script]")
     return 0
 

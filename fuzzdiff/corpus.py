@@ -10,7 +10,8 @@ record parses JSON (and safetensors) and nothing else.
 
 A record stores each argument's filled storage exactly, beside the seed
 recipe it came from: as ``float.hex`` strings when small, in a safetensors
-file beside the JSON when large. Every other random tensor the check draws
+file beside the JSON when large; so are the parameters and buffers of a
+user's module (``definition.module.state``, fuzzdiff.targets.recipe). Every other random tensor the check draws
 (probes, batch examples, nudges, junk memory) comes from a counter-based
 stream keyed by seeds in the record (``fuzzdiff.draws``, named in the
 record's ``draws`` field), not from torch's generator: a record found with
@@ -58,12 +59,14 @@ __all__ = [
     "find_record",
     "merge",
     "Merge",
+    "module_state",
 ]
 
 FORMAT = 2
 TORCH_DRAWS = "torch-generator"  # the draws of a format-1 record
 STATUSES = ("open", "fixed", "expected")
 INLINE_LIMIT = 4096  # elements per storage stored inline as float.hex; more go to safetensors
+STATE_KEY = "definition.module.state."  # a module's state tensor in the data file: this, then its name
 
 
 class CorpusError(ValueError):
@@ -199,7 +202,8 @@ class Record:
         )
 
     def to_json(self, storages: Mapping[int, torch.Tensor], data_file: str | None = None) -> dict:
-        """The record; storages over INLINE_LIMIT elements are in ``data_file``."""
+        """The record; storages (and a module's state tensors) over
+        INLINE_LIMIT elements are in ``data_file``."""
         case = self.case.to_json()
         inputs = case["args"]
         for i, t in storages.items():
@@ -209,7 +213,7 @@ class Record:
             else:
                 stored["data"] = _encode(t)
             inputs[i]["storage"] = stored
-        extra = {} if self.definition is None else {"definition": dict(self.definition)}
+        extra = {} if self.definition is None else {"definition": _definition_json(self.definition, data_file)}
         if self.blame is not None:
             extra["blame"] = dict(self.blame)
         return _clean(
@@ -260,6 +264,7 @@ def write_record(
     folder.mkdir(parents=True, exist_ok=True)
     storages = {i: t.detach().cpu() for i, t in case.storages().items()}
     big = {f"args.{i}": t.contiguous() for i, t in storages.items() if t.numel() > INLINE_LIMIT}
+    big.update({STATE_KEY + n: t.contiguous() for n, t in module_state(definition).items() if t.numel() > INLINE_LIMIT})
     data_file, made_data = None, False
     if big:
         blob = save(big)
@@ -271,6 +276,31 @@ def write_record(
     if not created and made_data and data_file is not None and data_file not in path.read_text():
         (folder / data_file).unlink(missing_ok=True)  # the winner's record has its own data
     return path, created
+
+
+def module_state(definition: Mapping[str, Any] | None) -> Mapping[str, torch.Tensor]:
+    """The parameters and buffers a module's recipe holds (``definition.module.state``,
+    fuzzdiff.targets.recipe), by name; empty for any other definition."""
+    module = definition.get("module") if definition else None
+    state = module.get("state") if isinstance(module, Mapping) else None
+    return state if isinstance(state, Mapping) else {}
+
+
+def _definition_json(definition: Mapping[str, Any], data_file: str | None) -> dict:
+    """The definition with its module's state stored as inputs are: exact,
+    inline when small, else in ``data_file``."""
+    state = module_state(definition)
+    if not state:
+        return dict(definition)
+    stored = {}
+    for name, t in state.items():
+        entry: dict[str, Any] = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+        if t.numel() > INLINE_LIMIT:
+            entry.update(file=data_file, key=STATE_KEY + name)
+        else:
+            entry["data"] = _encode(t)
+        stored[name] = entry
+    return {**definition, "module": {**definition["module"], "state": stored}}
 
 
 def _publish(folder: Path, name: str, blob: bytes) -> bool:
@@ -320,23 +350,49 @@ def _pinned(path: Path, inputs: list) -> dict[int, torch.Tensor]:
         if dtype is None:
             raise CorpusError(f"{path}: field '{where}.dtype' is {name!r}; expected one of {sorted(DTYPES)}")
         numel = _field(stored, "numel", path, int, where)
-        if "data" in stored:
-            data[i] = _decode(_field(stored, "data", path, list, where), dtype, numel, f"{path}: field '{where}.data'")
-        else:
-            file = path.parent / Path(_field(stored, "file", path, str, where)).name
-            key = _field(stored, "key", path, str, where)
-            if not file.exists():
-                raise CorpusError(f"{path}: field '{where}.file': {file.name} is missing beside the record")
-            try:
-                t = load_file(file).get(key)
-            except (SafetensorError, OSError) as e:
-                raise CorpusError(f"{file}: not a readable safetensors file ({e})") from None
-            if t is None or t.dtype != dtype or t.numel() != numel:
-                raise CorpusError(
-                    f"{path}: field '{where}': {file.name} has no {dtype} tensor {key!r} of {numel} elements"
-                )
-            data[i] = t.flatten()
+        data[i] = _stored_tensor(path, stored, where, dtype, numel)
     return data
+
+
+def _stored_tensor(path: Path, stored: Mapping, where: str, dtype: torch.dtype, numel: int) -> torch.Tensor:
+    """A flat tensor stored inline (``data``) or in a data file beside the record (``file``, ``key``)."""
+    if "data" in stored:
+        return _decode(_field(stored, "data", path, list, where), dtype, numel, f"{path}: field '{where}.data'")
+    file = path.parent / Path(_field(stored, "file", path, str, where)).name
+    key = _field(stored, "key", path, str, where)
+    if not file.exists():
+        raise CorpusError(f"{path}: field '{where}.file': {file.name} is missing beside the record")
+    try:
+        t = load_file(file).get(key)
+    except (SafetensorError, OSError) as e:
+        raise CorpusError(f"{file}: not a readable safetensors file ({e})") from None
+    if t is None or t.dtype != dtype or t.numel() != numel:
+        raise CorpusError(f"{path}: field '{where}': {file.name} has no {dtype} tensor {key!r} of {numel} elements")
+    return t.flatten()
+
+
+def _stored_state(path: Path, definition: dict) -> dict:
+    """``definition`` with its module's state (``module.state``) read back into tensors."""
+    if "module" not in definition:
+        return definition
+    module = definition["module"]
+    if not isinstance(module, dict):
+        raise CorpusError(f"{path}: field 'definition.module' must be an object")
+    stored = module.get("state", {})
+    if not isinstance(stored, dict):
+        raise CorpusError(f"{path}: field 'definition.module.state' must be an object")
+    state = {}
+    for name, entry in stored.items():
+        where = f"definition.module.state.{name}"
+        dtype_name = _field(entry, "dtype", path, str, where)
+        dtype = DTYPES.get(dtype_name)
+        if dtype is None:
+            raise CorpusError(f"{path}: field '{where}.dtype' is {dtype_name!r}; expected one of {sorted(DTYPES)}")
+        shape = _field(entry, "shape", path, list, where)
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+            raise CorpusError(f"{path}: field '{where}.shape' must be a list of sizes")
+        state[name] = _stored_tensor(path, entry, where, dtype, math.prod(shape)).reshape(shape)
+    return {**definition, "module": {**module, "state": state}}
 
 
 def read_record(path: Path | str) -> Record:
@@ -397,6 +453,8 @@ def read_record(path: Path | str) -> Record:
     definition = data.get("definition")
     if definition is not None and not isinstance(definition, dict):
         raise CorpusError(f"{path}: field 'definition' must be an object")
+    if definition is not None:
+        definition = _stored_state(path, definition)
     blame = data.get("blame")
     if blame is not None and not (isinstance(blame, dict) and isinstance(blame.get("whose"), str)):
         raise CorpusError(f"{path}: field 'blame' must be an object with a string 'whose'")
@@ -430,7 +488,7 @@ def rewrite_record(record: Record, verdict: Verdict) -> Path:
     for i, arg in enumerate(old["inputs"]):  # values in a data file: the same values, the same file
         if isinstance(arg.get("storage"), dict) and "file" in arg["storage"]:
             new["inputs"][i]["storage"] = arg["storage"]
-    for key in ("signature", "found_with"):  # what the record was found as, and with
+    for key in ("signature", "found_with", "definition"):  # what it was found as, with, and of
         if key in old:
             new[key] = old[key]
     text = json.dumps(new, indent=1, sort_keys=True) + "\n"
@@ -457,6 +515,13 @@ def find_record(root: Path | str, ref: str) -> Path:
 def iter_records(root: Path | str) -> Iterator[Path]:
     """Every ``*.json`` record under ``root``, sorted by path (README files skipped)."""
     yield from sorted(Path(root).glob("*/*/*.json"))
+
+
+def _data_files(data: dict) -> set[str]:
+    """The data files beside a record (JSON) that it reads: inputs' and its module's state's."""
+    entries = [v.get("storage", {}) for v in data["inputs"]]
+    entries += list((data.get("definition") or {}).get("module", {}).get("state", {}).values())
+    return {e["file"] for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)}
 
 
 @dataclass
@@ -497,7 +562,7 @@ def merge(sources: list[Path | str], dest: Path | str) -> Merge:
                 continue
             folder.mkdir(parents=True, exist_ok=True)
             text = path.read_text()
-            for data_file in {v.get("storage", {}).get("file") for v in json.loads(text)["inputs"]} - {None}:
+            for data_file in _data_files(json.loads(text)):
                 _publish(folder, data_file, (path.parent / data_file).read_bytes())
             (result.added if _publish(folder, path.name, text.encode()) else result.present).append(target)
     return result

@@ -19,17 +19,20 @@ from fuzzdiff.config import FuzzConfig
 from fuzzdiff.corpus import CorpusError, Record, read_record
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets import UnknownTarget, get_target
+from fuzzdiff.targets.recipe import ModuleFunction, references
 from fuzzdiff.targets.target import Target
 from fuzzdiff.targets.user import (
+    UNREPLAYABLE,
     ImportRefused,
     PlannedImport,
     from_definition,
+    per_sample_target,
     plan_import,
 )
 from fuzzdiff.timeout import ExampleTimeout, limited
 from fuzzdiff.verdict import KINDS, Verdict, mismatch
 
-__all__ = ["read", "load", "imports", "replay", "whose", "describe", "regression_test", "mismatch"]
+__all__ = ["read", "load", "imports", "planned_imports", "replay", "whose", "describe", "regression_test", "mismatch"]
 
 
 def read(record: Record | Path | str) -> Record:
@@ -42,33 +45,48 @@ def read(record: Record | Path | str) -> Record:
     return record
 
 
-def _imported(record: Record) -> str | None:
-    """The ``module:qualname`` that rebuilding the record's target imports;
-    None for a catalog or OpInfo target (looked up by name in fuzzdiff's own
-    registry) and for stored source (``trust_source``'s business)."""
+def _imported(record: Record) -> list[str]:
+    """The ``module:qualname`` names that rebuilding the record's target
+    imports: none for a catalog or OpInfo target (looked up by name in
+    fuzzdiff's own registry) or for stored source (``trust_source``'s
+    business); for a module's recipe, every name it asks the policy about
+    (fuzzdiff.targets.recipe.references)."""
     if record.definition is not None:
+        if UNREPLAYABLE in record.definition:
+            return []  # nothing to import: loading it says why
+        module = record.definition.get("module")
+        if module is not None:
+            return references(module)
         fn = record.definition.get("fn")
-        return fn if "source" not in record.definition and isinstance(fn, str) else None
+        return [fn] if "source" not in record.definition and isinstance(fn, str) else []
     name = record.target
-    return name if ":" in name and not name.startswith("opinfo/") else None
+    return [name] if ":" in name and not name.startswith("opinfo/") else []
+
+
+def planned_imports(record: Record | Path | str, allow_import: Iterable[str] = ()) -> list[PlannedImport]:
+    """What loading the record would import, and from where, found without
+    importing it (fuzzdiff.targets.user.plan_import). CorpusError when a
+    module is not the project's and ``allow_import`` does not name it."""
+    record = read(record)
+    field = "definition.fn" if record.definition is not None else "target"
+    if record.definition is not None and "module" in record.definition:
+        field = "definition.module"
+    planned = []
+    for ref in _imported(record):
+        try:
+            planned.append(plan_import(ref, allow_import))
+        except ImportRefused as e:
+            raise CorpusError(f"{record.path}: {e}") from None
+        except ValueError as e:
+            raise CorpusError(f"{record.path}: field {field!r}: {e}") from None
+    return planned
 
 
 def imports(record: Record | Path | str, allow_import: Iterable[str] = ()) -> PlannedImport | None:
-    """What loading the record would import, and from where, found without
-    importing it (fuzzdiff.targets.user.plan_import); None if nothing.
-    CorpusError when the module is not the project's and ``allow_import``
-    does not name it."""
-    record = read(record)
-    ref = _imported(record)
-    if ref is None:
-        return None
-    field = "definition.fn" if record.definition is not None else "target"
-    try:
-        return plan_import(ref, allow_import)
-    except ImportRefused as e:
-        raise CorpusError(f"{record.path}: {e}") from None
-    except ValueError as e:
-        raise CorpusError(f"{record.path}: field {field!r}: {e}") from None
+    """The first of ``planned_imports``: the module of the record's function
+    or class (None if nothing); CorpusError as there."""
+    planned = planned_imports(record, allow_import)
+    return planned[0] if planned else None
 
 
 def load(
@@ -84,13 +102,20 @@ def load(
     """
     record = read(record)
     allow_import = _names(allow_import)
-    imports(record, allow_import)
+    planned_imports(record, allow_import)
     try:
         if record.definition is not None:
             target = from_definition(record.definition, trust_source=trust_source)
+            if record.check == "per_sample" and isinstance(target.fn, ModuleFunction):
+                target = per_sample_target(target, target.fn.module)  # as fuzzdiff.check fuzzed it
         else:
             target = get_target(record.target)
-    except (UnknownTarget, ValueError) as e:
+    except UnknownTarget as e:
+        raise CorpusError(
+            f"{record.path}: field 'target': {e}: no target of fuzzdiff's has that name, and the record "
+            "has no 'definition' to build a user's function or module from"
+        ) from None
+    except ValueError as e:
         where = "definition" if record.definition is not None else "target"
         raise CorpusError(f"{record.path}: field {where!r}: {e}") from None
     return record, target

@@ -32,6 +32,7 @@ from fuzzdiff.directions import directions, probes_like
 from fuzzdiff.features import relaid
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.script import compile as _compile  # registers its fragment
+from fuzzdiff.script import module as _module  # noqa: F401  (registers a module target's code)
 from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
 from fuzzdiff.script import vmap as _vmap  # noqa: F401  (registers the vmap fragment)
 from fuzzdiff.script.fragments import FRAGMENTS, Fragment, register
@@ -192,7 +193,10 @@ def standalone_script(
     blocks = [_header(target, check, case, verdict, fragment, found_with, code)]
     data: list[str] = []
     blocks.append(_banner("The function under test") + _definitions(code))
-    blocks.append(_call(code, names, case.kwargs if code.kwargs is None else code.kwargs))
+    seed = _seed(target, check, case)
+    if seed is not None and any(n in code.names and f"import {n}" not in code.imports for n in ("random", "numpy")):
+        raise ScriptError(f"target {target.name!r} binds 'random' or 'numpy' to another object; the script seeds them")
+    blocks.append(_call(code, names, case.kwargs if code.kwargs is None else code.kwargs, seed))
     if fragment.inputs:
         blocks.append(_banner("The inputs") + f"DTYPE = {dtype_name(case.torch_dtype)}\n" + inputs.storages)
         data.append(inputs.storages)
@@ -223,7 +227,8 @@ def standalone_script(
         data.append(fragment.extra)
     blocks.append('def main():\n    print(f"torch {torch.__version__}")\n' + fragment.body)
     blocks.append('if __name__ == "__main__":\n    sys.exit(main())')
-    imports = _imports(code, fragment, any(re.search(r"\b(nan|inf)\b", d) for d in data))
+    seed = _seed(target, check, case)
+    imports = _imports(code, fragment, any(re.search(r"\b(nan|inf)\b", d) for d in data), seed is not None)
     blocks.insert(1, imports)
     return "\n\n\n".join(b.strip("\n") for b in blocks) + "\n"
 
@@ -313,9 +318,11 @@ def _header(target, check, case, verdict, fragment, found_with, code) -> str:
     return f'"""{text}\n"""'
 
 
-def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
+def _imports(code: TargetCode, fragment: Fragment, special_floats: bool, seeded: bool = False) -> str:
     future = ["from __future__ import annotations"] if code.future_annotations else []
     std = ["import math", "import sys", *(line for line in fragment.imports if not _from_torch(line))]
+    if seeded:
+        std.append("import random")
     if "skip_missing_formula" in fragment.helpers:
         std.append("import re")
     if special_floats:
@@ -323,7 +330,7 @@ def _imports(code: TargetCode, fragment: Fragment, special_floats: bool) -> str:
     torch_lines = ["import torch"] + (["import torch.autograd.forward_ad as fwAD"] if fragment.forward_ad else [])
     other_std: list[str] = []
     other_torch: list[str] = []
-    third: list[str] = []
+    third: list[str] = ["import numpy"] if seeded and "numpy" in code.needs else []
     for line in (*code.imports, *filter(_from_torch, fragment.imports)):
         if line in std or line in torch_lines:
             continue
@@ -349,14 +356,30 @@ def _definitions(code: TargetCode) -> str:
     return setup + "\n\n\n".join(code.definitions)
 
 
-def _call(code: TargetCode, names: list[str], kwargs: Mapping) -> str:
+def _seed(target: Target, check: str, case: Case) -> int | None:
+    """The seed every call of a random target runs from, as fuzzdiff.runner
+    seeds it; None where the target draws nothing or the check seeds itself."""
+    if not target.random or CHECKS[check].seeds_random:
+        return None
+    return sum(a.values.seed for a in case.args) % 2**32
+
+
+def _call(code: TargetCode, names: list[str], kwargs: Mapping, seed: int | None = None) -> str:
     args = list(names)
     for k, v in kwargs.items():
         args.append(f"{k}={value_literal(v)}" if k.isidentifier() else f"**{{{k!r}: {value_literal(v)}}}")
+    seeding = ""
+    if seed is not None:
+        seeding = (
+            "    # it draws random numbers: every call starts from one seed, as in the check\n"
+            f"    torch.manual_seed({seed})\n    random.seed({seed})\n"
+        )
+        if "numpy" in code.needs:
+            seeding += f"    numpy.random.seed({seed})\n"
     return (
         f"def call({', '.join(names)}):\n"
         '    """One call of the function under test, with the fuzzed keyword arguments."""\n'
-        f"    return {code.call}({', '.join(args)})"
+        f"{seeding}    return {code.call}({', '.join(args)})"
     )
 
 

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from fuzzdiff.programs import Program
 from fuzzdiff.script.literals import ScriptError, value_literal
 
-__all__ = ["TargetCode", "target_code"]
+__all__ = ["TargetCode", "target_code", "objects_code", "SPECIAL"]
 
 IMPORTABLE = frozenset(sys.stdlib_module_names) | {"torch"}
 # Never imported by a script: their code is copied where a target uses it, or refused.
@@ -389,6 +389,21 @@ def target_code(fn, what: str, kwargs=None, arg_names=()) -> TargetCode:
             )
     except ScriptError as e:
         raise ScriptError(f"target {what!r} cannot be written torch-only: {e}") from None
+    if "torch" not in emitter.bound:
+        emitter.code.imports.insert(0, "import torch")
+    return emitter.code
+
+
+def objects_code(objects, what: str) -> TargetCode:
+    """Self-contained code defining each of ``objects`` (module-level classes
+    and functions) under its own name, each copied or imported as
+    ``target_code`` does; ``what`` names them in errors."""
+    emitter = _Emitter()
+    try:
+        for obj in objects:
+            emitter.callable(obj.__name__, obj, sys.modules[obj.__module__])
+    except ScriptError as e:
+        raise ScriptError(f"{what} cannot be written torch-only: {e}") from None
     if "torch" not in emitter.bound:
         emitter.code.imports.insert(0, "import torch")
     return emitter.code

@@ -15,6 +15,7 @@ import site
 import sys
 import sysconfig
 import typing
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from fuzzdiff.case import DTYPES
 from fuzzdiff.spec import parse_spec
 from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
 from fuzzdiff.targets.module import one_sample
+from fuzzdiff.targets.randomness import seeded_alike
+from fuzzdiff.targets.recipe import ModuleFunction, NoRecipe, build, recipe
 from fuzzdiff.targets.target import Target, Tol
 
 __all__ = [
@@ -36,12 +39,15 @@ __all__ = [
     "user_target",
     "definition",
     "from_definition",
+    "module_definition",
+    "UNREPLAYABLE",
     "importable",
     "SOURCE_FIELDS",
     "ImportRefused",
     "PlannedImport",
     "plan_import",
     "is_module_name",
+    "is_installed",
 ]
 
 
@@ -209,6 +215,16 @@ def _in_project(spec, root: Path) -> bool:
     return path.is_relative_to(root) and not any(path.is_relative_to(d) for d in _installed())
 
 
+def is_installed(obj) -> bool:
+    """Whether ``obj`` (a class or function) comes from an installed package
+    or the standard library, by the file it was defined in."""
+    try:
+        path = Path(inspect.getfile(obj)).resolve()
+    except (TypeError, OSError):
+        return True  # built in: no file of its own
+    return any(path.is_relative_to(d) for d in _installed())
+
+
 def _installed() -> list[Path]:
     """The standard library's and the installed packages' folders."""
     folders = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
@@ -279,27 +295,20 @@ def module_function(module, spec: str):
     (``torch.func.functional_call``). Buffers are copied per call in the
     inputs' dtype, so running statistics never carry over between examples.
     """
-    dropout = [
-        n
-        for n, m in module.named_modules()
-        if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training and m.p > 0
-    ]
-    if dropout:
-        raise ValueError(
-            f"module has dropout in training mode ({', '.join(dropout)}): its outputs are random; call .eval() first"
-        )
     names = [n for n, p in module.named_parameters() if p.requires_grad]
-    n_params = len(names)
-
-    def call(*args):
-        inputs, params = args[: len(args) - n_params], args[len(args) - n_params :]
-        dtype = params[0].dtype if params else inputs[0].dtype
-        buffers = {n: b.to(dtype, copy=True) if b.is_floating_point() else b.clone() for n, b in module.named_buffers()}
-        return torch.func.functional_call(module, {**buffers, **dict(zip(names, params))}, tuple(inputs))
-
     params = dict(module.named_parameters())
     entries = [f"{'p_' + n.replace('.', '_')}: {' '.join(map(str, params[n].shape))}".rstrip() for n in names]
-    return call, ", ".join([spec, *entries])
+    return ModuleFunction(module, tuple(names)), ", ".join([spec, *entries])
+
+
+def _random_layers(module) -> list[str]:
+    """The submodules that draw random numbers as they are (dropout, RReLU in training mode)."""
+    return [
+        n or type(m).__name__
+        for n, m in module.named_modules()
+        if m.training
+        and (isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 or isinstance(m, torch.nn.RReLU))
+    ]
 
 
 def per_sample_target(target: Target, module) -> Target:
@@ -329,6 +338,8 @@ def per_sample_target(target: Target, module) -> Target:
         dtypes=target.dtypes,
         domain={k: v for k, v in target.domain.items() if not k.startswith("p_")},
         module=build,
+        random=target.random,
+        skip=target.skip,
     )
 
 
@@ -366,7 +377,7 @@ def user_target(
             raise ValueError(f"sizes must be (smallest, largest) with 0 <= smallest <= largest, got {sizes!r}")
         options.update(min_side=low, max_side=high)
     qualname: str = getattr(fn, "__qualname__", type(fn).__name__)
-    return Target(
+    target = Target(
         ref or qualname,
         call,
         spec,
@@ -377,6 +388,9 @@ def user_target(
         known=(NESTED_JVP_FUNCTION,),
         **options,
     )
+    if isinstance(fn, torch.nn.Module) and _random_layers(fn):
+        return seeded_alike(target)
+    return target
 
 
 def _check_arity(fn, spec: str, kwargs) -> None:
@@ -404,6 +418,7 @@ def _check_arity(fn, spec: str, kwargs) -> None:
 
 
 SOURCE_FIELDS = ("imports", "setup", "definitions", "call")
+UNREPLAYABLE = "unreplayable"  # a definition's field: why the target cannot be built again
 
 
 def importable(target: Target) -> bool:
@@ -421,6 +436,15 @@ def definition(target: Target, source: dict | None = None) -> dict | None:
     """
     if target.family != "user" or not (importable(target) or source is not None):
         return None
+    out = _described(target)
+    if not importable(target):
+        assert source is not None  # else returned None above
+        out["source"] = {k: source[k] for k in SOURCE_FIELDS}
+    return out
+
+
+def _described(target: Target) -> dict:
+    """What every definition holds: the name, spec, domain, dtypes and flags."""
     out = {
         "fn": target.name,
         "spec": target.spec,
@@ -428,13 +452,12 @@ def definition(target: Target, source: dict | None = None) -> dict | None:
         "dtypes": [str(d).removeprefix("torch.") for d in target.dtypes],
         "functional": target.functional,
     }
+    if target.random:
+        out["random"] = True  # every call seeded alike (fuzzdiff.targets.randomness)
     if target.tolerances:  # declared by the caller: a replay judges by them too
         out["tolerances"] = {
             k: {"atol": t.atol, "rtol": t.rtol, "reason": t.reason} for k, t in target.tolerances.items()
         }
-    if not importable(target):
-        assert source is not None  # else returned None above
-        out["source"] = {k: source[k] for k in SOURCE_FIELDS}
     return out
 
 
@@ -462,12 +485,49 @@ def _from_source(source, trust_source: bool):
     return call
 
 
+def module_definition(target: Target, module: torch.nn.Module) -> dict | None:
+    """``definition`` of a module's target: its recipe (fuzzdiff.targets.recipe)
+    besides the spec of its inputs. Where the module cannot be built again in
+    another process, a warning says what is missing, and so does the
+    definition (``UNREPLAYABLE``), for the replay's error."""
+    try:
+        data = recipe(module, import_object)
+    except NoRecipe as e:
+        why = (
+            f"records of module {target.name!r} will not replay in another process: {e}. "
+            "A record builds a module again from its class, defined at module level of an importable "
+            "module, and the constructor arguments the instance keeps as attributes of the same name "
+            "(self.features = features); a module that cannot be so can be wrapped in one that is"
+        )
+        warnings.warn(f"fuzzdiff: {why}", stacklevel=4)  # the caller of fuzzdiff.check
+        return {**_described(target), UNREPLAYABLE: why}
+    n_inputs = len(target.args) - sum(p.requires_grad for _, p in module.named_parameters())
+    data["inputs"] = ", ".join(str(a) for a in target.args[:n_inputs])
+    return {**_described(target), "module": data}
+
+
+def _from_recipe(data, spec: str) -> ModuleFunction:
+    """The function of a record's module, built from its recipe; its spec must be the record's."""
+    if not isinstance(data, dict) or not isinstance(data.get("inputs"), str):
+        raise ValueError("field 'definition.module' needs a string 'inputs' (the spec of the module's inputs)")
+    module = build(data, import_object)  # what it imports: fuzzdiff.repro's policy
+    fn, rebuilt = module_function(module, data["inputs"])
+    if rebuilt != spec:
+        raise ValueError(f"the module built has the spec {rebuilt!r}; the record's is {spec!r}")
+    return fn.with_recipe(data)
+
+
 def from_definition(data, *, trust_source: bool = False) -> Target:
     """The inverse of ``definition``, validated; ValueError names the bad field.
     Code stored in the record runs only with ``trust_source``."""
     if not isinstance(data, dict) or not isinstance(data.get("fn"), str) or not isinstance(data.get("spec"), str):
         raise ValueError("field 'definition' needs string fields 'fn' and 'spec'")
-    fn = _from_source(data["source"], trust_source) if "source" in data else import_object(data["fn"])
+    if UNREPLAYABLE in data:
+        raise ValueError(str(data[UNREPLAYABLE]))
+    if "module" in data:
+        fn = _from_recipe(data["module"], data["spec"])
+    else:
+        fn = _from_source(data["source"], trust_source) if "source" in data else import_object(data["fn"])
     domain = data.get("domain", {})
     if not isinstance(domain, dict) or not all(isinstance(v, list) and len(v) == 2 for v in domain.values()):
         raise ValueError("field 'definition.domain' must map argument names to [low, high]")
@@ -481,7 +541,7 @@ def from_definition(data, *, trust_source: bool = False) -> Target:
         for t in tolerances.values()
     ):
         raise ValueError("field 'definition.tolerances' must map check names to {atol, rtol, reason}")
-    return Target(
+    target = Target(
         data["fn"],
         fn,
         data["spec"],
@@ -494,3 +554,4 @@ def from_definition(data, *, trust_source: bool = False) -> Target:
             for k, t in tolerances.items()
         },
     )
+    return seeded_alike(target) if data.get("random") is True else target
