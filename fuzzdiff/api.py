@@ -31,6 +31,7 @@ from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.fresh import FreshProcess
 from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz, root_cause
+from fuzzdiff.journal import Journal
 from fuzzdiff.known import Known
 from fuzzdiff.random_probe import probed
 from fuzzdiff.script.literals import ScriptError
@@ -272,11 +273,8 @@ def check(
     if declared:
         target = replace(target, tolerances={**target.tolerances, **declared})
     hsettings = _settings(max_examples, seed)
-    with warnings.catch_warnings(record=True) as probing:
-        warnings.simplefilter("always")
-        target = probed(target, config.timeout)  # a function that draws random numbers is checked seeded alike
     report = Report(target, tolerances=_tolerance_words(declared, names))
-    recipe = _recipe(target, fn)
+    recipe = _recipe(target, fn)  # warns now, where the caller sees it, when records cannot replay
     outside = tuple(invalid)  # exceptions of the plain call that mean "not in the function's domain"
     rules: list[tuple[str, str]] = []  # input-domain errors found (type, message pattern): rejected from then on
     drawn = _case_options(layouts, alias)
@@ -341,6 +339,8 @@ def check(
                     report.add_failure(DOMAIN, failure, message)
                     continue
                 report.add_failure(name, failure)
+                if failure.verdict.kind != "fail":  # a hang or a crash: each further run could cost as much
+                    break
                 seen.append(root_cause(failure, name, target))
                 if len(seen) >= MAX_FAILURES:
                     break
@@ -356,6 +356,10 @@ def check(
         # torch's warnings inside the runs (a vmap fallback warns on every call):
         # collected and summarized once in the report, not printed per run
         warnings.simplefilter("always")
+        # a function that draws random numbers is checked seeded alike, and replayed so
+        target = report.target = _probed(target, names[0], config)
+        if target.random and recipe is not None:
+            recipe = {**recipe, "random": True}
         for name in names:
             step(name)
             start = time.perf_counter()
@@ -363,7 +367,7 @@ def check(
             report.seconds[name] = time.perf_counter() - start
     report.warnings = Counter(
         f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]}"
-        for w in [*probing, *caught]
+        for w in caught
         if not _torch_internal(w)
     )
     report.logs = logs
@@ -414,6 +418,25 @@ def _tolerance_words(declared: Mapping[str, Tol], names: Sequence[str]) -> str:
 
 
 DOMAIN = "input-domain"  # Failure.check of an input where the function itself raises
+
+
+def _probed(target: Target, first_check: str, config: FuzzConfig) -> Target:
+    """``target``, checked for randomness by calling it (fuzzdiff.random_probe);
+    with a corpus, each probing call is journaled as the first check's, so that
+    an input that kills the process leaves a crash record."""
+    if config.corpus is None:
+        return probed(target, config.timeout)
+    journal = Journal(config.corpus, first_check, target.name, config.timeout)
+
+    def calling(case: Case) -> None:
+        journal.end()
+        journal.begin_case(case)
+        journal.begin(0)
+
+    try:
+        return probed(target, config.timeout, calling)
+    finally:
+        journal.close()
 
 
 def _recipe(target: Target, fn: Callable[..., Any]) -> dict[str, Any] | None:

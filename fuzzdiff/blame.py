@@ -35,7 +35,7 @@ from fuzzdiff.targets.standin import StandIn, stand_in
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict, mismatch
 
-__all__ = ["Blame", "Evidence", "gather", "blame", "PYTORCH", "USER", "VIA", "MECHANISMS", "custom_rules"]
+__all__ = ["Blame", "Evidence", "gather", "blame", "PYTORCH", "USER", "VIA", "MECHANISMS", "custom_rules", "torchs_own"]
 
 PYTORCH, USER = "pytorch", "user"
 # The evidence that decided, in the order it is asked (see the module's docstring).
@@ -51,8 +51,16 @@ MECHANISMS = {
     "device": "CUDA kernels",
     "checkpoint": "activation checkpointing",
 }
-# Families whose targets are torch's own code (or programs of torch ops).
-USER_FAMILIES = ("user", "selftest")
+# Catalog families whose functions are not torch's: another library's code.
+LIBRARIES = ("tensorly",)
+
+
+def torchs_own(target: Target) -> bool:
+    """Whether ``target`` is torch's own code: an OpInfo sample, or a catalog
+    target of torch ops (registered by name, with no ``origin`` elsewhere)."""
+    return target.family == "opinfo" or (
+        target.origin is None and target.family not in ("user", "selftest", *LIBRARIES)
+    )
 
 
 @dataclass(frozen=True)
@@ -102,7 +110,7 @@ class Evidence:
 
 def gather(check: Check, target: Target, case: Case) -> Evidence:
     """Run what the blame needs beyond the failure itself, for user code only."""
-    if target.family not in USER_FAMILIES:
+    if torchs_own(target):
         return Evidence()
     rules = custom_rules(target, case)
     if target.module is not None:  # per-sample gradients need the module itself
@@ -148,7 +156,7 @@ def custom_rules(target: Target, case: Case) -> tuple[str, ...]:
 def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> Blame:
     """Whose bug the failure ``verdict`` of ``check`` on ``target`` is (see the module's docstring)."""
     errors = verdict.errors if isinstance(verdict.errors, dict) else {}
-    if target.family not in USER_FAMILIES:
+    if torchs_own(target):
         return Blame(PYTORCH, f"the target is torch's own ({target.family} {target.name})", "torch's target")
     if errors.get("internal_assert"):
         return Blame(

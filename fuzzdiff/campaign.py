@@ -231,6 +231,7 @@ class Campaign:
     seed: int = 0
     nodes: defaultdict[str, NodeStats] = field(default_factory=lambda: defaultdict(NodeStats))
     retried: list[str] = field(default_factory=list)  # batches run again after their worker died
+    replaced: list[str] = field(default_factory=list)  # workers replaced: what disturbed their process
     lost: str | None = None  # why the workers were lost before the campaign's end (a cluster gone)
 
     @property
@@ -820,6 +821,8 @@ def run_campaign(
             campaign.results.append(total)
         total.absorb(batch)
         total.crash_records.extend(batch.crash_records)
+        if batch.disturbed:  # the pool replaces its worker (ForkPool, RayPool)
+            campaign.replaced.append(f"{pair.key}: {batch.disturbed}")
         if total.found_at is None and (batch.ended or batch.known):
             total.found_at = time.monotonic() - start
         node = campaign.nodes[workers.node(k)]

@@ -383,6 +383,11 @@ def cmd_run(args) -> int:
     )
     if cluster:
         console.print(_nodes_line(campaign, campaign.seconds))
+    if campaign.replaced:
+        console.print(
+            f"[yellow]replaced[/yellow] {len(campaign.replaced)} worker(s) whose process a batch disturbed, "
+            f"first after {campaign.replaced[0][:300]}"
+        )
     for note in campaign.retried:
         console.print(f"[yellow]ran again[/yellow] {note}")
     if campaign.lost:

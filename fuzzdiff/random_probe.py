@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -58,17 +58,19 @@ UNSEEDABLE_WARNING = (
 )
 
 
-def probed(target: Target, timeout: float = 0.0) -> Target:
+def probed(target: Target, timeout: float = 0.0, calling: Callable[[Case], None] | None = None) -> Target:
     """``target``, as a random one if its outputs differ between calls on the
     same inputs; a warning says so. A target declared random is not asked.
     A probe that runs past ``timeout`` seconds (0: no limit) answers nothing:
-    the checks then report the hang, as a ``timeout`` record."""
+    the checks then report the hang, as a ``timeout`` record. ``calling(case)``
+    is told each case before the function is called at it (a journal: a case
+    that kills the process becomes a crash record)."""
     if target.random:
         return target
     try:
         with limited(timeout):
             # the calls draw from the caller's generators: run_seeded gives them back as they were
-            verdict = run_seeded(SEED, lambda: _randomness(target))
+            verdict = run_seeded(SEED, lambda: _randomness(target, calling))
     except ExampleTimeout:
         return target
     if verdict == "seeded":
@@ -81,10 +83,12 @@ def probed(target: Target, timeout: float = 0.0) -> Target:
     return target
 
 
-def _randomness(target: Target) -> str | None:
+def _randomness(target: Target, calling: Callable[[Case], None] | None = None) -> str | None:
     """The verdict: "seeded", "unseedable", or None where two calls agreed
     at every probe (or raised: the checks report that at their own inputs)."""
     for case in _cases(target):
+        if calling is not None:
+            calling(case)
         if not _differ_twice(target, case, seeded=False):
             continue
         still = _differ_twice(target, case, seeded=True)

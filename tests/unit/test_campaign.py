@@ -49,6 +49,16 @@ ZOO = textwrap.dedent('''
             os.abort()
         return x.sin()
 
+    LEAKED = []
+
+    def leaky(x):
+        # once per process, leaves inference mode on for good (its guard lives on), which
+        # fuzzdiff.torch_state cannot put back: only a fresh process is whole again
+        if not LEAKED:
+            LEAKED.append(torch.inference_mode())
+            LEAKED[-1].__enter__()
+        return x.sin()
+
     def _t(name, fn, attr, **kw):
         return Target(name, fn, "x: n", origin=f"fd_campaign_zoo:{attr}", max_side=3, **kw)
 
@@ -63,6 +73,7 @@ ZOO = textwrap.dedent('''
     ABORT = _t("aborting", aborting, "ABORT")
     SLOW = _t("slow", slow, "SLOW")
     SLUGGISH = _t("sluggish", sluggish, "SLUGGISH")
+    LEAKY = _t("leaky", leaky, "LEAKY")
     KNOWN_BUT_HANGS = _t("known_but_hangs", slow, "KNOWN_BUT_HANGS", known=(PLANTED,))
 ''')
 
@@ -116,15 +127,17 @@ def test_a_campaign_reports_counts_failures_and_a_crash_and_goes_on(zoo, tmp_pat
     assert not list((corpus / ".inflight").glob("*.json"))
 
     # the table: check, coverage (covered/applicable), batches, examples, passed, failed,
-    # unsupported, inconclusive, crashed, known, new records; one round without a budget
+    # unsupported, inconclusive, crashed, known, new records, failing pairs PyTorch's and yours;
+    # one round without a budget
     grads = [p for (t, c), p in pairs_run.items() if c == "grad"]
     assert all(p["batches"] == 1 for p in pairs_run.values())
     count = lambda k: sum(p["counts"].get(k, 0) for p in grads)  # noqa: E731
     assert _row(out, "grad") == [6, 6, 6, sum(p["examples"] for p in grads), count("pass"), count("fail"),
-                                 0, 0, 1, count("known"), 2]
+                                 0, 0, 1, count("known"), 2, 0, 1]
     layouts = [p for (t, c), p in pairs_run.items() if c == "layout"]
     assert _row(out, "layout") == [2, 2, 2, sum(p["examples"] for p in layouts),
-                                   sum(p["examples"] for p in layouts), 0, 0, 0, 0, 0, 0]
+                                   sum(p["examples"] for p in layouts), 0, 0, 0, 0, 0, 0, 0, 0]
+    assert "whose: in your code" in out
     assert "new crash record" in out and "new record" in out and "known discrepancy, grad known_square" in out
     assert (report / "heatmap.png").exists() and "planted_square" in (report / "heatmap.html").read_text()
 
@@ -256,3 +269,14 @@ def test_sigterm_ends_a_run_without_crash_records(zoo, tmp_path):
     from fuzzdiff.journal import recover
     assert not list((corpus / ".inflight").glob("*.json"))  # the worker's entry was forgotten
     assert recover(corpus) == [] and not list(corpus.glob("*/*/*.json"))
+
+
+def test_a_worker_whose_process_a_batch_disturbed_is_replaced(zoo):
+    """torch's state is put back after each run, and the worker, which may hold
+    more of it than can be put back, is replaced by a fresh one."""
+    campaign = run_campaign([(zoo.LEAKY, get_check("grad")), (zoo.SIN, get_check("grad"))],
+                            size=BatchSize(examples=4), jobs=1, seed=1)
+    assert campaign.replaced and "leaky" in campaign.replaced[0]
+    assert "inference mode left on (cannot be put back)" in campaign.replaced[0]
+    after = next(r for r in campaign.results if r.target == "cheap_sin")
+    assert after.tally.counts == {"pass": after.tally.examples}  # the next batch, in a fresh worker
