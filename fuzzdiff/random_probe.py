@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-from hypothesis import HealthCheck, Phase, Verbosity, find, settings
+from hypothesis import find
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample, Unsatisfiable
 from torch.utils._pytree import tree_leaves
@@ -33,6 +33,7 @@ from fuzzdiff.paths.seeded import run_seeded, seed_generators
 from fuzzdiff.targets.randomness import seeded_alike
 from fuzzdiff.targets.target import Target
 from fuzzdiff.timeout import ExampleTimeout, limited
+from strategies._drawing import FIND
 from strategies.cases import cases
 
 __all__ = ["probed", "differ", "SEEDED", "UNSEEDABLE", "UNSEEDABLE_WARNING", "PROBES"]
@@ -118,22 +119,13 @@ def _cases(target: Target) -> list[Case]:
     one = cases(
         target, dtypes=(dtype,), layout_features=(), alias=False, specials=False, structured=False, devices=("cpu",)
     )
-    config = settings(
-        database=None,
-        derandomize=True,
-        max_examples=200,
-        deadline=None,
-        phases=(Phase.generate,),
-        suppress_health_check=list(HealthCheck),
-        verbosity=Verbosity.quiet,
-    )
     several = st.lists(one, min_size=PROBES, max_size=PROBES)
     try:
-        return find(several, lambda found: all(math.prod(a.shape) > 1 for c in found for a in c.args), settings=config)
+        return find(several, lambda found: all(math.prod(a.shape) > 1 for c in found for a in c.args), settings=FIND)
     except NoSuchExample:  # sizes pinned at 0 or 1: ask where the spec lets it
         pass
     try:
-        return find(several, lambda found: True, settings=config)
+        return find(several, lambda found: True, settings=FIND)
     except (NoSuchExample, Unsatisfiable):  # no input to ask at: the checks will say why
         return []
 

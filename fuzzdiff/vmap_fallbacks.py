@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import find
 from hypothesis.errors import NoSuchExample
 
 from fuzzdiff.case import Case
@@ -16,6 +16,7 @@ from fuzzdiff.paths import vmap as path
 from fuzzdiff.runner import case_strategy
 from fuzzdiff.targets.target import Target
 from fuzzdiff.unsupported import unsupported_reason
+from strategies._drawing import FIND
 from strategies.batching import COMPOSITIONS
 
 __all__ = ["fallbacks", "fallback_report"]
@@ -24,18 +25,10 @@ __all__ = ["fallbacks", "fallback_report"]
 def _sample(target: Target) -> Case:
     """One small case of ``target`` with non-empty arguments, found without randomness."""
     base = case_strategy(CHECK, target, layout_features=(), specials=False)
-    config = settings(
-        database=None,
-        derandomize=True,
-        max_examples=200,
-        deadline=None,
-        phases=(Phase.generate,),
-        suppress_health_check=list(HealthCheck),
-    )
     try:
-        return find(base, lambda c: all(0 not in a.shape for a in c.args), settings=config)
+        return find(base, lambda c: all(0 not in a.shape for a in c.args), settings=FIND)
     except NoSuchExample:
-        return find(base, lambda c: True, settings=config)
+        return find(base, lambda c: True, settings=FIND)
 
 
 def fallbacks(target: Target, batch: int = 2) -> list[str]:

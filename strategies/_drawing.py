@@ -3,10 +3,11 @@
 import functools
 from typing import TypeVar
 
+from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-__all__ = ["eager", "COIN", "integers"]
+__all__ = ["eager", "COIN", "integers", "FIND"]
 
 T = TypeVar("T")
 
@@ -34,3 +35,17 @@ COIN = eager(st.booleans())
 def integers(min_value: int, max_value: int) -> SearchStrategy[int]:
     """``st.integers(min_value, max_value)``, built once per range."""
     return eager(st.integers(min_value, max_value))
+
+
+# ``hypothesis.find`` as fuzzdiff asks it for an example of its own (a sample
+# input to probe a function at): the same example every time, generated only,
+# no database, no output.
+FIND = settings(
+    database=None,
+    derandomize=True,
+    max_examples=200,
+    deadline=None,
+    phases=(Phase.generate,),
+    suppress_health_check=list(HealthCheck),
+    verbosity=Verbosity.quiet,
+)
