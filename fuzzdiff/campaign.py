@@ -419,6 +419,7 @@ def run_batch(job: Job, opts: dict) -> PairResult:
         result.tally = failure.tally or result.tally
     except Exception as e:  # noqa: BLE001 - a framework error must not end the campaign
         result.error = f"{type(e).__name__}: {e}"
+    torch_state.repaired()  # what the batch's leftovers changed after its runs, back to the worker's start
     if torch_state.disturbances() > disturbed:
         result.disturbed = torch_state.last_disturbance()
     result.seconds = time.monotonic() - t0
@@ -449,6 +450,7 @@ def start_worker(opts: dict) -> None:
     warnings.simplefilter("ignore")  # torch's UserWarnings would tear the live display
     torch.set_num_threads(1)  # one core per worker: the campaign runs one worker per core
     settle_heap()  # a process of fuzzdiff's own
+    torch_state.settle()  # the state every batch starts from, and comes back to
     if opts["database_url"] is not None:
         opts["database"] = example_database(opts["database_url"] or None)
 

@@ -116,7 +116,14 @@ class FreshProcess:
         self._log = tempfile.TemporaryFile(mode="w+")
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, str(write), json.dumps([p or os.getcwd() for p in sys.path])],
+                [
+                    sys.executable,
+                    "-c",
+                    _BOOT,
+                    str(write),
+                    json.dumps([p or os.getcwd() for p in sys.path]),
+                    os.path.join(self._folder.name, "compile-cache"),
+                ],
                 stdin=subprocess.PIPE,
                 stdout=self._log,
                 stderr=self._log,
@@ -189,9 +196,14 @@ class FreshProcess:
 
 # -- the fresh process's side --------------------------------------------------------------
 
-# the whole child: the caller's import path first, so that fuzzdiff and the target's modules import there too
+# The whole child: the caller's import path first, so that fuzzdiff and the
+# target's own modules import there too; and compile caches of its own, empty:
+# inductor's on-disk caches are shared by every process of the user, and an
+# artifact compiled in a process whose state was broken would replay the
+# failure in the fresh one too.
 _BOOT = (
-    "import json, sys; sys.path[:0] = json.loads(sys.argv[2]); "
+    "import json, os, sys; sys.path[:0] = json.loads(sys.argv[2]); "
+    "os.environ['TORCHINDUCTOR_CACHE_DIR'] = os.environ['TRITON_CACHE_DIR'] = sys.argv[3]; "
     "from fuzzdiff.fresh import _serve; _serve(int(sys.argv[1]))"
 )
 
@@ -199,6 +211,7 @@ _BOOT = (
 def _serve(answers: int) -> None:
     """Replay the records named on stdin, one JSON answer per line on ``answers``."""
     torch.set_num_threads(1)  # a process of fuzzdiff's own, beside the one that called it
+    torch_state.settle()
     out = os.fdopen(answers, "w")
     out.write("ready\n")
     out.flush()

@@ -29,7 +29,18 @@ from torch.overrides import _pop_mode as _pop_function_mode
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from torch.utils._python_dispatch import _pop_mode as _pop_dispatch_mode
 
-__all__ = ["TorchState", "Left", "snapshot", "kept", "run", "note", "disturbances", "last_disturbance"]
+__all__ = [
+    "TorchState",
+    "Left",
+    "snapshot",
+    "kept",
+    "run",
+    "settle",
+    "repaired",
+    "note",
+    "disturbances",
+    "last_disturbance",
+]
 
 
 @dataclass(frozen=True)
@@ -90,50 +101,77 @@ def kept() -> Iterator[Left]:
     The dispatch key sets are put back whole by torch's own guard (several of
     their keys have no Python name to set one by one).
 
-    Within one ``run()`` (a fuzzing run's blocks, one after the other), a
-    block also finds the key sets as the block before it left them: a guard
-    of a call that raised, kept alive by a reference to its frames (a log
-    record holding the exception), sets them back to what it saw when it is
-    freed at last, between two blocks."""
+    Within one ``run()`` a block also finds the key sets as the block before
+    it left them, the first one as its caller had them: a guard of a call
+    that raised, kept alive by a reference to its frames (a log record
+    holding the exception), sets them back to what it saw when it is freed
+    at last, between two blocks, or between two runs."""
+    if _RUNNING[0] and _LAST[0] is not None:
+        repaired(_LAST[0], "between two runs")
     before = snapshot()
-    last = _LAST[0]
-    if last is not None and (before.excluded, before.included) != (last.excluded, last.included):
-        change = "; ".join(
-            f"dispatch keys {_key_change(was, now, which)}"
-            for which, was, now in (
-                ("excluded", last.excluded, before.excluded),
-                ("included", last.included, before.included),
-            )
-            if was != now
-        )
-        note(f"torch's thread-local state changed between two runs (an object of an earlier run freed late): {change}")
-        _force_keys(last)
-        before = snapshot()
+    _CLEAN.append(before)
     left = Left()
-    with torch._C._PreserveDispatchKeyGuard():
-        try:
-            yield left
-        finally:
-            left.fixed, left.lasting = _put_back(before)
+    try:
+        with torch._C._PreserveDispatchKeyGuard():
+            try:
+                yield left
+            finally:
+                left.fixed, left.lasting = _put_back(before)
+    finally:
+        _CLEAN.pop()
     if _RUNNING[0]:
         _LAST[0] = snapshot()
 
 
 _LAST: list[TorchState | None] = [None]  # the state the last block of the current run left
 _RUNNING = [False]
+# The clean states to come back to: this process's own (``settle``), then those
+# the enclosing ``kept()`` blocks began in, outermost first.
+_CLEAN: list[TorchState] = []
 _HELD: list = []  # the guards that force the key sets (see _force_keys)
 
 
 @contextmanager
 def run() -> Iterator[None]:
     """A sequence of ``kept()`` blocks with nothing of the caller's between
-    them (one fuzzing run): each finds the key sets as the last one left them."""
+    them (one fuzzing run): each finds the key sets as the last one left them,
+    and the first one as the outermost caller had them (``settle``, or the
+    enclosing ``kept()``)."""
     outer = _LAST[0], _RUNNING[0]
-    _LAST[0], _RUNNING[0] = None, True
+    _LAST[0], _RUNNING[0] = (_CLEAN[0] if _CLEAN else None), True
     try:
         yield
     finally:
         _LAST[0], _RUNNING[0] = outer
+
+
+def settle() -> None:
+    """Take this thread's state now as the clean one of a process of
+    fuzzdiff's own (a campaign worker), for every later run to come back to."""
+    _CLEAN.insert(0, snapshot())
+
+
+def repaired(reference: TorchState | None = None, when: str = "since the last run") -> str | None:
+    """Set the key sets back to ``reference``'s (default: the clean state)
+    where something changed them late; what changed, noted, or None."""
+    reference = reference or (_CLEAN[0] if _CLEAN else None)
+    if reference is None:
+        return None
+    now = snapshot()
+    if (now.excluded, now.included) == (reference.excluded, reference.included):
+        return None
+    change = "; ".join(
+        f"dispatch keys {_key_change(was, is_, which)}"
+        for which, was, is_ in (
+            ("excluded", reference.excluded, now.excluded),
+            ("included", reference.included, now.included),
+        )
+        if was != is_
+    )
+    event = f"torch's thread-local state changed {when} (an object of an earlier run freed late): {change}"
+    note(event)
+    _force_keys(reference)
+    return event
 
 
 def _force_keys(state: TorchState) -> None:

@@ -13,6 +13,7 @@ from fuzzdiff.case import Arg, Case, Values
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets.target import Target
 from fuzzdiff.torch_logs import torch_logs
+from fuzzdiff import torch_state
 from fuzzdiff.torch_state import kept, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,3 +96,22 @@ def test_the_bug_itself_still_breaks_an_unguarded_process():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert "autograd False" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+def test_a_change_between_two_runs_of_a_sequence_is_put_back_at_the_next_and_noted():
+    """An object of an earlier run, freed late, can change the key sets between
+    two runs: the next run finds them as the last one left them."""
+    held = []
+    before = snapshot()
+    noted = torch_state.disturbances()
+    with torch_state.run():
+        with kept():
+            pass
+        held.append(torch._C._SetExcludeDispatchKeyGuard(torch._C.DispatchKey.Python, True))
+        held[-1].__enter__()  # between the runs, as a freed guard does
+        assert snapshot() != before
+        with kept():
+            assert snapshot() == before  # the run itself is clean
+    assert snapshot() == before
+    assert torch_state.disturbances() == noted + 1
+    assert "between two runs" in torch_state.last_disturbance() and "Python" in torch_state.last_disturbance()
