@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -96,7 +97,10 @@ def _select_pairs(args, notes: list[str] | None = None):
     opinfo = [p for p in patterns if p.startswith(OPINFO)] if given else [f"{OPINFO}/*"]
     if opinfo:  # built on demand: torch's op_db takes a while to import
         try:
-            targets += select_opinfo(opinfo)
+            with warnings.catch_warnings():
+                # building torch's test samples warns about deprecated ops it samples on purpose
+                warnings.simplefilter("ignore")
+                targets += select_opinfo(opinfo)
         except OpInfoError as e:
             if given:
                 raise UsageError(str(e)) from None

@@ -18,16 +18,21 @@ import os
 import traceback
 from dataclasses import dataclass
 
-__all__ = ["Raised", "raised", "INTERNAL_ASSERT", "internal_assert"]
+__all__ = ["Raised", "raised", "INTERNAL_ASSERT", "internal_assert", "RULES_UNDER_TRANSFORMS"]
 
 # How torch words a failed internal assert (TORCH_INTERNAL_ASSERT, and its Python twin).
 INTERNAL_ASSERT = ("INTERNAL ASSERT FAILED", "please report a bug to PyTorch")
 
+# The machinery that runs a target's own autograd.Function under torch.func's
+# transforms: an error there may well be the Function's (a jvp that reads
+# what it should not), not torch's.
+RULES_UNDER_TRANSFORMS = "functorch's support for autograd.Function"
 # torch's machinery, by the path of its source under torch/, most specific first.
 _PARTS = (
     ("_functorch/_aot_autograd/", "AOTAutograd"),
     ("_functorch/aot_autograd.py", "AOTAutograd"),
     ("_functorch/partitioners.py", "AOTAutograd's partitioner"),
+    ("_functorch/autograd_function.py", RULES_UNDER_TRANSFORMS),
     ("_functorch/", "functorch"),
     ("_dynamo/", "Dynamo"),
     ("_inductor/", "Inductor"),

@@ -114,3 +114,14 @@ def test_two_of_torchs_ways_of_running_the_same_code_disagree_is_torchs_unless_t
     assert whose.whose == PYTORCH and whose.via == "mechanism" and "compiler" in whose.evidence
     assert blame("compile", target, mismatch, Evidence(rules=("WrongSquare",))).whose == USER
     assert blame("grad", target, mismatch, Evidence()).whose == USER  # grad's other side is maths, not torch
+
+
+def test_torchs_machinery_that_runs_the_codes_own_rule_does_not_clear_the_code():
+    """An error raised where functorch runs an autograd.Function's own jvp under
+    a transform may be the Function's (roma's jvp read ctx.saved_for_forward)."""
+    target = _user(WrongSquare.apply, "x: n")
+    there = Verdict("fail", "raised RuntimeError: Trying to set a forward gradient of another size",
+                    {"exception": "RuntimeError", "torch_part": "functorch's support for autograd.Function",
+                     "raised_in": "torch/_functorch/autograd_function.py:1 in jvp"})
+    assert blame("vmap", target, there, Evidence(rules=("WrongSquare",))).whose == USER
+    assert blame("vmap", target, there, Evidence()).whose == PYTORCH  # with no rule of its own, torch's
