@@ -272,80 +272,20 @@ def check(
     declared = declared_tolerances(names, rtol=rtol, atol=atol)
     if declared:
         target = replace(target, tolerances={**target.tolerances, **declared})
-    hsettings = _settings(max_examples, seed)
     report = Report(target, tolerances=_tolerance_words(declared, names))
-    recipe = _recipe(target, fn)  # warns now, where the caller sees it, when records cannot replay
-    outside = tuple(invalid)  # exceptions of the plain call that mean "not in the function's domain"
-    rules: list[tuple[str, str]] = []  # input-domain errors found (type, message pattern): rejected from then on
-    drawn = _case_options(layouts, alias)
-
-    def attempt(name: str, fresh: FreshProcess | None, seen: tuple[Known, ...]) -> Tally:
-        if not alias and CHECKS[name].aliasing == "required":
-            tally = Tally()
-            tally.add(Verdict("unsupported", "aliasing is switched off for this run (alias=False)"))
-            return tally
-        fuzzed = replace(target, invalid=target.invalid + tuple(rules))
-        if name == "per_sample" and isinstance(fn, torch.nn.Module):
-            # per-sample gradients need the module itself, on one sample's shapes
-            try:
-                fuzzed = replace(per_sample_target(target, fn), invalid=fuzzed.invalid)
-            except ValueError as e:  # the spec names no batch dim to take samples along
-                tally = Tally()
-                tally.add(Verdict("unsupported", str(e)))
-                return tally
-        if outside:
-            fuzzed = replace(fuzzed, fn=_rejecting(fuzzed.fn, outside))
-        try:
-            return fuzz(
-                name,
-                fuzzed,
-                settings=hsettings,
-                seed=seed,
-                config=config,
-                shrink_seconds=shrink_seconds,
-                definition=recipe,
-                fresh=fresh,
-                seen=seen,
-                **drawn,
-            )
-        except Unsatisfiable:
-            tally = Tally()
-            tally.add(
-                Verdict(
-                    "unsupported",
-                    "every input drawn lies outside the function's domain "
-                    f"(it raises {', '.join([e.__name__ for e in outside] + [k for k, _ in rules])})",
-                )
-            )
-            return tally
-
-    def run(name: str, fresh: FreshProcess | None) -> Tally:
-        """The check's runs until it finds nothing new: a failure's root cause is
-        reported once and the search goes on, up to MAX_FAILURES of them; an
-        input where the function itself raises is reported once, and such
-        inputs are rejected from then on, by every check."""
-        tally = Tally()
-        seen: list[Known] = []
-        for _ in range(MAX_FAILURES + MAX_DOMAIN_ERRORS):
-            try:
-                tally.merge(attempt(name, fresh, tuple(seen)))
-                break
-            except FuzzFailure as failure:
-                tally.merge(failure.tally or Tally())
-                domain = _domain_error(target, name, failure)
-                if domain is not None:
-                    rule, message = domain
-                    rules.append(rule)
-                    report.add_failure(DOMAIN, failure, message)
-                    continue
-                report.add_failure(name, failure)
-                if failure.verdict.kind != "fail":  # a hang or a crash: each further run could cost as much
-                    break
-                seen.append(root_cause(failure, name, target))
-                if len(seen) >= MAX_FAILURES:
-                    break
-        return tally
-
+    session = _Session(
+        fn=fn,
+        target=target,
+        report=report,
+        hypothesis=_settings(max_examples, seed),
+        seed=seed,
+        config=config,
+        shrink_seconds=shrink_seconds,
+        recipe=_recipe(target, fn),  # warns now, where the caller sees it, when records cannot replay
+        outside=tuple(invalid),
+        drawn=_case_options(layouts, alias),
+        alias=alias,
+    )
     with (
         _progress(progress, len(names)) as step,
         warnings.catch_warnings(record=True) as caught,
@@ -356,14 +296,12 @@ def check(
         # torch's warnings inside the runs (a vmap fallback warns on every call):
         # collected and summarized once in the report, not printed per run
         warnings.simplefilter("always")
-        # a function that draws random numbers is checked seeded alike, and replayed so
-        target = report.target = _probed(target, names[0], config)
-        if target.random and recipe is not None:
-            recipe = {**recipe, "random": True}
+        session.fresh = fresh if isolate else None
+        session.probe(names[0])
         for name in names:
             step(name)
             start = time.perf_counter()
-            report.tallies[name] = run(name, fresh if isolate else None)
+            report.tallies[name] = session.run(name)
             report.seconds[name] = time.perf_counter() - start
     report.warnings = Counter(
         f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]}"
@@ -374,6 +312,96 @@ def check(
     for tally in report.tallies.values():
         report.logs.update(tally.logs)
     return report
+
+
+@dataclass
+class _Session:
+    """One ``check`` call's runs, and what they learn on the way: input-domain
+    errors found (``rules``: rejected from then on, by every check), whether
+    the function is random, and the process that replays failures afresh."""
+
+    fn: Callable[..., Any]
+    target: Target
+    report: Report
+    hypothesis: settings
+    seed: int | None
+    config: FuzzConfig
+    shrink_seconds: float | None
+    recipe: dict[str, Any] | None
+    outside: tuple[type[BaseException], ...]  # exceptions of the plain call that mean "not in the domain"
+    drawn: dict[str, Any]
+    alias: bool
+    fresh: FreshProcess | None = None
+    rules: list[tuple[str, str]] = field(default_factory=list)  # input-domain errors: (type, message pattern)
+
+    def probe(self, first_check: str) -> None:
+        """A function that draws random numbers is checked seeded alike, and replayed so."""
+        self.target = self.report.target = _probed(self.target, first_check, self.config)
+        if self.target.random and self.recipe is not None:
+            self.recipe = {**self.recipe, "random": True}
+
+    def run(self, name: str) -> Tally:
+        """The check's runs until it finds nothing new: a failure's root cause is
+        reported once and the search goes on, up to MAX_FAILURES of them; an
+        input where the function itself raises is reported once, and such
+        inputs are rejected from then on, by every check."""
+        tally = Tally()
+        seen: list[Known] = []
+        for _ in range(MAX_FAILURES + MAX_DOMAIN_ERRORS):
+            try:
+                tally.merge(self.attempt(name, tuple(seen)))
+                break
+            except FuzzFailure as failure:
+                tally.merge(failure.tally or Tally())
+                domain = _domain_error(self.target, name, failure)
+                if domain is not None:
+                    rule, message = domain
+                    self.rules.append(rule)
+                    self.report.add_failure(DOMAIN, failure, message)
+                    continue
+                self.report.add_failure(name, failure)
+                if failure.verdict.kind != "fail":  # a hang or a crash: each further run could cost as much
+                    break
+                seen.append(root_cause(failure, name, self.target))
+                if len(seen) >= MAX_FAILURES:
+                    break
+        return tally
+
+    def attempt(self, name: str, seen: tuple[Known, ...]) -> Tally:
+        """One run of the check, ``seen`` root causes counted, not raised."""
+        if not self.alias and CHECKS[name].aliasing == "required":
+            return _unsupported("aliasing is switched off for this run (alias=False)")
+        fuzzed = replace(self.target, invalid=self.target.invalid + tuple(self.rules))
+        if name == "per_sample" and isinstance(self.fn, torch.nn.Module):
+            # per-sample gradients need the module itself, on one sample's shapes
+            try:
+                fuzzed = replace(per_sample_target(self.target, self.fn), invalid=fuzzed.invalid)
+            except ValueError as e:  # the spec names no batch dim to take samples along
+                return _unsupported(str(e))
+        if self.outside:
+            fuzzed = replace(fuzzed, fn=_rejecting(fuzzed.fn, self.outside))
+        try:
+            return fuzz(
+                name,
+                fuzzed,
+                settings=self.hypothesis,
+                seed=self.seed,
+                config=self.config,
+                shrink_seconds=self.shrink_seconds,
+                definition=self.recipe,
+                fresh=self.fresh,
+                seen=seen,
+                **self.drawn,
+            )
+        except Unsatisfiable:
+            raises = [e.__name__ for e in self.outside] + [k for k, _ in self.rules]
+            return _unsupported(f"every input drawn lies outside the function's domain (it raises {', '.join(raises)})")
+
+
+def _unsupported(reason: str) -> Tally:
+    tally = Tally()
+    tally.add(Verdict("unsupported", reason))
+    return tally
 
 
 # A check reports at most this many distinct failures (root causes), and the
