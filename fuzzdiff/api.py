@@ -7,7 +7,6 @@ import functools
 import io
 import json
 import os
-import re
 import sys
 import time
 import warnings
@@ -30,7 +29,7 @@ from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.fresh import FreshProcess
-from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz, root_cause
+from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz, message_pattern, root_cause
 from fuzzdiff.journal import Journal
 from fuzzdiff.known import Known
 from fuzzdiff.random_probe import probed
@@ -536,15 +535,12 @@ def _domain_error(target: Target, check_name: str, failure: FuzzFailure) -> tupl
     else:
         return None
     first = text.strip().splitlines()[0] if text.strip() else ""
-    rule = (kind, "^" + re.escape(_NUMBERS.sub("#", first)).replace(re.escape("#"), r"\d+"))
+    rule = (kind, message_pattern(first))
     message = (
         f"the function raises {kind} at this input, {where}: {first[:300]} "
         f"(invalid=({kind},) declares such inputs outside its domain)"
     )
     return rule, message
-
-
-_NUMBERS = re.compile(r"\d+")
 
 
 def _plain_call_error(target: Target, case: Case) -> Exception | None:

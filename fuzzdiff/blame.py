@@ -16,8 +16,8 @@ evidence, strongest first:
    stand-in is the torch-only repro;
 6. the check compares two of torch's ways of running the very same code
    (compiled and eager, batched and looped, two memory layouts...), and the
-   code defines no derivative or batching rule of its own: whatever differs
-   is torch's.
+   code defines no derivative or batching rule of its own, nor asks which
+   way runs it (fuzzdiff.inspection): whatever differs is torch's.
 
 Otherwise the failure is the code's own: a derivative rule it defines, an
 error raised in it, or a mismatch that needs it, shown at the shrunk input.
@@ -27,32 +27,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-from torch.utils._pytree import tree_leaves
-
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check
+from fuzzdiff.inspection import BATCHING, COMPILING, LAYOUT, RANDOM, inspect_call
 from fuzzdiff.raised import RULES_UNDER_TRANSFORMS
 from fuzzdiff.runner import verdict_at
 from fuzzdiff.targets.standin import StandIn, stand_in
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict, mismatch
 
-__all__ = ["Blame", "Evidence", "gather", "blame", "PYTORCH", "USER", "VIA", "MECHANISMS", "custom_rules", "torchs_own"]
+__all__ = ["Blame", "Evidence", "gather", "blame", "PYTORCH", "USER", "VIA", "MECHANISMS", "torchs_own"]
 
 PYTORCH, USER = "pytorch", "user"
 # The evidence that decided, in the order it is asked (see the module's docstring).
 VIA = ("torch's target", "internal assert", "torch state", "torch machinery", "stand-in", "mechanism", "user")
 
 # Checks that run the target's own code on both sides, through two of torch's
-# mechanisms; what differs between the sides is the mechanism.
+# mechanisms; what differs between the sides is the mechanism, unless the code
+# asks which one runs it (fuzzdiff.inspection).
 MECHANISMS = {
-    "compile": "compiler",
-    "vmap": "vmap",
-    "layout": "handling of memory layouts",
-    "alias": "handling of aliased inputs",
-    "device": "CUDA kernels",
-    "checkpoint": "activation checkpointing",
+    "compile": ("compiler", COMPILING),
+    "vmap": ("vmap", BATCHING),
+    "layout": ("handling of memory layouts", LAYOUT),
+    "alias": ("handling of aliased inputs", LAYOUT),
+    "device": ("CUDA kernels", None),
+    "checkpoint": ("activation checkpointing", RANDOM),
 }
 # Catalog families whose functions are not torch's: another library's code.
 LIBRARIES = ("tensorly",)
@@ -93,14 +92,16 @@ class Blame:
 @dataclass(frozen=True)
 class Evidence:
     """What running things found: the stand-in's verdict (None: none could be
-    built) and the derivative rules the target defines itself."""
+    built), the derivative rules the target defines itself and what it asks
+    about how it is run."""
 
     stand_in: StandIn | None = None
     stand_in_verdict: Verdict | None = None
     rules: tuple[str, ...] = ()
+    asks: tuple[tuple[str, str], ...] = ()  # what the code asks about its run (fuzzdiff.inspection)
 
     def to_json(self) -> dict:
-        out: dict = {"rules": list(self.rules)}
+        out: dict = {"rules": list(self.rules), "asks": [list(a) for a in self.asks]}
         if self.stand_in is not None and self.stand_in_verdict is not None:
             v = self.stand_in_verdict
             out["stand_in"] = {
@@ -115,45 +116,17 @@ def gather(check: Check, target: Target, case: Case) -> Evidence:
     """Run what the blame needs beyond the failure itself, for user code only."""
     if torchs_own(target):
         return Evidence()
-    rules = custom_rules(target, case)
+    seen = inspect_call(target, case)
     if target.module is not None:  # per-sample gradients need the module itself
-        return Evidence(rules=rules)
+        return Evidence(rules=seen.rules, asks=seen.asks)
     standin = stand_in(target, case)
     if standin is None:
-        return Evidence(rules=rules)
+        return Evidence(rules=seen.rules, asks=seen.asks)
     try:
         verdict = verdict_at(check, standin.target, case)
     except Exception as e:  # noqa: BLE001 - e.g. the case's params do not fit the stand-in: no evidence
         verdict = Verdict("unsupported", f"the stand-in could not run this case: {type(e).__name__}: {e}")
-    return Evidence(standin, verdict, rules)
-
-
-def custom_rules(target: Target, case: Case) -> tuple[str, ...]:
-    """The derivative rules the target brings itself: its autograd.Functions
-    and custom ops with their own backward, found in the graph of one float64
-    call (torch's own nodes are C++ classes; a Python-defined rule is a
-    ``BackwardCFunction``)."""
-    try:
-        inputs = case.materialize(cast=torch.float64)
-        out = target(*inputs.args, **case.kwargs)
-    except Exception:  # noqa: BLE001 - no graph to read
-        return ()
-    found: dict[str, None] = {}
-    todo = [t.grad_fn for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-    seen: set[int] = set()
-    while todo:
-        node = todo.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, torch.autograd.function.BackwardCFunction):
-            cls = getattr(node, "_forward_cls", None)
-            name = getattr(cls, "__qualname__", type(node).__name__)
-            # torch's own Python Functions (reentrant checkpoint) are not the target's rules; custom ops are
-            if not getattr(cls, "__module__", "").startswith("torch.") or name.startswith("GeneratedBackwardFor"):
-                found[name] = None
-        todo.extend(n for n, _ in node.next_functions if n is not None)
-    return tuple(found)
+    return Evidence(standin, verdict, seen.rules, seen.asks)
 
 
 def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> Blame:
@@ -182,14 +155,22 @@ def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> B
                 "parameters: no code of yours is needed",
                 "stand-in",
             )
-    mechanism = MECHANISMS.get(check)
-    if mechanism is not None and not evidence.rules:
-        return Blame(
-            PYTORCH,
-            f"the {check} check runs your function's own code on both sides, which differ only in torch's "
-            f"{mechanism}, and your function defines no derivative rule of its own",
-            "mechanism",
-        )
+    if check in MECHANISMS:
+        mechanism, kind = MECHANISMS[check]
+        asked = [name for name, k in evidence.asks if k == kind]
+        if not evidence.rules and not asked:
+            return Blame(
+                PYTORCH,
+                f"the {check} check runs your function's own code on both sides, which differ only in torch's "
+                f"{mechanism}; your function defines no derivative rule of its own and does not ask which runs it",
+                "mechanism",
+            )
+        if asked:
+            return Blame(
+                USER,
+                f"your function asks {', '.join(asked)}: {kind} is what tells the {check} check's two runs "
+                "apart, and your code chooses what to do by it",
+            )
     return Blame(USER, _why_user(errors, evidence))
 
 

@@ -38,9 +38,18 @@ from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.timeout import ExampleTimeout, Watchdog
 from fuzzdiff.torch_logs import torch_logs
-from fuzzdiff.verdict import Verdict, error_shape, identity, mismatch, short_reason
+from fuzzdiff.verdict import Verdict, identity, mismatch, short_reason
 
-__all__ = ["fuzz", "Tally", "FuzzFailure", "example_structures", "settle_heap", "environ_config", "root_cause"]
+__all__ = [
+    "fuzz",
+    "Tally",
+    "FuzzFailure",
+    "example_structures",
+    "settle_heap",
+    "environ_config",
+    "root_cause",
+    "message_pattern",
+]
 
 
 class FuzzFailure(AssertionError):
@@ -471,15 +480,35 @@ def root_cause(failure: FuzzFailure, check: Check | str, target: Target) -> Know
     exception = verdict.errors.get("exception")
     reason = f"the same failure as the one reported ({_first_line(verdict.message)[:120]})"
     if isinstance(exception, str):
-        pattern = re.escape(error_shape(verdict)).replace(re.escape("#"), r"\d+")
-        return Known(failure.check, reason, "reported above", raises=exception, message="^" + pattern)
+        return Known(
+            failure.check, reason, "reported above", raises=exception, message=message_pattern(verdict.message)
+        )
     features = {f for f in case_features(failure.case) if f.startswith(TRIGGERS)}
-    if features & set(LAYOUTS) and _fails_contiguous(failure, check, target):
+    if features & set(LAYOUTS):
         features -= set(LAYOUTS)
+        if not _fails_contiguous(failure, check, target):  # a layout's bug: any non-contiguous layout, one cause
+            features.add("|".join(LAYOUTS))
     analytic = verdict.errors.get("analytic")
     finite = not isinstance(analytic, float) or math.isfinite(analytic)
     message = "^" + re.escape(identity(verdict)) + ":" + ("" if finite else r".*analytic (nan|-?inf)\b")
     return Known(failure.check, reason, "reported above", message=message, features=tuple(sorted(features)))
+
+
+_NUMBER = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+
+
+def message_pattern(message: str) -> str:
+    """A regex that an exception's message matches at other sizes too: its first
+    line with every number, and every list of numbers (a shape), left open."""
+    first = message.splitlines()[0] if message else ""
+    parts = re.split(rf"(\[(?:{_NUMBER}(?:, )?)*\]|{_NUMBER})", first)
+    out = []
+    for k, part in enumerate(parts):
+        if k % 2 == 0:
+            out.append(re.escape(part))
+        else:
+            out.append(r"\[[-\d.e+, ]*\]" if part.startswith("[") else _NUMBER)
+    return "^" + "".join(out)
 
 
 def _fails_contiguous(failure: FuzzFailure, check: Check | str, target: Target) -> bool:

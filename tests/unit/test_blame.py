@@ -2,9 +2,10 @@
 
 import torch
 
-from fuzzdiff.blame import PYTORCH, USER, Evidence, blame, custom_rules, gather
+from fuzzdiff.blame import PYTORCH, USER, Evidence, blame, gather
 from fuzzdiff.case import Arg, Case, Values
 from fuzzdiff.checks import get_check
+from fuzzdiff.inspection import COMPILING, LAYOUT, RANDOM, inspect_call
 from fuzzdiff.raised import raised
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.standin import stand_in
@@ -82,7 +83,7 @@ def test_where_an_error_was_raised_is_read_from_its_root_cause():
 def test_a_wrong_backward_of_the_users_own_is_theirs():
     target = _user(WrongSquare.apply, "x: n")
     case = _case((3,))
-    assert custom_rules(target, case) == ("WrongSquare",)
+    assert inspect_call(target, case).rules == ("WrongSquare",)
     evidence = gather(get_check("grad"), target, case)
     assert evidence.stand_in_verdict.kind == "pass"
     whose = blame("grad", target, MISMATCH, evidence)
@@ -125,3 +126,45 @@ def test_torchs_machinery_that_runs_the_codes_own_rule_does_not_clear_the_code()
                      "raised_in": "torch/_functorch/autograd_function.py:1 in jvp"})
     assert blame("vmap", target, there, Evidence(rules=("WrongSquare",))).whose == USER
     assert blame("vmap", target, there, Evidence()).whose == PYTORCH  # with no rule of its own, torch's
+
+
+def channel_scale(x, s):  # the zoo's layout bug: a branch on the memory layout, reshaping as if NCHW
+    n, c, h, w = x.shape
+    if x.is_contiguous(memory_format=torch.channels_last):
+        return (x.reshape(n * h * w, c) * s).reshape(n, c, h, w)
+    return x * s.reshape(1, c, 1, 1)
+
+
+def approximated_when_compiled(x):
+    if torch.compiler.is_compiling():
+        return x * 1.001
+    return x
+
+
+def coin_flip_residual(x):
+    import random
+
+    return x * (2.0 if random.random() >= 0.5 else 0.0)
+
+
+def test_code_that_asks_how_it_is_run_owns_what_the_two_runs_differ_by():
+    """Two of torch's ways of running the same code must agree, unless the code
+    itself tells them apart: by its layout, by being compiled, by Python's random."""
+    layout = _user(channel_scale, "x: n c h w, s: c")
+    seen = inspect_call(layout, _case((1, 2, 2, 2), (2,)))
+    assert ("Tensor.is_contiguous", LAYOUT) in seen.asks and not seen.rules
+    mismatch = Verdict("fail", "the other layout vs this one: output 0 differs", {})
+    whose = blame("layout", layout, mismatch, Evidence(asks=seen.asks))
+    assert whose.whose == USER and "Tensor.is_contiguous" in whose.evidence
+    compiled = _user(approximated_when_compiled, "x: n")
+    asks = inspect_call(compiled, _case((3,))).asks
+    assert (("torch.compiler.is_compiling()", COMPILING) in asks), asks
+    assert blame("compile", compiled, mismatch, Evidence(asks=asks)).whose == USER
+    coin = _user(coin_flip_residual, "x: n")
+    asks = inspect_call(coin, _case((3,))).asks
+    assert any(kind == RANDOM for _, kind in asks), asks
+    assert blame("checkpoint", coin, mismatch, Evidence(asks=asks)).whose == USER
+    # and code that asks nothing of its run: the mechanism's
+    plain = _user(two_outputs, "x: n m, y: n m")
+    assert inspect_call(plain, _case((2, 3), (2, 3))).asks == ()
+    assert blame("layout", plain, mismatch, Evidence()).whose == PYTORCH
