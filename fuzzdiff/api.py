@@ -519,16 +519,16 @@ def _torch_internal(w: warnings.WarningMessage) -> bool:
 
 def _domain_error(target: Target, check_name: str, failure: FuzzFailure) -> tuple[tuple[str, str], str] | None:
     """Whether ``failure`` is the function raising at its input: in its plain
-    call, or (blamed on it, not on torch) in its backward or under a
-    transform. Then the rule that rejects such errors from then on, and the
-    finding's message; None for any other failure."""
+    call, or in its own code (not torch's, and blamed on it) in its backward
+    or under a transform. Then the rule that rejects such errors from then
+    on, and the finding's message; None for any other failure."""
     exception = failure.verdict.errors.get("exception")
     if not isinstance(exception, str):
         return None
     plain = _plain_call_error(target, failure.case)
     if plain is not None:
         kind, text, where = type(plain).__name__, str(plain), "in its plain call"
-    elif failure.blame is not None and failure.blame.whose == USER:
+    elif failure.verdict.errors.get("raised_by_code") and failure.blame is not None and failure.blame.whose == USER:
         kind = exception
         text = failure.verdict.message.removeprefix(f"raised {exception}: ")
         where = f"under the {check_name} check ({failure.verdict.errors.get('raised_in', 'in your code')})"

@@ -8,9 +8,10 @@ evidence, strongest first:
 2. torch failed an internal assert ("please report a bug to PyTorch");
 3. the failing run left torch's thread-local state changed (fuzzdiff.torch_state);
 4. the error was raised inside torch's machinery (Dynamo, Inductor,
-   AOTAutograd, FX, fake tensors, functorch: fuzzdiff.raised), unless it is
-   the machinery that runs a derivative rule of the code's own (an
-   autograd.Function's jvp under a transform, a custom op's registration);
+   AOTAutograd, FX, fake tensors, functorch, the code Inductor generates:
+   fuzzdiff.raised), unless the code brings rules of its own that this
+   machinery runs (an autograd.Function's jvp under a transform, a custom
+   op's fake kernel under compile): then the stand-in decides;
 5. a plain-torch stand-in of the same shape fails the same way at the same
    inputs, layouts and check parameters (fuzzdiff.targets.standin): then the
    stand-in is the torch-only repro;
@@ -30,7 +31,6 @@ from dataclasses import dataclass
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check
 from fuzzdiff.inspection import BATCHING, COMPILING, LAYOUT, RANDOM, inspect_call
-from fuzzdiff.raised import RULES_UNDER_TRANSFORMS
 from fuzzdiff.runner import verdict_at
 from fuzzdiff.targets.standin import StandIn, stand_in
 from fuzzdiff.targets.target import Target
@@ -141,7 +141,7 @@ def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> B
     if errors.get("torch_state"):
         return Blame(PYTORCH, f"the failing run left torch broken: {errors['torch_state']}", "torch state")
     part = errors.get("torch_part")
-    if part and not (part in (RULES_UNDER_TRANSFORMS, "torch.library") and evidence.rules):
+    if part and not evidence.rules:  # with rules of the code's own, the stand-in decides
         return Blame(
             PYTORCH,
             f"raised inside torch's {part} ({errors.get('raised_in')}), not in your code",

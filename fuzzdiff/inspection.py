@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,9 +60,10 @@ def _question_functions() -> dict[Any, tuple[str, str]]:
 
 @dataclass(frozen=True)
 class Inspection:
-    """``rules``: the code's own derivative rules (autograd.Functions, custom
-    ops with a backward of their own), by name; ``asks``: what it asks about
-    its run, as (what it called, which kind of run that tells apart)."""
+    """``rules``: the code's own rules (autograd.Functions and custom ops, with
+    their own backward, fake kernel or batching rule), by name; ``asks``: what
+    it asks about its run, as (what it called, which kind of run that tells
+    apart), its own questions only, not torch's inside the ops it calls."""
 
     rules: tuple[str, ...] = ()
     asks: tuple[tuple[str, str], ...] = ()
@@ -70,15 +72,30 @@ class Inspection:
         return [name for name, k in self.asks if k == kind]
 
 
+# torch's own operator namespaces; an op of any other is a custom op, a rule of the code's own
+TORCH_NAMESPACES = frozenset(
+    {"aten", "prim", "prims", "quantized", "_quantized", "c10d", "_c10d_functional", "inductor", "higher_order"}
+)
+_TORCH_FILES = str(Path(torch.__file__).resolve().parent)
+
+
+def _outside_torch(filename: str) -> bool:
+    """A frame of the code under test (the question is its own), not torch's."""
+    return not str(Path(filename).resolve()).startswith(_TORCH_FILES)
+
+
 class _Watching(TorchFunctionMode):
-    def __init__(self, asks: dict[tuple[str, str], None]):
+    def __init__(self, asks: dict[tuple[str, str], None], ops: dict[str, None]):
         super().__init__()
-        self.asks = asks
+        self.asks, self.ops = asks, ops
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = _LAYOUT_METHODS.get(func)
-        if name is not None:
+        if name is not None and _outside_torch(sys._getframe(1).f_code.co_filename):
             self.asks[(f"Tensor.{name}", LAYOUT)] = None
+        namespace = getattr(func, "namespace", None)
+        if isinstance(func, torch._ops.OpOverload) and namespace not in TORCH_NAMESPACES:
+            self.ops[f"the custom op {func.name()}"] = None
         return func(*args, **(kwargs or {}))
 
 
@@ -89,29 +106,32 @@ def inspect_call(target: Target, case: Case) -> Inspection:
     except Exception:  # noqa: BLE001 - nothing to call it at
         return Inspection()
     asks: dict[tuple[str, str], None] = {}
+    ops: dict[str, None] = {}
     questions = _question_functions()
 
     def hook(frame, event, arg):
-        if event == "call":
-            found = questions.get(frame.f_code)
-        elif event == "c_call":
+        if event == "call":  # a Python function: its caller asks
+            caller = frame.f_back
+            found = questions.get(frame.f_code) if caller is not None else None
+        elif event == "c_call":  # a builtin: this frame asks
+            caller = frame
             found = questions.get(arg) or _random_draw(arg)
         else:
             return
-        if found is not None:
+        if found is not None and _outside_torch(caller.f_code.co_filename):
             asks[found] = None
 
     previous = sys.getprofile()
     try:
-        with _Watching(asks):
+        with _Watching(asks, ops):
             sys.setprofile(hook)
             try:
                 out = target(*inputs.args, **case.kwargs)
             finally:
                 sys.setprofile(previous)
     except Exception:  # noqa: BLE001 - what it asked before it raised still counts; no graph to read
-        return Inspection((), tuple(asks))
-    return Inspection(_rules(out), tuple(asks))
+        return Inspection(tuple(ops), tuple(asks))
+    return Inspection(tuple(dict.fromkeys([*_rules(out), *ops])), tuple(asks))
 
 
 def _random_draw(fn: Any) -> tuple[str, str] | None:
