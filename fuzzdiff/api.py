@@ -22,9 +22,10 @@ from hypothesis.errors import InvalidArgument, Unsatisfiable
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from torch.utils._pytree import tree_leaves
 
 from fuzzdiff import torch_state
-from fuzzdiff.blame import USER, Blame
+from fuzzdiff.blame import Blame
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.config import FuzzConfig
@@ -352,7 +353,7 @@ class _Session:
                 break
             except FuzzFailure as failure:
                 tally.merge(failure.tally or Tally())
-                domain = _domain_error(self.target, name, failure)
+                domain = _domain_error(self.target, failure)
                 if domain is not None:
                     rule, message = domain
                     self.rules.append(rule)
@@ -517,41 +518,49 @@ def _torch_internal(w: warnings.WarningMessage) -> bool:
     return issubclass(w.category, DeprecationWarning) and f"{os.sep}torch{os.sep}" in (w.filename or "")
 
 
-def _domain_error(target: Target, check_name: str, failure: FuzzFailure) -> tuple[tuple[str, str], str] | None:
-    """Whether ``failure`` is the function raising at its input: in its plain
-    call, or in its own code (not torch's, and blamed on it) in its backward
-    or under a transform. Then the rule that rejects such errors from then
-    on, and the finding's message; None for any other failure."""
-    exception = failure.verdict.errors.get("exception")
-    if not isinstance(exception, str):
+def _domain_error(target: Target, failure: FuzzFailure) -> tuple[tuple[str, str], str] | None:
+    """Whether ``failure`` is the function raising at its input in plain eager
+    use: in its call, or in its backward (an empty batch its backward cannot
+    take), whatever check came upon it. Then the rule that rejects such
+    errors from then on, and the finding's message; None for any other
+    failure (an error only under a transform is that check's finding)."""
+    if not isinstance(failure.verdict.errors.get("exception"), str):
         return None
-    plain = _plain_call_error(target, failure.case)
-    if plain is not None:
-        kind, text, where = type(plain).__name__, str(plain), "in its plain call"
-    elif failure.verdict.errors.get("raised_by_code") and failure.blame is not None and failure.blame.whose == USER:
-        kind = exception
-        text = failure.verdict.message.removeprefix(f"raised {exception}: ")
-        where = f"under the {check_name} check ({failure.verdict.errors.get('raised_in', 'in your code')})"
-    else:
+    found = _eager_error(target, failure.case)
+    if found is None:
         return None
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    rule = (kind, message_pattern(first))
+    error, where = found
+    kind = type(error).__name__
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else ""
     message = (
         f"the function raises {kind} at this input, {where}: {first[:300]} "
         f"(invalid=({kind},) declares such inputs outside its domain)"
     )
-    return rule, message
+    return (kind, message_pattern(first)), message
 
 
-def _plain_call_error(target: Target, case: Case) -> Exception | None:
-    """What the target's plain call raises at ``case``, without autograd (None: nothing)."""
+def _eager_error(target: Target, case: Case) -> tuple[Exception, str] | None:
+    """What the target raises at ``case`` in plain eager use, and where: its
+    call without autograd, else its call and backward (a cotangent of ones)."""
     try:
         args = case.materialize(requires_grad=False).args
         with torch.no_grad():
             target(*args, **case.kwargs)
     except Exception as e:  # noqa: BLE001 - any exception of the user's function
-        return e
+        return e, "in its plain call"
+    try:
+        inputs = case.materialize()
+        outs = [t for t in tree_leaves(target(*inputs.args, **case.kwargs)) if _differentiable(t)]
+        if outs and inputs.leaves:
+            torch.autograd.grad(outs, inputs.leaves, [torch.ones_like(o) for o in outs], allow_unused=True)
+    except Exception as e:  # noqa: BLE001
+        return e, "in its backward"
     return None
+
+
+def _differentiable(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.requires_grad and (t.is_floating_point() or t.is_complex())
 
 
 def _rejecting(fn: Callable[..., Any], outside: tuple[type[BaseException], ...]) -> Callable[..., Any]:

@@ -50,20 +50,17 @@ _PARTS = (
     ("utils/checkpoint.py", "checkpoint"),
 )
 _TORCH = os.sep + "torch" + os.sep
-_NOT_CODE = ("torch", "fuzzdiff", "hypothesis")  # packages whose frames are not the code under test
 
 
 @dataclass(frozen=True)
 class Raised:
     """``where``: the innermost frame of the root cause ("file:line in name");
     ``part``: the piece of torch's machinery that frame is in (None: not
-    machinery); ``internal``: a failed internal assert of torch; ``by_code``:
-    that frame is the code under test's (not torch's, nor fuzzdiff's own)."""
+    machinery); ``internal``: a failed internal assert of torch."""
 
     where: str
     part: str | None
     internal: bool
-    by_code: bool = False
 
     def as_errors(self) -> dict:
         out: dict = {"raised_in": self.where}
@@ -71,8 +68,6 @@ class Raised:
             out["torch_part"] = self.part
         if self.internal:
             out["internal_assert"] = True
-        if self.by_code:
-            out["raised_by_code"] = True
         return out
 
 
@@ -92,9 +87,7 @@ def raised(exc: BaseException) -> Raised:
         return Raised("(no Python frame)", None, internal_assert(text))
     last = frames[-1]
     where = f"{_short(last.filename)}:{last.lineno} in {last.name}"
-    part = _part(last.filename)
-    own = part is None and not any(f"{os.sep}{p}{os.sep}" in last.filename for p in _NOT_CODE)
-    return Raised(where, part, internal_assert(text), own)
+    return Raised(where, _part(last.filename), internal_assert(text))
 
 
 def _part(filename: str) -> str | None:

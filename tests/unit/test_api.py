@@ -533,3 +533,55 @@ def test_a_nan_gradient_names_the_analytic_side_as_the_one_not_finite():
     report = fuzzdiff.check(NanGrad.apply, "x: n", checks=("grad",), seed=0, max_examples=10, isolate=False)
     (failure,) = report.failures
     assert "the analytic side is not finite" in failure.message
+
+
+class _EmptyBackward(torch.autograd.Function):
+    """x * 2 whose backward indexes its first element: it raises for an empty input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        g.reshape(-1)[0]  # IndexError for an empty batch
+        return 2 * g
+
+
+def test_a_backward_that_raises_on_an_empty_input_is_one_input_domain_finding_for_every_check():
+    checks = ("grad", "gradgrad", "layout", "alias")
+    report = fuzzdiff.check(_EmptyBackward.apply, "x: n", checks=checks, seed=0, max_examples=30)
+    (failure,) = report.failures
+    assert failure.check == "input-domain" and "in its backward" in failure.message
+    assert "IndexError" in failure.message and failure.blame.whose == "user"
+    assert all(report.tallies[c].counts["pass"] > 0 for c in checks)  # the checks go on without such inputs
+
+
+class _BrokenBatchingRule(torch.autograd.Function):
+    """x * 2, right in eager use; its own batching rule raises."""
+
+    @staticmethod
+    def forward(x):
+        return x * 2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * g
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        raise ValueError("this batching rule is not written yet")
+
+
+def test_an_error_only_under_a_transform_is_that_checks_finding_not_the_input_domain():
+    report = fuzzdiff.check(_BrokenBatchingRule.apply, "x: n", checks=("grad", "vmap"), seed=0, max_examples=10)
+    (failure,) = report.failures
+    assert failure.check == "vmap" and "this batching rule is not written yet" in failure.message
+    assert failure.blame.whose == "user" and "_BrokenBatchingRule" in failure.blame.evidence
+    assert report.tallies["grad"].counts["pass"] > 0
