@@ -63,6 +63,7 @@ class FuzzFailure(AssertionError):
         self.shrink_cut = False  # shrinking stopped at its time bound (fuzz's shrink_seconds)
         self.blame: Blame | None = None  # whose bug it is, with the evidence (fuzzdiff.blame)
         self.elsewhere = ""  # how it was confirmed outside the run's process (fuzzdiff.fresh)
+        self.evidence: dict | None = None  # what the blame rests on, as JSON (fuzzdiff.blame.Evidence)
         super().__init__(
             f"{check} failed for {target}: {verdict.message}\ncase: {json.dumps(case.to_json(), sort_keys=True)}"
         )
@@ -417,13 +418,12 @@ def fuzz(
         if not _settle(failure, check, target, definition, fresh):
             return tally  # this process's state, not the target's: an inconclusive run
         if corpus is not None:
+            whose = None if failure.blame is None else failure.blame.to_json()
+            standin = _stand_in_record(corpus, failure, target)
+            if standin is not None and whose is not None:
+                whose["stand_in_record"] = standin  # its script is torch-only
             failure.record_path, failure.record_created = write_record(
-                corpus,
-                failure.check,
-                failure.case,
-                failure.verdict,
-                definition=definition,
-                blame=None if failure.blame is None else failure.blame.to_json(),
+                corpus, failure.check, failure.case, failure.verdict, definition=definition, blame=whose
             )
         raise
     finally:
@@ -458,11 +458,41 @@ def _settle(failure: FuzzFailure, check: Check, target: Target, definition, fres
             return False
         if replayed.verdict is not None:
             failure.elsewhere = "reproduced in a fresh process"
-            failure.blame = replayed.blame
+            failure.blame, failure.evidence = replayed.blame, dict(replayed.evidence or {})
             return True
         failure.elsewhere = f"not replayed in a fresh process ({replayed.failed})"
-    failure.blame = blame(check.name, target, verdict, gather(check, target, failure.case))
+    evidence = gather(check, target, failure.case)
+    failure.blame, failure.evidence = blame(check.name, target, verdict, evidence), evidence.to_json()
     return True
+
+
+def _stand_in_record(corpus, failure: FuzzFailure, target: Target) -> str | None:
+    """Where the blame rests on the stand-in (fuzzdiff.blame), its failure as a
+    record of its own, whose script is the torch-only repro to file; its path."""
+    if failure.blame is None or failure.blame.via != "stand-in" or not failure.evidence:
+        return None
+    shown = failure.evidence.get("stand_in") or {}
+    source, verdict = shown.get("source"), shown.get("verdict")
+    if not isinstance(source, dict) or not isinstance(verdict, dict):
+        return None
+    name = f"{target.name}.stand_in"
+    definition = {
+        "fn": name,
+        "spec": target.spec,
+        "domain": {k: list(v) for k, v in target.domain.items()},
+        "dtypes": [str(d).removeprefix("torch.") for d in target.dtypes],
+        "functional": True,
+        "source": source,
+    }
+    path, _ = write_record(
+        corpus,
+        failure.check,
+        replace(failure.case, target=name),
+        Verdict(verdict["kind"], verdict["message"], verdict.get("errors") or {}),
+        definition=definition,
+        blame={"whose": "pytorch", "evidence": shown.get("description", "a plain-torch stand-in"), "via": "stand-in"},
+    )
+    return str(path)
 
 
 def _first_line(message: str) -> str:

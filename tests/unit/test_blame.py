@@ -168,3 +168,31 @@ def test_code_that_asks_how_it_is_run_owns_what_the_two_runs_differ_by():
     plain = _user(two_outputs, "x: n m, y: n m")
     assert inspect_call(plain, _case((2, 3), (2, 3))).asks == ()
     assert blame("layout", plain, mismatch, Evidence()).whose == PYTORCH
+
+
+def test_a_failure_blamed_through_the_stand_in_records_the_stand_in_too(tmp_path):
+    """The torch-only repro to file is the stand-in's record: its definition is
+    the stand-in's own code, which replays (trusted) and scripts torch-only."""
+    from fuzzdiff.blame import Blame
+    from fuzzdiff.corpus import read_record
+    from fuzzdiff.fuzzing import FuzzFailure, _stand_in_record
+    from fuzzdiff.repro import replay
+    from fuzzdiff.script import standalone_script
+
+    target = _user(two_outputs, "x: n m, y: n m")
+    case = _case((2, 3), (2, 3))
+    evidence = gather(get_check("grad"), target, case)
+    assert evidence.stand_in_verdict.kind == "pass"
+    failure = FuzzFailure("grad", target.name, case, MISMATCH)
+    failure.blame = Blame(PYTORCH, "the stand-in fails the same way", "stand-in")
+    failure.evidence = evidence.to_json()
+    path = _stand_in_record(tmp_path, failure, target)
+    record = read_record(path)
+    assert record.target == "two_outputs.stand_in" and record.blame["via"] == "stand-in"
+    assert "C0_0" in "".join(record.definition["source"]["setup"])
+    assert replay(path, trust_source=True).kind == "pass"  # the stand-in is right here: what the record says it did
+    script = standalone_script(record.check, record.case, record.verdict,
+                               target=__import__("fuzzdiff.repro").repro.load(path, trust_source=True)[1])
+    assert "import fuzzdiff" not in script and "def stand_in(x0, x1" in script
+    failure.blame = Blame(USER, "yours", "user")
+    assert _stand_in_record(tmp_path, failure, target) is None  # only where the blame rests on it
