@@ -8,7 +8,9 @@ the first op of its kind and small parameters.
 
 In-place statements write only to values without internal overlap (an
 expanded view cannot be written), and preferably to views: writes through
-views are where compiled programs differ from eager ones.
+views are where compiled programs differ from eager ones. What they read
+besides never shares memory with what they write (torch refuses a write
+whose source overlaps it in part), so a value's base is tracked too.
 """
 
 from __future__ import annotations
@@ -72,15 +74,19 @@ def _programs(
 ) -> Program:
     values = [torch.empty(s, device="meta") for s in shapes]
     views: set[int] = set()
+    bases = list(range(len(values)))  # the value whose memory each value is (a view's base's)
     body: list[Statement] = []
     while len(body) < max_size and (len(body) < min_size or draw(COIN)):
         kind = draw(st.sampled_from(kinds))
-        s = _DRAW[kind](draw, values, views, functions)
+        s = _DRAW[kind](draw, values, views, bases, functions)
         if s is None:  # no value this kind can apply to: a functional statement instead
-            s = _functional(draw, values, views, functions)
+            s = _functional(draw, values, views, bases, functions)
         out = OPS[s["op"]].run(values, s)
         if OPS[s["op"]].kind == "view":
             views.add(len(values))
+            bases.append(bases[s["x"]])
+        else:
+            bases.append(len(values))
         values.append(out)
         body.append(s)
     return Program(len(shapes), tuple(body))
@@ -90,7 +96,9 @@ def _pick(draw: DrawFn, candidates: list[int]) -> int | None:
     return draw(st.sampled_from(candidates)) if candidates else None
 
 
-def _view(draw: DrawFn, values: list[torch.Tensor], views: set[int], functions: tuple[str, ...]) -> Statement | None:
+def _view(
+    draw: DrawFn, values: list[torch.Tensor], views: set[int], bases: list[int], functions: tuple[str, ...]
+) -> Statement | None:
     op = draw(st.sampled_from(_BY_KIND["view"]))
     rank = {"slice": 1, "select": 1, "transpose": 2, "view": 0, "expand": 0}[op]
     x = _pick(
@@ -144,13 +152,15 @@ def _broadcasts_to(src: torch.Tensor, dst: torch.Tensor) -> bool:
         return False
 
 
-def _inplace(draw: DrawFn, values: list[torch.Tensor], views: set[int], functions: tuple[str, ...]) -> Statement | None:
+def _inplace(
+    draw: DrawFn, values: list[torch.Tensor], views: set[int], bases: list[int], functions: tuple[str, ...]
+) -> Statement | None:
     op = draw(st.sampled_from(_BY_KIND["inplace"]))
     writable = [k for k, v in enumerate(values) if _writable(v)]
     x = _pick(draw, sorted(writable, key=lambda k: (k not in views, k)))
     if x is None:
         return None
-    others = [k for k, v in enumerate(values) if k != x and _broadcasts_to(v, values[x])]
+    others = [k for k, v in enumerate(values) if bases[k] != bases[x] and _broadcasts_to(v, values[x])]
     if op == "clamp_":
         lo, hi = sorted(draw(st.lists(st.sampled_from(BOUNDS), min_size=2, max_size=2, unique=True)))
         return {"op": op, "x": x, "min": lo, "max": hi}
@@ -161,7 +171,9 @@ def _inplace(draw: DrawFn, values: list[torch.Tensor], views: set[int], function
     return {"op": op, "x": x, "other": other, "scalar": None if other is not None else draw(st.sampled_from(SCALARS))}
 
 
-def _functional(draw: DrawFn, values: list[torch.Tensor], views: set[int], functions: tuple[str, ...]) -> Statement:
+def _functional(
+    draw: DrawFn, values: list[torch.Tensor], views: set[int], bases: list[int], functions: tuple[str, ...]
+) -> Statement:
     fn = draw(st.sampled_from(functions))
     x = draw(st.integers(0, len(values) - 1))
     if FUNCTIONS[fn][2] == 1:
@@ -178,7 +190,7 @@ def _broadcastable(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
 
 
-_DRAW: dict[str, Callable[[DrawFn, list[torch.Tensor], set[int], tuple[str, ...]], Statement | None]] = {
+_DRAW: dict[str, Callable[[DrawFn, list[torch.Tensor], set[int], list[int], tuple[str, ...]], Statement | None]] = {
     "view": _view,
     "inplace": _inplace,
     "functional": _functional,
