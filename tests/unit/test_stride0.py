@@ -217,9 +217,8 @@ def test_float32_at_a_singular_point_the_layout_made_is_ill_conditioned_not_wron
     """The dtype check's conditioning moves each repeated value on its own, as
     rounding of independent inputs would: at a rank-1 matrix the projection's
     float32 and float64 results part ways, and that is the point's doing."""
-    for seed in range(3):
+    for seed in (20, 37):  # rank-1 matrices where float32's gradient overflows and float64's is huge
         case = replace(one_row(ROTATION, seed), dtype="float32")
         verdict = run_check("dtype", ROTATION, case)
-        assert verdict.kind in ("pass", "inconclusive"), verdict
-        if verdict.kind == "inconclusive":
-            assert "ill-conditioned" in verdict.message
+        assert verdict.kind == "inconclusive", verdict
+        assert SINGULAR in verdict.message or "ill-conditioned" in verdict.message
