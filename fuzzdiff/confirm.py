@@ -226,6 +226,13 @@ def judge(
             if doubt is not None:
                 return Doubt(f"{SINGULAR}: {doubt.why.removeprefix('a singular point: ')}")
             evidence = f"no kink at {CONTIGUOUS} (along u or a dense direction), "
+            if measure(spread, eps).within(tol):
+                # smooth at these values, and right once they are laid out contiguously:
+                # the mismatch needs the stride-0 leaf itself (a bug of that layout)
+                found = around()
+                if isinstance(found, Doubt):
+                    return found
+                return Survived(f"{evidence}{found.label} ({LEAF_OWN})", found.errors)
             if case.structured or case.repeated:
                 # their neighbours keep the structure (a zero of cumprod stays a zero)
                 found = around()
@@ -372,6 +379,7 @@ UNTIED = "where the repeated values move independently"
 CONTIGUOUS = "the same values laid out contiguously"
 COPIED = "the same values passed contiguously"
 LAYOUT_OWN = "it vanishes where the target gets the same values contiguously: a mismatch of the stride-0 layout"
+LEAF_OWN = f"it vanishes at {CONTIGUOUS}, where the point is smooth: a mismatch of the stride-0 layout"
 
 
 def layout_own(found: Doubt | Survived) -> Doubt | Survived:

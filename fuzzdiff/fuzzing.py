@@ -520,7 +520,10 @@ def root_cause(failure: FuzzFailure, check: Check | str, target: Target) -> Know
             features.add("|".join(LAYOUTS))
     analytic = verdict.errors.get("analytic")
     finite = not isinstance(analytic, float) or math.isfinite(analytic)
-    message = "^" + re.escape(identity(verdict)) + ":" + ("" if finite else r".*analytic (nan|-?inf)\b")
+    if ":" not in _first_line(verdict.message):  # a finding in one sentence ("backward changed the values ...")
+        message = message_pattern(verdict.message)
+    else:
+        message = "^" + re.escape(identity(verdict)) + ":" + ("" if finite else r".*analytic (nan|-?inf)\b")
     return Known(failure.check, reason, "reported above", message=message, features=tuple(sorted(features)))
 
 

@@ -226,7 +226,14 @@ def test_twin_passes(p: Planted, check: Check, monkeypatch):
         assert tally.counts["pass"] > 0 or tally.known, tally.reasons
     else:
         assert tally.counts["pass"] > 0, tally.reasons
-    assert tally.counts["inconclusive"] == 0, tally.reasons
+    unsure = {why: n for (kind, why), n in tally.why.items() if kind == "inconclusive"}
+    if check.name == "forward2" and tally.known:
+        # The one known limit: at an argument passed twice, the neighbours untie
+        # it with a copy that stays put, which changes the function the second
+        # derivative is taken of (x * x is bilinear in x and its copy); the known
+        # nested-jvp bug then vanishes there. Every other doubt is a twin's failure.
+        unsure.pop("vanishes at a neighbouring point off the repeated argument (a kink or a tie)", None)
+    assert not unsure, tally.reasons
 
 
 # -- with the trigger removed, nothing finds the bug ----------------------------------
