@@ -71,18 +71,26 @@ class FreshProcess:
         self.replays = 0
         self.seconds = 0.0
 
-    def replay(self, check: str, case: Case, verdict: Verdict, definition: Mapping | None = None) -> Replayed:
+    def replay(
+        self,
+        check: str,
+        case: Case,
+        verdict: Verdict,
+        definition: Mapping | None = None,
+        seconds: float | None = None,
+    ) -> Replayed:
         """The verdict of ``check`` at ``case`` in a fresh process, with the
-        blame; ``definition`` rebuilds a user target there (its recipe)."""
+        blame; ``definition`` rebuilds a user target there (its recipe).
+        ``seconds`` bounds the wait (default: ``timeout``)."""
         start = time.monotonic()
         try:
             path, _ = write_record(self._folder.name, check, case, verdict, definition=definition)
-            return self._ask(path)
+            return self._ask(path, self.timeout if seconds is None else seconds)
         finally:
             self.replays += 1
             self.seconds += time.monotonic() - start
 
-    def _ask(self, record: Path) -> Replayed:
+    def _ask(self, record: Path, seconds: float) -> Replayed:
         if self._proc is None or self._proc.poll() is not None:
             failed = self._start()
             if failed is not None:
@@ -94,11 +102,11 @@ class FreshProcess:
         except OSError as e:
             self.close()
             return Replayed(failed=f"the replaying process is gone ({e}){self._tail()}")
-        line = self._read_line(self.timeout)
+        line = self._read_line(seconds)
         if line is None:
             tail = self._tail()
             self.close()
-            return Replayed(failed=f"no answer from the replaying process within {self.timeout:.0f} s{tail}")
+            return Replayed(failed=f"no answer from the replaying process within {seconds:.0f} s{tail}")
         answer = json.loads(line)
         if answer.get("disturbed"):
             self.close()  # its next replay would not be in a fresh process

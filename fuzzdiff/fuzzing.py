@@ -133,6 +133,7 @@ class Tally:
 # missed in 2 of 8 seeds at 200 examples; found in all 8 without).
 STEER_FROM = 0.05
 COMPILE_TIMEOUT_FACTOR = 5  # a compiling check's examples get this many times the per-example time
+SLOW_FACTOR = 5  # a timed-out example gets this many times its time in a fresh process, to tell slow from hung
 
 
 def _score(verdict: Verdict) -> float | None:
@@ -415,7 +416,9 @@ def fuzz(
     except FuzzFailure as failure:
         failure.tally = tally
         failure.shrink_cut = shrink.cut
-        if not _settle(failure, check, target, definition, fresh):
+        if watch is not None:  # no example runs here any more: the replays elsewhere have limits of their own
+            watch.close()
+        if not _settle(failure, check, target, definition, fresh, timeout):
             return tally  # this process's state, not the target's: an inconclusive run
         if corpus is not None:
             whose = None if failure.blame is None else failure.blame.to_json()
@@ -434,27 +437,40 @@ def fuzz(
     return tally
 
 
-def _settle(failure: FuzzFailure, check: Check, target: Target, definition, fresh: FreshProcess | None) -> bool:
+def _settle(
+    failure: FuzzFailure, check: Check, target: Target, definition, fresh: FreshProcess | None, timeout: float = 0.0
+) -> bool:
     """Confirm ``failure`` outside this process and find whose bug it is;
-    False when it is this process's state rather than the target's (then its
-    tally says so, as inconclusive runs)."""
+    False when it is this process's state rather than the target's, or a
+    time-out of an example that only takes long (then its tally says so, as
+    inconclusive runs)."""
     verdict = failure.verdict
-    if verdict.kind != "fail":  # a time-out is not replayed: it would cost its timeout again
+    if verdict.kind == "timeout" and fresh is not None and timeout > 0:
+        # A hang, or slow code on busy cores? Given SLOW_FACTOR times as long in a fresh process.
+        replayed = fresh.replay(check.name, failure.case, verdict, definition, seconds=SLOW_FACTOR * timeout)
+        if replayed.verdict is not None:
+            if replayed.verdict.failed:  # slow, and wrong: that failure is the finding
+                failure.verdict, failure.blame = replayed.verdict, replayed.blame
+                failure.elsewhere = f"found in a fresh process, where the example ran past the {timeout:.0f} s time-out"
+                return True
+            why = (
+                f"slow, not hung: past the per-example time-out of {timeout:.0f} s, but it finishes in a fresh "
+                f"process ({replayed.verdict.kind}); timeout= (FuzzConfig.timeout) gives it longer"
+            )
+            _not_the_targets(failure, why)
+            return False
+        failure.elsewhere = f"it does not finish in a fresh process either ({replayed.failed})"
+    if verdict.kind != "fail":  # a crash is not replayed here: the journal's record replays it in a child
         failure.blame = blame(check.name, target, verdict, Evidence())
         return True
     if fresh is not None:
         replayed = fresh.replay(check.name, failure.case, verdict, definition)
         if replayed.verdict is not None and mismatch(verdict, replayed.verdict) is not None:
             before = torch_state.last_disturbance()
-            tally = failure.tally
-            assert tally is not None
-            tally.counts["inconclusive"] += tally.counts.pop("fail", 0)
             what = verdict.errors.get("exception") or identity(verdict)
-            why = (
-                f"process-state dependent: {what} fails here, but replays as {replayed.verdict.kind} in a fresh process"
-            )
-            tally.reasons["inconclusive"] = why + (f" (this process was disturbed before: {before})" if before else "")
-            tally.why[("inconclusive", why)] += 1
+            kind = replayed.verdict.kind
+            why = f"process-state dependent: {what} fails here, but replays as {kind} in a fresh process"
+            _not_the_targets(failure, why, f" (this process was disturbed before: {before})" if before else "")
             return False
         if replayed.verdict is not None:
             failure.elsewhere = "reproduced in a fresh process"
@@ -464,6 +480,16 @@ def _settle(failure: FuzzFailure, check: Check, target: Target, definition, fres
     evidence = gather(check, target, failure.case)
     failure.blame, failure.evidence = blame(check.name, target, verdict, evidence), evidence.to_json()
     return True
+
+
+def _not_the_targets(failure: FuzzFailure, why: str, detail: str = "") -> None:
+    """Count the run's failing examples as inconclusive, for ``why``."""
+    tally = failure.tally
+    assert tally is not None
+    for kind in ("fail", "timeout"):
+        tally.counts["inconclusive"] += tally.counts.pop(kind, 0)
+    tally.reasons["inconclusive"] = why + detail
+    tally.why[("inconclusive", why)] += 1
 
 
 def _stand_in_record(corpus, failure: FuzzFailure, target: Target) -> str | None:

@@ -73,3 +73,34 @@ def test_a_target_that_cannot_be_rebuilt_there_says_why():
         case = Case("not_a_target_anywhere", (Arg((2,), Values()),), "float64")
         answer = fresh.replay("grad", case, Verdict("fail", "x: y"))
     assert answer.verdict is None and "unknown target 'not_a_target_anywhere'" in answer.failed
+
+
+SLOW = '''
+import time
+
+
+def slow(x):
+    time.sleep(0.6)  # an example of several calls runs past a 1 s time-out
+    return x * 2
+
+
+def hung(x):
+    time.sleep(1000)
+    return x
+'''
+
+
+def test_a_time_out_of_slow_code_is_inconclusive_and_a_hang_stays_a_time_out(importable):
+    """A time-out is confirmed like any failure: given five times as long in a
+    fresh process, slow code finishes there (not a hang: inconclusive, saying
+    how to give it longer), and hung code does not (a time-out, as reported)."""
+    from fuzzdiff.config import FuzzConfig
+
+    module = importable("slow_ops", SLOW)
+    options = dict(checks=("grad",), max_examples=1, seed=0, shrink_seconds=0, config=FuzzConfig(timeout=1.0))
+    slow = fuzzdiff.check(module.slow, "x: n", **options)
+    assert slow.ok, slow.summary()
+    assert "slow, not hung" in slow.tallies["grad"].reasons["inconclusive"]
+    hung = fuzzdiff.check(module.hung, "x: n", **options)
+    (failure,) = hung.failures
+    assert "did not finish" in failure.message and "does not finish in a fresh process either" in failure.elsewhere
