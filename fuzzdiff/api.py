@@ -30,10 +30,11 @@ from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.fresh import FreshProcess
-from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz, message_pattern, root_cause
+from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz
 from fuzzdiff.journal import Journal
 from fuzzdiff.known import Known
 from fuzzdiff.random_probe import probed
+from fuzzdiff.root_cause import message_pattern, root_cause
 from fuzzdiff.script.literals import ScriptError
 from fuzzdiff.script.source import target_code
 from fuzzdiff.targets.target import Target, Tol
@@ -362,7 +363,7 @@ class _Session:
                 self.report.add_failure(name, failure)
                 if failure.verdict.kind != "fail":  # a hang or a crash: each further run could cost as much
                     break
-                seen.append(root_cause(failure, name, self.target))
+                seen.append(root_cause(name, failure.case, failure.verdict, self.target))
                 if len(seen) >= MAX_FAILURES:
                     break
         return tally

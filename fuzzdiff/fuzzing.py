@@ -11,7 +11,6 @@ import gc
 import json
 import math
 import os
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -25,7 +24,7 @@ from hypothesis.errors import FlakyFailure
 
 from fuzzdiff import torch_state
 from fuzzdiff.blame import Blame, Evidence, blame, gather
-from fuzzdiff.case import Case, Layout
+from fuzzdiff.case import Case
 from fuzzdiff.checks import Check, get_check, validate
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.corpus import write_record
@@ -47,8 +46,6 @@ __all__ = [
     "example_structures",
     "settle_heap",
     "environ_config",
-    "root_cause",
-    "message_pattern",
 ]
 
 
@@ -523,67 +520,3 @@ def _stand_in_record(corpus, failure: FuzzFailure, target: Target) -> str | None
 
 def _first_line(message: str) -> str:
     return message.splitlines()[0] if message else ""
-
-
-def root_cause(failure: FuzzFailure, check: Check | str, target: Target) -> Known:
-    """A signature that the same root cause's other failures match: the check,
-    the exception's type and message with the numbers taken out, or for a
-    mismatch its identity, whether its analytic side is finite, and the
-    features of the shrunk case that trigger it (a structured point,
-    aliasing, an empty input; a layout, unless the failure stays at the same
-    values laid out contiguously)."""
-    verdict = failure.verdict
-    exception = verdict.errors.get("exception")
-    reason = f"the same failure as the one reported ({_first_line(verdict.message)[:120]})"
-    if isinstance(exception, str):
-        return Known(
-            failure.check, reason, "reported above", raises=exception, message=message_pattern(verdict.message)
-        )
-    features = {f for f in case_features(failure.case) if f.startswith(TRIGGERS)}
-    if features & set(LAYOUTS):
-        features -= set(LAYOUTS)
-        if not _fails_contiguous(failure, check, target):  # a layout's bug: any non-contiguous layout, one cause
-            features.add("|".join(LAYOUTS))
-    analytic = verdict.errors.get("analytic")
-    finite = not isinstance(analytic, float) or math.isfinite(analytic)
-    if ":" not in _first_line(verdict.message):  # a finding in one sentence ("backward changed the values ...")
-        message = message_pattern(verdict.message)
-    else:
-        message = "^" + re.escape(identity(verdict)) + ":" + ("" if finite else r".*analytic (nan|-?inf)\b")
-    return Known(failure.check, reason, "reported above", message=message, features=tuple(sorted(features)))
-
-
-_NUMBER = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
-
-
-def message_pattern(message: str) -> str:
-    """A regex that an exception's message matches at other sizes too: its first
-    line with every number, and every list of numbers (a shape), left open."""
-    first = message.splitlines()[0] if message else ""
-    parts = re.split(rf"(\[(?:{_NUMBER}(?:, )?)*\]|{_NUMBER})", first)
-    out = []
-    for k, part in enumerate(parts):
-        if k % 2 == 0:
-            out.append(re.escape(part))
-        else:
-            out.append(r"\[[-\d.e+, ]*\]" if part.startswith("[") else _NUMBER)
-    return "^" + "".join(out)
-
-
-def _fails_contiguous(failure: FuzzFailure, check: Check | str, target: Target) -> bool:
-    """The same failure at the case's values, every argument contiguous."""
-    case = failure.case
-    plain = case.with_layouts([Layout.contiguous(a.shape) for a in case.args])
-    check = get_check(check) if isinstance(check, str) else check
-    try:
-        verdict = verdict_at(check, target, plain)
-    except Exception:  # noqa: BLE001 - rejected or malformed there: no evidence either way
-        return False
-    return mismatch(failure.verdict, verdict) is None
-
-
-# Features that make a failure's root cause (fuzzdiff.features): a structure, a
-# layout, aliasing, an empty input; not a size of one or a rank of zero, which
-# shrinking reaches on the way to any minimal case.
-LAYOUTS = ("stride0", "permuted", "gapped", "offset")
-TRIGGERS = ("structure:", *LAYOUTS, "alias:", "nonleaf-view", "empty")
