@@ -448,6 +448,9 @@ def start_worker(opts: dict) -> None:
     os.environ.update(opts["environ"])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     warnings.simplefilter("ignore")  # torch's UserWarnings would tear the live display
+    # and so would its C++ warnings, printed by the hundred: vmap's fallback warns on every call of an
+    # op without a batching rule (the catalog's custom op), which the vmap check reports itself
+    torch._C._functorch._set_vmap_fallback_warning_enabled(False)
     torch.set_num_threads(1)  # one core per worker: the campaign runs one worker per core
     settle_heap()  # a process of fuzzdiff's own
     torch_state.settle()  # the state every batch starts from, and comes back to
