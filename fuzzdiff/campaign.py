@@ -450,7 +450,9 @@ def start_worker(opts: dict) -> None:
     warnings.simplefilter("ignore")  # torch's UserWarnings would tear the live display
     # and so would its C++ warnings, printed by the hundred: vmap's fallback warns on every call of an
     # op without a batching rule (the catalog's custom op), which the vmap check reports itself
-    torch._C._functorch._set_vmap_fallback_warning_enabled(False)
+    quiet_fallback = getattr(torch._C._functorch, "_set_vmap_fallback_warning_enabled", None)
+    if quiet_fallback is not None:  # a private switch: absent on some torch versions
+        quiet_fallback(False)
     torch.set_num_threads(1)  # one core per worker: the campaign runs one worker per core
     settle_heap()  # a process of fuzzdiff's own
     torch_state.settle()  # the state every batch starts from, and comes back to
