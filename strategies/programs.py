@@ -82,11 +82,11 @@ def _programs(
         if s is None:  # no value this kind can apply to: a functional statement instead
             s = _functional(draw, values, views, bases, functions)
         out = OPS[s["op"]].run(values, s)
-        if OPS[s["op"]].kind == "view":
+        made = OPS[s["op"]].kind
+        if made == "view" or (made == "inplace" and s["x"] in views):
             views.add(len(values))
-            bases.append(bases[s["x"]])
-        else:
-            bases.append(len(values))
+        # a view, and an in-place statement's result (its input itself), share their input's memory
+        bases.append(len(values) if made == "functional" else bases[s["x"]])
         values.append(out)
         body.append(s)
     return Program(len(shapes), tuple(body))
