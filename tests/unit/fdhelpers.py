@@ -28,6 +28,20 @@ def target(spec: str, fn=None, name: str | None = None, **kw) -> Target:
     return Target(name or f"unit[{spec}]", fn, spec, **kw)
 
 
+class WrongSquare(torch.autograd.Function):
+    """x**2 whose backward says 3 x: a planted bug in the user's own derivative rule."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * g * x
+
+
 UNARY = target("x: ...", torch.exp, "unit_exp")
 UNARY4 = target("x: a b c d", torch.exp, "unit_exp4", min_side=2, max_side=3)
 MATRIX = target("x: n m", torch.exp, "unit_exp2", min_side=1)

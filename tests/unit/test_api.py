@@ -12,6 +12,7 @@ from fuzzdiff.cli import main
 from fuzzdiff.corpus import read_record
 from fuzzdiff.repro import replay
 from fuzzdiff.spec import SpecError
+from fdhelpers import WrongSquare
 
 USER_MODULE = '''
 import torch
@@ -290,25 +291,11 @@ def test_a_module_gets_the_per_sample_check():
         assert unbatched.row("grad")["passed"] > 0
 
 
-class _TwiceBackward(torch.autograd.Function):
-    """x**2 with a backward off by a factor of 2: found at the first structure."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 4 * g * x
-
-
 def test_shrinking_stops_at_its_time_bound_and_the_report_says_so():
-    bounded = fuzzdiff.check(_TwiceBackward.apply, "x: n m", checks=("grad",), seed=3, shrink_seconds=0)
+    bounded = fuzzdiff.check(WrongSquare.apply, "x: n m", checks=("grad",), seed=3, shrink_seconds=0)
     (failure,) = bounded.failures
     assert failure.shrink_cut and "cut short" in bounded.summary()
-    full = fuzzdiff.check(_TwiceBackward.apply, "x: n m", checks=("grad",), seed=3, shrink_seconds=None)
+    full = fuzzdiff.check(WrongSquare.apply, "x: n m", checks=("grad",), seed=3, shrink_seconds=None)
     assert not full.failures[0].shrink_cut and "cut short" not in full.summary()
     # shrunk in full: no bigger than what the bounded run reported
     assert sum(map(len, (a.shape for a in full.failures[0].case.args))) <= \
