@@ -127,6 +127,18 @@ SQUEEZE_SCALAR_VMAP = Known(
     features=("0:rank0",),
     records=("7b67c8fb783e4256", "ee1f57cbf24e442b"),
 )
+SQUEEZE_SCALAR_VMAP_COMPILED = Known(
+    "compile",
+    "the same vmap batching rule as SQUEEZE_SCALAR_VMAP, reached by the compile check's vmap "
+    "transform: the traced vmap raises as eager vmap does (torch 2.13.0 CPU)",
+    "aot_function(torch.func.vmap(lambda a: torch.squeeze(a, -1)), nop, nop)(torch.tensor([1., 2.])) -> "
+    "RuntimeError: Dimension is out of range (expected to be in range of [-1, 0], but got [-1]",
+    raises="RuntimeError",
+    message=r"Dimension is out of range \(expected to be in range of \[-1, 0\]",
+    features=("0:rank0",),
+    params={"transform": "vmap"},
+    records=("f129f0070b84fa3c",),
+)
 CLAMP_BROADCAST = Known(
     (*EAGER_CHECKS, "compile"),
     "the backward of torch.clamp(x, min, max) with tensor bounds raises when x is smaller than "
@@ -156,7 +168,15 @@ register(
     Target("permute", permute, "x: _ ...", FAMILY, kwargs={"dims": _kw.permutation()}),
     Target("transpose", transpose, "x: _ ...", FAMILY, kwargs={"dim0": _kw.dim(), "dim1": _kw.dim()}),
     Target("movedim", movedim, "x: _ ...", FAMILY, kwargs={"source": _kw.dim(), "destination": _kw.dim()}),
-    Target("squeeze", squeeze, "x: ...", FAMILY, max_side=2, kwargs={"dim": _kw.dim()}, known=(SQUEEZE_SCALAR_VMAP,)),
+    Target(
+        "squeeze",
+        squeeze,
+        "x: ...",
+        FAMILY,
+        max_side=2,
+        kwargs={"dim": _kw.dim()},
+        known=(SQUEEZE_SCALAR_VMAP, SQUEEZE_SCALAR_VMAP_COMPILED),
+    ),
     Target("unsqueeze", unsqueeze, "x: ...", FAMILY, kwargs={"dim": _kw.dim(extra=1)}),
     Target("expand", expand, "x: ...", FAMILY, max_side=2, kwargs={"size": _kw.expand_sizes()}),
     Target(
