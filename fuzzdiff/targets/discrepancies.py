@@ -25,6 +25,7 @@ __all__ = [
     "JVP_STRIDE0_AOT_FUNCTION",
     "FUNCTION_JVP_DROPPED_AT_DUALS",
     "JVP_VIEW_AOT_FUNCTION",
+    "JVP_CAPTURED_CONSTANT_AOT_FUNCTION",
 ]
 
 # The checks that run a target eagerly, forward and backward, on the case's own
@@ -327,4 +328,25 @@ JVP_VIEW_AOT_FUNCTION = Known(
     message=r"has_fw_view\(\) INTERNAL ASSERT FAILED",
     params={"backend": ("aot_function", "aot_function_min_cut"), "transform": "jvp"},
     records=("e238f0bcd32ec8af", "3c85d34d33d26cde"),
+)
+
+JVP_CAPTURED_CONSTANT_AOT_FUNCTION = Known(
+    "compile",
+    "aot_function of forward-mode AD (torch.func.jvp, or fwAD.make_dual inside the traced "
+    "function) fails an internal assert when a tensor the function captures, not one of its "
+    "inputs, meets a dual: native::_fw_primal (VariableMethodStubs.cpp) or native::_make_dual "
+    "(AutogradComposite.cpp) is reached outside inference mode, and the captured tensor is left "
+    "unusable by autograd for the rest of the process (torch 2.13.0 CPU; eager works). OpInfo "
+    "targets in near mode add the sample's own tensor, a captured constant, to the fuzzed one; "
+    "whatever the op",
+    "from functorch.compile import aot_function, nop; C = torch.randn(2, 2, dtype=torch.float64); "
+    "x, u = torch.randn(2, 2, dtype=torch.float64), torch.randn(2, 2, dtype=torch.float64); "
+    "aot_function(lambda a, b: torch.func.jvp(lambda t: t + C, (a,), (b,))[1], nop, nop)(x, u) -> "
+    "RuntimeError: InferenceMode::is_enabled() && self.is_inference() INTERNAL ASSERT FAILED at "
+    "VariableMethodStubs.cpp:66 ... native::_fw_primal; a second call then fails at "
+    "AutogradComposite.cpp:23 (native::_make_dual)",
+    raises="RuntimeError",
+    message=r"INTERNAL ASSERT FAILED at \S*(VariableMethodStubs|AutogradComposite)\.cpp",
+    params={"backend": ("aot_function", "aot_function_min_cut"), "transform": ("jvp", "dual")},
+    records=("ac0126a18a8ffea5", "a7516a05e18fc3f3"),
 )

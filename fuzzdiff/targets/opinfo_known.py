@@ -15,6 +15,7 @@ from fuzzdiff.known import NOT_NONE, Known
 from fuzzdiff.targets.discrepancies import (
     DET_GRAD_TRANSPOSED_PERMUTED,
     GROUP_NORM_VMAP_GAPPED_BATCH,
+    JVP_CAPTURED_CONSTANT_AOT_FUNCTION,
     JVP_STRIDE0_AOT_FUNCTION,
     JVP_VIEW_AOT_FUNCTION,
     NESTED_JVP_LINALG,
@@ -42,6 +43,18 @@ _CHANNELS_LAST = Known(
     "x.double(memory_format=...), .float, .half, .bfloat16, .cfloat, .cdouble, .chalf",
     raises="RuntimeError",
     message=r"required rank 4 tensor to use channels_last format",
+)
+
+_CHANNELS_LAST_COMPILED = Known(
+    "compile",
+    "the vmap discrepancy above, reached by the compile check's vmap transform: the traced "
+    "vmap raises as eager vmap does (torch 2.13.0 CPU)",
+    "aot_function(torch.func.vmap(lambda x: x.double(memory_format=torch.channels_last)), nop, "
+    "nop)(torch.randn(2, 5, 5, 5, 5)) -> RuntimeError: required rank 4 tensor to use channels_last format",
+    raises="RuntimeError",
+    message=r"required rank 4 tensor to use channels_last format",
+    params={"transform": "vmap"},
+    records=("573676d052951ccb",),
 )
 
 _KRON = Known(
@@ -519,6 +532,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     # the compile check's transforms, whatever the op
     ("opinfo/*", JVP_STRIDE0_AOT_FUNCTION),
     ("opinfo/*", JVP_VIEW_AOT_FUNCTION),
+    ("opinfo/*", JVP_CAPTURED_CONSTANT_AOT_FUNCTION),
     (
         "opinfo/addbmm@*",
         Known(
@@ -542,8 +556,9 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         ),
     ),
     *(
-        (f"opinfo/{name}@*", _CHANNELS_LAST)
+        (f"opinfo/{name}@*", known)
         for name in ("to", "double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf")
+        for known in (_CHANNELS_LAST, _CHANNELS_LAST_COMPILED)
     ),
 )
 
