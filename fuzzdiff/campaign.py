@@ -58,6 +58,7 @@ from fuzzdiff.database import example_database
 from fuzzdiff.fresh import FreshProcess
 from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz, settle_heap
 from fuzzdiff.journal import STOPS, forget, recover
+from fuzzdiff.paths.vmap import stop_recording_fallbacks
 from fuzzdiff.schedule import BatchReport, Scheduler, batch_seed
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
@@ -449,10 +450,8 @@ def start_worker(opts: dict) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     warnings.simplefilter("ignore")  # torch's UserWarnings would tear the live display
     # and so would its C++ warnings, printed by the hundred: vmap's fallback warns on every call of an
-    # op without a batching rule (the catalog's custom op), which the vmap check reports itself
-    quiet_fallback = getattr(torch._C._functorch, "_set_vmap_fallback_warning_enabled", None)
-    if quiet_fallback is not None:  # a private switch: absent on some torch versions
-        quiet_fallback(False)
+    # op without a batching rule (the catalog's custom op) while the vmap check records fallbacks
+    stop_recording_fallbacks()
     torch.set_num_threads(1)  # one core per worker: the campaign runs one worker per core
     settle_heap()  # a process of fuzzdiff's own
     torch_state.settle()  # the state every batch starts from, and comes back to

@@ -35,6 +35,7 @@ from fuzzdiff.blame import Blame, blame, gather
 from fuzzdiff.case import Case
 from fuzzdiff.checks import get_check
 from fuzzdiff.corpus import read_record, write_record
+from fuzzdiff.paths.vmap import stop_recording_fallbacks
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.user import from_definition
@@ -219,6 +220,7 @@ _BOOT = (
 def _serve(answers: int) -> None:
     """Replay the records named on stdin, one JSON answer per line on ``answers``."""
     torch.set_num_threads(1)  # a process of fuzzdiff's own, beside the one that called it
+    stop_recording_fallbacks()  # its stderr is the caller's: no vmap fallback warning per call
     torch_state.settle()
     out = os.fdopen(answers, "w")
     out.write("ready\n")

@@ -30,7 +30,7 @@ from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Unsupported
 
-__all__ = ["Level", "Plan", "run", "vmap_and_loop", "COMPOSITIONS", "recording_fallbacks"]
+__all__ = ["Level", "Plan", "run", "vmap_and_loop", "COMPOSITIONS", "recording_fallbacks", "stop_recording_fallbacks"]
 
 # What run() can do; strategies.batching draws these names (a unit test holds them equal).
 COMPOSITIONS = ("vmap", "vmap_vjp", "vjp_vmap", "vmap_jvp", "jvp_vmap", "vmap_vmap", "vmap_grad")
@@ -402,11 +402,26 @@ _SHOWN: dict = {}
 _FALLBACK = re.compile(r"batching rule for (\S+?)\.? Please")
 
 
+_RECORDING = [True]
+
+
+def stop_recording_fallbacks() -> None:
+    """Record no fallbacks in this process, for one of fuzzdiff's own whose output
+    must stay readable (a campaign worker): torch prints the warning of an op
+    that reaches the fallback from Python (a torch.library custom op) straight
+    to stderr, once per call, where it cannot be recorded."""
+    _RECORDING[0] = False
+    torch._C._functorch._set_vmap_fallback_warning_enabled(False)  # type: ignore[attr-defined]
+
+
 @contextmanager
 def recording_fallbacks():
     """Collect the ops vmap ran through its slow per-example fallback (torch's
     performance warning): coverage information, not a failure."""
     ops: list[str] = []
+    if not _RECORDING[0]:
+        yield ops
+        return
     # a torch._C._functorch binding missing from torch's type stubs
     torch._C._functorch._set_vmap_fallback_warning_enabled(True)  # type: ignore[attr-defined]
     try:

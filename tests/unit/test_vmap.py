@@ -5,6 +5,7 @@ batching rule from a right one.
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -242,6 +243,32 @@ def test_a_fallback_is_reported_on_a_passing_verdict():
     tally = fuzz(CHECK, target, settings=s, variants=1)
     assert tally.counts["fail"] == 0
     assert "aten::masked_fill.Tensor" in tally.reasons["pass"]
+
+
+QUIET_WORKER = """
+import sys
+from hypothesis import HealthCheck, settings
+from fuzzdiff.checks.vmap import CHECK
+from fuzzdiff.fuzzing import fuzz
+from fuzzdiff.paths.vmap import stop_recording_fallbacks
+from fuzzdiff.targets import get_target
+if sys.argv[1] == "quiet":
+    stop_recording_fallbacks()
+s = settings(max_examples=5, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+print(fuzz(CHECK, get_target("custom_sin"), settings=s, variants=1).counts["fail"])
+"""
+
+
+@pytest.mark.parametrize("mode", ["recording", "quiet"])
+def test_a_process_that_stops_recording_fallbacks_prints_none(mode):
+    # torch prints the fallback warning of a custom op called from Python straight to
+    # stderr, once per call: a campaign worker stops recording, and so printing, them
+    done = subprocess.run([sys.executable, "-c", QUIET_WORKER, mode], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "0"
+    printed = done.stderr.count("BatchedFallback")
+    assert (printed == 0) if mode == "quiet" else (printed > 0)
 
 
 # -- what vmap cannot do, and what torch gets wrong ---------------------------------------
