@@ -74,8 +74,10 @@ def main(argv=None) -> int:
     if args.no_zoo:
         return 0
 
-    sys.path.insert(0, str(ROOT / "tests" / "selftest"))
-    from zoo import ZOO  # noqa: E402 - the self-test zoo lives with the tests
+    # the zoo lives with the tests, and its targets' names (tests.selftest.zoo:TARGETS.x)
+    # must import in the fresh process that replays a failure too
+    sys.path.insert(0, str(ROOT))
+    from tests.selftest.zoo import ZOO  # noqa: E402
 
     if args.isolation:
         return isolation(ZOO, args.seed)

@@ -415,7 +415,7 @@ def fuzz(
         failure.shrink_cut = shrink.cut
         if watch is not None:  # no example runs here any more: the replays elsewhere have limits of their own
             watch.close()
-        if not _settle(failure, check, target, definition, fresh, timeout):
+        if not _settle(failure, check, target, definition, fresh, timeout, seen):
             return tally  # this process's state, not the target's: an inconclusive run
         if corpus is not None:
             whose = None if failure.blame is None else failure.blame.to_json()
@@ -435,7 +435,13 @@ def fuzz(
 
 
 def _settle(
-    failure: FuzzFailure, check: Check, target: Target, definition, fresh: FreshProcess | None, timeout: float = 0.0
+    failure: FuzzFailure,
+    check: Check,
+    target: Target,
+    definition,
+    fresh: FreshProcess | None,
+    timeout: float = 0.0,
+    seen: tuple[Known, ...] = (),
 ) -> bool:
     """Confirm ``failure`` outside this process and find whose bug it is;
     False when it is this process's state rather than the target's, or a
@@ -446,7 +452,9 @@ def _settle(
         # A hang, or slow code on busy cores? Given SLOW_FACTOR times as long in a fresh process.
         replayed = fresh.replay(check.name, failure.case, verdict, definition, seconds=SLOW_FACTOR * timeout)
         if replayed.verdict is not None:
-            if replayed.verdict.failed:  # slow, and wrong: that failure is the finding
+            if replayed.verdict.failed:  # slow, and wrong: that failure is the finding, unless already counted
+                if _counted(failure, check, target, replayed.verdict, seen):
+                    return False
                 failure.verdict, failure.blame = replayed.verdict, replayed.blame
                 failure.elsewhere = f"found in a fresh process, where the example ran past the {timeout:.0f} s time-out"
                 return True
@@ -476,6 +484,26 @@ def _settle(
         failure.elsewhere = f"not replayed in a fresh process ({replayed.failed})"
     evidence = gather(check, target, failure.case)
     failure.blame, failure.evidence = blame(check.name, target, verdict, evidence), evidence.to_json()
+    return True
+
+
+def _counted(failure: FuzzFailure, check: Check, target: Target, verdict: Verdict, seen: tuple[Known, ...]) -> bool:
+    """Whether a timed-out example's failure, found in a fresh process, is a known
+    discrepancy or one the caller has reported: then the run's time-out counts
+    as that, as the same failure here would have."""
+    tally = failure.tally
+    assert tally is not None
+    known = matching(target.known, check.name, failure.case, verdict) if target.known else None
+    again = None if known is not None or not seen else matching(seen, check.name, failure.case, verdict)
+    if known is None and again is None:
+        return False
+    tally.counts["timeout"] -= 1
+    if tally.counts["timeout"] <= 0:
+        del tally.counts["timeout"]
+    if known is not None:
+        tally.add_known(known, verdict)
+    elif again is not None:
+        tally.repeats[again.reason] += 1
     return True
 
 

@@ -104,3 +104,43 @@ def test_a_time_out_of_slow_code_is_inconclusive_and_a_hang_stays_a_time_out(imp
     hung = fuzzdiff.check(module.hung, "x: n", **options)
     (failure,) = hung.failures
     assert "did not finish" in failure.message and "does not finish in a fresh process either" in failure.elsewhere
+
+
+SLOW_HERE = '''
+import os
+import time
+
+import torch
+
+
+class WrongSlowHere(torch.autograd.Function):
+    """x**2 with a backward off by 3/2, which takes long in the test's own
+    process only: every example times out there and fails in a fresh one."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        if x.numel() and os.getpid() == int(os.environ["FUZZDIFF_TEST_SLOW_PID"]):
+            time.sleep(2.0)
+        return 3 * g * x
+'''
+
+
+def test_a_timed_out_failure_found_again_in_a_fresh_process_is_reported_once(importable, monkeypatch):
+    import os
+
+    from fuzzdiff.config import FuzzConfig
+
+    monkeypatch.setenv("FUZZDIFF_TEST_SLOW_PID", str(os.getpid()))
+    module = importable("slow_here_ops", SLOW_HERE)
+    report = fuzzdiff.check(module.WrongSlowHere.apply, "x: 3", checks=("grad",), max_examples=4, seed=0,
+                            shrink_seconds=0, config=FuzzConfig(timeout=1.0))
+    (failure,) = report.failures  # the next runs' time-outs fail the same way there: counted, not reported
+    assert failure.elsewhere.startswith("found in a fresh process, where the example ran past")
+    tally = report.tallies["grad"]
+    assert sum(tally.repeats.values()) >= 1, tally
