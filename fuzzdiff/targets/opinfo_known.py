@@ -527,6 +527,40 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             records=("a70624420abc5ae4",),
         ),
     ),
+    (
+        "opinfo/cov@*",
+        Known(
+            "compile",
+            "torch.compile(dynamic=True) of vmap(torch.cov) fails in fake-tensor dispatch: torch.cov's "
+            "kernel calls sizes() on a BatchedTensor over a FakeTensor with symbolic sizes (torch 2.13.0 "
+            "CPU, aot_eager; eager vmap and dynamic=False work)",
+            "f = lambda x: torch.func.vmap(torch.cov)(x); x = torch.randn(2, 2, dtype=torch.float64); "
+            "f(x) works; torch.compile(f, backend='aot_eager', dynamic=True)(x) -> TorchRuntimeError: "
+            "... Cannot call sizes() on tensor with symbolic sizes/strides",
+            raises="TorchRuntimeError",
+            message=r"Cannot call sizes\(\) on tensor with symbolic sizes/strides",
+            params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
+            records=("be46eeeb0a46d2d9",),
+        ),
+    ),
+    (
+        "opinfo/linalg.matrix_norm@*",
+        Known(
+            "compile",
+            "torch.compile(dynamic=True) of torch.func.jvp through torch.linalg.matrix_norm with ord "
+            "2, -2 or 'nuc' fails in fake-tensor dispatch: forward AD's _new_zeros_with_same_feature_meta "
+            "calls storage_offset() on a tensor with symbolic sizes (torch 2.13.0 CPU, aot_eager; "
+            "ord='fro', eager and dynamic=False work)",
+            "g = lambda x, u: torch.func.jvp(lambda t: torch.linalg.matrix_norm(t, -2, (-1, 0)), (x,), "
+            "(u,)); x, u = (torch.randn(2, 3, 2, dtype=torch.float64) for _ in range(2)); "
+            "torch.compile(g, backend='aot_eager', dynamic=True)(x, u) -> TorchRuntimeError: ... Cannot "
+            "call storage_offset() on tensor with symbolic sizes/strides",
+            raises="TorchRuntimeError",
+            message=r"Cannot call storage_offset\(\) on tensor with symbolic sizes/strides",
+            params={"backend": ("aot_eager", "inductor"), "transform": "jvp"},
+            records=("965f579cee9184ae",),
+        ),
+    ),
     # AOTAutograd's, whatever the op: flatten, reshape, dsplit, slices so far
     ("opinfo/*", STRIDE0_GRAD_DYNAMIC),
     # the compile check's transforms, whatever the op
