@@ -5,6 +5,10 @@ option) with a fresh corpus and report directory, then prints:
 
 - coverage: pairs swept of pairs applicable, catalog and OpInfo separately;
 - examples per second over the campaign;
+- distinct root causes hit: the known signatures matched and the new
+  failures, each counted once however many pairs hit it;
+- worker time by check: batches, seconds a batch and milliseconds an example
+  (the costs a plan of the budget is made from);
 - for every ``open`` record of the committed corpus (CPU, the checks named by
   ``--checks``; by default the eager ones, vmap and per_sample), whether the
   campaign failed the same (target, check) pair, and when.
@@ -28,6 +32,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from fuzzdiff.root_cause import message_pattern  # noqa: E402
 EAGER = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "per_sample")
 
 
@@ -37,6 +43,22 @@ def open_records(corpus: Path, checks) -> list[dict]:
         record = json.loads(path.read_text())
         if record["status"] == "open" and record.get("device", "cpu") == "cpu" and record["check"] in checks:
             out.append(record)
+    return out
+
+
+def root_causes(pairs: list[dict]) -> tuple[set[str], set[tuple[str, str]]]:
+    """The distinct root causes a campaign hit, each counted once however many
+    pairs hit it: the known signatures matched, and the new failures by check and
+    message with numbers and shapes left open (fuzzdiff.root_cause)."""
+    known = {k for p in pairs for k in p.get("known_hits", {})}
+    new = {(p["check"], message_pattern(p.get("message", ""))) for p in pairs if p.get("failed")}
+    return known, new
+
+
+def by_check(pairs: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for p in pairs:
+        out.setdefault(p["check"], []).append(p)
     return out
 
 
@@ -79,6 +101,18 @@ def main(argv=None) -> int:
         done, total = covered(rows)
         print(f"coverage {name}: {done}/{total} pairs ({100 * done / max(total, 1):.1f}%)")
     print(f"examples: {examples}, {examples / max(meta['seconds'], 1e-9):.0f} examples/s")
+    known, new = root_causes(pairs)
+    print(f"distinct root causes hit: {len(known) + len(new)} ({len(known)} known signatures matched, "
+          f"{len(new)} new failures)")
+    print("\nworker time by check (what a plan of the budget needs):")
+    print(f"  {'check':10s} {'pairs':>6s} {'batches':>8s} {'s/batch':>8s} {'ms/example':>10s} {'share':>6s}")
+    busy = sum(p["seconds"] for p in pairs) or 1e-9
+    for check, rows in sorted(by_check(pairs).items(), key=lambda kv: -sum(p["seconds"] for p in kv[1])):
+        ran = [p for p in rows if p.get("batches", 0) > 0]
+        batches, seconds = sum(p["batches"] for p in ran), sum(p["seconds"] for p in ran)
+        runs = sum(p["examples"] for p in ran)
+        print(f"  {check:10s} {len(ran):6d} {batches:8d} {seconds / max(batches, 1):8.2f} "
+              f"{1000 * seconds / max(runs, 1):10.1f} {100 * seconds / busy:5.1f}%")
 
     found = {}
     for p in pairs:
