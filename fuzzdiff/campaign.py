@@ -84,7 +84,6 @@ __all__ = [
     "start_worker",
     "preload",
     "case_options",
-    "interleave",
     "round_one_order",
     "BATCH_SECONDS",
 ]
@@ -294,28 +293,23 @@ def case_options(
     return opts
 
 
-def interleave(pairs: Iterable[tuple[Target, Check]]) -> list[tuple[Target, Check]]:
-    """Round-robin over checks, so that a budget cut short still covers every
-    check rather than the first one's whole catalog."""
-    by_check: dict[str, deque] = defaultdict(deque)
+def round_one_order(pairs: Iterable[tuple[Target, Check]]) -> list[tuple[Target, Check]]:
+    """The order of the first round: a fair sample at every point where a
+    budget may cut it. Each (family, check) group is spread evenly over the
+    order (its i-th of n pairs at (i + 1/2) / n), so a run stopped at any
+    fraction has swept about that fraction of every family and check, the
+    catalog's and OpInfo's alike; the checks that compile (a first compile
+    costs seconds) come after the rest."""
+    groups: dict[tuple[str, str], list[tuple[Target, Check]]] = defaultdict(list)
     for target, check in pairs:
-        by_check[check.name].append((target, check))
-    out = []
-    while by_check:
-        for name in list(by_check):
-            out.append(by_check[name].popleft())
-            if not by_check[name]:
-                del by_check[name]
-    return out
-
-
-def round_one_order(pairs: Iterable[tuple[Target, Check]], families: Sequence[str] = ()) -> list[tuple[Target, Check]]:
-    """The order of the first round: coverage per second first. Families in
-    ``families`` order (others first, in their given order), checks
-    interleaved within each, and in each family the checks that compile (a
-    first compile costs seconds) after the rest."""
-    rank = {f: k + 1 for k, f in enumerate(families)}
-    return sorted(interleave(pairs), key=lambda p: (rank.get(p[0].family, 0), p[1].compiles))
+        groups[(target.family, check.name)].append((target, check))
+    placed = [
+        (check.compiles, (k + 0.5) / len(members), target, check)
+        for members in groups.values()
+        for k, (target, check) in enumerate(members)
+    ]
+    placed.sort(key=lambda p: (p[0], p[1]))  # stable: groups in their first-seen order at equal places
+    return [(target, check) for _, _, target, check in placed]
 
 
 # -- the worker side ----------------------------------------------------------------------

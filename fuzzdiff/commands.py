@@ -318,7 +318,7 @@ def cmd_run(args) -> int:
     notes: list[str] = []
     if not args.targets:
         console.print("fuzzdiff run: building the targets (torch's OpInfo database takes seconds)...")
-    pairs = round_one_order(_select_pairs(args, notes), families=(OPINFO,))
+    pairs = round_one_order(_select_pairs(args, notes))
     if dtypes is not None:
         pairs = [(t, c) for t, c in pairs if case_options(t, c, dtypes) is not None]
         if not pairs:

@@ -208,18 +208,34 @@ def test_ray_without_its_package_is_a_usage_error(capsys, monkeypatch):
     assert "pip install 'fuzzdiff[cluster]'" in capsys.readouterr().err
 
 
-def test_dtypes_and_device_become_case_options_and_checks_are_interleaved(zoo):
+def test_dtypes_and_device_become_case_options(zoo):
     import torch
 
-    from fuzzdiff.campaign import case_options, interleave
+    from fuzzdiff.campaign import case_options
     grad, dtype = get_check("grad"), get_check("dtype")
     assert case_options(zoo.SIN, grad) == {}
     assert case_options(zoo.SIN, grad, [torch.float32], "cuda") == {"dtypes": (torch.float32,),
                                                                      "devices": ("cuda",)}
     assert case_options(zoo.SIN, dtype, [torch.float64]) is None  # dtype takes low precision only
-    pairs = [(t, c) for c in (grad, dtype) for t in (zoo.SIN, zoo.EXP, zoo.TANH)]
-    assert [(t.name, c.name) for t, c in interleave(pairs)][:3] == [
-        ("cheap_sin", "grad"), ("cheap_sin", "dtype"), ("cheap_exp", "grad")]
+
+
+def test_the_first_round_is_a_fair_sample_wherever_a_budget_cuts_it(zoo):
+    from fuzzdiff.campaign import round_one_order
+    from fuzzdiff.targets.target import Target
+    grad, vmap, compiled = get_check("grad"), get_check("vmap"), get_check("compile")
+    catalog = [Target(f"unit_c{k}", zoo.SIN.fn, "x: n", "catalog_family") for k in range(10)]
+    opinfo = [Target(f"unit_o{k}", zoo.SIN.fn, "x: n", "opinfo") for k in range(40)]
+    pairs = [(t, c) for c in (compiled, grad, vmap) for t in catalog + opinfo]
+    order = round_one_order(pairs)
+    assert sorted((t.name, c.name) for t, c in order) == sorted((t.name, c.name) for t, c in pairs)
+    eager = [p for p in order if not p[1].compiles]
+    assert all(c.compiles for _, c in order[len(eager):])  # a first compile costs seconds: last
+    for cut in (0.1, 0.25, 0.5, 0.8):
+        head = eager[: round(cut * len(eager))]
+        for family, n in (("catalog_family", 10), ("opinfo", 40)):
+            for check in ("grad", "vmap"):
+                swept = sum(t.family == family and c.name == check for t, c in head)
+                assert abs(swept - cut * n) <= 1, (cut, family, check, swept)
 
 
 def test_batches_narrow_for_fixed_shapes_and_costly_checks(zoo):
