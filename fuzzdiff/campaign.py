@@ -753,6 +753,7 @@ def run_campaign(
     pool: PoolFactory | None = None,
     on_batch: Callable[[Campaign, PairResult, PairResult], None] | None = None,
     on_start: Callable[[int, str | None, str | None], None] | None = None,
+    sizing: Callable[[Target, Check], BatchSize] | None = None,
 ) -> Campaign:
     """Fuzz the pairs in batches of ``size`` in ``jobs`` worker processes
     (default: every core), round by round (fuzzdiff.schedule), in the order
@@ -767,6 +768,8 @@ def run_campaign(
     (default ``fork_pool``, this machine's cores; fuzzdiff.cluster: a Ray
     cluster's). ``on_start(slot, target, check)`` (None, None: the worker has
     nothing left to do) and ``on_batch(campaign, pair, batch)`` report progress.
+    ``sizing(target, check)`` is a pair's batch size (default:
+    ``size.for_pair``; fuzzdiff.plan makes one from the budget).
     """
     if budget is not None and grace is None:
         grace = max(30.0, budget / 5)
@@ -777,7 +780,8 @@ def run_campaign(
     for target, check in pairs:
         cases = case_options(target, check, dtypes, device)
         if cases is not None:
-            todo.append(_Pair(target.ref, target.name, target.family, check.name, cases, size.for_pair(target, check)))
+            pair_size = size.for_pair(target, check) if sizing is None else sizing(target, check)
+            todo.append(_Pair(target.ref, target.name, target.family, check.name, cases, pair_size))
             campaign.applicable[target.family] += 1
             campaign.applicable_checks[check.name] += 1
     scheduler = Scheduler(len(todo), seed=campaign.seed, rounds=rounds)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import json
 import os
 import random
@@ -40,6 +41,7 @@ from fuzzdiff.corpus import (
 )
 from fuzzdiff.fuzzing import settle_heap
 from fuzzdiff.journal import recover
+from fuzzdiff.plan import plan
 from fuzzdiff.report import pair_rows, write_report
 from fuzzdiff.schedule import Shard
 from fuzzdiff.script import ScriptError, standalone_script
@@ -342,11 +344,17 @@ def cmd_run(args) -> int:
     seed = args.seed
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
+    budget_plan = plan(pairs, size, args.budget, jobs) if args.budget and pairs else None
     console.print(
         f"fuzzdiff run: {len(pairs)} (target, check) pairs ("
         + ", ".join(f"{k} {v}" for k, v in families.items())
         + "), "
-        f"batches of {size.examples} examples (fewer for fixed shapes and compile) x {size.variants} variants, "
+        + (
+            f"batches of {size.examples} examples (fewer for fixed shapes and compile)"
+            if budget_plan is None
+            else f"batches of at most {budget_plan.examples} examples"
+        )
+        + f" x {size.variants} variants, "
         + (f"{jobs} worker(s)" if not cluster else f"Ray {args.ray or '(a local instance)'}")
         + f", seed {seed}"
         + (f", budget {args.budget:g}s" if args.budget else "")
@@ -355,6 +363,8 @@ def cmd_run(args) -> int:
         + (f", dtypes {' '.join(_split(args.dtypes) or ())}" if dtypes else "")
         + (f", device {device}" if device else "")
     )
+    if budget_plan is not None:
+        console.print(f"plan: {budget_plan.describe()}")
     # Interrupted, the campaign kills its busy workers and forgets their cases in flight.
     live = _Live(console, cluster)
     with contextlib.ExitStack() as stack:
@@ -376,7 +386,7 @@ def cmd_run(args) -> int:
         )
         live.console = display.console
         try:
-            campaign = _campaign(args, pairs, live, size, seed, jobs, dtypes, device, cluster)
+            campaign = _campaign(args, pairs, live, size, seed, jobs, dtypes, device, cluster, budget_plan)
         except ClusterError as e:
             raise UsageError(str(e)) from None
 
@@ -444,7 +454,7 @@ def cmd_run(args) -> int:
     return 1 if campaign.failures else 0
 
 
-def _campaign(args, pairs, live, size, seed, jobs, dtypes, device, cluster):
+def _campaign(args, pairs, live, size, seed, jobs, dtypes, device, cluster, budget_plan=None):
     """The campaign of ``fuzzdiff run``: on this machine's cores, or on Ray."""
     return run_campaign(
         pairs,
@@ -461,6 +471,7 @@ def _campaign(args, pairs, live, size, seed, jobs, dtypes, device, cluster):
         pool=ray_pool() if cluster else None,
         on_batch=live.on_batch,
         on_start=live.on_start,
+        sizing=None if budget_plan is None else functools.partial(budget_plan.size, size),
     )
 
 
