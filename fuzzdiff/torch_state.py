@@ -107,8 +107,9 @@ def kept() -> Iterator[Left]:
     holding the exception), sets them back to what it saw when it is freed
     at last, between two blocks, or between two runs."""
     if _RUNNING[0] and _LAST[0] is not None:
-        repaired(_LAST[0], "between two runs")
-    before = snapshot()
+        before, _ = _repair(_LAST[0], "between two runs")
+    else:
+        before = snapshot()
     _CLEAN.append(before)
     left = Left()
     try:
@@ -119,8 +120,8 @@ def kept() -> Iterator[Left]:
                 left.fixed, left.lasting = _put_back(before)
     finally:
         _CLEAN.pop()
-    if _RUNNING[0]:
-        _LAST[0] = snapshot()
+    if _RUNNING[0]:  # put back as it was, but for what lasts (a snapshot costs microseconds a run)
+        _LAST[0] = snapshot() if left.lasting else before
 
 
 _LAST: list[TorchState | None] = [None]  # the state the last block of the current run left
@@ -157,9 +158,14 @@ def repaired(reference: TorchState | None = None, when: str = "since the last ru
     reference = reference or (_CLEAN[0] if _CLEAN else None)
     if reference is None:
         return None
+    return _repair(reference, when)[1]
+
+
+def _repair(reference: TorchState, when: str) -> tuple[TorchState, str | None]:
+    """``repaired``: the state as it is afterwards, and what changed."""
     now = snapshot()
     if (now.excluded, now.included) == (reference.excluded, reference.included):
-        return None
+        return now, None
     change = "; ".join(
         f"dispatch keys {_key_change(was, is_, which)}"
         for which, was, is_ in (
@@ -171,7 +177,7 @@ def repaired(reference: TorchState | None = None, when: str = "since the last ru
     event = f"torch's thread-local state changed {when} (an object of an earlier run freed late): {change}"
     note(event)
     _force_keys(reference)
-    return event
+    return snapshot(), event
 
 
 def _force_keys(state: TorchState) -> None:
