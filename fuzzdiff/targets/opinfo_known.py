@@ -561,6 +561,24 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             records=("965f579cee9184ae",),
         ),
     ),
+    (
+        "opinfo/fft.*",
+        Known(
+            "compile",
+            "inductor with dynamic=True compiles the gradient of a padded FFT (s= larger than the input, so "
+            "constant_pad_nd in the backward) with a transposed cotangent into code whose stride assertion "
+            "fails (torch 2.13.0 CPU; a contiguous cotangent, dynamic=False, aot_eager and eager work)",
+            "kw = dict(s=(3, 10), dim=(1, 2), norm='ortho'); x = torch.randn(5, 6, 7, dtype=torch.float64); "
+            "v = torch.randn(5, 10, 3, dtype=torch.complex128).transpose(1, 2); g = lambda x, v: "
+            "torch.func.grad(lambda d: (v.conj() * torch.fft.fft2(d, **kw)).sum().real)(x); "
+            "torch.compile(g, backend='inductor', dynamic=True)(x, v) -> AssertionError: expected size 3==3, "
+            "stride 1==7 at dim=1; expected size 7==7, stride 3==1 at dim=2 (torch.fft.ifftn too)",
+            raises="AssertionError",
+            message=r"expected size \d+==\d+, stride \d+==\d+ at dim=\d+",
+            params={"backend": "inductor"},
+            records=("86c6c3eee5302e87", "393944998ad2dc76"),
+        ),
+    ),
     # AOTAutograd's, whatever the op: flatten, reshape, dsplit, slices so far
     ("opinfo/*", STRIDE0_GRAD_DYNAMIC),
     # the compile check's transforms, whatever the op
