@@ -579,6 +579,23 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             records=("86c6c3eee5302e87", "393944998ad2dc76"),
         ),
     ),
+    (
+        "opinfo/chunk@*",
+        Known(
+            "compile",
+            "inductor with dynamic=True fails to lower torch.func.vjp of torch.chunk(x, 2) on a (5, 5, 5) "
+            "input: its value-range analysis meets the empty range [0:-1] (torch 2.13.0 CPU; dynamic=False, "
+            "the forward alone and torch.func.grad of the summed chunks compile)",
+            "g = lambda x, *v: (lambda o, f: (o, f(tuple(v))))(*torch.func.vjp(lambda d: torch.chunk(d, 2), x)); "
+            "x = torch.randn(5, 5, 5, dtype=torch.float64); v = (torch.randn(3, 5, 5, dtype=torch.float64), "
+            "torch.randn(2, 5, 5, dtype=torch.float64)); torch.compile(g, backend='inductor', "
+            "dynamic=True)(x, *v) -> InductorError: ValueRangeError: Invalid ranges [0:-1]",
+            raises="InductorError",
+            message=r"ValueRangeError: Invalid ranges \[0:-1\]",
+            params={"backend": "inductor", "transform": "vjp"},
+            records=("ed773267667051b8",),
+        ),
+    ),
     # AOTAutograd's, whatever the op: flatten, reshape, dsplit, slices so far
     ("opinfo/*", STRIDE0_GRAD_DYNAMIC),
     # the compile check's transforms, whatever the op
