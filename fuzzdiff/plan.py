@@ -62,7 +62,6 @@ class Plan:
     examples: int  # examples a batch, before a pair's own narrowing (BatchSize.for_pair)
     budget: float
     jobs: int
-    pairs: int  # every pair, compile included
     compile_pairs: int
     compile_covered: int  # compile pairs round 1 is expected to reach within the budget
     full_budget: float  # the budget whose share covers every pair at these sizes
@@ -132,7 +131,6 @@ def plan(pairs: Iterable[tuple[Target, Check]], size: BatchSize, budget: float, 
         examples=examples,
         budget=budget,
         jobs=jobs,
-        pairs=sum(eager.values()) + len(compiling),
         compile_pairs=len(compiling),
         compile_covered=covered,
         full_budget=(spent + sum(costs)) / (SHARE * jobs),
