@@ -117,6 +117,17 @@ def _array(t: torch.Tensor) -> np.ndarray:
     return (t.to(torch.float64) if t.dtype == torch.bfloat16 else t).numpy()
 
 
+@functools.lru_cache(maxsize=4096)
+def _positions(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> np.ndarray:
+    """The storage positions of a view's elements, in its logical order."""
+    at = np.full(shape, offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(shape, strides)):
+        at += (np.arange(n, dtype=np.int64) * st).reshape((n,) + (1,) * (len(shape) - d - 1))
+    out = at.reshape(-1)
+    out.flags.writeable = False
+    return out
+
+
 _T = TypeVar("_T")
 
 
@@ -176,14 +187,31 @@ class Values:
         the words after the values' own: junk needs no grid, specials or repeats."""
         shape = tuple(shape)
         logical = self._sample(shape, dtype)
+        return _tensor(logical, dtype), _tensor(self._junk(shape, size), dtype)
+
+    def filled(
+        self, shape: tuple[int, ...], dtype: torch.dtype, layout: Layout, narrow: tuple[int, ...]
+    ) -> torch.Tensor:
+        """A storage of ``layout`` holding ``sample(shape, dtype)`` in its view
+        (narrowed to one element along the stride-0 dims ``narrow``) and
+        ``sample_and_junk``'s junk around it, bit for bit: filled in NumPy
+        and rounded to ``dtype`` once (IEEE rounding is per element)."""
+        logical = self._sample(shape, dtype)
+        if narrow:
+            logical = logical[tuple(slice(0, 1) if d in narrow else slice(None) for d in range(len(shape)))]
+        storage = self._junk(shape, layout.storage_size)
+        if logical.dtype != storage.dtype:  # complex values, real junk
+            storage = storage.astype(logical.dtype)
+        storage[_positions(logical.shape, layout.strides, layout.offset)] = logical.reshape(-1)
+        return _tensor(storage, dtype)
+
+    def _junk(self, shape: tuple[int, ...], size: int) -> np.ndarray:
         z = draws.words(self.seed, size, draws.VALUES, 4 * math.prod(shape))
         if self.kind == "int":
-            junk = draws.integers(z, int(self.low), int(self.high))
-        elif self.kind == "bool":
-            junk = draws.bits(z)
-        else:  # a complex junk value is real: in the interval all the same
-            junk = draws.uniform(z, self.low, self.high)
-        return _tensor(logical, dtype), _tensor(junk, dtype)
+            return draws.integers(z, int(self.low), int(self.high))
+        if self.kind == "bool":
+            return draws.bits(z)
+        return draws.uniform(z, self.low, self.high)  # a complex junk value is real: in the interval all the same
 
     def junk(self, size: int, dtype: torch.dtype) -> torch.Tensor:
         """``size`` in-domain values from a stream of their own: the memory
@@ -703,12 +731,10 @@ class Case:
             if how == "whole":
                 logical = values.sample(shape, dtype)
                 storage = torch.empty(lay.storage_size, dtype=logical.dtype)  # the view covers it all
+                storage.as_strided(sizes, lay.strides, lay.offset).copy_(logical)
             else:
                 # Memory outside the view holds in-domain junk: a kernel that reads it is caught.
-                logical, storage = values.sample_and_junk(shape, dtype, lay.storage_size)
-            for d in narrow:
-                logical = logical.narrow(d, 0, min(1, logical.shape[d]))
-            storage.as_strided(sizes, lay.strides, lay.offset).copy_(logical)
+                storage = values.filled(shape, dtype, lay, narrow)
         return storage if self.device == "cpu" else storage.to(self.device)
 
     def storages(self) -> dict[int, torch.Tensor]:

@@ -50,10 +50,19 @@ GAMMA = 0x9E3779B97F4A7C15
 M1 = 0xBF58476D1CE4E5B9
 M2 = 0x94D049BB133111EB
 _MASK = (1 << 64) - 1
+_LOW32 = (1 << 32) - 1
 _U = np.uint64
-_M1, _M2 = _U(M1), _U(M2)
-_S30, _S27, _S31, _S11, _S32 = _U(30), _U(27), _U(31), _U(11), _U(32)
-_TOP = _U(1 << 63)
+
+
+def _u64(x: int) -> np.ndarray:
+    """``x`` as a 0-d uint64 array: NumPy combines those with arrays in half
+    the time it takes for a NumPy scalar."""
+    return np.array(x, dtype=np.uint64)
+
+
+_M1, _M2 = _u64(M1), _u64(M2)
+_S30, _S27, _S31, _S11, _S32 = _u64(30), _u64(27), _u64(31), _u64(11), _u64(32)
+_TOP = _u64(1 << 63)
 _SQRT3 = 1.7320508075688772  # sqrt(3), correctly rounded
 
 
@@ -66,13 +75,22 @@ def _steps(n: int) -> np.ndarray:
     return out
 
 
+# Below this many words a block is computed in Python integers: a NumPy call
+# costs about half a microsecond whatever its length, and most blocks are tiny
+# (a probe for a scalar output, the memory around a small view).
+SMALL_BLOCK = 8
+
+
 def words(seed: int, n: int, stream: int = VALUES, start: int = 0) -> np.ndarray:
     """Words ``start .. start + n - 1`` of stream ``(seed, stream)``: uint64[n].
 
     A draw needing several kinds of numbers takes one block and slices it:
-    nine NumPy calls per block, whatever its length."""
+    nine NumPy calls per block, whatever its length (a small block: the same
+    words from Python integers)."""
     key = (int(seed) + (stream << 56) + start * GAMMA) & _MASK
-    z = _steps(n) + _U(key)
+    if n < SMALL_BLOCK:
+        return np.array(_small_block(key, n), dtype=np.uint64)
+    z = _steps(n) + _u64(key)
     z ^= z >> _S30
     z *= _M1
     z ^= z >> _S27
@@ -81,11 +99,27 @@ def words(seed: int, n: int, stream: int = VALUES, start: int = 0) -> np.ndarray
     return z
 
 
+def _small_block(key: int, n: int) -> list[int]:
+    """``words`` for a short block, in exact integer arithmetic."""
+    out = []
+    for i in range(1, n + 1):
+        z = (key + i * GAMMA) & _MASK
+        z = ((z ^ z >> 30) * M1) & _MASK
+        z = ((z ^ z >> 27) * M2) & _MASK
+        out.append(z ^ z >> 31)
+    return out
+
+
 def uniform(z: np.ndarray, low: float = 0.0, high: float = 1.0) -> np.ndarray:
     """``u * (high - low) + low`` per word, ``u = (z >> 11) * 2**-53`` in [0, 1):
     a dyadic rational, exact in float64."""
     span = float(high) - float(low)
     scale = span * 2.0**-53
+    if len(z) < SMALL_BLOCK:  # the same roundings, in Python floats
+        low = float(low)
+        if abs(scale) >= 2.0**-1022 or span == 0.0:
+            return np.array([(w >> 11) * scale + low for w in z.tolist()], dtype=np.float64)
+        return np.array([(w >> 11) * 2.0**-53 * span + low for w in z.tolist()], dtype=np.float64)
     if abs(scale) >= 2.0**-1022 or span == 0.0:  # scaling by 2**-53 stayed exact: one product
         x = np.multiply(z >> _S11, scale, dtype=np.float64)
     else:
@@ -101,8 +135,10 @@ def integers(z: np.ndarray, low: int, high: int) -> np.ndarray:
     span = int(high) - int(low) + 1
     if not 0 < span <= 1 << 32:
         raise ValueError(f"integers({low}, {high}): need 1 <= high - low + 1 <= 2**32")
+    if len(z) < SMALL_BLOCK:
+        return np.array([((w >> 32) * span >> 32) + int(low) for w in z.tolist()], dtype=np.int64)
     x = z >> _S32
-    x *= _U(span)
+    x *= _u64(span)
     x >>= _S32
     out = x.view(np.int64)  # below 2**32: the same bits
     out += low
@@ -129,6 +165,15 @@ def normal(z: np.ndarray, mean: float = 0.0, std: float = 1.0) -> np.ndarray:
 
     No libm: an exact sum of integers, then two IEEE roundings."""
     n = len(z) // 2
+    if n < SMALL_BLOCK:  # the same two roundings per value, in Python floats
+        scale, low, pairs = std * _SQRT3 * 2.0**-32, -2.0 * (2**32 - 1), z[: 2 * n].tolist()
+        return np.array(
+            [
+                (low + ((a & _LOW32) + (a >> 32) + (b & _LOW32) + (b >> 32))) * scale + mean
+                for a, b in zip(pairs[::2], pairs[1::2])
+            ],
+            dtype=np.float64,
+        )
     halves = z[: 2 * n].view(np.uint32).reshape(n, 4)
     # centred from the start: integers below 2**35, exact in float64 in any order
     s = np.add.reduce(halves, axis=1, dtype=np.float64, initial=-2.0 * (2**32 - 1))

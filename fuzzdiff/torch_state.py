@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.autograd.forward_ad as forward_ad
@@ -43,10 +44,10 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class TorchState:
+class TorchState(NamedTuple):
     """The thread-local settings a check's run must leave as it found them.
-    Dispatch key sets as their raw bits: a snapshot costs microseconds."""
+    Dispatch key sets as their raw bits, and a tuple: taken twice a run, a
+    snapshot must cost a microsecond or two."""
 
     grad: bool
     forward_grad: bool
@@ -61,17 +62,18 @@ class TorchState:
 
 
 def snapshot() -> TorchState:
+    C = torch._C
     return TorchState(
-        grad=torch.is_grad_enabled(),
-        forward_grad=torch._C._is_fwd_grad_enabled(),
-        inference=torch.is_inference_mode_enabled(),
-        excluded=torch._C._dispatch_tls_local_exclude_set().raw_repr(),
-        included=torch._C._dispatch_tls_local_include_set().raw_repr(),
-        functorch_level=torch._C._functorch.maybe_current_level(),
-        dispatch_modes=len(_get_current_dispatch_mode_stack()),
-        function_modes=len(_get_current_function_mode_stack()),
-        dual_level=forward_ad._current_level,
-        default_dtype=torch.get_default_dtype(),
+        C.is_grad_enabled(),
+        C._is_fwd_grad_enabled(),
+        C.is_inference_mode_enabled(),
+        C._dispatch_tls_local_exclude_set().raw_repr(),
+        C._dispatch_tls_local_include_set().raw_repr(),
+        C._functorch.maybe_current_level(),
+        C._len_torch_dispatch_stack(),
+        C._len_torch_function_stack(),
+        forward_ad._current_level,
+        C.get_default_dtype(),
     )
 
 
@@ -94,10 +96,9 @@ class Left:
         return "torch's thread-local state was left changed: " + "; ".join(parts)
 
 
-@contextmanager
-def kept() -> Iterator[Left]:
+class kept:
     """Run the block, then put back what it changed of torch's thread-local
-    state; the yielded ``Left`` says what that was, once the block is done.
+    state; the ``Left`` it yields says what that was, once the block is done.
     The dispatch key sets are put back whole by torch's own guard (several of
     their keys have no Python name to set one by one).
 
@@ -105,23 +106,34 @@ def kept() -> Iterator[Left]:
     it left them, the first one as its caller had them: a guard of a call
     that raised, kept alive by a reference to its frames (a log record
     holding the exception), sets them back to what it saw when it is freed
-    at last, between two blocks, or between two runs."""
-    if _RUNNING[0] and _LAST[0] is not None:
-        before, _ = _repair(_LAST[0], "between two runs")
-    else:
-        before = snapshot()
-    _CLEAN.append(before)
-    left = Left()
-    try:
-        with torch._C._PreserveDispatchKeyGuard():
+    at last, between two blocks, or between two runs.
+
+    A class rather than a generator: it wraps every run of a check."""
+
+    __slots__ = ("_before", "_guard", "_left")
+
+    def __enter__(self) -> Left:
+        if _RUNNING[0] and _LAST[0] is not None:
+            before, _ = _repair(_LAST[0], "between two runs")
+        else:
+            before = snapshot()
+        _CLEAN.append(before)
+        self._before, self._left = before, Left()
+        self._guard = torch._C._PreserveDispatchKeyGuard()
+        self._guard.__enter__()
+        return self._left
+
+    def __exit__(self, *exc: object) -> None:
+        left = self._left
+        try:
             try:
-                yield left
+                left.fixed, left.lasting = _put_back(self._before)
             finally:
-                left.fixed, left.lasting = _put_back(before)
-    finally:
-        _CLEAN.pop()
-    if _RUNNING[0]:  # put back as it was, but for what lasts (a snapshot costs microseconds a run)
-        _LAST[0] = snapshot() if left.lasting else before
+                self._guard.__exit__(None, None, None)
+        finally:
+            _CLEAN.pop()
+        if _RUNNING[0] and exc[0] is None:  # put back as it was, but for what lasts
+            _LAST[0] = snapshot() if left.lasting else self._before
 
 
 _LAST: list[TorchState | None] = [None]  # the state the last block of the current run left

@@ -22,6 +22,8 @@ from strategies import cases
 
 MASK = 2**64 - 1
 SEEDS = st.integers(0, 2**64 - 1)
+# block lengths on both sides of SMALL_BLOCK: short blocks are computed in Python integers
+LENGTHS = st.integers(0, 3 * draws.SMALL_BLOCK)
 
 
 def splitmix64(seed: int, stream: int, i: int) -> int:
@@ -40,41 +42,44 @@ def test_stream_is_splitmix64():
     assert draws.SCHEME == "splitmix64-v1"
 
 
-@given(SEEDS, st.integers(0, 7), st.integers(0, 1000), st.integers(0, 9))
+@given(SEEDS, st.integers(0, 7), st.integers(0, 1000), LENGTHS)
 def test_words_follow_the_documented_formula(seed, stream, start, n):
     got = draws.words(seed, n, stream, start)
     assert got.dtype == np.uint64
     assert [int(w) for w in got] == [splitmix64(seed, stream, start + i) for i in range(n)]
 
 
-@given(SEEDS, st.floats(-1e3, 1e3), st.floats(0, 1e3))
-def test_uniform_is_the_dyadic_rational(seed, low, width):
+@given(SEEDS, st.floats(-1e3, 1e3), st.floats(0, 1e3), LENGTHS)
+def test_uniform_is_the_dyadic_rational(seed, low, width, n):
     high = low + width
-    ws = [splitmix64(seed, 0, i) for i in range(8)]
-    unit = draws.uniform(draws.words(seed, 8))
+    ws = [splitmix64(seed, 0, i) for i in range(n)]
+    unit = draws.uniform(draws.words(seed, n))
+    assert unit.dtype == np.float64
     assert [Fraction(float(u)) for u in unit] == [Fraction(w >> 11, 2**53) for w in ws]
     assert all(0 <= u < 1 for u in unit)
-    scaled = draws.uniform(draws.words(seed, 8), low, high)
+    scaled = draws.uniform(draws.words(seed, n), low, high)
     assert [float(x) for x in scaled] == [(w >> 11) * 2.0**-53 * (high - low) + low for w in ws]
 
 
-@given(SEEDS, st.integers(-100, 100), st.integers(0, 2**32 - 1))
-def test_integers_bits_and_permutation(seed, low, span):
-    ws = [splitmix64(seed, 0, i) for i in range(16)]
-    z = draws.words(seed, 16)
+@given(SEEDS, st.integers(-100, 100), st.integers(0, 2**32 - 1), LENGTHS)
+def test_integers_bits_and_permutation(seed, low, span, n):
+    ws = [splitmix64(seed, 0, i) for i in range(n)]
+    z = draws.words(seed, n)
+    assert draws.integers(z, low, low + span).dtype == np.int64
     assert draws.integers(z, low, low + span).tolist() == [low + ((w >> 32) * (span + 1) >> 32) for w in ws]
     assert draws.bits(z).tolist() == [bool(w >> 63) for w in ws]
-    assert draws.permutation(z).tolist() == sorted(range(16), key=lambda i: (ws[i], i))
+    assert draws.permutation(z).tolist() == sorted(range(n), key=lambda i: (ws[i], i))
 
 
-@given(SEEDS, st.floats(-10, 10), st.floats(0.1, 10))
-def test_normal_is_centred_irwin_hall(seed, mean, std):
-    ws = [splitmix64(seed, 0, i) for i in range(8)]
+@given(SEEDS, st.floats(-10, 10), st.floats(0.1, 10), LENGTHS)
+def test_normal_is_centred_irwin_hall(seed, mean, std, n):
+    ws = [splitmix64(seed, 0, i) for i in range(2 * n)]
     want = []
     for a, b in zip(ws[::2], ws[1::2]):
         s = float((a & 0xFFFFFFFF) + (a >> 32) + (b & 0xFFFFFFFF) + (b >> 32)) - 2.0 * (2**32 - 1)
         want.append(s * (std * math.sqrt(3) * 2.0**-32) + mean)
-    assert draws.normal(draws.words(seed, 8), mean, std).tolist() == want
+    got = draws.normal(draws.words(seed, 2 * n), mean, std)
+    assert got.dtype == np.float64 and got.tolist() == want
 
 
 def test_normal_has_unit_variance_and_bounded_tails():

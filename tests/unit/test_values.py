@@ -9,7 +9,7 @@ from fdhelpers import reach
 from hypothesis import assume, given, strategies as st
 
 from fuzzdiff.case import FINITE_SPECIALS, Probe, Values, special_value
-from strategies import probes, shapes, values
+from strategies import layouts, probes, shapes, values
 
 FLOATS = (torch.float64, torch.float32)
 
@@ -228,3 +228,25 @@ def test_probes_from_stored_params_are_the_probes_themselves(p, shape, dtype):
     for a, b in zip(fast, slow):
         assert a.dtype == b.dtype and a.stride() == b.stride()
         assert torch.equal(a, b)
+
+
+DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.int64, torch.bool)
+
+
+@given(st.data())
+def test_a_storage_is_filled_as_its_view_is_written(data):
+    # Values.filled builds a strided storage in one NumPy pass; by definition it is
+    # the junk around the view, then the drawn values copied into the view.
+    shape = data.draw(shapes(max_rank=3, max_side=4))
+    layout = data.draw(layouts(shape))
+    dtype = data.draw(st.sampled_from(DTYPES))
+    kind = "bool" if dtype == torch.bool else "int" if dtype == torch.int64 else "float"
+    narrow = tuple(d for d, s in enumerate(layout.strides) if s == 0)
+    v = Values(seed=data.draw(st.integers(0, 2**64 - 1)), low=-3, high=3, kind=kind, constant=narrow)
+    logical, want = v.sample_and_junk(shape, dtype, layout.storage_size)
+    for d in narrow:
+        logical = logical.narrow(d, 0, min(1, logical.shape[d]))
+    want.as_strided(logical.shape, layout.strides, layout.offset).copy_(logical)
+    got = v.filled(tuple(shape), dtype, layout, narrow)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
