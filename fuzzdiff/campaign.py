@@ -56,7 +56,7 @@ from fuzzdiff.checks import Check, get_check
 from fuzzdiff.corpus import _safe
 from fuzzdiff.database import example_database
 from fuzzdiff.fresh import FreshProcess
-from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz, settle_heap
+from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz, settle_heap
 from fuzzdiff.journal import STOPS, forget, recover
 from fuzzdiff.paths.vmap import stop_recording_fallbacks
 from fuzzdiff.schedule import BatchReport, Scheduler, batch_seed
@@ -120,6 +120,17 @@ class BatchSize:
 
 
 NARROW = 8
+
+# The backends a compiling check's first batch of a pair draws from, where they
+# are configured: no code generation, so that round 1 reaches every compile
+# pair within its share of the budget. Later batches draw every configured backend.
+CHEAP_BACKENDS = ("aot_eager",)
+
+
+def first_backends(configured: Sequence[str]) -> tuple[str, ...] | None:
+    """The backends of a compile pair's first batch (None: all ``configured``)."""
+    cheap = tuple(b for b in configured if b in CHEAP_BACKENDS)
+    return cheap if cheap and len(cheap) < len(configured) else None
 
 
 @dataclass
@@ -364,6 +375,7 @@ class Job:
     seed: int
     size: BatchSize
     until: float | None = None  # seconds left of the budget when it was sent (a worker with a queue needs it)
+    backends: tuple[str, ...] | None = None  # the compile backends to draw from (None: the configured ones)
 
 
 def run_batch(job: Job, opts: dict) -> PairResult:
@@ -384,10 +396,12 @@ def run_batch(job: Job, opts: dict) -> PairResult:
             suppress_health_check=list(HealthCheck),
             phases=[p for p in Phase if p != Phase.explain],
         )
+        config = None if job.backends is None else replace(environ_config(), compile_backends=job.backends)
         result.tally = fuzz(
             clock.wrap(check),
             target,
             settings=settings,
+            config=config,
             seed=job.seed,
             corpus=opts["corpus"],
             variants=job.size.variants,
@@ -706,6 +720,7 @@ class _Pair:
     check: str
     cases: dict
     size: BatchSize
+    first_backends: tuple[str, ...] | None = None  # the compile backends of its first batch
 
     @property
     def key(self) -> str:
@@ -781,7 +796,8 @@ def run_campaign(
         cases = case_options(target, check, dtypes, device)
         if cases is not None:
             pair_size = size.for_pair(target, check) if sizing is None else sizing(target, check)
-            todo.append(_Pair(target.ref, target.name, target.family, check.name, cases, pair_size))
+            first = first_backends(environ_config().compile_backends) if check.compiles else None
+            todo.append(_Pair(target.ref, target.name, target.family, check.name, cases, pair_size, first))
             campaign.applicable[target.family] += 1
             campaign.applicable_checks[check.name] += 1
     scheduler = Scheduler(len(todo), seed=campaign.seed, rounds=rounds)
@@ -926,6 +942,7 @@ def run_campaign(
                         batch_seed(campaign.seed, pair.key, number),
                         pair.size,
                         None if end is None else end - now,
+                        pair.first_backends if number == 0 else None,
                     ),
                 )
                 running[k] = _Running(index, number, now, attempt)

@@ -296,3 +296,25 @@ def test_a_worker_whose_process_a_batch_disturbed_is_replaced(zoo):
     assert "inference mode left on (cannot be put back)" in campaign.replaced[0]
     after = next(r for r in campaign.results if r.target == "cheap_sin")
     assert after.tally.counts == {"pass": after.tally.examples}  # the next batch, in a fresh worker
+
+
+def test_a_compile_pairs_first_batch_draws_the_cheap_backend_and_later_ones_all(zoo):
+    """Round 1 must reach every compile pair: its first batch compiles without
+    code generation; later batches draw every configured backend."""
+    from fuzzdiff.campaign import CHEAP_BACKENDS, Job, first_backends, run_batch
+    from fuzzdiff.config import COMPILE_BACKENDS
+    from fuzzdiff.paths import compiled
+
+    assert first_backends(COMPILE_BACKENDS) == CHEAP_BACKENDS == ("aot_eager",)
+    assert first_backends(("inductor",)) is None  # the user's choice stands
+    assert first_backends(("aot_eager",)) is None  # nothing to narrow
+
+    def backends_drawn(backends):
+        compiled._CACHE.clear()
+        job = Job((0, 0), zoo.SIN.ref, "compile", None, {}, 11, BatchSize(examples=12, variants=1), None, backends)
+        result = run_batch(job, {"corpus": None, "timeout": None, "database": None, "isolate": False})
+        assert result.error is None and result.failure is None and result.tally.examples > 0
+        return {key[2] for key in compiled._CACHE}
+
+    assert backends_drawn(first_backends(COMPILE_BACKENDS)) == {"aot_eager"}
+    assert len(backends_drawn(None)) > 1
