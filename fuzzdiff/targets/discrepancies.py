@@ -26,6 +26,8 @@ __all__ = [
     "FUNCTION_JVP_DROPPED_AT_DUALS",
     "JVP_VIEW_AOT_FUNCTION",
     "JVP_CAPTURED_CONSTANT_AOT_FUNCTION",
+    "VMAP_INT_SCALAR_DYNAMIC",
+    "VMAP_SYMBOLIC_SIZES_DYNAMIC",
 ]
 
 # The checks that run a target eagerly, forward and backward, on the case's own
@@ -349,4 +351,42 @@ JVP_CAPTURED_CONSTANT_AOT_FUNCTION = Known(
     message=r"INTERNAL ASSERT FAILED at \S*(VariableMethodStubs|AutogradComposite)\.cpp",
     params={"backend": ("aot_function", "aot_function_min_cut"), "transform": ("jvp", "dual")},
     records=("ac0126a18a8ffea5", "a7516a05e18fc3f3"),
+)
+
+VMAP_INT_SCALAR_DYNAMIC = Known(
+    "compile",
+    "torch.compile(dynamic=True) of vmap(torch.addbmm) or vmap(torch.baddbmm) with OpInfo's int beta "
+    'and alpha (1, held in a dict that a closure passes as keywords) trips "false INTERNAL ASSERT '
+    'FAILED at c10/core/Scalar.h" (NYI SymInt equality) in fake-tensor dispatch: dynamo makes the '
+    "ints SymInts (torch 2.13.0 CPU, aot_eager and inductor; eager vmap, dynamic=False, float beta "
+    "and alpha, literal keywords and the op without vmap compile; pow_scalar's "
+    "pytorch/pytorch#185715 kind)",
+    "def make(kwargs): return lambda m, a, b: torch.baddbmm(m, a, b, **kwargs); def batched(f): "
+    "return lambda m, a, b: torch.func.vmap(f)(m, a, b); g = batched(make({'beta': 1, 'alpha': "
+    "1})); m, a, b = (torch.randn(2, *s, dtype=torch.float64) for s in ((5, 5, 10), (5, 5, 5), (5, "
+    "5, 10))); g(m, a, b) works; torch.compile(g, backend='aot_eager', dynamic=True)(m, a, b) -> "
+    "TorchRuntimeError: ... **{'beta': s22, 'alpha': s34}): got RuntimeError('false INTERNAL "
+    "ASSERT FAILED at c10/core/Scalar.h ... NYI SymInt equality'); with {'beta': 0.6, 'alpha': "
+    "0.2} it compiles (torch.addbmm with m of shape (2, 5, 10) the same)",
+    raises="TorchRuntimeError",
+    message=r"INTERNAL ASSERT FAILED at \S*Scalar\.h.*NYI SymInt equality",
+    params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
+    records=("9c7ab91229f4fc98", "81c226c14fc476c3"),
+)
+
+VMAP_SYMBOLIC_SIZES_DYNAMIC = Known(
+    "compile",
+    "torch.compile(dynamic=True) of vmap(torch.cov), vmap(torch.corrcoef) (which calls cov) and "
+    "vmap(torch.kron) fails in fake-tensor dispatch: their C++ kernels call sizes() on a "
+    "BatchedTensor over a FakeTensor with symbolic sizes (torch 2.13.0 CPU, aot_eager and inductor; "
+    "eager vmap, dynamic=False and the ops without vmap work)",
+    "f = lambda x: torch.func.vmap(torch.corrcoef)(x); x = torch.randn(2, 2, 3, dtype=torch.float64); "
+    "f(x) works; torch.compile(f, backend='aot_eager', dynamic=True)(x) -> TorchRuntimeError: ... "
+    "BatchedTensor(lvl=1, bdim=0, value=FakeTensor(..., size=(s33, s50, s69)) ... Cannot call sizes() "
+    "on tensor with symbolic sizes/strides; the same for torch.cov, and for torch.kron at a, b = "
+    "torch.randn(2, 5, 5), torch.randn(2, 10, 20)",
+    raises="TorchRuntimeError",
+    message=r"BatchedTensor\(lvl=\d+.*Cannot call sizes\(\) on tensor with symbolic sizes/strides",
+    params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
+    records=("be46eeeb0a46d2d9", "e95b172100d04d25", "0532fdf45dc26da4"),
 )

@@ -23,6 +23,8 @@ from fuzzdiff.targets.discrepancies import (
     NESTED_VMAP_LOSSES,
     REVERSE_OVER_FORWARD_INPLACE,
     STRIDE0_GRAD_DYNAMIC,
+    VMAP_INT_SCALAR_DYNAMIC,
+    VMAP_SYMBOLIC_SIZES_DYNAMIC,
 )
 
 __all__ = ["KNOWN", "known_for"]
@@ -527,22 +529,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             records=("a70624420abc5ae4",),
         ),
     ),
-    (
-        "opinfo/cov@*",
-        Known(
-            "compile",
-            "torch.compile(dynamic=True) of vmap(torch.cov) fails in fake-tensor dispatch: torch.cov's "
-            "kernel calls sizes() on a BatchedTensor over a FakeTensor with symbolic sizes (torch 2.13.0 "
-            "CPU, aot_eager; eager vmap and dynamic=False work)",
-            "f = lambda x: torch.func.vmap(torch.cov)(x); x = torch.randn(2, 2, dtype=torch.float64); "
-            "f(x) works; torch.compile(f, backend='aot_eager', dynamic=True)(x) -> TorchRuntimeError: "
-            "... Cannot call sizes() on tensor with symbolic sizes/strides",
-            raises="TorchRuntimeError",
-            message=r"Cannot call sizes\(\) on tensor with symbolic sizes/strides",
-            params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
-            records=("be46eeeb0a46d2d9",),
-        ),
-    ),
+    *((f"opinfo/{name}@*", VMAP_SYMBOLIC_SIZES_DYNAMIC) for name in ("cov", "corrcoef", "kron")),
     (
         "opinfo/linalg.matrix_norm@*",
         Known(
@@ -596,34 +583,34 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             records=("ed773267667051b8",),
         ),
     ),
+    (
+        "opinfo/frexp@*",
+        Known(
+            "compile",
+            "inductor's C++ backend emits a vectorized float64 kernel for the derivative of "
+            "torch.frexp's mantissa that does not compile: it converts the int exponent with "
+            "at::vec::convert<float>, which has no overload for VectorizedN<int, 2> (torch 2.13.0 CPU, "
+            "with AVX512 kernels; dynamic True or False, backward by autograd.grad, torch.func.grad or "
+            "torch.func.jvp; float32, aot_eager, the forward alone and cpp.simdlen=0 work)",
+            "x, v = torch.randn(20, dtype=torch.float64) * 4, torch.randn(20, dtype=torch.float64); "
+            "g = lambda x, v: torch.func.grad(lambda d: (v * torch.frexp(d).mantissa).sum())(x); g(x, v) "
+            "works; torch.compile(g, backend='inductor', dynamic=True)(x, v) -> InductorError: CppCompileError: C++ "
+            "compile error ... error: no matching function for call to "
+            "'convert<float>(at::vec::CPU_CAPABILITY::VectorizedN<int, 2>&)'",
+            raises="InductorError",
+            message=r"CppCompileError.*no matching function for call to .convert<float>\(\S*VectorizedN?<int\b",
+            params={"backend": "inductor"},
+            dtypes=("float64",),
+            records=("668cd741bfea0d37",),
+        ),
+    ),
     # AOTAutograd's, whatever the op: flatten, reshape, dsplit, slices so far
     ("opinfo/*", STRIDE0_GRAD_DYNAMIC),
     # the compile check's transforms, whatever the op
     ("opinfo/*", JVP_STRIDE0_AOT_FUNCTION),
     ("opinfo/*", JVP_VIEW_AOT_FUNCTION),
     ("opinfo/*", JVP_CAPTURED_CONSTANT_AOT_FUNCTION),
-    (
-        "opinfo/addbmm@*",
-        Known(
-            "compile",
-            "torch.compile(dynamic=True) of vmap(torch.addbmm) with OpInfo's int beta and alpha (1, "
-            'held in a dict that a closure passes as keywords) trips "false INTERNAL ASSERT FAILED at '
-            'c10/core/Scalar.h" (NYI SymInt equality) in fake-tensor dispatch: dynamo makes the ints '
-            "SymInts (torch 2.13.0 CPU, aot_eager; float beta and alpha compile; pow_scalar's "
-            "pytorch/pytorch#185715 kind)",
-            "def make(kwargs): return lambda m, a, b: torch.addbmm(m, a, b, **kwargs); def batched(f): "
-            "return lambda m, a, b: torch.func.vmap(f)(m, a, b); g = batched(make({'beta': 1, 'alpha': "
-            "1})); m, a, b = (torch.randn(2, *s, dtype=torch.float64) for s in ((5, 10), (5, 5, 5), (5, "
-            "5, 10))); g(m, a, b) works; torch.compile(g, backend='aot_eager', dynamic=True)(m, a, b) -> "
-            "TorchRuntimeError: ... **{'beta': s20, 'alpha': s51}): got RuntimeError('false INTERNAL "
-            "ASSERT FAILED at c10/core/Scalar.h ... NYI SymInt equality'); with {'beta': 0.6, 'alpha': "
-            "0.2} it compiles",
-            raises="TorchRuntimeError",
-            message=r"Scalar\.h",
-            params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
-            records=("9c7ab91229f4fc98",),
-        ),
-    ),
+    *((f"opinfo/{name}@*", VMAP_INT_SCALAR_DYNAMIC) for name in ("addbmm", "baddbmm")),
     *(
         (f"opinfo/{name}@*", known)
         for name in ("to", "double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf")

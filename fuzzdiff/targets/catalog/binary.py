@@ -29,6 +29,25 @@ ADDCDIV_JVP_FLOAT64_TANGENT = Known(
     dtypes=("float32",),
     records=("12f18fe50f18f059",),
 )
+ADDCDIV_VMAP_SYMFLOAT_VALUE = Known(
+    "compile",
+    "inductor with dynamic=True fails to lower vmap(torch.addcdiv) over 0-dim float32 tensor1 and "
+    "tensor2 when value is a float held in a dict that a closure passes as keywords: dynamo makes it "
+    "a SymFloat (an item() of a traced tensor), and the decomposition of the _to_copy that casts it "
+    'to float32 asserts "x must be Tensor or scalar, got SymFloat" (torch 2.13.0 CPU; eager vmap, '
+    "aot_eager, dynamic=False, float64, a literal value, rank-1 tensor1 or tensor2 and addcmul work)",
+    "def make(kwargs): return lambda a, b, c: torch.addcdiv(a, b, c, **kwargs); def batched(f): "
+    "return lambda a, b, c: torch.func.vmap(f)(a, b, c); g = batched(make({'value': 1.0})); a, b, c = "
+    "torch.tensor([1.75, -0.5]), torch.tensor([1.75, 0.25]), torch.tensor([2.75, 1.0]); g(a, b, c) "
+    "works; torch.compile(g, backend='inductor', dynamic=True)(a, b, c) -> BackendCompilerFailed: "
+    "backend='inductor' raised: AssertionError: x must be Tensor or scalar, got SymFloat",
+    raises="BackendCompilerFailed",
+    message=r"AssertionError: x must be Tensor or scalar, got SymFloat",
+    features=("1:rank0", "2:rank0"),
+    params={"backend": "inductor", "transform": "vmap"},
+    dtypes=("float32",),
+    records=("1b22a5e38ab20261",),
+)
 POW_INT_EXPONENT_TRANSFORM = Known(
     "compile",
     "the same int exponent under torch.compile(dynamic=True) of a torch.func transform of "
@@ -94,6 +113,6 @@ register(
         FAMILY,
         domain={"z": (0.0, None)},
         kwargs={"value": st.sampled_from([1.0, 2.0])},
-        known=(ADDCDIV_JVP_FLOAT64_TANGENT,),
+        known=(ADDCDIV_JVP_FLOAT64_TANGENT, ADDCDIV_VMAP_SYMFLOAT_VALUE),
     ),
 )
