@@ -260,19 +260,23 @@ DUAL_INDUCTOR_NO_TANGENTS = Known(
 JVP_TANGENT_COPY_DYNAMIC = Known(
     "compile",
     "torch.compile(dynamic=True) of torch.func.jvp raises when a tangent's layout differs from "
-    "its primal's (a primal at a storage offset, transposed or sliced, with a contiguous tangent): "
-    "make_dual copies the tangent into the primal's layout, and under fake tensors that copy "
-    "calls storage_offset() on symbolic sizes (torch 2.13.0 CPU, aot_eager and inductor; "
-    "dynamic=False, aot_function, and a tangent in the primal's layout work). Whatever the op: "
-    "the compile check does not draw its jvp transform on those backends for such a case",
+    "its primal's (a primal at a storage offset, transposed or sliced, with a contiguous tangent; "
+    "or a contiguous primal with an expanded, stride-0 tangent): make_dual copies the tangent into "
+    "the primal's layout, and under fake tensors that copy calls storage_offset() on symbolic sizes "
+    "(torch 2.13.0 CPU, aot_eager and inductor; dynamic=False, aot_function, and a tangent in the "
+    "primal's layout work). Found on atan2, index_select, group_norm and OpInfo's H; whatever the "
+    "op: the compile check does not draw its jvp transform on those backends for such a primal, "
+    "and draws its direction contiguous",
     "s = torch.randn(3, dtype=torch.float64); u = torch.randn(2, dtype=torch.float64); "
     "torch.compile(lambda x, u: torch.func.jvp(torch.sin, (x,), (u,)), backend='aot_eager', "
     "dynamic=True)(s[1:], u) -> TorchRuntimeError: ... Cannot call storage_offset() on tensor "
-    "with symbolic sizes/strides (also for torch.randn(2, 3).t() or torch.randn(4)[::2])",
+    "with symbolic sizes/strides (also for torch.randn(2, 3).t() or torch.randn(4)[::2]); and for "
+    "x = torch.randn(2, 2, dtype=torch.float64) with u = torch.randn(1, 2, dtype=torch.float64)"
+    ".expand(2, 2)",
     raises="TorchRuntimeError",
     message=r"Cannot call storage_offset\(\) on tensor with symbolic sizes/strides",
     params={"backend": ("aot_eager", "inductor"), "transform": "jvp"},
-    records=("24d9f3ea9bd3057c",),
+    records=("24d9f3ea9bd3057c", "2def52e7055c03dd", "e70f8f832ad6b467", "261104657dbf429a", "01b21163f051b2cc"),
 )
 
 JVP_STRIDE0_AOT_FUNCTION = Known(
@@ -377,16 +381,18 @@ VMAP_INT_SCALAR_DYNAMIC = Known(
 VMAP_SYMBOLIC_SIZES_DYNAMIC = Known(
     "compile",
     "torch.compile(dynamic=True) of vmap(torch.cov), vmap(torch.corrcoef) (which calls cov) and "
-    "vmap(torch.kron) fails in fake-tensor dispatch: their C++ kernels call sizes() on a "
+    "vmap(torch.kron) and vmap(torch.take_along_dim) fail in fake-tensor dispatch: their C++ "
+    "kernels call sizes() on a "
     "BatchedTensor over a FakeTensor with symbolic sizes (torch 2.13.0 CPU, aot_eager and inductor; "
     "eager vmap, dynamic=False and the ops without vmap work)",
     "f = lambda x: torch.func.vmap(torch.corrcoef)(x); x = torch.randn(2, 2, 3, dtype=torch.float64); "
     "f(x) works; torch.compile(f, backend='aot_eager', dynamic=True)(x) -> TorchRuntimeError: ... "
     "BatchedTensor(lvl=1, bdim=0, value=FakeTensor(..., size=(s33, s50, s69)) ... Cannot call sizes() "
     "on tensor with symbolic sizes/strides; the same for torch.cov, and for torch.kron at a, b = "
-    "torch.randn(2, 5, 5), torch.randn(2, 10, 20)",
+    "torch.randn(2, 5, 5), torch.randn(2, 10, 20), and for vmap(lambda t: torch.take_along_dim(t, i, "
+    "dim=-1)) at x = torch.randn(2, 1, 2), i = torch.zeros(1, 1, dtype=torch.int64)",
     raises="TorchRuntimeError",
     message=r"BatchedTensor\(lvl=\d+.*Cannot call sizes\(\) on tensor with symbolic sizes/strides",
     params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
-    records=("be46eeeb0a46d2d9", "e95b172100d04d25", "0532fdf45dc26da4"),
+    records=("be46eeeb0a46d2d9", "e95b172100d04d25", "0532fdf45dc26da4", "9d61123d3cfe46de"),
 )

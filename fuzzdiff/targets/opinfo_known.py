@@ -16,6 +16,7 @@ from fuzzdiff.targets.discrepancies import (
     DET_GRAD_TRANSPOSED_PERMUTED,
     GROUP_NORM_VMAP_GAPPED_BATCH,
     JVP_CAPTURED_CONSTANT_AOT_FUNCTION,
+    JVP_TANGENT_COPY_DYNAMIC,
     JVP_STRIDE0_AOT_FUNCTION,
     JVP_VIEW_AOT_FUNCTION,
     NESTED_JVP_LINALG,
@@ -610,6 +611,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     ("opinfo/*", JVP_STRIDE0_AOT_FUNCTION),
     ("opinfo/*", JVP_VIEW_AOT_FUNCTION),
     ("opinfo/*", JVP_CAPTURED_CONSTANT_AOT_FUNCTION),
+    ("opinfo/*", JVP_TANGENT_COPY_DYNAMIC),
     *((f"opinfo/{name}@*", VMAP_INT_SCALAR_DYNAMIC) for name in ("addbmm", "baddbmm")),
     *(
         (f"opinfo/{name}@*", known)

@@ -240,6 +240,27 @@ def test_a_restricted_pair_is_never_drawn():
     assert ("dual", "aot_eager") in seen and ("jvp", "aot_function") in seen and ("dual", "inductor") not in seen
 
 
+def test_jvp_directions_are_contiguous_where_dynamic_shapes_copy_them():
+    """JVP_TANGENT_COPY_DYNAMIC: under aot_eager and inductor a tangent in
+    another layout than its (contiguous) primal raises, an expanded one too
+    (record 2def52e7055c03dd); elsewhere every layout is drawn."""
+    from fuzzdiff.checks.compile import CONTIGUOUS_DIRECTION
+
+    strategy = case_strategy(CHECK, get_target("sin"))
+    layouts: dict[bool, set[str]] = {True: set(), False: set()}
+
+    @settings(max_examples=300, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def draw(case):
+        if "direction" in case.params:
+            pair = (case.params["transform"], case.params["backend"])
+            layouts[pair in CONTIGUOUS_DIRECTION].add(case.params["direction"]["layout"])
+
+    draw()
+    assert layouts[True] == {"contiguous"}
+    assert {"expanded", "transposed"} <= layouts[False]
+
+
 def test_inductor_still_drops_the_tangents_of_dual_inputs():
     """The torch behaviour behind the (dual, inductor) restriction: when this
     fails, torch has fixed it and the restriction can go."""

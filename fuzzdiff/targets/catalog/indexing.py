@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 from fuzzdiff.known import Known
 from fuzzdiff.targets import Index, Mask, Target, register
 from fuzzdiff.targets.catalog import _kw
-from fuzzdiff.targets.discrepancies import EAGER_CHECKS, JVP_VIEW_AOT_FUNCTION
+from fuzzdiff.targets.discrepancies import (
+    EAGER_CHECKS,
+    JVP_TANGENT_COPY_DYNAMIC,
+    JVP_VIEW_AOT_FUNCTION,
+    VMAP_SYMBOLIC_SIZES_DYNAMIC,
+)
 
 FAMILY = "indexing"
 ALONG = "x: *b n, i: *b k"
@@ -117,9 +122,17 @@ register(
         FAMILY,
         min_side=1,
         kinds={"i": Index("n")},
-        known=(JVP_VIEW_AOT_FUNCTION,),
+        known=(JVP_VIEW_AOT_FUNCTION, VMAP_SYMBOLIC_SIZES_DYNAMIC),
     ),
-    Target("index_select", index_select, "x: *b n, i: k", FAMILY, min_side=1, kinds={"i": Index("n")}),
+    Target(
+        "index_select",
+        index_select,
+        "x: *b n, i: k",
+        FAMILY,
+        min_side=1,
+        kinds={"i": Index("n")},
+        known=(JVP_TANGENT_COPY_DYNAMIC,),
+    ),
     Target(
         "scatter",
         scatter,

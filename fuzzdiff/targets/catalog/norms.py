@@ -15,6 +15,7 @@ from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
 from fuzzdiff.targets.discrepancies import (
     GROUP_NORM_VMAP_GAPPED_BATCH,
+    JVP_TANGENT_COPY_DYNAMIC,
     LAYER_NORM_JACREV,
     NESTED_JVP_NORMS,
     REVERSE_OVER_FORWARD_INPLACE,
@@ -176,7 +177,7 @@ register(
         max_side=3,
         distinct=True,
         kwargs={"num_groups": _kw.groups("x", 1, min_values=3), "eps": EPS},
-        known=(GROUP_NORM_FORWARD, GROUP_NORM_VMAP_GAPPED_BATCH),
+        known=(GROUP_NORM_FORWARD, GROUP_NORM_VMAP_GAPPED_BATCH, JVP_TANGENT_COPY_DYNAMIC),
     ),
     # eval-mode batch_norm with 0 channels and a non-empty batch raises
     # "IndexError: select(): index 0 out of range" (torch 2.13): min_side=1
