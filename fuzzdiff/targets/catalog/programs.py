@@ -57,6 +57,22 @@ SYNTHETIC_BASE_VIEW_OUTPUT = Known(
     params={"backend": ("aot_function", "aot_function_min_cut"), "aliases": NOT_NONE},
     records=("4345079c470612a9",),
 )
+SYNTHETIC_BASE_VIEW_OFFSET = Known(
+    "compile",
+    "with two inputs that are views of one storage at a storage offset (a synthetic base), one of "
+    "them written in place and a view of the other returned, AOTAutograd regenerates the output "
+    "view from the synthetic base at offset 0, silently: wrong strides, offset and values "
+    "(torch 2.13.0 CPU; aot_function with either partitioner, and torch.compile with aot_eager or "
+    "inductor, dynamic True or False; inputs of their own storages work; the AssertionError "
+    "signature above is the same mechanism on other programs)",
+    "f = lambda a, c: (a.add_(0.5), c.select(0, 0))[1]; b = torch.tensor([9.0, 1.0], "
+    "dtype=torch.float64); f(b[1:], b[1:]) -> 1.5 at offset 1; aot_function(f, nop, nop)(b[1:], "
+    "b[1:]) on a fresh b -> 9.0 at offset 0 (b[0], before the write)",
+    message=r"^aot_function(_min_cut)? vs eager: output \d+: strides and offset ",
+    features=("storage_offset",),
+    params={"backend": ("aot_function", "aot_function_min_cut"), "aliases": NOT_NONE},
+    records=("eb22b5104923ac40",),
+)
 SYNTHETIC_BASE_VIEW_INDEX = Known(
     "compile",
     "aot_function with two inputs that are views of one storage (a synthetic base), one written "
@@ -146,6 +162,7 @@ def _target(name: str, spec: str, kinds: tuple[str, ...], functional: bool) -> T
         else (
             SYMBOLIC_VIEW_OUTPUT,
             SYNTHETIC_BASE_VIEW_OUTPUT,
+            SYNTHETIC_BASE_VIEW_OFFSET,
             SYNTHETIC_BASE_VIEW_INDEX,
             UNTRACKED_ALIAS_MUTATION,
             MUTATED_INPUT_BACKWARD,
