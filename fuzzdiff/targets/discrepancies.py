@@ -49,15 +49,19 @@ STRIDE0_GRAD_DYNAMIC = Known(
     "compile",
     "compiled with dynamic=True (aot_eager or inductor), the gradient of a stride-0 leaf comes "
     "back as the mean of the cotangent in every entry (torch 2.13.0 CPU; eager, aot_function and "
-    "dynamic=False give the cotangent; flatten, reshape and dsplit hit it, as may any op whose "
-    "gradient reaches a stride-0 leaf)",
+    "dynamic=False give the cotangent; flatten, reshape, dsplit and narrow hit it, as may any op "
+    "whose gradient reaches a stride-0 leaf)",
     "x = torch.tensor([.75, .75]).double().as_strided((2,), (0,)).requires_grad_(); v = "
     "torch.tensor([1.5, -0.5]).double(); torch.autograd.grad(torch.compile(lambda t: "
-    "t.reshape(-1), backend='aot_eager', dynamic=True)(x), x, v) -> [0.5, 0.5], eager [1.5, -0.5]",
+    "t.reshape(-1), backend='aot_eager', dynamic=True)(x), x, v) -> [0.5, 0.5], eager [1.5, -0.5]; "
+    "narrow with its ints passed through a closure's dict (SymInts under dynamic=True): g = (lambda "
+    "kw: lambda t: torch.narrow(t, *kw['span']))({'span': [0, 0, 1]}) on x = torch.tensor([.75])"
+    ".double().as_strided((2,), (0,)) with v = torch.tensor([1.5]).double() -> [0.75, 0.75], eager "
+    "[1.5, 0.0] (aot_eager and inductor)",
     features=("stride0",),
     params={"backend": ("aot_eager", "inductor")},
     message=r"^(aot_eager|inductor) vs eager: grad \d+ at",
-    records=("e0ef41dd22bf95e4", "2ece44ba7e04481c"),
+    records=("e0ef41dd22bf95e4", "2ece44ba7e04481c", "3a3c372d13545e60"),
 )
 
 NESTED_VMAP_MESSAGE = (

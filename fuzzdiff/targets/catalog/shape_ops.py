@@ -197,7 +197,7 @@ register(
         max_side=3,
         kwargs={"repeats": st.integers(0, 3), "dim": _kw.dim()},
     ),
-    Target("narrow", narrow, "x: _ ...", FAMILY, kwargs={"span": _kw.span()}),
+    Target("narrow", narrow, "x: _ ...", FAMILY, kwargs={"span": _kw.span()}, known=(STRIDE0_GRAD_DYNAMIC,)),
     Target("unfold", unfold, "x: _ ...", FAMILY, kwargs={"window": _kw.window()}),
     Target("split", split, "x: _ ...", FAMILY, kwargs={"size": st.integers(1, 3), "dim": _kw.dim()}),
     Target("cat", cat, "x: *b n, y: *b m, z: *b k", FAMILY, max_side=3),
