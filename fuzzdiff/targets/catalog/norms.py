@@ -86,6 +86,24 @@ BATCH_NORM_STRIDED_WEIGHT_AOT = Known(
     records=("3b82746acab4a1e8",),
 )
 
+BATCH_NORM_STRIDED_WEIGHT_EAGER = Known(
+    "compile",
+    "the strided-weight batch_norm kernel bug above, on the compile check's eager side: eager's "
+    "grad_input reads memory past the stride-0 weight (garbage, another value each run), where "
+    "inductor, which does not call the native backward kernel, gives the dense weight's gradient "
+    "(torch 2.13.0 CPU, dynamic True or False; aot_eager calls the kernel and reads garbage too)",
+    "g = lambda x, w, b: F.batch_norm(x, torch.tensor([-.5, .5]).double(), torch.tensor([.5, "
+    "2.]).double(), w, b, training=False); x = torch.tensor([[0.5, -1.25]], dtype=torch.float64, "
+    "requires_grad=True); w = torch.tensor([0.75]).double().expand(2).detach().requires_grad_(); "
+    "b = torch.tensor([0.25, 1.0]).double().requires_grad_(); v = torch.tensor([[1.5, -2.0]]).double(); "
+    "torch.autograd.grad(g(x, w, b), x, v) -> [[1.5910, -2.0e-240]] (or -9.8e-310), with w.clone() "
+    "and under torch.compile(g, backend='inductor') [[1.5910, -1.0607]]",
+    message=r"^(aot_eager|inductor) vs eager: grad \d+ at",
+    features=_STRIDED_WEIGHT,
+    params={"backend": ("aot_eager", "inductor")},
+    records=("16696c7ae864d554",),
+)
+
 BATCH_NORM_DOUBLE_BACKWARD_LAYOUT = Known(
     ("gradgrad", "forward2"),
     "eval-mode F.batch_norm's double backward is wrong for an input of shape (1, 2, 1, 2) "
@@ -192,6 +210,7 @@ register(
         known=(
             BATCH_NORM_STRIDED_WEIGHT,
             BATCH_NORM_STRIDED_WEIGHT_AOT,
+            BATCH_NORM_STRIDED_WEIGHT_EAGER,
             BATCH_NORM_DOUBLE_BACKWARD_LAYOUT,
             BATCH_NORM_BACKWARD_SIZE1_CHANNELS_LAST,
         ),
