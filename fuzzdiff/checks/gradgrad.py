@@ -27,7 +27,7 @@ from fuzzdiff.directions import absdot, directions, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import LeafFunction, leaf_function
-from fuzzdiff.paths.numerical import ROUNDOFF64
+from fuzzdiff.paths.numerical import ROUNDOFF64, one_sided_differences
 from fuzzdiff.paths.reverse import first_derivative, vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
@@ -145,15 +145,19 @@ def kinks(target: Target, case: Case, eps: float) -> list[tuple[str, float, floa
     """fuzzdiff.confirm's kink test at a structured point, for a second
     derivative: the kinks of the first derivative ``J^T v`` along u, seen
     through w, in float64. An exact zero inside cumprod is no kink of it (a
-    nan there is a bug); the norm at zero is."""
+    nan there is a bug); the norm at zero is. And a jump of the outputs
+    themselves along u, seen through v: where f switches branch exactly at
+    the point (torch.linalg.qr at a diagonal input), ``J^T v`` may stay
+    continuous while its derivative at the point is the point's own branch's."""
     ref = leaf_function(target, case, cast=torch.float64, requires_grad=False)
     u = directions(case.params, ref.leaves)
     w = probes_like(case.params, "second", ref.leaves)
+    v = _cotangents(case, ref)
     with torch.no_grad():
         dense = probes_like({"cotangent": DENSE_PROBE}, "cotangent", ref(*ref.leaves))
-    return kink_pairs(
-        first_derivative(ref, _cotangents(case, ref)), ref.leaves, w, u, eps, seen_whole=first_derivative(ref, dense)
-    )
+    pairs = kink_pairs(first_derivative(ref, v), ref.leaves, w, u, eps, seen_whole=first_derivative(ref, dense))
+    outputs = one_sided_differences(ref, ref.leaves, u, v, eps)
+    return [*pairs, ("right and left derivatives of the outputs along u", *outputs)]
 
 
 def _cotangents(case: Case, f) -> list[torch.Tensor]:

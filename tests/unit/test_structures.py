@@ -265,3 +265,24 @@ def test_second_derivatives_at_a_singular_first_derivative_are_inconclusive(chec
     assert verdict.kind in ("pass", "inconclusive"), verdict
     if verdict.kind == "inconclusive":
         assert "singular point" in verdict.message or "kink" in verdict.message, verdict
+
+
+def test_a_jump_of_the_outputs_at_a_structured_point_is_not_a_wrong_second_derivative():
+    """torch.linalg.qr at a diagonal input (the identity made dominant: 3 I)
+    takes LAPACK's tau = 0 branch, Q = I, and any move off it the other,
+    Q = diag(-1, 1): the outputs jump at the point. J^T v seen through this v
+    is continuous there, so the first derivative has equal one-sided
+    differences, while the analytic second derivative is that of the point's
+    own branch (record 3493d3b41d482b37): a singular point, not a failure."""
+    case = Case.from_json({
+        "target": "qr", "dtype": "float64", "device": "cpu", "kwargs": {},
+        "args": [{"shape": [2, 2], "grad": "leaf", "layout": {"offset": 0, "storage_size": 4, "strides": [2, 1]},
+                  "values": {"seed": 0, "low": -2.0, "high": 2.0, "structure": [["identity", 0]]}}],
+        "params": {"cotangent": {"layout": "transposed", "seed": 5, "zeros": 0.5},
+                   "direction": {"layout": "contiguous", "seed": 0, "zeros": 0.0},
+                   "second": {"layout": "contiguous", "seed": 0, "zeros": 0.0}},
+    })
+    assert torch.equal(case.materialize(requires_grad=False).args[0], torch.eye(2, dtype=torch.float64))
+    verdict = run_check("gradgrad", get_target("qr"), case)
+    assert verdict.kind == "inconclusive", verdict
+    assert "of the outputs along u" in verdict.message
