@@ -69,7 +69,7 @@ SYNTHETIC_BASE_VIEW_OFFSET = Known(
     "dtype=torch.float64); f(b[1:], b[1:]) -> 1.5 at offset 1; aot_function(f, nop, nop)(b[1:], "
     "b[1:]) on a fresh b -> 9.0 at offset 0 (b[0], before the write)",
     message=r"^aot_function(_min_cut)? vs eager: output \d+: strides and offset ",
-    features=("storage_offset",),
+    features=("offset",),
     params={"backend": ("aot_function", "aot_function_min_cut"), "aliases": NOT_NONE},
     records=("eb22b5104923ac40",),
 )
