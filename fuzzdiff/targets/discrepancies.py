@@ -385,7 +385,8 @@ VMAP_INT_SCALAR_DYNAMIC = Known(
 VMAP_SYMBOLIC_SIZES_DYNAMIC = Known(
     "compile",
     "torch.compile(dynamic=True) of vmap(torch.cov), vmap(torch.corrcoef) (which calls cov) and "
-    "vmap(torch.kron) and vmap(torch.take_along_dim) fail in fake-tensor dispatch: their C++ "
+    "vmap(torch.kron), vmap(torch.take_along_dim), vmap(torch.linalg.multi_dot) and vmap of "
+    "torch.linalg.norm at zero fail in fake-tensor dispatch: their C++ "
     "kernels call sizes() on a "
     "BatchedTensor over a FakeTensor with symbolic sizes (torch 2.13.0 CPU, aot_eager and inductor; "
     "eager vmap, dynamic=False and the ops without vmap work)",
@@ -398,5 +399,12 @@ VMAP_SYMBOLIC_SIZES_DYNAMIC = Known(
     raises="TorchRuntimeError",
     message=r"BatchedTensor\(lvl=\d+.*Cannot call sizes\(\) on tensor with symbolic sizes/strides",
     params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
-    records=("be46eeeb0a46d2d9", "e95b172100d04d25", "0532fdf45dc26da4", "9d61123d3cfe46de"),
+    records=(
+        "be46eeeb0a46d2d9",
+        "e95b172100d04d25",
+        "0532fdf45dc26da4",
+        "9d61123d3cfe46de",
+        "38a3d55b8f0ad5e4",
+        "9fe2afb0ea0287b0",
+    ),
 )

@@ -530,7 +530,10 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             records=("a70624420abc5ae4",),
         ),
     ),
-    *((f"opinfo/{name}@*", VMAP_SYMBOLIC_SIZES_DYNAMIC) for name in ("cov", "corrcoef", "kron")),
+    *(
+        (f"opinfo/{name}@*", VMAP_SYMBOLIC_SIZES_DYNAMIC)
+        for name in ("cov", "corrcoef", "kron", "linalg.multi_dot", "linalg.norm.subgradients_at_zero")
+    ),
     (
         "opinfo/linalg.matrix_norm@*",
         Known(
