@@ -50,6 +50,7 @@ UNSUPPORTED_PATTERNS = tuple(
         r"inside of vmap",
         r"Cannot access (storage|data pointer) of (BatchedTensorImpl|TensorWrapper|Tensor that doesn't have storage)",
         r"vmap: We do not (yet )?support calling random operations",
+        r"vmap: called random operation while in randomness error mode",  # vmap's default randomness="error"
         r"NYI: .* inside vmap is only supported with",
         r"don't yet support saved tensor hooks",
         # compile: what dynamo or AOTAutograd cannot trace (graph breaks fall back to eager silently)

@@ -300,6 +300,16 @@ def test_a_transform_eager_cannot_apply_is_unsupported():
     assert verdict.kind == "unsupported" and "vmap" in verdict.message, verdict
 
 
+def test_a_random_function_under_the_vmap_transform_is_unsupported():
+    # vmap's default randomness="error" refuses random ops, eager and compiled alike
+    # (torch.svd_lowrank draws its projection: a campaign reported it as a failure)
+    noisy = Target("unit_noisy_sin", lambda x: x.sin() + 0 * torch.rand_like(x), "x: n")
+    case = transformed(find(case_strategy(CHECK, noisy), lambda c: "transform" in c.params, settings=FIND),
+                       "vmap", "aot_eager")
+    verdict = run_check(CHECK, noisy, case)
+    assert verdict.kind == "unsupported" and "random" in verdict.message, verdict
+
+
 def test_a_dropped_custom_backward_is_found_by_the_reverse_transforms_only():
     """The zoo's Function with a no_grad fast path under compile: compile(f)
     differentiated outside and the forward-mode transforms are right, and
