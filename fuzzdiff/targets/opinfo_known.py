@@ -201,6 +201,22 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         ),
     ),
     (
+        "opinfo/view_copy@*",
+        Known(
+            "compile",
+            "the forward-mode bug of torch.view_copy above, met by the compile check's eager side when it "
+            "feeds dual tensors or runs torch.func.jvp (torch 2.13.0 CPU)",
+            "import torch.autograd.forward_ad as fwAD; x = torch.randn(5, 5, 5, dtype=torch.float64)"
+            ".transpose(1, 2); with fwAD.dual_level(): torch.view_copy(fwAD.make_dual(x, torch.randn(5, 5, 5, "
+            "dtype=torch.float64)), (25, 5)) -> RuntimeError: view size is not compatible with input tensor's "
+            "size and stride",
+            raises="RuntimeError",
+            message=_VIEW_SIZE,
+            params={"transform": ("dual", "jvp")},
+            records=("0e9865b272a0ec1f",),
+        ),
+    ),
+    (
         "opinfo/logcumsumexp@*",
         Known(
             "forward",
