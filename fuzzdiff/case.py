@@ -180,22 +180,16 @@ class Values:
         call, under every torch."""
         return _tensor(self._sample(tuple(shape), dtype), dtype)
 
-    def sample_and_junk(self, shape: Sequence[int], dtype: torch.dtype, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``sample(shape, dtype)``, then ``size`` more values in the sampling
-        interval: the memory around a strided view, where a kernel that reads
-        outside its view picks up plausible numbers. Plain uniform draws, from
-        the words after the values' own: junk needs no grid, specials or repeats."""
-        shape = tuple(shape)
-        logical = self._sample(shape, dtype)
-        return _tensor(logical, dtype), _tensor(self._junk(shape, size), dtype)
-
     def filled(
         self, shape: tuple[int, ...], dtype: torch.dtype, layout: Layout, narrow: tuple[int, ...]
     ) -> torch.Tensor:
         """A storage of ``layout`` holding ``sample(shape, dtype)`` in its view
-        (narrowed to one element along the stride-0 dims ``narrow``) and
-        ``sample_and_junk``'s junk around it, bit for bit: filled in NumPy
-        and rounded to ``dtype`` once (IEEE rounding is per element)."""
+        (narrowed to one element along the stride-0 dims ``narrow``) and, around
+        it, ``layout.storage_size`` more values in the sampling interval: the
+        memory around a strided view, where a kernel that reads outside its view
+        picks up plausible numbers. Plain draws from the words after the values'
+        own (junk needs no grid, specials or repeats), filled in NumPy and
+        rounded to ``dtype`` once (IEEE rounding is per element)."""
         logical = self._sample(shape, dtype)
         if narrow:
             logical = logical[tuple(slice(0, 1) if d in narrow else slice(None) for d in range(len(shape)))]

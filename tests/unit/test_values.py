@@ -8,6 +8,7 @@ import torch
 from fdhelpers import reach
 from hypothesis import assume, given, strategies as st
 
+from fuzzdiff import draws
 from fuzzdiff.case import FINITE_SPECIALS, Probe, Values, special_value
 from strategies import layouts, probes, shapes, values
 
@@ -243,7 +244,11 @@ def test_a_storage_is_filled_as_its_view_is_written(data):
     kind = "bool" if dtype == torch.bool else "int" if dtype == torch.int64 else "float"
     narrow = tuple(d for d, s in enumerate(layout.strides) if s == 0)
     v = Values(seed=data.draw(st.integers(0, 2**64 - 1)), low=-3, high=3, kind=kind, constant=narrow)
-    logical, want = v.sample_and_junk(shape, dtype, layout.storage_size)
+    # junk: the values stream's words from 4 n on, uniform in the interval (integers, bits)
+    z = draws.words(v.seed, layout.storage_size, draws.VALUES, 4 * math.prod(shape))
+    junk = draws.integers(z, -3, 3) if kind == "int" else draws.bits(z) if kind == "bool" else draws.uniform(z, -3, 3)
+    want = torch.tensor(junk.tolist(), dtype=torch.float64 if kind == "float" else None).to(dtype)
+    logical = v.sample(shape, dtype)
     for d in narrow:
         logical = logical.narrow(d, 0, min(1, logical.shape[d]))
     want.as_strided(logical.shape, layout.strides, layout.offset).copy_(logical)
