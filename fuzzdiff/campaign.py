@@ -792,11 +792,12 @@ def run_campaign(
         rounds = 1
     campaign = Campaign(seed=random.SystemRandom().randrange(2**32) if seed is None else seed)
     todo: list[_Pair] = []
+    cheap = first_backends(environ_config().compile_backends)
     for target, check in pairs:
         cases = case_options(target, check, dtypes, device)
         if cases is not None:
             pair_size = size.for_pair(target, check) if sizing is None else sizing(target, check)
-            first = first_backends(environ_config().compile_backends) if check.compiles else None
+            first = cheap if check.compiles else None
             todo.append(_Pair(target.ref, target.name, target.family, check.name, cases, pair_size, first))
             campaign.applicable[target.family] += 1
             campaign.applicable_checks[check.name] += 1
