@@ -22,7 +22,7 @@ from typing import Any
 
 from fuzzdiff.case import Case
 from fuzzdiff.features import arg_features, case_features, relaid
-from fuzzdiff.verdict import Verdict
+from fuzzdiff.verdict import Verdict, headline
 
 __all__ = ["Known", "matching", "crashing", "NOT_NONE"]
 
@@ -39,7 +39,8 @@ class Known:
     evidence: a standalone torch snippet that shows it.
     raises:   the exception's type name; None for a wrong value (then only
               value mismatches match).
-    message:  a regex searched in the failure's message.
+    message:  a regex searched in the failure's message, or in its headline
+              (fuzzdiff.verdict.headline: a wrapped error's own first line).
     features: input features (fuzzdiff.features) the failing case must all
               have; "a|b" accepts either, and "1:stride0" is argument 1's own.
     params:   conditions on the case's check parameters: a dotted path into
@@ -90,7 +91,9 @@ class Known:
         raised = verdict.errors.get("exception") if isinstance(verdict.errors, Mapping) else None
         if raised != self.raises:
             return False
-        if self.message and not re.search(self.message, verdict.message, re.S):
+        if self.message and not (
+            re.search(self.message, verdict.message, re.S) or re.search(self.message, headline(verdict.message))
+        ):
             return False
         # The layout check runs the case in two layouts: a discrepancy between
         # them may lie in either, so a feature of either counts.

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from fuzzdiff.verdict import headline
+
 __all__ = ["pair_rows", "write_report", "read_results", "merge_results", "covered", "FORMAT"]
 
 FORMAT = 1
@@ -51,7 +53,7 @@ def pair_rows(campaign, pairs: Iterable = ()) -> list[dict]:
                 "seconds": round(r.seconds, 3),
                 "found_at": None if r.found_at is None else round(r.found_at, 1),
                 "ref": r.ref,
-                "message": message.splitlines()[0][:300] if message else "",
+                "message": headline(message)[:300],
             }
         )
     started = {(r.target, r.check) for r in campaign.results}

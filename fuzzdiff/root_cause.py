@@ -19,7 +19,7 @@ from fuzzdiff.features import case_features
 from fuzzdiff.known import Known
 from fuzzdiff.runner import verdict_at
 from fuzzdiff.targets.target import Target
-from fuzzdiff.verdict import Verdict, identity, mismatch
+from fuzzdiff.verdict import Verdict, headline, identity, mismatch
 
 __all__ = ["root_cause", "message_pattern", "TRIGGERS", "LAYOUTS"]
 
@@ -40,7 +40,7 @@ def root_cause(check: Check | str, case: Case, verdict: Verdict, target: Target)
     stays at the same values laid out contiguously)."""
     name = check if isinstance(check, str) else check.name
     exception = verdict.errors.get("exception")
-    reason = f"the same failure as the one reported ({_first_line(verdict.message)[:120]})"
+    reason = f"the same failure as the one reported ({headline(verdict.message)[:120]})"
     if isinstance(exception, str):
         return Known(name, reason, "reported above", raises=exception, message=message_pattern(verdict.message))
     features = {f for f in case_features(case) if f.startswith(TRIGGERS)}
@@ -58,9 +58,10 @@ def root_cause(check: Check | str, case: Case, verdict: Verdict, target: Target)
 
 
 def message_pattern(message: str) -> str:
-    """A regex that an exception's message matches at other sizes too: its first
-    line with every number, and every list of numbers (a shape), left open."""
-    parts = re.split(rf"(\[(?:{_NUMBER}(?:, )?)*\]|{_NUMBER})", _first_line(message))
+    """A regex that an exception's message matches at other sizes too: its
+    headline (fuzzdiff.verdict.headline) with every number, and every list of
+    numbers (a shape), left open."""
+    parts = re.split(rf"(\[(?:{_NUMBER}(?:, )?)*\]|{_NUMBER})", headline(message))
     out = []
     for k, part in enumerate(parts):
         if k % 2 == 0:

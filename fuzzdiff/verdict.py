@@ -6,7 +6,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Verdict", "KINDS", "FAILED", "Unsupported", "error_shape", "mismatch", "identity", "short_reason"]
+__all__ = [
+    "Verdict",
+    "KINDS",
+    "FAILED",
+    "Unsupported",
+    "error_shape",
+    "headline",
+    "mismatch",
+    "identity",
+    "short_reason",
+]
 
 KINDS = ("pass", "fail", "unsupported", "inconclusive", "crash", "timeout")
 # "crash": the process died running the case (recorded from the in-flight
@@ -42,13 +52,33 @@ class Verdict:
 
 
 _NUMBERS = re.compile(r"\d+")
+# Dynamo wraps whatever fake-tensor dispatch raised in one sentence for every
+# op ("RuntimeError when making fake tensor call"), the error itself in a
+# later "got Type('...')"; a backend's failure likewise says "... raised:" and
+# puts the error on the next line.
+_WRAPPED_GOT = re.compile(r"\bgot (\w+)\((['\"])(.*?)(?:\\n|\2\))", re.DOTALL)
+
+
+def headline(message: str) -> str:
+    """The line of a failure's message that names its error: the first line,
+    followed, where that line only wraps another error, by the wrapped one's."""
+    lines = message.splitlines()
+    first = lines[0] if lines else ""
+    if first.endswith("when making fake tensor call"):
+        got = _WRAPPED_GOT.search(message)
+        if got:
+            return f"{first}: {got.group(1)}: {got.group(3).strip()}"
+    elif first.endswith("raised:"):
+        inner = next((line.strip() for line in lines[1:] if line.strip()), "")
+        if inner:
+            return f"{first} {inner}"
+    return first
 
 
 def error_shape(verdict: Verdict) -> str:
-    """The first line of a failure's message with its numbers taken out: what
+    """The headline of a failure's message with its numbers taken out: what
     makes two raises of one type the same error (the same one at other sizes)."""
-    first = verdict.message.splitlines()[0] if verdict.message else ""
-    return _NUMBERS.sub("#", first)
+    return _NUMBERS.sub("#", headline(verdict.message))
 
 
 def identity(verdict: Verdict) -> str:
