@@ -213,10 +213,18 @@ class Values:
         return replace(self, seed=self.seed ^ 0x2545F491, specials=(), constant=()).sample((size,), dtype)
 
     def _sample(self, shape: tuple[int, ...], dtype: torch.dtype) -> np.ndarray:
-        """The values as an array of ``shape`` (float64 or complex128 for a
-        float kind, rounded to ``dtype`` by the caller). The values stream
-        holds, per element count n, the real parts in words [0, 2n), the
-        imaginary parts in [2n, 4n) and junk from 4n on."""
+        """The values as a fresh array of ``shape`` (float64 or complex128 for
+        a float kind, rounded to ``dtype`` by the caller). Small ones are drawn
+        once: an example's variants (its layouts, its confirmations) ask for
+        the same values again."""
+        if math.prod(shape) > _CACHED_VALUES:
+            return self._drawn(shape, dtype)
+        return _cached_sample(self, shape, dtype).copy()
+
+    def _drawn(self, shape: tuple[int, ...], dtype: torch.dtype) -> np.ndarray:
+        """``_sample``, drawn. The values stream holds, per element count n,
+        the real parts in words [0, 2n), the imaginary parts in [2n, 4n) and
+        junk from 4n on."""
         n = math.prod(shape)
         kind = self.kind
         repeats = [d for d in self.constant if d < len(shape) and shape[d] > 1]
@@ -313,6 +321,14 @@ class Values:
             side = np.where(x >= k, up if k + margin <= hi else down, down if k - margin >= lo else up)
             x = np.where(near, side, x)
         return x
+
+
+_CACHED_VALUES = 1024  # elements
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_sample(values: Values, shape: tuple[int, ...], dtype: torch.dtype) -> np.ndarray:
+    return values._drawn(shape, dtype)
 
 
 @dataclass(frozen=True)
@@ -426,12 +442,31 @@ def probe_like(seed: int, layout: str, zeros: float, t: torch.Tensor) -> torch.T
     return out if t.is_cpu else out.to(t.device)
 
 
+# Probes of at most this many elements are drawn once per (shape, seed): the
+# variants of one example (its layouts, structures and dtypes) ask for the same
+# probes again, three times in four in bench/throughput.py's grad mix (and its
+# values again three times in five).
+_CACHED_PROBE = 1024
+
+
 def _probe_values(shape: tuple[int, ...], seed: int, dtype: torch.dtype, zeros: float) -> np.ndarray:
     """Normal-like values, mean 0.25 and deviation 1.5 (random and non-unit),
     a fraction ``zeros`` of them zeroed, imaginary parts standard normal-like:
-    from words [0, 2n), [2n, 3n) and [3n, 5n) of the probes stream."""
+    from words [0, 2n), [2n, 3n) and [3n, 5n) of the probes stream. A fresh
+    array: the caller's tensor may share its memory, and a target may write
+    into its cotangent."""
+    if math.prod(shape) > _CACHED_PROBE:
+        return _drawn_probe_values(shape, seed, dtype.is_complex, zeros)
+    return _cached_probe_values(shape, seed, dtype.is_complex, zeros).copy()
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_probe_values(shape: tuple[int, ...], seed: int, cplx: bool, zeros: float) -> np.ndarray:
+    return _drawn_probe_values(shape, seed, cplx, zeros)
+
+
+def _drawn_probe_values(shape: tuple[int, ...], seed: int, cplx: bool, zeros: float) -> np.ndarray:
     n = math.prod(shape)
-    cplx = dtype.is_complex
     z = draws.words(seed, (5 if cplx else 3 if zeros else 2) * n, draws.PROBES)
     v = draws.normal(z[: 2 * n], 0.25, 1.5)
     if zeros:

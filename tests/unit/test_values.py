@@ -9,7 +9,7 @@ from fdhelpers import reach
 from hypothesis import assume, given, strategies as st
 
 from fuzzdiff import draws
-from fuzzdiff.case import FINITE_SPECIALS, Probe, Values, special_value
+from fuzzdiff.case import FINITE_SPECIALS, Probe, Values, probe_like, special_value
 from strategies import layouts, probes, shapes, values
 
 FLOATS = (torch.float64, torch.float32)
@@ -255,3 +255,17 @@ def test_a_storage_is_filled_as_its_view_is_written(data):
     got = v.filled(tuple(shape), dtype, layout, narrow)
     assert got.dtype == want.dtype and got.shape == want.shape
     assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+def test_values_and_probes_drawn_again_are_fresh_tensors_with_the_same_bits():
+    # small draws are drawn once (a cache): a target that writes into its
+    # input or cotangent must not change what the next variant is given
+    values = Values(seed=5)
+    first = values.sample((3, 4), torch.float64)
+    kept = first.clone()
+    first.add_(1.0)
+    assert torch.equal(values.sample((3, 4), torch.float64), kept)
+    cotangent = probe_like(11, "contiguous", 0.0, torch.empty(4, 2, dtype=torch.float64))
+    kept = cotangent.clone()
+    cotangent.mul_(0.0)
+    assert torch.equal(probe_like(11, "contiguous", 0.0, torch.empty(4, 2, dtype=torch.float64)), kept)
