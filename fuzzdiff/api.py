@@ -29,6 +29,7 @@ from fuzzdiff.blame import Blame
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.config import FuzzConfig
+from fuzzdiff.costs import example_cost
 from fuzzdiff.fresh import FreshProcess
 from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz
 from fuzzdiff.journal import Journal
@@ -37,13 +38,14 @@ from fuzzdiff.random_probe import probed
 from fuzzdiff.root_cause import message_pattern, root_cause
 from fuzzdiff.script.literals import ScriptError
 from fuzzdiff.script.source import target_code
+from fuzzdiff.structures import STRUCTURES
 from fuzzdiff.targets.target import Target, Tol
 from fuzzdiff.targets.user import definition, importable, module_definition, per_sample_target, user_target
 from fuzzdiff.torch_logs import torch_logs
 from fuzzdiff.verdict import FAILED, Verdict
 from strategies.layouts import check_layout_features
 
-__all__ = ["check", "assert_ok", "Report", "Failure", "declared_tolerances"]
+__all__ = ["check", "assert_ok", "Report", "Failure", "declared_tolerances", "hard_values"]
 
 # summary() columns: (header, row key). "runs" are check runs (verdicts): each drawn
 # case runs at several value variants; "cases" are the drawn cases (structures).
@@ -89,6 +91,7 @@ class Report:
         return not self.failures
 
     tolerances: str = ""  # the tolerances the caller declared, as the summary shows them
+    budget: float | None = None  # the call's time budget in seconds (None: no limit)
     logs: Counter[str] = field(default_factory=Counter)  # torch's log messages during the runs, by text
 
     def add_failure(self, check: str, failure: FuzzFailure, message: str | None = None) -> None:
@@ -133,6 +136,12 @@ class Report:
         console.print(table)
         if self.tolerances:
             console.print(f"tolerances declared: {self.tolerances}")
+        cut = [f"{name} ({tally.cases} cases)" for name, tally in self.tallies.items() if tally.cut and tally.cases]
+        unrun = [name for name, tally in self.tallies.items() if tally.cut and not tally.cases]
+        if cut or unrun:
+            said = [f"cut short {', '.join(cut)}"] if cut else []
+            said += [f"not run {', '.join(unrun)}"] if unrun else []
+            console.print(f"time budget {self.budget:g} s: {'; '.join(said)} (budget= gives more time)", soft_wrap=True)
         for name, tally in self.tallies.items():
             if tally.only_unsupported:
                 console.print(f"{name} unsupported: {tally.reasons['unsupported']}")
@@ -179,6 +188,11 @@ def _reasons(tally: Tally, kind: str, most: int = 3) -> str:
 # 3 s over the eager checks and 16 s with compile (bench/check.py); every
 # self-test zoo bug is found within it, most at the first few cases.
 MAX_EXAMPLES = 100
+BUDGET = 30.0  # seconds a call answers in by default (2 cores), unless max_examples is given
+# A check's share of the time left is in proportion to its cost of an example
+# (fuzzdiff.costs) relative to grad's, between 1 and MAX_WEIGHT: compile and
+# forward2 get more time than grad, never the whole call.
+MAX_WEIGHT = 4.0
 VARIANTS = 2  # value-and-probe variants per drawn case
 SHRINK_SECONDS = 10.0  # per failure; the report says when shrinking was cut short
 
@@ -220,17 +234,18 @@ def check(
     dtypes: Iterable[torch.dtype] = (torch.float64, torch.float32),
     domain: Mapping[str, tuple[float | None, float | None]] | None = None,
     kwargs: Mapping[str, Any] | None = None,
-    max_examples: int = MAX_EXAMPLES,
+    max_examples: int | None = None,
     seed: int | None = None,
     corpus: str | Path | None = None,
     *,
+    budget: float | None = None,
     variants: int = VARIANTS,
     shrink_seconds: float | None = SHRINK_SECONDS,
     sizes: tuple[int, int] | None = None,
     invalid: Iterable[type[BaseException]] = (),
     layouts: Iterable[str] | None = None,
     alias: bool = True,
-    structured: Iterable[str] = (),
+    structured: Iterable[str] | None = None,
     progress: bool | None = None,
     config: FuzzConfig | None = None,
     rtol: float | Mapping[str, float] | None = None,
@@ -241,9 +256,13 @@ def check(
 
     ``spec`` defaults to the function's jaxtyping annotations. A check that
     cannot apply (no forward-mode formula, no vmap rule) is "unsupported", not
-    a failure. ``max_examples`` counts drawn cases per check, each run at
-    ``variants`` value-and-probe variants; a check stops at its first
-    confirmed failure, shrunk for at most ``shrink_seconds``. With ``corpus``
+    a failure. ``max_examples`` (default 100) counts drawn cases per check,
+    each run at ``variants`` value-and-probe variants; a check stops at its
+    first confirmed failure, shrunk for at most ``shrink_seconds``.
+    ``budget`` is the call's time in seconds (default 30, or no limit when
+    ``max_examples`` is given; ``float("inf")``: none): each check, when it
+    starts, gets a share of the time left in proportion to its cost, and ends
+    at the first case past it; the summary says which checks it cut. With ``corpus``
     each failure is written there as a record, and each example is journaled
     first, so a case that kills the process becomes a ``crash`` record.
     A function that raises in its plain call at some input is reported once,
@@ -253,32 +272,41 @@ def check(
     ``layouts`` narrows the memory layouts drawn (default: all of
     strategies.layouts.LAYOUT_FEATURES: permuted, sliced, offset, expanded
     (stride 0), channels_last; ``()``: contiguous only) and ``alias=False``
-    turns off aliasing between arguments, for one run. ``structured`` opts
-    into structured points where they are valid inputs (fuzzdiff.structures:
-    "ties", "zeros", "identity", "diagonal", "repeated_singular", "large",
-    "offset"), as a Target's ``structured`` field does.
+    turns off aliasing between arguments, for one run. ``structured`` names
+    the structured points drawn (fuzzdiff.structures: "ties", "zeros",
+    "identity", "diagonal", "repeated_singular", "large", "offset",
+    "overflow"), each on
+    its own and shrinking toward none, as a Target's ``structured`` field
+    does; by default every one that the declared ``domain`` holds (the values
+    where hand-written derivatives break), ``()`` none. A Target passed as
+    ``fn`` keeps its own unless ``structured`` is given.
     ``sizes`` is ``(smallest, largest)`` for every drawn dim (default 0 to 4;
-    ``n>=1`` in the spec bounds one name). ``progress`` (default: when stderr
-    is a terminal) shows the check running. A spec that does not parse or fit
+    ``n>=1`` in the spec bounds one name). ``progress`` shows the check running on
+    a terminal, and a line per finished check on stderr elsewhere (a pipe, a
+    CI log); ``progress=False`` shows nothing. A spec that does not parse or fit
     the function's signature is a ValueError before any fuzzing. ``config``
     (a FuzzConfig; default: the defaults under $FUZZDIFF_*) holds the run's
     other settings, such as the per-example timeout and compile backends; the
     arguments here take precedence over it.
     """
+    started = time.monotonic()
+    seconds = _budget(budget, max_examples)
     config = FuzzConfig.resolve(base=config or environ_config(), variants=variants, structures=1, corpus=corpus)
     target = user_target(fn, spec, dtypes=dtypes, domain=domain, kwargs=kwargs, sizes=sizes)
-    if structured:
+    if structured is not None:
         target = replace(target, structured=tuple(structured))  # validated by Target: a ValueError
+    elif not isinstance(fn, Target):
+        target = replace(target, structured=hard_values(target.domain))
     names = _checks(checks)
     declared = declared_tolerances(names, rtol=rtol, atol=atol)
     if declared:
         target = replace(target, tolerances={**target.tolerances, **declared})
-    report = Report(target, tolerances=_tolerance_words(declared, names))
+    report = Report(target, tolerances=_tolerance_words(declared, names), budget=seconds)
     session = _Session(
         fn=fn,
         target=target,
         report=report,
-        hypothesis=_settings(max_examples, seed),
+        hypothesis=_settings(MAX_EXAMPLES if max_examples is None else max_examples, seed),
         seed=seed,
         config=config,
         shrink_seconds=shrink_seconds,
@@ -288,7 +316,7 @@ def check(
         alias=alias,
     )
     with (
-        _progress(progress, len(names)) as step,
+        _progress(progress, names, target.name) as shown,
         warnings.catch_warnings(record=True) as caught,
         torch_logs() as logs,
         FreshProcess() as fresh,
@@ -299,11 +327,12 @@ def check(
         warnings.simplefilter("always")
         session.fresh = fresh if isolate else None
         session.probe(names[0])
-        for name in names:
-            step(name)
+        for k, name in enumerate(names):
+            shown.start(name)
             start = time.perf_counter()
-            report.tallies[name] = session.run(name)
+            report.tallies[name] = session.run(name, _share(started, seconds, names[k:]))
             report.seconds[name] = time.perf_counter() - start
+            shown.done(name, report)
     report.warnings = Counter(
         f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]}"
         for w in caught
@@ -341,7 +370,7 @@ class _Session:
         if self.target.random and self.recipe is not None:
             self.recipe = {**self.recipe, "random": True}
 
-    def run(self, name: str) -> Tally:
+    def run(self, name: str, until: float | None = None) -> Tally:
         """The check's runs until it finds nothing new: a failure's root cause is
         reported once and the search goes on, up to MAX_FAILURES of them; an
         input where the function itself raises is reported once, and such
@@ -350,7 +379,7 @@ class _Session:
         seen: list[Known] = []
         for _ in range(MAX_FAILURES + MAX_DOMAIN_ERRORS):
             try:
-                tally.merge(self.attempt(name, tuple(seen)))
+                tally.merge(self.attempt(name, tuple(seen), until))
                 break
             except FuzzFailure as failure:
                 tally.merge(failure.tally or Tally())
@@ -368,7 +397,7 @@ class _Session:
                     break
         return tally
 
-    def attempt(self, name: str, seen: tuple[Known, ...]) -> Tally:
+    def attempt(self, name: str, seen: tuple[Known, ...], until: float | None = None) -> Tally:
         """One run of the check, ``seen`` root causes counted, not raised."""
         if not self.alias and CHECKS[name].aliasing == "required":
             return _unsupported("aliasing is switched off for this run (alias=False)")
@@ -392,6 +421,7 @@ class _Session:
                 definition=self.recipe,
                 fresh=self.fresh,
                 seen=seen,
+                until=until,
                 **self.drawn,
             )
         except Unsatisfiable:
@@ -578,13 +608,87 @@ def _rejecting(fn: Callable[..., Any], outside: tuple[type[BaseException], ...])
     return call
 
 
+def hard_values(domain: Mapping[str, tuple[float | None, float | None]]) -> tuple[str, ...]:
+    """The structured points a function is fuzzed at by default: those every
+    argument's declared domain holds. Scaled, shifted and rotated values
+    leave a bounded interval; zeros (and identities, with their ones) must lie
+    inside it, not on its edge (``log``'s (0, inf))."""
+    kept = set(STRUCTURES)
+    for low, high in domain.values():
+        if low is not None or high is not None:
+            kept -= {"large", "offset", "overflow", "repeated_singular"}
+
+        def inside(x: float, low: float | None = low, high: float | None = high) -> bool:
+            return (low is None or low < x) and (high is None or x < high)
+
+        if not inside(0.0):
+            kept -= {"zeros", "identity", "diagonal"}
+        if not inside(1.0):
+            kept.discard("identity")
+    return tuple(name for name in STRUCTURES if name in kept)
+
+
+def _budget(budget: float | None, max_examples: int | None) -> float | None:
+    """The call's time budget in seconds, None for no limit."""
+    if budget is None:
+        return BUDGET if max_examples is None else None
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
+        raise ValueError(f"budget must be a positive number of seconds (float('inf'): no limit), got {budget!r}")
+    return None if budget == float("inf") else float(budget)
+
+
+def _weight(check: str) -> float:
+    return min(MAX_WEIGHT, max(1.0, example_cost(check) / example_cost("grad")))
+
+
+def _share(started: float, seconds: float | None, names: Sequence[str]) -> float | None:
+    """When the first of ``names`` (the checks still to run) must stop: its
+    weight's share of the time left. A check that ends early leaves its time
+    to the ones after it."""
+    if seconds is None:
+        return None
+    now = time.monotonic()
+    left = max(0.0, started + seconds - now)
+    return now + left * _weight(names[0]) / sum(_weight(n) for n in names)
+
+
+class _Shown:
+    """What the caller sees while the checks run: nothing, a line per finished
+    check (stderr is not a terminal: a CI log, a pipe), or a live bar."""
+
+    def __init__(self, target: str, lines: bool, bar: Progress | None = None, task: Any = None):
+        self.target, self.lines, self.bar, self.task = target, lines, bar, task
+        self.started = False
+
+    def start(self, name: str) -> None:
+        if self.bar is not None:
+            if self.started:
+                self.bar.advance(self.task)
+            self.bar.update(self.task, description=name)
+        self.started = True
+
+    def done(self, name: str, report: Report) -> None:
+        if not self.lines:
+            return
+        tally, row = report.tallies[name], report.row(name)
+        outcome = ", ".join(f"{row[k]} {k}" for k in ("failed", "known", "inconclusive") if row[k])
+        if tally.only_unsupported:
+            outcome = "unsupported"
+        elif tally.cut and not tally.cases:
+            outcome = "not run"
+        print(
+            f"fuzzdiff.check {self.target}: {name}: {tally.cases} cases, {outcome or 'passed'}, "
+            f"{report.seconds[name]:.1f} s" + (", cut by the time budget" if tally.cut and tally.cases else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 @contextlib.contextmanager
-def _progress(show: bool | None, total: int) -> Iterator[Callable[[str], None]]:
-    """``step(check)`` for each check: a live line on a terminal, nothing elsewhere."""
-    if show is None:
-        show = sys.stderr.isatty()
-    if not show:
-        yield lambda name: None
+def _progress(show: bool | None, names: Sequence[str], target: str) -> Iterator[_Shown]:
+    """A live bar on a terminal; elsewhere a line per finished check, unless ``show`` is False."""
+    if show is False or (show is None and not sys.stderr.isatty()):
+        yield _Shown(target, lines=show is None)
         return
     with Progress(
         TextColumn("fuzzdiff.check {task.description}"),
@@ -594,16 +698,7 @@ def _progress(show: bool | None, total: int) -> Iterator[Callable[[str], None]]:
         console=Console(stderr=True),
         transient=True,
     ) as bar:
-        task = bar.add_task("", total=total)
-        started = [False]
-
-        def step(name: str) -> None:
-            if started[0]:
-                bar.advance(task)
-            started[0] = True
-            bar.update(task, description=name)
-
-        yield step
+        yield _Shown(target, lines=False, bar=bar, task=bar.add_task("", total=len(names)))
 
 
 def assert_ok(fn: Callable[..., Any] | Target, spec: str | None = None, **options: Any) -> Report:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from fuzzdiff import draws
-from fuzzdiff.structures import STRUCTURES, restored, shift, structured
+from fuzzdiff.structures import STRUCTURES, exp_limit, restored, shift, structured
 
 __all__ = [
     "Values",
@@ -236,7 +236,7 @@ class Values:
                 real, out = out, np.empty(n, np.complex128)
                 out.real, out.imag = real, self._reals(n, 2 * n, nudged=not untie)
             if self.structure:
-                out = self._structured(out, shape, nudged=not untie)
+                out = self._structured(out, shape, dtype, nudged=not untie)
             if self.specials and n:
                 for pos, name in self.specials:  # exact in float64, and after rounding to dtype
                     out[pos % n] = special_value(name, dtype)
@@ -291,10 +291,13 @@ class Values:
             x += self._step(n, self.nudge, self.nudge_seed, start)
         return self._pushed(x)
 
-    def _structured(self, out: np.ndarray, shape: tuple[int, ...], nudged: bool = True) -> np.ndarray:
+    def _structured(
+        self, out: np.ndarray, shape: tuple[int, ...], dtype: torch.dtype, nudged: bool = True
+    ) -> np.ndarray:
         """Flat values ``out`` at their structured point (then nudged off it
         for ``nudge_off``, unless ``nudged`` is False), flat again."""
-        x = structured(out.reshape(shape), self.structure, self.low, self.high).reshape(-1)
+        limit = exp_limit(str(dtype))
+        x = structured(out.reshape(shape), self.structure, self.low, self.high, limit).reshape(-1)
         if nudged and self.nudge and self.nudge_off:
             n = x.size
             x = x + self._step(n, self.nudge, self.nudge_seed)

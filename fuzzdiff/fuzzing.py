@@ -88,6 +88,7 @@ class Tally:
     # Confirmed failures of a root cause found before in the same call (api.check's later runs)
     repeats: Counter = field(default_factory=Counter)
     logs: Counter = field(default_factory=Counter)  # torch's log messages during the run, by text
+    cut: bool = False  # stopped by its time budget (fuzz's ``until``) before max_examples
 
     def add(self, verdict: Verdict) -> None:
         self.counts[verdict.kind] += 1
@@ -112,6 +113,7 @@ class Tally:
         self.why.update(other.why)
         self.repeats.update(other.repeats)
         self.logs.update(other.logs)
+        self.cut = self.cut or other.cut
 
     @property
     def examples(self) -> int:
@@ -204,6 +206,26 @@ class _ShrinkBound:
         return True
 
 
+class _OutOfTime(BaseException):
+    """Ends a run at its time budget (not an Exception: Hypothesis lets it through)."""
+
+
+class _TimeBudget:
+    """Ends the search at ``until`` (time.monotonic()), before the next case
+    starts: a case is never cut in the middle. Disarmed by the first failure,
+    whose shrinking shrink_seconds bounds instead."""
+
+    def __init__(self, until: float | None):
+        self.until = until
+
+    def check(self) -> None:
+        if self.until is not None and time.monotonic() > self.until:
+            raise _OutOfTime
+
+    def disarm(self) -> None:
+        self.until = None
+
+
 def environ_config() -> FuzzConfig:
     """The defaults under this process's FUZZDIFF_* variables: what ``fuzz()``
     runs at when its caller passes no config. Never a corpus: records are
@@ -237,6 +259,7 @@ def fuzz(
     fresh: FreshProcess | None = None,
     seen: tuple[Known, ...] = (),
     capture_logs: bool = True,
+    until: float | None = None,
     **case_options,
 ) -> Tally:
     """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
@@ -287,6 +310,9 @@ def fuzz(
     that the run looks for another. ``capture_logs``: torch's log messages
     during the run are counted into the tally (``Tally.logs``), not printed
     or handed to the caller's handlers (fuzzdiff.torch_logs).
+    ``until`` (a time.monotonic() instant) ends the search there, before the
+    next case, with the tally so far (``Tally.cut``); a failure found before
+    it is shrunk and reported as always.
     """
     config = FuzzConfig.resolve(
         base=config or environ_config(), variants=variants, structures=structures, corpus=corpus
@@ -311,6 +337,7 @@ def fuzz(
     watch: Watchdog | None = None
     inflight: list[Case | None] = [None]  # the variant running, for a soft timeout's report
     shrink = _ShrinkBound(shrink_seconds)
+    budget = _TimeBudget(until)
 
     @given(example_structures(case_strategy(check, target, **case_options), structures))
     def property_(cases: list[Case]) -> None:
@@ -319,6 +346,7 @@ def fuzz(
         best: float | None = None  # the closest call of the example, for hypothesis.target
         try:
             for i, case in enumerate(cases):
+                budget.check()
                 # Hypothesis's mutator copies structures within an example (about
                 # one in ten here): a copy runs the next variants, not the same ones.
                 first = variants * cases[:i].count(case)
@@ -351,6 +379,7 @@ def fuzz(
                         tally.repeats[again.reason] += 1
                         continue
                     if verdict.failed:
+                        budget.disarm()
                         shrink.failed(cases)
                         raise FuzzFailure(check.name, target.name, variant, verdict)
                     score = _score(verdict)
@@ -390,6 +419,8 @@ def fuzz(
             with torch_state.run(), torch_logs(capture_logs) as logs:
                 try:
                     property_()
+                except _OutOfTime:
+                    tally.cut = True
                 finally:
                     tally.logs.update(logs)
         except ExampleTimeout as stop:

@@ -3,7 +3,7 @@
 Round 1 gives every (target, check) pair one batch. At a fixed batch size its
 cost grows with every check and target family added, and a budget that no
 longer covers it silently drops whatever comes last. So the batch size is
-chosen from the budget: from what a batch of each check costs (``COSTS``,
+chosen from the budget: from what a batch of each check costs (``fuzzdiff.costs.COSTS``,
 re-measured by ``bench/campaign.py``), the largest number of examples at
 which every pair but the compiling ones is swept within half the budget,
 ``compile`` pairs, last in the round, getting the rest at their narrowed
@@ -20,32 +20,11 @@ from dataclasses import dataclass, replace
 
 from fuzzdiff.campaign import BatchSize
 from fuzzdiff.checks import Check
+from fuzzdiff.costs import COSTS, DEFAULT_COST
 from fuzzdiff.targets.target import Target
 
 __all__ = ["COSTS", "Plan", "plan"]
 
-# Worker-seconds of one batch of a check: (a batch's own cost, the cost of one
-# example at 2 variants). From `python bench/campaign.py --budget 600 --seed 1`
-# ("worker time by check": seconds a batch S, milliseconds a run M) on 2 vCPUs,
-# torch 2.13.0+cpu, split as 0.3 S for the batch and 1.4 M / 1000 an example.
-# A check not listed costs DEFAULT_COST.
-COSTS: dict[str, tuple[float, float]] = {
-    "grad": (0.015, 0.0027),
-    "forward": (0.021, 0.0036),
-    "gradgrad": (0.036, 0.0063),
-    "layout": (0.021, 0.0036),
-    "alias": (0.018, 0.0031),
-    "mutation": (0.012, 0.0020),
-    "dtype": (0.018, 0.0029),
-    "vmap": (0.039, 0.0062),
-    "opcheck": (0.93, 0.045),
-    "per_sample": (0.21, 0.010),
-    "backend": (0.045, 0.0021),
-    "checkpoint": (0.081, 0.0041),
-    "forward2": (0.084, 0.0144),
-    "compile": (0.67, 0.226),
-}
-DEFAULT_COST = (0.1, 0.01)
 MIN_EXAMPLES = 2
 SHARE = 0.5  # of the budget, for round 1; the rest goes where the scores say
 

@@ -16,16 +16,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["STRUCTURES", "MATRIX_STRUCTURES", "structured", "restored", "shift"]
+__all__ = ["STRUCTURES", "MATRIX_STRUCTURES", "structured", "restored", "shift", "exp_limit"]
 
-STRUCTURES = ("zeros", "ties", "identity", "diagonal", "repeated_singular", "large", "offset")
+STRUCTURES = ("zeros", "ties", "identity", "diagonal", "repeated_singular", "large", "offset", "overflow")
+# log of the largest finite value, by NumPy dtype name: where exp overflows
+# (bfloat16 shares float32's exponent range; its values are float64 or float32 here)
+_LOG_MAX = {"float64": 709.78, "complex128": 709.78, "float32": 88.72, "complex64": 88.72, "float16": 11.09}
 # Applied to every matrix (the last two dims) of a tensor of rank 2 or more, a no-op below.
 MATRIX_STRUCTURES = ("identity", "diagonal", "repeated_singular")
 
 Structure = Sequence[tuple[str, int]]
 
 
-def structured(x: np.ndarray, structure: Structure, low: float, high: float) -> np.ndarray:
+def structured(x: np.ndarray, structure: Structure, low: float, high: float, exp_max: float = 709.78) -> np.ndarray:
     """``x`` (float64 or complex128, in its final shape) with each structure applied in order:
 
     - ``("zeros", k)``: element ``k % n`` (flat) is exactly zero;
@@ -38,7 +41,11 @@ def structured(x: np.ndarray, structure: Structure, low: float, high: float) -> 
       singular values equal (``p = min(m, n)``);
     - ``("large", k)``: values scaled by ``2 ** (5 + k % 6)`` (a softmax saturates);
     - ``("offset", k)``: values shifted by ``±2 ** (8 + k // 2 % 10)`` (a
-      variance cancels against a large mean).
+      variance cancels against a large mean);
+    - ``("overflow", k)``: values scaled so that the largest one (``k % 4 <
+      3``) or the most negative is ``±exp_max * (1 + k // 4 % 8 / 8)``, past
+      where ``exp`` overflows in the case's dtype (``exp_max``: log of its
+      largest value, ``exp_limit``).
     """
     n = x.size
     if not n:
@@ -53,6 +60,14 @@ def structured(x: np.ndarray, structure: Structure, low: float, high: float) -> 
             x = x * 2.0 ** (5 + k % 6)
         elif name == "offset":
             x = x + (-1.0 if k % 2 else 1.0) * 2.0 ** (8 + k // 2 % 10)
+        elif name == "overflow":
+            real = x.real if np.iscomplexobj(x) else x
+            # the largest value (three k in four) or the most negative lands past the limit
+            top = float(np.max(real) if k % 4 != 3 else -np.min(real))
+            if not top > 0:
+                top = float(np.max(np.abs(real)))
+            if top > 0:
+                x = x * (exp_max * (1 + k // 4 % 8 / 8) / top)
         elif x.ndim >= 2:
             m, c = x.shape[-2:]
             eye = np.eye(m, c)
@@ -63,6 +78,11 @@ def structured(x: np.ndarray, structure: Structure, low: float, high: float) -> 
             else:
                 x = _repeated_singular(x, k)
     return x
+
+
+def exp_limit(dtype_name: str) -> float:
+    """log of the largest finite value of a dtype (by name: "float32"): where exp overflows."""
+    return _LOG_MAX.get(dtype_name.removeprefix("torch."), _LOG_MAX["float32"])
 
 
 def shift(structure: Structure) -> float:

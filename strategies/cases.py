@@ -14,6 +14,7 @@ from hypothesis.strategies import DrawFn, SearchStrategy
 from fuzzdiff.arguments import ArgKind, FromShapes, Index, Mask
 from fuzzdiff.case import Arg, Case, Layout, Values
 from fuzzdiff.spec import ArgSpec
+from fuzzdiff.structures import MATRIX_STRUCTURES
 from strategies.aliasing import draw_aliasing
 from strategies.dtypes import dtypes as dtype_strategy
 from strategies.layouts import LAYOUT_FEATURES, draw_layout
@@ -142,8 +143,19 @@ def _arg_values(
         specials=target.specials if specials else False,
         avoid=target.kinks,
         distinct=target.distinct,
-        structures=target.structured if structured else (),
+        structures=_fitting(target.structured, target, name) if structured else (),
     ), None
+
+
+def _fitting(structures: tuple[str, ...], target: Signature, name: str) -> tuple[str, ...]:
+    """The structured points an argument can be at: a matrix's only where its
+    spec ends in two dims (a vector is never the identity)."""
+    if not structures or not set(structures) & set(MATRIX_STRUCTURES):
+        return structures
+    arg = next(a for a in target.args if a.name == name)
+    if sum(1 for d in arg.dims[-2:] if not d.variadic) == 2:
+        return structures
+    return tuple(s for s in structures if s not in MATRIX_STRUCTURES)
 
 
 def _dim_size(target: Signature, shapes: Mapping[str, tuple[int, ...]], dim: str) -> int:
@@ -263,9 +275,14 @@ def _draw_case(draw: DrawFn, plan: CasePlan) -> Case:
 
 def laid_out(shape: tuple[int, ...], values: Values, layout: Layout | None, **fields: Any) -> Arg:
     """An argument in ``layout``: along a stride-0 dim its values repeat, as
-    the memory they are read from does."""
+    the memory they are read from does (so a matrix whose rows or columns
+    repeat is not at a matrix's structured point: those are dropped)."""
     if layout is not None and 0 in layout.strides:
-        values = replace(values, constant=tuple(d for d, s in enumerate(layout.strides) if s == 0))
+        constant = tuple(d for d, s in enumerate(layout.strides) if s == 0)
+        structure = values.structure
+        if any(d >= len(shape) - 2 and shape[d] > 1 for d in constant):
+            structure = tuple((name, k) for name, k in structure if name not in MATRIX_STRUCTURES)
+        values = replace(values, constant=constant, structure=structure)
     return Arg(shape, values, layout, **fields)
 
 

@@ -164,11 +164,7 @@ def _plan(
         if names
         else None
     )
-    structure_lists = (
-        eager(st.lists(st.tuples(st.sampled_from(structures), st.integers(0, 1 << 16)), max_size=2).map(tuple))
-        if structures
-        else None
-    )
+    structure_lists = _structure_draws(structures) if structures else None
     fixed = dict(low=low, high=high, avoid=avoid, margin=margin if avoid else 0.0, distinct=distinct, kind=kind)
     defaults = Values()
     # Only what differs from Values' defaults: the repr of a drawn Values stays short.
@@ -177,6 +173,52 @@ def _plan(
     )
 
 
+# Percent of the draws of 0 to 99 that put an argument at each structured
+# point. The points of one group exclude each other (a matrix is not both the
+# identity and of repeated singular values; values are scaled one way), and
+# groups are drawn each on its own. Among Hypothesis's examples (which include
+# its simplest, every draw 0) about half as many land there: any point at all
+# in about a third of an argument's draws, those where bugs are most often
+# reported most often.
+STRUCTURE_PERCENT: dict[tuple[str, ...], tuple[int, ...]] = {
+    ("zeros",): (20,),
+    ("ties",): (14,),
+    ("identity", "diagonal", "repeated_singular"): (20, 6, 6),
+    ("large", "overflow", "offset"): (10, 12, 6),
+}
+_WHERE = integers(0, 1 << 16)
+
+
+@functools.lru_cache(maxsize=64)
+def _structure_draws(names: tuple[str, ...]) -> st.SearchStrategy[tuple[tuple[str, int], ...]]:
+    """The structured points of ``names``, a group at a time: a draw of 0 to
+    99 picks a point of the group from ``100 - its percent`` on (the first
+    point of a group the highest draws), so each group shrinks toward none;
+    then where or how much (``k``)."""
+    groups = []
+    for group, percents in STRUCTURE_PERCENT.items():
+        ladder, high = [], 100
+        for name, percent in zip(group, percents):
+            if name in names:
+                ladder.append((high - percent, high, name))
+            high -= percent
+        if ladder:
+            groups.append(ladder)
+
+    @st.composite
+    def structures(draw: DrawFn) -> tuple[tuple[str, int], ...]:
+        out = []
+        for ladder in groups:
+            k = draw(_PERCENT)
+            name = next((name for low, high, name in ladder if low <= k < high), None)
+            if name is not None:
+                out.append((name, draw(_WHERE)))
+        return tuple(out)
+
+    return eager(structures())
+
+
+_PERCENT = integers(0, 99)
 _SEEDS = integers(0, 2**32 - 1)
 _GRID_CHOICE = st.sampled_from(GRIDS)
 

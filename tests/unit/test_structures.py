@@ -66,7 +66,8 @@ def test_structures_shrink_away():
     v = find(values(structures=STRUCTURES), lambda v: True)
     assert v.structure == ()
     v = find(values(structures=("zeros", "ties")), lambda v: len(v.structure) >= 1)
-    assert v.structure == (("zeros", 0),)
+    # one structure at its plainest k (each is drawn on its own: the first drawn shrinks to none)
+    assert len(v.structure) == 1 and v.structure[0][1] == 0, v.structure
 
 
 def test_validation():

@@ -1,0 +1,166 @@
+"""The values where bugs live, drawn by default; a call's time budget; its progress off a terminal.
+
+Each planted bug below is wrong only at one kind of hard value (an exact zero,
+a large magnitude, the identity matrix): ``fuzzdiff.check`` at its defaults
+finds it, and passes its correct twin.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import fuzzdiff
+from fuzzdiff.api import hard_values
+from fuzzdiff.structures import STRUCTURES
+
+
+class SquareByDivision(torch.autograd.Function):
+    """x**2, its backward 2 x**2 / x: nan at an exact zero, right elsewhere."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 2 * (x * x) / x
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 2 * x
+
+
+class SoftplusByExp(torch.autograd.Function):
+    """softplus, its backward exp(x) / (1 + exp(x)): nan once exp overflows (x > 709.8 in float64)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.nn.functional.softplus(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.exp(x) / (1 + torch.exp(x))
+
+
+class Softplus(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.nn.functional.softplus(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.sigmoid(x)
+
+
+def _matrix_square_backward(a, grad):
+    return grad @ a.mT + a.mT @ grad
+
+
+class MatrixSquareIdentityShortcut(torch.autograd.Function):
+    """A @ A, its backward taking a shortcut at the identity that forgets the factor 2."""
+
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return a @ a
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        eye = torch.eye(a.shape[-1], dtype=a.dtype)
+        if a.numel() and torch.linalg.matrix_rank(a - eye) == 0:  # "the identity: nothing to multiply by"
+            return grad
+        return _matrix_square_backward(a, grad)
+
+
+class MatrixSquare(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return a @ a
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        return _matrix_square_backward(a, grad)
+
+
+PLANTED = [
+    pytest.param(SquareByDivision.apply, Square.apply, "x: n", {"zeros"}, id="zero-division"),
+    pytest.param(SoftplusByExp.apply, Softplus.apply, "x: n", {"large", "overflow", "offset"}, id="overflowing-softplus"),
+    pytest.param(
+        MatrixSquareIdentityShortcut.apply, MatrixSquare.apply, "a: n n", {"identity"}, id="rule-at-the-identity"
+    ),
+]
+
+
+@pytest.mark.parametrize("bug, twin, spec, structure", PLANTED)
+def test_a_bug_at_a_hard_value_is_found_at_defaults_and_its_twin_passes(bug, twin, spec, structure):
+    report = fuzzdiff.check(bug, spec, checks=("grad",), seed=0, progress=False)
+    assert not report.ok, report.summary()
+    # (a tie of levels about 0 may be an exact zero too: a second root cause by its features)
+    failure = report.failures[0]
+    assert all(f.check == "grad" and "analytic" in f.message for f in report.failures), report.summary()
+    assert any(name in structure for a in failure.case.args for name, _ in a.values.structure), failure
+    assert fuzzdiff.check(twin, spec, checks=("grad",), seed=0, progress=False).ok
+
+
+@pytest.mark.parametrize("bug, twin, spec, structure", PLANTED)
+def test_without_hard_values_the_same_bugs_go_unseen(bug, twin, spec, structure):
+    # the structures are what find them: structured=() opts out
+    assert fuzzdiff.check(bug, spec, checks=("grad",), seed=0, structured=(), progress=False).ok
+
+
+def test_the_hard_values_are_those_the_declared_domain_holds():
+    assert hard_values({}) == STRUCTURES
+    assert hard_values({"x": (None, None)}) == STRUCTURES
+    assert hard_values({"x": (0.0, None)}) == ("ties",)  # log: no zero, no scaling out of bounds
+    assert hard_values({"x": (-1.0, 1.0)}) == ("zeros", "ties", "diagonal")  # asin: no one on the diagonal
+    assert hard_values({"x": (-1.0, 2.0)}) == ("zeros", "ties", "identity", "diagonal")
+
+
+def _slow(x):
+    time.sleep(0.05)
+    return torch.sin(x)
+
+
+def test_the_time_budget_cuts_a_check_short_and_says_so():
+    start = time.monotonic()
+    report = fuzzdiff.check(_slow, "x: n", checks=("grad", "forward"), budget=1.0, seed=0, progress=False)
+    assert time.monotonic() - start < 10
+    assert report.ok and all(report.tallies[name].cut for name in ("grad", "forward")), report.summary()
+    assert report.tallies["grad"].cases < 100
+    assert "time budget 1 s" in report.summary()
+
+
+def test_max_examples_keeps_its_meaning_without_a_budget():
+    report = fuzzdiff.check(torch.sin, "x: n", checks=("grad",), max_examples=5, seed=0, progress=False)
+    assert not report.tallies["grad"].cut and report.tallies["grad"].cases >= 5
+    with pytest.raises(ValueError, match="budget"):
+        fuzzdiff.check(torch.sin, "x: n", budget=0)
+
+
+def test_off_a_terminal_each_finished_check_is_a_line_on_stderr(capsys):
+    fuzzdiff.check(torch.sin, "x: n", checks=("grad", "forward"), max_examples=3, seed=0)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(": ")[1] for line in lines] == ["grad", "forward"], lines
+    assert all("cases" in line and line.endswith(" s") for line in lines), lines
+    fuzzdiff.check(torch.sin, "x: n", checks=("grad",), max_examples=3, seed=0, progress=False)
+    assert capsys.readouterr().err == ""
