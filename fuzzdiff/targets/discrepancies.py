@@ -28,6 +28,7 @@ __all__ = [
     "JVP_CAPTURED_CONSTANT_AOT_FUNCTION",
     "VMAP_INT_SCALAR_DYNAMIC",
     "VMAP_SYMBOLIC_SIZES_DYNAMIC",
+    "VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE",
 ]
 
 # The checks that run a target eagerly, forward and backward, on the case's own
@@ -407,4 +408,29 @@ VMAP_SYMBOLIC_SIZES_DYNAMIC = Known(
         "38a3d55b8f0ad5e4",
         "9fe2afb0ea0287b0",
     ),
+)
+
+VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE = Known(
+    "compile",
+    "torch.compile(dynamic=True) of vmap(F.interpolate) with scale_factor and "
+    "recompute_scale_factor=True (modes linear, nearest, bilinear, bicubic and trilinear) trips "
+    '"isIntList() INTERNAL ASSERT FAILED at ivalue_inl.h ... Expected IntList but got GenericList" '
+    "in fake-tensor dispatch: interpolate computes the output size from the symbolic input sizes, and "
+    "functorch's batching kernel for upsample_*.vec takes output_size as int[] (OptionalArrayRef<long>), "
+    "so unboxing the list of SymInts asserts (torch 2.13.0 CPU, aot_eager and inductor, a literal "
+    "scale_factor too; eager vmap, dynamic=False, the op without vmap and mode nearest-exact work; "
+    "without recompute_scale_factor the kernel calls sizes() instead, VMAP_SYMBOLIC_SIZES_DYNAMIC)",
+    "def make(kwargs): return lambda t: F.interpolate(t, **kwargs); f = make({'size': None, "
+    "'scale_factor': 0.6, 'mode': 'bicubic', 'align_corners': None, 'recompute_scale_factor': True}); "
+    "g = lambda x: torch.func.vmap(f)(x); x = torch.randn(2, 2, 3, 4, 4, dtype=torch.float64); g(x) "
+    "works; torch.compile(g, backend='aot_eager', dynamic=True)(x) -> TorchRuntimeError: ... got "
+    "RuntimeError('isIntList() INTERNAL ASSERT FAILED at \"/__w/pytorch/pytorch/aten/src/ATen/core/"
+    "ivalue_inl.h\":1981, please report a bug to PyTorch. Expected IntList but got GenericList'); the "
+    "same with mode 'trilinear' at x = torch.randn(2, 2, 3, 4, 4, 4, dtype=torch.float64), and with "
+    "'linear', 'nearest' and 'bilinear'",
+    raises="TorchRuntimeError",
+    message=r"BatchedTensor\(lvl=\d+.*isIntList\(\) INTERNAL ASSERT FAILED at \S*ivalue_inl\.h\S*, please report "
+    r"a bug to PyTorch\. Expected IntList but got GenericList",
+    params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
+    records=("963ae4c69564e70b", "5ba54b5fec566ebe"),
 )

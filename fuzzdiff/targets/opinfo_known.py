@@ -26,6 +26,7 @@ from fuzzdiff.targets.discrepancies import (
     STRIDE0_GRAD_DYNAMIC,
     VMAP_INT_SCALAR_DYNAMIC,
     VMAP_SYMBOLIC_SIZES_DYNAMIC,
+    VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE,
 )
 
 __all__ = ["KNOWN", "known_for"]
@@ -549,6 +550,8 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     # the compile check's vmap transform, whatever the op: cov, corrcoef, kron, linalg.multi_dot,
     # linalg.norm, group_norm, upsample_nearest so far
     ("opinfo/*", VMAP_SYMBOLIC_SIZES_DYNAMIC),
+    # the compile check's vmap transform of interpolate with recompute_scale_factor=True
+    ("opinfo/nn.functional.interpolate.*", VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE),
     (
         "opinfo/linalg.matrix_norm@*",
         Known(
