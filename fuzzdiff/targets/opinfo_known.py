@@ -14,6 +14,7 @@ import fnmatch
 from fuzzdiff.known import NOT_NONE, Known
 from fuzzdiff.targets.discrepancies import (
     DET_GRAD_TRANSPOSED_PERMUTED,
+    DUAL_LEVEL_LERP_INPLACE_COMPILE,
     GROUP_NORM_VMAP_GAPPED_BATCH,
     JVP_CAPTURED_CONSTANT_AOT_FUNCTION,
     JVP_STRIDE0_AOT_FUNCTION,
@@ -552,6 +553,8 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     ("opinfo/*", VMAP_SYMBOLIC_SIZES_DYNAMIC),
     # the compile check's vmap transform of interpolate with recompute_scale_factor=True
     ("opinfo/nn.functional.interpolate.*", VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE),
+    # the compile check's dual and jvp transforms: quantile's linear and midpoint call lerp_
+    *((f"opinfo/{name}@*", DUAL_LEVEL_LERP_INPLACE_COMPILE) for name in ("quantile", "nanquantile")),
     (
         "opinfo/linalg.matrix_norm@*",
         Known(
