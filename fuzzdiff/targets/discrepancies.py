@@ -28,6 +28,8 @@ __all__ = [
     "JVP_CAPTURED_CONSTANT_AOT_FUNCTION",
     "VMAP_INT_SCALAR_DYNAMIC",
     "VMAP_SYMBOLIC_SIZES_DYNAMIC",
+    "VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE",
+    "DUAL_LEVEL_LERP_INPLACE_COMPILE",
 ]
 
 # The checks that run a target eagerly, forward and backward, on the case's own
@@ -407,4 +409,59 @@ VMAP_SYMBOLIC_SIZES_DYNAMIC = Known(
         "38a3d55b8f0ad5e4",
         "9fe2afb0ea0287b0",
     ),
+)
+
+VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE = Known(
+    "compile",
+    "torch.compile(dynamic=True) of vmap(F.interpolate) with scale_factor and "
+    "recompute_scale_factor=True (modes linear, nearest, bilinear, bicubic and trilinear) trips "
+    '"isIntList() INTERNAL ASSERT FAILED at ivalue_inl.h ... Expected IntList but got GenericList" '
+    "in fake-tensor dispatch: interpolate computes the output size from the symbolic input sizes, and "
+    "functorch's batching kernel for upsample_*.vec takes output_size as int[] (OptionalArrayRef<long>), "
+    "so unboxing the list of SymInts asserts (torch 2.13.0 CPU, aot_eager and inductor, a literal "
+    "scale_factor too; eager vmap, dynamic=False, the op without vmap and mode nearest-exact work; "
+    "without recompute_scale_factor the kernel calls sizes() instead, VMAP_SYMBOLIC_SIZES_DYNAMIC)",
+    "def make(kwargs): return lambda t: F.interpolate(t, **kwargs); f = make({'size': None, "
+    "'scale_factor': 0.6, 'mode': 'bicubic', 'align_corners': None, 'recompute_scale_factor': True}); "
+    "g = lambda x: torch.func.vmap(f)(x); x = torch.randn(2, 2, 3, 4, 4, dtype=torch.float64); g(x) "
+    "works; torch.compile(g, backend='aot_eager', dynamic=True)(x) -> TorchRuntimeError: ... got "
+    "RuntimeError('isIntList() INTERNAL ASSERT FAILED at \"/__w/pytorch/pytorch/aten/src/ATen/core/"
+    "ivalue_inl.h\":1981, please report a bug to PyTorch. Expected IntList but got GenericList'); the "
+    "same with mode 'trilinear' at x = torch.randn(2, 2, 3, 4, 4, 4, dtype=torch.float64), and with "
+    "'linear', 'nearest' and 'bilinear'",
+    raises="TorchRuntimeError",
+    message=r"BatchedTensor\(lvl=\d+.*isIntList\(\) INTERNAL ASSERT FAILED at \S*ivalue_inl\.h\S*, please report "
+    r"a bug to PyTorch\. Expected IntList but got GenericList",
+    params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
+    records=("963ae4c69564e70b", "5ba54b5fec566ebe"),
+)
+
+DUAL_LEVEL_LERP_INPLACE_COMPILE = Known(
+    "compile",
+    "torch.compile of code that calls Tensor.lerp_ with a tensor weight inside an active "
+    "fwAD.dual_level() (at dual inputs, under torch.func.jvp, or even on plain tensors there) fails "
+    "in fake-tensor dispatch: lerp_'s meta calls the aten.lerp overload packet, which formats a "
+    "tensor's repr (with Tensor.__repr__ patched it works), and Tensor.__repr__ inside a dual level "
+    "calls unpack_dual, which reaches the native::_fw_primal stub outside inference mode: "
+    '"InferenceMode::is_enabled() && self.is_inference() INTERNAL ASSERT FAILED at '
+    'VariableMethodStubs.cpp". torch.quantile and '
+    "torch.nanquantile with interpolation 'linear' or 'midpoint' call lerp_ so (torch 2.13.0 CPU; "
+    "dynamo's eager backend, aot_eager and inductor, dynamic True or False; eager, 'lower' and "
+    "'nearest', a float weight, out-of-place torch.lerp and the same call outside a dual level work; "
+    "aot_function at duals raises the same assert as a RuntimeError)",
+    "x = torch.randn(12, dtype=torch.float64).as_strided((3, 2, 1, 2), (4, 1, 4, 2)); q = "
+    "torch.tensor([0.1, 0.2], dtype=torch.float64); f = lambda x, q: torch.nanquantile(x, q, dim=2, "
+    "keepdim=True, interpolation='midpoint'); with fwAD.dual_level(): f(fwAD.make_dual(x, "
+    "torch.randn_like(x)), q) works; torch.compile(f, backend='aot_eager', dynamic=True)("
+    "fwAD.make_dual(x, torch.randn_like(x)), q) -> TorchRuntimeError: ... call_function <built-in "
+    "method nanquantile ...> got RuntimeError('InferenceMode::is_enabled() && self.is_inference() "
+    'INTERNAL ASSERT FAILED at "/__w/pytorch/pytorch/aten/src/ATen/native/VariableMethodStubs.cpp":66 '
+    "... native::_fw_primal'); the same for torch.func.jvp of it compiled, for torch.quantile, and for "
+    "torch.compile(lambda a, b, w: a.clone().lerp_(b, w), backend='aot_eager') called inside "
+    "fwAD.dual_level() on three plain torch.randn(3, dtype=torch.float64)",
+    raises="TorchRuntimeError",
+    message=r"call_function <built-in method (nan)?quantile\b.*InferenceMode::is_enabled\(\) && "
+    r"self\.is_inference\(\) INTERNAL ASSERT FAILED at \S*VariableMethodStubs\.cpp",
+    params={"backend": ("aot_eager", "inductor"), "transform": ("jvp", "dual")},
+    records=("24d7dfe46b0bea14",),
 )

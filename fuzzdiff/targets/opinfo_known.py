@@ -14,6 +14,7 @@ import fnmatch
 from fuzzdiff.known import NOT_NONE, Known
 from fuzzdiff.targets.discrepancies import (
     DET_GRAD_TRANSPOSED_PERMUTED,
+    DUAL_LEVEL_LERP_INPLACE_COMPILE,
     GROUP_NORM_VMAP_GAPPED_BATCH,
     JVP_CAPTURED_CONSTANT_AOT_FUNCTION,
     JVP_STRIDE0_AOT_FUNCTION,
@@ -26,6 +27,7 @@ from fuzzdiff.targets.discrepancies import (
     STRIDE0_GRAD_DYNAMIC,
     VMAP_INT_SCALAR_DYNAMIC,
     VMAP_SYMBOLIC_SIZES_DYNAMIC,
+    VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE,
 )
 
 __all__ = ["KNOWN", "known_for"]
@@ -549,6 +551,10 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     # the compile check's vmap transform, whatever the op: cov, corrcoef, kron, linalg.multi_dot,
     # linalg.norm, group_norm, upsample_nearest so far
     ("opinfo/*", VMAP_SYMBOLIC_SIZES_DYNAMIC),
+    # the compile check's vmap transform of interpolate with recompute_scale_factor=True
+    ("opinfo/nn.functional.interpolate.*", VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE),
+    # the compile check's dual and jvp transforms: quantile's linear and midpoint call lerp_
+    *((f"opinfo/{name}@*", DUAL_LEVEL_LERP_INPLACE_COMPILE) for name in ("quantile", "nanquantile")),
     (
         "opinfo/linalg.matrix_norm@*",
         Known(
