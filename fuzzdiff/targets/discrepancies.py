@@ -387,7 +387,7 @@ VMAP_INT_SCALAR_DYNAMIC = Known(
 VMAP_SYMBOLIC_SIZES_DYNAMIC = Known(
     "compile",
     "torch.compile(dynamic=True) of vmap(torch.cov), vmap(torch.corrcoef) (which calls cov) and "
-    "vmap(torch.kron), vmap(torch.take_along_dim), vmap(torch.linalg.multi_dot) and vmap of "
+    "vmap(torch.kron), vmap(torch.take_along_dim), vmap(torch.linalg.multi_dot), vmap(F.group_norm) and vmap of "
     "torch.linalg.norm at zero fail in fake-tensor dispatch: their C++ "
     "kernels call sizes() on a "
     "BatchedTensor over a FakeTensor with symbolic sizes (torch 2.13.0 CPU, aot_eager and inductor; "
@@ -408,13 +408,15 @@ VMAP_SYMBOLIC_SIZES_DYNAMIC = Known(
         "9d61123d3cfe46de",
         "38a3d55b8f0ad5e4",
         "9fe2afb0ea0287b0",
+        "c3d200f15955c72e",
     ),
 )
 
 VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE = Known(
     "compile",
     "torch.compile(dynamic=True) of vmap(F.interpolate) with scale_factor and "
-    "recompute_scale_factor=True (modes linear, nearest, bilinear, bicubic and trilinear) trips "
+    "recompute_scale_factor=True (modes linear, nearest, bilinear, bicubic and trilinear; "
+    "F.upsample_bilinear and F.upsample_nearest call it so) trips "
     '"isIntList() INTERNAL ASSERT FAILED at ivalue_inl.h ... Expected IntList but got GenericList" '
     "in fake-tensor dispatch: interpolate computes the output size from the symbolic input sizes, and "
     "functorch's batching kernel for upsample_*.vec takes output_size as int[] (OptionalArrayRef<long>), "

@@ -553,6 +553,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     ("opinfo/*", VMAP_SYMBOLIC_SIZES_DYNAMIC),
     # the compile check's vmap transform of interpolate with recompute_scale_factor=True
     ("opinfo/nn.functional.interpolate.*", VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE),
+    ("opinfo/nn.functional.upsample_*", VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE),
     # the compile check's dual and jvp transforms: quantile's linear and midpoint call lerp_
     *((f"opinfo/{name}@*", DUAL_LEVEL_LERP_INPLACE_COMPILE) for name in ("quantile", "nanquantile")),
     (

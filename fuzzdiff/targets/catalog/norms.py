@@ -19,6 +19,7 @@ from fuzzdiff.targets.discrepancies import (
     LAYER_NORM_JACREV,
     NESTED_JVP_NORMS,
     REVERSE_OVER_FORWARD_INPLACE,
+    VMAP_SYMBOLIC_SIZES_DYNAMIC,
 )
 
 FAMILY = "norms"
@@ -195,7 +196,7 @@ register(
         max_side=3,
         distinct=True,
         kwargs={"num_groups": _kw.groups("x", 1, min_values=3), "eps": EPS},
-        known=(GROUP_NORM_FORWARD, GROUP_NORM_VMAP_GAPPED_BATCH, JVP_TANGENT_COPY_DYNAMIC),
+        known=(GROUP_NORM_FORWARD, GROUP_NORM_VMAP_GAPPED_BATCH, JVP_TANGENT_COPY_DYNAMIC, VMAP_SYMBOLIC_SIZES_DYNAMIC),
     ),
     # eval-mode batch_norm with 0 channels and a non-empty batch raises
     # "IndexError: select(): index 0 out of range" (torch 2.13): min_side=1
