@@ -145,9 +145,21 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument(
         "--max-examples",
         type=int,
-        default=100,
         metavar="N",
         help="drawn cases per check (default: 100); a check stops at its first confirmed failure",
+    )
+    chk.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="the run's time, shared by the checks by their cost (default: 30, or none with --max-examples; inf: none)",
+    )
+    chk.add_argument(
+        "--structured",
+        nargs="*",
+        metavar="POINT",
+        help="the structured points drawn (zeros ties identity diagonal repeated_singular large offset overflow; "
+        "default: every one the --domain holds; none: --structured with no names)",
     )
     chk.add_argument(
         "--variants",

@@ -16,6 +16,7 @@ import threading
 import time
 import warnings
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -564,10 +565,17 @@ def cmd_check(args) -> int:
             get_check(name)
     except (SpecError, UnknownCheck, TypeError, ValueError) as e:
         raise UsageError(f"{args.target}: {e}") from None
-    if args.max_examples < 1:
+    if args.max_examples is not None and args.max_examples < 1:
         raise UsageError("--max-examples must be at least 1")
     if args.variants < 1:
         raise UsageError("--variants must be at least 1")
+    if args.budget is not None and not args.budget > 0:
+        raise UsageError("--budget must be positive (inf: no limit)")
+    try:
+        structured = api.hard_values(target.domain) if args.structured is None else tuple(args.structured)
+        target = replace(target, structured=structured)
+    except ValueError as e:  # an unknown point: Target names the valid ones
+        raise UsageError(f"--structured: {e}") from None
     rtol, atol = _tolerance(args.rtol, "--rtol"), _tolerance(args.atol, "--atol")
     try:
         api.declared_tolerances(checks or list(CHECKS), rtol=rtol, atol=atol)
@@ -578,6 +586,7 @@ def cmd_check(args) -> int:
             target,
             checks=checks,
             max_examples=args.max_examples,
+            budget=args.budget,
             seed=args.seed,
             corpus=_corpus_root(args),
             variants=args.variants,

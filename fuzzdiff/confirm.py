@@ -21,9 +21,10 @@ tried, with the structure kept (``Case.nudged``): a tie stays a tie, a zero a
 zero. Whether a structure is a kink depends on the target (zeros are kinks of
 ``abs``, not of ``prod``), so the function is asked, not the structure's name.
 A second derivative asks it of the first derivative it differentiates. An
-identity without a one-sided measure (forward against reverse mode) keeps
-the old question, at neighbours moved off the structure: it may hide a bug
-there, never invent one.
+identity without a one-sided measure (a comparison of whole results: vmap,
+compile) asks its neighbours, which keep the structure: a tie stays a tie.
+Forward against reverse mode asks the function's one-sided differences, as
+grad does.
 
 An argument passed twice (``dist(x, x)``, ``Case.repeated``) is a structure
 no kink test sees: ``x - x`` sits at the norm's kink whatever ``x`` is. For

@@ -4,8 +4,8 @@ After some kernel faults ("misaligned address", "an illegal memory access")
 every later CUDA call in the process raises the same error. The case that
 lost the context is the finding: a crash, which this process can neither
 replay nor shrink. A later case that only meets the lost context is not a
-finding. On a lent H100 one max_pool2d case failed 1199 later tests of the
-same pytest workers this way, before this module.
+finding. On an H100, one max_pool2d case failed 1199 later tests of the
+same pytest workers this way, without this module.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     python -m fuzzdiff.rerecord [--corpus DIR] [--all] [--dry-run] [RECORD ...]
 
-Each record still in an older format is replayed under the current draws
+Each record in a format before the current one is replayed under the current draws
 (fuzzdiff.draws; a crash record in a child process, as ``fuzzdiff repro``
 does) and rewritten in place (fuzzdiff.corpus.rewrite_record): the same id,
 stored inputs and status, the replayed verdict. A ``fixed`` record must

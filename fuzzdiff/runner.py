@@ -25,12 +25,12 @@ from fuzzdiff.raised import Raised, raised
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.torch_state import Left, kept
-from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS, unsupported_reason
+from fuzzdiff.unsupported import unsupported_reason
 from fuzzdiff.verdict import Verdict
 from strategies.cases import CasePlan, case_plan, draw_case
 from strategies.cotangents import draw_probe_dicts
 
-__all__ = ["run_check", "verdict_at", "case_strategy", "UNSUPPORTED_PATTERNS", "unsupported_reason"]
+__all__ = ["run_check", "verdict_at", "case_strategy"]
 
 
 def run_check(check: Check | str, target: Target | str, case: Case) -> Verdict:

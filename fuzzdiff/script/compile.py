@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from fuzzdiff.directions import probes_like
+from fuzzdiff.fragment import lines
 from fuzzdiff.paths import compiled as path
-from fuzzdiff.script.fragments import Fragment, _lines, register
+from fuzzdiff.script.fragments import Fragment, register
 from fuzzdiff.script.helpers import reserve
 from fuzzdiff.script.inputs import inputs_code
 from fuzzdiff.script.literals import dtype_name, tensor_literal
@@ -195,7 +196,7 @@ def _transform_fragment(ctx) -> Fragment:
     transform, backend = case.params["transform"], case.params["backend"]
     wrapper = TRANSFORMS[transform]
     if transform == "dual":
-        body = _lines(
+        body = lines(
             "args = transform_args()",
             "want, want_tangents = dual_transform(target_outputs, args, WRT, PROBES)",
             "compiled_call = compiled(call)",
@@ -205,7 +206,7 @@ def _transform_fragment(ctx) -> Fragment:
         )
         summary = f"{backend}: the compiled function at dual inputs vs eager: outputs and their tangents"
     else:
-        body = _lines(
+        body = lines(
             f"transformed = {wrapper.__name__}(target_outputs, N_ARGS, WRT)",
             "args = transform_args()",
             "want = list(transformed(*args, *PROBES))",
@@ -234,7 +235,7 @@ def compile_fragment(ctx) -> Fragment:
     extra, _ = _data(ctx)
     return Fragment(
         f"{backend} vs eager: outputs, output metadata, inputs after the call and gradients",
-        _lines(
+        lines(
             "names, want, want_meta, want_args = run(call)",
             "_, got, got_meta, got_args = run(compiled(call))",
             'print("output metadata, eager:   ", want_meta)',

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fuzzdiff.fragment import Fragment, lines
+from fuzzdiff.fragment import Fragment
 
 __all__ = ["Fragment", "FRAGMENTS", "register"]
 
@@ -24,6 +24,3 @@ def register(name: str) -> Callable:
         return fn
 
     return deco
-
-
-_lines = lines

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from fuzzdiff.fragment import lines
 from fuzzdiff.paths import expanded as path
-from fuzzdiff.script.fragments import Fragment, _lines, register
+from fuzzdiff.script.fragments import Fragment, register
 from fuzzdiff.script.literals import ScriptError, tensor_literal, value_literal
 from fuzzdiff.script.source import target_code
 
@@ -102,7 +103,7 @@ def per_sample(ctx) -> Fragment:
     )
     return Fragment(
         "ExpandedWeights per-sample gradients vs a loop over the samples vs vmap(grad)",
-        _lines(
+        lines(
             "def fresh():",
             f"    return {build}(*PS_SAMPLE, **PS_KWARGS)",
             "",

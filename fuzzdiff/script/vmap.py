@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from fuzzdiff.fragment import lines
 from fuzzdiff.paths.vmap import Batch, Level, vmap_and_loop
-from fuzzdiff.script.fragments import Fragment, _lines, register
+from fuzzdiff.script.fragments import Fragment, register
 from fuzzdiff.script.literals import tensor_literal
 
 __all__ = ["vmap"]
@@ -41,13 +42,13 @@ def f(*args):
 
 
 def _tensors(mapping_name: str, items, doc: str) -> str:
-    lines = [f"# {doc}", f"{mapping_name} = {{"]
+    out = [f"# {doc}", f"{mapping_name} = {{"]
     for key, tensors in items:
-        lines.append(f"    {key!r}: [")
-        lines += [f"        {tensor_literal(t, indent='        ')}," for t in tensors]
-        lines.append("    ],")
-    lines.append("}")
-    return "\n".join(lines)
+        out.append(f"    {key!r}: [")
+        out += [f"        {tensor_literal(t, indent='        ')}," for t in tensors]
+        out.append("    ],")
+    out.append("}")
+    return "\n".join(out)
 
 
 def _data(ctx) -> str:
@@ -109,7 +110,7 @@ def vmap(ctx) -> Fragment:
     )
     return Fragment(
         f"torch.func.vmap ({composition}) vs a Python loop over the batch",
-        _lines(
+        lines(
             f"# {composition}: vmapped, and the loop's results stacked the same way.",
             f"names, got, want = vmap_and_loop({composition!r}, f, LEVELS, DIFF, ARG_NAMES, args_at, BATCHED,",
             f"                                 {', '.join(probes)})",

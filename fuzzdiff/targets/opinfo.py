@@ -80,7 +80,7 @@ MAX_NUMEL = 2048  # per sample, all fuzzed tensors together: finite differences 
 MAX_FLOAT32 = 1e3  # float32 cases only where every value is at most this large
 NEAR_SCALE = 1e-3  # near mode: |x| <= NEAR_SCALE * max(1, max |sample|)
 
-# The checks issue 8 runs on OpInfo targets; every other check is skipped with this reason.
+# The checks run on OpInfo targets; every other check is skipped with this reason.
 CHECKS = ("grad", "forward", "layout", "alias", "vmap", "compile", "gradgrad", "dtype", "mutation", "forward2")
 OUTSIDE = f"not in the OpInfo check set ({', '.join(CHECKS)})"
 

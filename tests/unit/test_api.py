@@ -121,6 +121,8 @@ def test_bad_arguments_are_precise_errors():
 def test_the_check_command_exit_statuses(user_module, tmp_path, capsys):
     assert main(["check", "user_ops:softplus", "--spec", "x: n", "--checks", "grad",
                  "--max-examples", "5", "--seed", "0"]) == 0
+    assert main(["check", "user_ops:softplus", "--spec", "x: n", "--checks", "grad", "--budget", "2",
+                 "--structured", "--seed", "0"]) == 0
     assert main(["check", "user_ops:Cube.apply", "--spec", "x: n m", "--checks", "grad", "layout",
                  "--max-examples", "60", "--seed", "0", "--corpus", str(tmp_path / "c")]) == 1
     out = capsys.readouterr().out
@@ -128,7 +130,9 @@ def test_the_check_command_exit_statuses(user_module, tmp_path, capsys):
     for bad in (["check", "user_ops:nope", "--spec", "x: n"],
                 ["check", "user_ops:softplus", "--spec", "x: n (m"],
                 ["check", "user_ops:softplus", "--spec", "x: n", "--domain", "x=zero:"],
-                ["check", "user_ops:softplus", "--spec", "x: n", "--checks", "gard"]):
+                ["check", "user_ops:softplus", "--spec", "x: n", "--checks", "gard"],
+                ["check", "user_ops:softplus", "--spec", "x: n", "--structured", "zeroes"],
+                ["check", "user_ops:softplus", "--spec", "x: n", "--budget", "0"]):
         assert main(bad) == 2
         err = capsys.readouterr().err
         assert err.startswith("fuzzdiff: error:") and "Traceback" not in err

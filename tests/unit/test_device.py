@@ -191,8 +191,8 @@ def test_checks_run_without_tf32_when_a_gpu_is_present(monkeypatch):
 
 def test_a_lost_cuda_context_is_one_crash_then_inconclusive(monkeypatch):
     """A kernel fault that loses the context is the finding; the cases after it
-    in the same process only meet the lost context (1199 false failures on a
-    lent H100 before this)."""
+    in the same process only meet the lost context (1199 false failures on an
+    H100 without it)."""
     from fuzzdiff import cuda_context, runner
     from fuzzdiff.checks.check import Check
 

@@ -164,3 +164,50 @@ def test_off_a_terminal_each_finished_check_is_a_line_on_stderr(capsys):
     assert all("cases" in line and line.endswith(" s") for line in lines), lines
     fuzzdiff.check(torch.sin, "x: n", checks=("grad",), max_examples=3, seed=0, progress=False)
     assert capsys.readouterr().err == ""
+
+
+class SquareWithJvpByDivision(torch.autograd.Function):
+    """x**2 with a right backward, and a jvp 2 x**2 / x * t: nan at an exact zero."""
+
+    @staticmethod
+    def forward(x):
+        return x * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (ctx.x,) = inputs
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 2 * x
+
+    @staticmethod
+    def jvp(ctx, t):
+        return 2 * (ctx.x * ctx.x) / ctx.x * t
+
+
+def test_a_forward_mode_rule_wrong_at_a_zero_is_found_by_the_forward_check():
+    report = fuzzdiff.check(SquareWithJvpByDivision.apply, "x: n", checks=("forward",), seed=0, progress=False)
+    assert not report.ok and report.failures[0].check == "forward", report.summary()
+    assert fuzzdiff.check(SquareWithJvp.apply, "x: n", checks=("forward",), seed=0, progress=False).ok
+
+
+class SquareWithJvp(SquareWithJvpByDivision):
+    @staticmethod
+    def jvp(ctx, t):
+        return 2 * ctx.x * t
+
+
+def cumprod_last(x):
+    return torch.cumprod(x, -1)
+
+
+def test_torchs_cumprod_at_an_exact_zero_is_found_through_a_user_wrapper_and_blamed_on_pytorch():
+    # reverse mode through cumprod's jvp divides by the input: nan at a zero (CUMPROD_JVP_AT_ZERO)
+    report = fuzzdiff.check(cumprod_last, "x: n", checks=("forward2",), seed=0, progress=False)
+    assert not report.ok, report.summary()
+    failure = report.failures[0]
+    assert failure.check == "forward2" and failure.blame.whose == "pytorch", report.summary()
+    assert any(name == "zeros" for a in failure.case.args for name, _ in a.values.structure), failure

@@ -56,7 +56,7 @@ def test_kept_puts_back_grad_mode_and_an_open_dual_level():
 
 
 def test_the_aot_function_jvp_cascade_is_contained_and_the_runs_after_it_pass():
-    """Today's torch breaks every later backward of the process after this
+    """torch 2.13 breaks every later backward of the process after this
     internal assert, unless the run's state is put back and its frames let go
     within it (a guard in the traceback's frames restores the broken keys when
     it is freed)."""

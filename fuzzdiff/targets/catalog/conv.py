@@ -115,7 +115,7 @@ MAX_POOL2D_CUDA_MISALIGNED = (
     "(sticky: the process's CUDA context is lost) for a one-channel input whose strides are "
     "not dense, e.g. x = torch.randn(37, dtype=torch.float64, device='cuda').as_strided("
     "(3, 1, 2, 2), (12, 1, 6, 1), 5) (torch 2.11.0+cu130, H100; the same values contiguous "
-    "or channels_last run). Found by the layout and device checks on a lent GPU; "
+    "or channels_last run). Found by the layout and device checks on an H100; "
     "corpus/layout/max_pool2d."
 )
 

@@ -1,4 +1,4 @@
-"""nn.Modules, for per-sample gradients (the per_sample check, issue 6).
+"""nn.Modules, for per-sample gradients (the per_sample check).
 
 Each target is one module kind, declared like an op: the spec is ONE sample
 (the check stacks a batch of 1 to 8 of them), the keyword arguments are the
