@@ -19,6 +19,7 @@ and a replay per further failure. The zoo's bugs are timed with
     python bench/check.py                 # both
     python bench/check.py --no-zoo        # the cheap function only
     python bench/check.py --isolation     # the zoo, with and without the fresh replay
+    python bench/check.py --twins --as-functions   # the zoo as users' functions, at the hard values
 
 Each run is in this process, after one untimed warm-up call (torch's and
 Hypothesis's first-call costs are paid once per test session, too), in a
@@ -59,6 +60,12 @@ def main(argv=None) -> int:
     parser.add_argument("--twins", action="store_true", help="also check every correct twin")
     parser.add_argument("--seed", type=int, default=None, help="a fixed seed (default: random runs)")
     parser.add_argument("--isolation", action="store_true", help="time the zoo with and without the fresh replay")
+    parser.add_argument(
+        "--as-functions",
+        action="store_true",
+        help="check each zoo bug (and twin) as a user's function: its function, spec, domain and kwargs at "
+        "check's defaults (the hard values, the time budget), not its Target",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     # A fresh directory: no example database from an earlier run replays its failures first.
@@ -81,20 +88,28 @@ def main(argv=None) -> int:
 
     if args.isolation:
         return isolation(ZOO, args.seed)
+    def subject(target):
+        if not args.as_functions:
+            return (target,), {}
+        options = {"domain": dict(target.domain), "kwargs": dict(target.kwargs), "dtypes": target.dtypes}
+        return (target.fn, target.spec), options
+
     times, missed, twins_failed = [], [], []
     for planted in ZOO:
         if CHECKS[planted.check].why_not(planted.bug) is not None:
             continue
-        report, seconds = timed(fuzzdiff.check, planted.bug, checks=(planted.check,), seed=args.seed,
-                                progress=False)
+        call, options = subject(planted.bug)
+        report, seconds = timed(fuzzdiff.check, *call, checks=(planted.check,), seed=args.seed,
+                                progress=False, **options)
         found = not report.ok
         times.append(seconds)
         if not found:
             missed.append(planted.bug.name)
         print(f"  {'found' if found else 'MISSED':6s} {seconds:6.1f} s  {planted.check:10s} {planted.bug.name}")
         if args.twins:
-            twin, _ = timed(fuzzdiff.check, planted.twin, checks=(planted.check,), seed=args.seed,
-                            progress=False)
+            call, options = subject(planted.twin)
+            twin, _ = timed(fuzzdiff.check, *call, checks=(planted.check,), seed=args.seed,
+                            progress=False, **options)
             if not twin.ok:
                 twins_failed.append(planted.twin.name)
     print(f"zoo: {len(times) - len(missed)}/{len(times)} bugs found; time to report, shrunk: "

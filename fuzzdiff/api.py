@@ -193,6 +193,7 @@ BUDGET = 30.0  # seconds a call answers in by default (2 cores), unless max_exam
 # (fuzzdiff.costs) relative to grad's, between 1 and MAX_WEIGHT: compile and
 # forward2 get more time than grad, never the whole call.
 MAX_WEIGHT = 4.0
+MIN_SHRINK = 2.0  # seconds of shrinking a failure gets, even past its check's share of the budget
 VARIANTS = 2  # value-and-probe variants per drawn case
 SHRINK_SECONDS = 10.0  # per failure; the report says when shrinking was cut short
 
@@ -262,7 +263,8 @@ def check(
     ``budget`` is the call's time in seconds (default 30, or no limit when
     ``max_examples`` is given; ``float("inf")``: none): each check, when it
     starts, gets a share of the time left in proportion to its cost, and ends
-    at the first case past it; the summary says which checks it cut. With ``corpus``
+    at the first case past it (a failure found is shrunk within that share
+    too, for at least 2 s); the summary says which checks it cut. With ``corpus``
     each failure is written there as a record, and each example is journaled
     first, so a case that kills the process becomes a ``crash`` record.
     A function that raises in its plain call at some input is reported once,
@@ -417,7 +419,7 @@ class _Session:
                 settings=self.hypothesis,
                 seed=self.seed,
                 config=self.config,
-                shrink_seconds=self.shrink_seconds,
+                shrink_seconds=_shrink_bound(self.shrink_seconds, until),
                 definition=self.recipe,
                 fresh=self.fresh,
                 seen=seen,
@@ -635,6 +637,15 @@ def _budget(budget: float | None, max_examples: int | None) -> float | None:
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
         raise ValueError(f"budget must be a positive number of seconds (float('inf'): no limit), got {budget!r}")
     return None if budget == float("inf") else float(budget)
+
+
+def _shrink_bound(seconds: float | None, until: float | None) -> float | None:
+    """Shrinking within the check's share of the budget too, but never under
+    MIN_SHRINK seconds: a failure found late is still made small."""
+    if until is None:
+        return seconds
+    left = max(MIN_SHRINK, until - time.monotonic())
+    return left if seconds is None else min(seconds, left)
 
 
 def _weight(check: str) -> float:

@@ -38,7 +38,7 @@ from fuzzdiff.directions import absdot, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.forward import NO_FORWARD_RULE, library_ops, same_layout
 from fuzzdiff.paths.function import leaf_function
-from fuzzdiff.paths.numerical import directional_difference
+from fuzzdiff.paths.numerical import directional_difference, one_sided_differences
 from fuzzdiff.paths.reverse import first_derivative, vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
@@ -215,13 +215,17 @@ def _analytic(target: Target, case: Case, name: str, cast=None):
 
 def _kinks(target: Target, case: Case, eps: float) -> list[tuple[str, float, float, float]]:
     """fuzzdiff.confirm's kink test at a structured point: the kinks of the
-    first derivative ``J^T w`` along u', seen through u, in float64 (gradgrad.kinks)."""
+    first derivative ``J^T w`` along u', seen through u, in float64, and a
+    jump of the outputs themselves along u', seen through w (gradgrad.kinks:
+    a function that switches branch exactly at the point)."""
     ref = leaf_function(target, case, cast=torch.float64, requires_grad=False)
     with torch.no_grad():
         outs = ref(*ref.leaves)
     u, u2, w = _probes(case, ref.leaves, outs)
     dense = probes_like({"cotangent": DENSE_PROBE}, "cotangent", outs)
-    return kink_pairs(first_derivative(ref, w), ref.leaves, u, u2, eps, seen_whole=first_derivative(ref, dense))
+    pairs = kink_pairs(first_derivative(ref, w), ref.leaves, u, u2, eps, seen_whole=first_derivative(ref, dense))
+    outputs = one_sided_differences(ref, ref.leaves, u2, w, eps)
+    return [*pairs, ("right and left derivatives of the outputs along u'", *outputs)]
 
 
 def _reference(target: Target, case: Case, eps: float, probes) -> tuple[float, float]:

@@ -155,6 +155,18 @@ GROUP_NORM_FORWARD = Known(
     message=r"view size is not compatible with input tensor's size and stride",
     records=("035f536cab13b86e", "9572af2a0e94aaf0", "af1c4025238f8a78"),
 )
+GROUP_NORM_FORWARD_COMPILE = Known(
+    "compile",
+    "the forward-mode bug of F.group_norm above, met by the compile check's eager side when it feeds dual "
+    "tensors or runs torch.func.jvp (torch 2.13.0 CPU)",
+    "x = torch.randn(1, 2, 1, 2, dtype=torch.float64).as_strided((1, 2, 1, 2), (4, 1, 4, 2)); "
+    "with fwAD.dual_level(): F.group_norm(fwAD.make_dual(x, torch.randn(1, 2, 1, 2, dtype=torch.float64)), 1) "
+    "-> RuntimeError: view size is not compatible with input tensor's size and stride",
+    raises="RuntimeError",
+    message=r"view size is not compatible with input tensor's size and stride",
+    params={"transform": ("dual", "jvp")},
+    records=("eff2a30ed78886e4",),
+)
 
 
 register(
@@ -196,7 +208,13 @@ register(
         max_side=3,
         distinct=True,
         kwargs={"num_groups": _kw.groups("x", 1, min_values=3), "eps": EPS},
-        known=(GROUP_NORM_FORWARD, GROUP_NORM_VMAP_GAPPED_BATCH, JVP_TANGENT_COPY_DYNAMIC, VMAP_SYMBOLIC_SIZES_DYNAMIC),
+        known=(
+            GROUP_NORM_FORWARD,
+            GROUP_NORM_FORWARD_COMPILE,
+            GROUP_NORM_VMAP_GAPPED_BATCH,
+            JVP_TANGENT_COPY_DYNAMIC,
+            VMAP_SYMBOLIC_SIZES_DYNAMIC,
+        ),
     ),
     # eval-mode batch_norm with 0 channels and a non-empty batch raises
     # "IndexError: select(): index 0 out of range" (torch 2.13): min_side=1
