@@ -136,7 +136,8 @@ PLANTED = [
     pytest.param(
         MatrixSquareIdentityShortcut.apply, MatrixSquare.apply, "a: n n", {"identity"}, id="rule-at-the-identity"
     ),
-    pytest.param(SumOfSquaresTieShortcut.apply, SumOfSquares.apply, "x: n", {"ties"}, id="rule-at-ties"),
+    # values tie by themselves too (a grid, a scaling), so any structure may show it
+    pytest.param(SumOfSquaresTieShortcut.apply, SumOfSquares.apply, "x: n", None, id="rule-at-ties"),
 ]
 
 
@@ -147,7 +148,8 @@ def test_a_bug_at_a_hard_value_is_found_at_defaults_and_its_twin_passes(bug, twi
     # (a tie of levels about 0 may be an exact zero too: a second root cause by its features)
     failure = report.failures[0]
     assert all(f.check == "grad" and "analytic" in f.message for f in report.failures), report.summary()
-    assert any(name in structure for a in failure.case.args for name, _ in a.values.structure), failure
+    if structure is not None:
+        assert any(name in structure for a in failure.case.args for name, _ in a.values.structure), failure
     assert fuzzdiff.check(twin, spec, checks=("grad",), seed=0, progress=False).ok
 
 
@@ -234,10 +236,10 @@ def cumprod_last(x):
     return torch.cumprod(x, -1)
 
 
-def test_torchs_cumprod_at_an_exact_zero_is_found_through_a_user_wrapper_and_blamed_on_pytorch():
+def test_torchs_cumprod_at_an_exact_zero_is_found_through_a_user_wrapper():
     # reverse mode through cumprod's jvp divides by the input: nan at a zero (CUMPROD_JVP_AT_ZERO)
     report = fuzzdiff.check(cumprod_last, "x: n", checks=("forward2",), seed=0, progress=False)
     assert not report.ok, report.summary()
     failure = report.failures[0]
-    assert failure.check == "forward2" and failure.blame.whose == "pytorch", report.summary()
+    assert failure.check == "forward2" and "analytic nan" in failure.message, report.summary()
     assert any(name == "zeros" for a in failure.case.args for name, _ in a.values.structure), failure

@@ -110,8 +110,9 @@ def test_draws_of_python_numpy_and_torch_are_found_and_the_callers_generators_ke
     assert target.random and "dtype" in target.skip
     assert torch.equal(torch.get_rng_state(), torch_state) and random.getstate() == python_state
     assert np.array_equal(np.random.get_state()[1], numpy_state[1])
+    # (without the hard values: exp past its overflow point is rightly inconclusive, not a randomness question)
     report = fuzzdiff.check(getattr(ops, name), "x: n m", checks=["grad", "forward", "gradgrad"],
-                            max_examples=20, seed=0)
+                            max_examples=20, seed=0, structured=())
     assert report.ok and report.tallies["grad"].counts["inconclusive"] == 0, report.summary()
 
 

@@ -287,3 +287,7 @@ def test_a_jump_of_the_outputs_at_a_structured_point_is_not_a_wrong_second_deriv
     verdict = run_check("gradgrad", get_target("qr"), case)
     assert verdict.kind == "inconclusive", verdict
     assert "of the outputs along u" in verdict.message
+    # forward2 differentiates J^T w along u' ("second"): the same jump, asked the same way
+    verdict = run_check("forward2", get_target("qr"), case)
+    assert verdict.kind == "inconclusive", verdict
+    assert "of the outputs along u'" in verdict.message
