@@ -397,6 +397,9 @@ class _Session:
                 seen.append(root_cause(name, failure.case, failure.verdict, self.target))
                 if len(seen) >= MAX_FAILURES:
                     break
+                if until is not None and time.monotonic() > until:
+                    tally.cut = True  # its share spent on this root cause: the next is not looked for
+                    break
         return tally
 
     def attempt(self, name: str, seen: tuple[Known, ...], until: float | None = None) -> Tally:
