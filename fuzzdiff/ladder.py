@@ -24,6 +24,7 @@ STEPS = {
     "replay": "replay",
     "eps": "eps/8 and 8*eps",
     "jitter": "a steady reference under eps*(1 +- 0.001)",
+    "conditioning": "results steady when the values move by rounding",
     "float64": "a float64 reference",
     "neighbours": "a neighbouring point",
 }

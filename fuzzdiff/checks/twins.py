@@ -25,8 +25,11 @@ Run = Callable[..., Result]
 
 
 # Two ways of one computation agree or not: no finite differences, no kink to
-# look for (both ways see the same point), so a replay and float64 decide.
-TWINS_LADDER = Ladder(("replay", "float64"))
+# look for (both ways see the same point), so a replay, the problem's
+# conditioning and float64 decide.
+TWINS_LADDER = Ladder(("replay", "conditioning", "float64"))
+# How far the conditioning step moves the values: a few float64 roundings of their range.
+ROUNDING_NUDGE = 2.0**-40
 
 
 def judge_twins(identity: str, target: Target, case: Case, first: Run, second: Run, *, check: str) -> Verdict:
@@ -57,7 +60,22 @@ def judge_twins(identity: str, target: Target, case: Case, first: Run, second: R
             return Doubt("the two agree in float64 on the same values (rounding; see the dtype check)")
         return Survived(f"float64 ({d64})", {"float64": d64.summary()})
 
-    steps: dict[str, Step] = {"replay": replay}
+    def conditioning() -> Doubt | None:
+        # At a singular point (a rank-one matrix, repeated eigenvalues: a
+        # stride-0 layout makes them) a rounding-sized move of the inputs moves
+        # the results as far as the two ways differ: which way rounds which
+        # way is then noise, not a bug. Each repeated value moves on its own.
+        # (Compared with the same values in the same layout: a layout's own
+        # bug must not pass for the function's conditioning.)
+        spread = case.spread() if case.stride0 else case
+        _, here = first(spread) if case.stride0 else (names, a)
+        for k in (1, 2):
+            _, moved = first(spread.nudged(ROUNDING_NUDGE, seed=k, keep_structure=False))
+            if worst_discrepancy(names, moved, here, tol) is not None:
+                return Doubt("the results move as far when the inputs move by rounding: ill-conditioned here")
+        return None
+
+    steps: dict[str, Step] = {"replay": replay, "conditioning": conditioning}
     if dtype != torch.float64:
         steps["float64"] = float64
     return TWINS_LADDER.climb(identity, str(d), d.summary(), steps)

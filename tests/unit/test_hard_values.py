@@ -31,12 +31,7 @@ class SquareByDivision(torch.autograd.Function):
         return grad * 2 * (x * x) / x
 
 
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
+class Square(SquareByDivision):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
@@ -57,12 +52,7 @@ class SoftplusByExp(torch.autograd.Function):
         return grad * torch.exp(x) / (1 + torch.exp(x))
 
 
-class Softplus(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return torch.nn.functional.softplus(x)
-
+class Softplus(SoftplusByExp):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
@@ -90,12 +80,7 @@ class MatrixSquareIdentityShortcut(torch.autograd.Function):
         return _matrix_square_backward(a, grad)
 
 
-class MatrixSquare(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a):
-        ctx.save_for_backward(a)
-        return a @ a
-
+class MatrixSquare(MatrixSquareIdentityShortcut):
     @staticmethod
     def backward(ctx, grad):
         (a,) = ctx.saved_tensors
@@ -118,12 +103,7 @@ class SumOfSquaresTieShortcut(torch.autograd.Function):
         return 2 * grad * x
 
 
-class SumOfSquares(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return (x * x).sum()
-
+class SumOfSquares(SumOfSquaresTieShortcut):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors

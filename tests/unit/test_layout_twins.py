@@ -103,3 +103,32 @@ def test_cases_reach_a_stride_zero_layout_that_equals_its_twin():
 
     case = reach(cases(MATRIX, alias=False), expanded)
     assert_same_values(case)
+
+
+def _twins(amplify: float):
+    """Two ways of one computation that differ by 1e-3, and how sharply their
+    results move with the values: the sine of ``amplify`` times their sum."""
+    from fuzzdiff.case import Values
+
+    def first(c, cast=None):
+        x = c.materialize(requires_grad=False, cast=torch.float64).args[0]
+        return ["output 0"], [torch.sin(amplify * x.sum()).reshape(1)]
+
+    def second(c, cast=None):
+        names, (out,) = first(c, cast)
+        return names, [out + 1e-3]
+
+    case = Case("sin", (Arg((3,), Values(seed=4, low=-2.0, high=2.0)),), "float64")
+    return first, second, case
+
+
+def test_a_twins_mismatch_where_rounding_moves_the_results_as_far_is_inconclusive():
+    from fuzzdiff.checks.twins import judge_twins
+    from fuzzdiff.targets import get_target
+
+    first, second, case = _twins(1e15)  # a rounding-sized move of the values turns the sine around
+    verdict = judge_twins("two ways", get_target("sin"), case, first, second, check="layout")
+    assert verdict.kind == "inconclusive" and "ill-conditioned" in verdict.message, verdict
+    first, second, case = _twins(1.0)  # well conditioned: the 1e-3 is a real difference
+    verdict = judge_twins("two ways", get_target("sin"), case, first, second, check="layout")
+    assert verdict.kind == "fail", verdict
