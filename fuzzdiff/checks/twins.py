@@ -65,12 +65,13 @@ def judge_twins(identity: str, target: Target, case: Case, first: Run, second: R
         # stride-0 layout makes them) a rounding-sized move of the inputs moves
         # the results as far as the two ways differ: which way rounds which
         # way is then noise, not a bug. Each repeated value moves on its own.
-        # (Compared with the same values in the same layout: a layout's own
-        # bug must not pass for the function's conditioning.)
+        # (Compared with the same values in the same layout, and an argument
+        # passed twice still passed twice: neither a layout's own bug nor an
+        # aliasing bug must pass for the function's conditioning.)
         spread = case.spread() if case.stride0 else case
         _, here = first(spread) if case.stride0 else (names, a)
         for k in (1, 2):
-            _, moved = first(spread.nudged(ROUNDING_NUDGE, seed=k, keep_structure=False))
+            _, moved = first(spread.nudged(ROUNDING_NUDGE, seed=k, keep_structure=case.repeated))
             if worst_discrepancy(names, moved, here, tol) is not None:
                 return Doubt("the results move as far when the inputs move by rounding: ill-conditioned here")
         return None
