@@ -16,6 +16,7 @@ by itself when its owner dies (its stdin closes).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -35,6 +36,7 @@ from fuzzdiff.blame import Blame, blame, gather
 from fuzzdiff.case import Case
 from fuzzdiff.checks import get_check
 from fuzzdiff.corpus import read_record, write_record
+from fuzzdiff.ladder import replay_only
 from fuzzdiff.paths.vmap import stop_recording_fallbacks
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets import get_target
@@ -79,26 +81,29 @@ class FreshProcess:
         verdict: Verdict,
         definition: Mapping | None = None,
         seconds: float | None = None,
+        confirmed: bool = False,
     ) -> Replayed:
         """The verdict of ``check`` at ``case`` in a fresh process, with the
         blame; ``definition`` rebuilds a user target there (its recipe).
-        ``seconds`` bounds the wait (default: ``timeout``)."""
+        ``seconds`` bounds the wait (default: ``timeout``). A failure
+        ``confirmed`` here already is replayed there without its
+        confirmation ladder (fuzzdiff.ladder.replay_only)."""
         start = time.monotonic()
         try:
             path, _ = write_record(self._folder.name, check, case, verdict, definition=definition)
-            return self._ask(path, self.timeout if seconds is None else seconds)
+            return self._ask(path, self.timeout if seconds is None else seconds, confirmed)
         finally:
             self.replays += 1
             self.seconds += time.monotonic() - start
 
-    def _ask(self, record: Path, seconds: float) -> Replayed:
+    def _ask(self, record: Path, seconds: float, confirmed: bool = False) -> Replayed:
         if self._proc is None or self._proc.poll() is not None:
             failed = self._start()
             if failed is not None:
                 return Replayed(failed=failed)
         assert self._proc is not None and self._proc.stdin is not None and self._answers is not None
         try:
-            self._proc.stdin.write(json.dumps({"record": str(record)}) + "\n")
+            self._proc.stdin.write(json.dumps({"record": str(record), "confirmed": confirmed}) + "\n")
             self._proc.stdin.flush()
         except OSError as e:
             self.close()
@@ -230,7 +235,8 @@ def _serve(answers: int) -> None:
             continue
         before = torch_state.disturbances()
         try:
-            answer = _replay(json.loads(line)["record"])
+            asked = json.loads(line)
+            answer = _replay(asked["record"], bool(asked.get("confirmed")))
         except Exception as e:  # noqa: BLE001 - any error is an answer, never a dead replayer
             answer = {"failed": f"the fresh process could not replay it: {type(e).__name__}: {e}"}
         answer["disturbed"] = torch_state.disturbances() > before
@@ -238,13 +244,14 @@ def _serve(answers: int) -> None:
         out.flush()
 
 
-def _replay(path: str) -> dict:
+def _replay(path: str, confirmed: bool = False) -> dict:
     record = read_record(path)
     if record.definition is not None:
         target = from_definition(record.definition, trust_source=True)  # written by the process that asked
     else:
         target = get_target(record.target)
-    verdict = run_check(record.check, target, record.case)
+    with replay_only() if confirmed else contextlib.nullcontext():
+        verdict = run_check(record.check, target, record.case)
     answer: dict = {"verdict": {"kind": verdict.kind, "message": verdict.message, "errors": verdict.errors}}
     if verdict.failed:
         evidence = gather(get_check(record.check), target, record.case)

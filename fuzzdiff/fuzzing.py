@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NoReturn
 
 import hypothesis
 from hypothesis import given
@@ -178,32 +179,45 @@ class _ShrinkBound:
     """Ends shrinking ``seconds`` after the first failure: from then on an
     example not seen failing passes without running, so every shrink step
     Hypothesis still tries is rejected at once, and the smallest failure so
-    far (which still fails, for Hypothesis's final replay) is the result."""
+    far (which still fails, for Hypothesis's final replay) is the result.
+
+    An example whose cases were seen failing fails again without running,
+    at any time: many of Hypothesis's choice sequences draw the same cases,
+    and on a slow function one confirmed failure costs seconds (an ODE
+    solve's second derivative: about ten of them, each confirmed anew)."""
 
     def __init__(self, seconds: float | None):
         if seconds is not None and not seconds >= 0:
             raise ValueError(f"shrink_seconds must be >= 0, got {seconds}")
         self.seconds = seconds
         self.until: float | None = None
-        self.failing: set[str] = set()
+        self.failing: dict[str, tuple[Case, Verdict]] = {}
         self.cut = False
 
     @staticmethod
     def _key(cases) -> str:
         return json.dumps([c.to_json() for c in cases], sort_keys=True)
 
-    def failed(self, cases) -> None:
-        if self.seconds is None:
-            return
-        if self.until is None:
+    def failed(self, cases, variant: Case, verdict: Verdict) -> None:
+        if self.seconds is not None and self.until is None:
             self.until = time.monotonic() + self.seconds
-        self.failing.add(self._key(cases))
+        self.failing[self._key(cases)] = (variant, verdict)
+
+    def seen_failing(self, cases) -> tuple[Case, Verdict] | None:
+        """The failing variant and its verdict, where ``cases`` failed before."""
+        return self.failing.get(self._key(cases)) if self.failing else None
 
     def skips(self, cases) -> bool:
         if self.until is None or time.monotonic() < self.until or self._key(cases) in self.failing:
             return False
         self.cut = True
         return True
+
+
+def _fail(check: str, target: str, variant: Case, verdict: Verdict) -> NoReturn:
+    """Raise the failure, from one place: Hypothesis tells bugs apart by where
+    they are raised, and a failure seen again (``_ShrinkBound``) is the same bug."""
+    raise FuzzFailure(check, target, variant, verdict)
 
 
 class _OutOfTime(BaseException):
@@ -343,6 +357,9 @@ def fuzz(
     def property_(cases: list[Case]) -> None:
         if shrink.skips(cases):
             return
+        seen_failing = shrink.seen_failing(cases)
+        if seen_failing is not None:  # the same cases, drawn by another choice sequence: not run again
+            _fail(check.name, target.name, *seen_failing)
         best: float | None = None  # the closest call of the example, for hypothesis.target
         try:
             for i, case in enumerate(cases):
@@ -380,8 +397,8 @@ def fuzz(
                         continue
                     if verdict.failed:
                         budget.disarm()
-                        shrink.failed(cases)
-                        raise FuzzFailure(check.name, target.name, variant, verdict)
+                        shrink.failed(cases, variant, verdict)
+                        _fail(check.name, target.name, variant, verdict)
                     score = _score(verdict)
                     if score is not None and (best is None or score > best):
                         best = score
@@ -500,7 +517,7 @@ def _settle(
         failure.blame = blame(check.name, target, verdict, Evidence())
         return True
     if fresh is not None:
-        replayed = fresh.replay(check.name, failure.case, verdict, definition)
+        replayed = fresh.replay(check.name, failure.case, verdict, definition, confirmed=True)
         if replayed.verdict is not None and mismatch(verdict, replayed.verdict) is not None:
             before = torch_state.last_disturbance()
             what = verdict.errors.get("exception") or identity(verdict)

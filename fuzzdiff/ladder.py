@@ -11,13 +11,15 @@ a neighbouring point".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Ladder", "Doubt", "Survived", "Step", "STEPS", "MARGIN"]
+__all__ = ["Ladder", "Doubt", "Survived", "Step", "STEPS", "MARGIN", "replay_only"]
 
 # What surviving each step says about a mismatch, in a verdict's words.
 STEPS = {
@@ -52,6 +54,22 @@ class Survived:
 
 Step = Callable[[], "Doubt | Survived | None"]  # None: survived, in STEPS' words
 
+_REPLAY_ONLY: ContextVar[bool] = ContextVar("fuzzdiff_replay_only", default=False)
+
+
+@contextmanager
+def replay_only() -> Iterator[None]:
+    """Within the block every ladder climbs its replay step alone. For a
+    failure confirmed already, asked again elsewhere (a fresh process, its
+    contiguous twin): the question there is whether the mismatch shows, not
+    whether it is one, and on a slow function the whole ladder costs tens of
+    its calls."""
+    token = _REPLAY_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _REPLAY_ONLY.reset(token)
+
 
 @dataclass(frozen=True)
 class Ladder:
@@ -74,8 +92,9 @@ class Ladder:
             raise ValueError(f"steps {sorted(unknown)} are not on the ladder {list(self.steps)}")
         survived: list[str] = []
         errors = dict(evidence)
+        only_replay = _REPLAY_ONLY.get()
         for name in self.steps:
-            if name not in steps:
+            if name not in steps or (only_replay and name != "replay"):
                 continue
             result = steps[name]()
             if isinstance(result, Doubt):
@@ -85,6 +104,8 @@ class Ladder:
                 errors.update(result.errors)
             else:
                 survived.append(STEPS[name])
+        if not survived:
+            return Verdict("fail", f"{identity}: {finding}; replayed, confirmed before", errors)
         return Verdict("fail", f"{identity}: {finding}; confirmed: survived {_words(survived)}", errors)
 
 

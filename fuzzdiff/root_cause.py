@@ -17,6 +17,7 @@ from fuzzdiff.case import Case, Layout
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.features import case_features
 from fuzzdiff.known import Known
+from fuzzdiff.ladder import replay_only
 from fuzzdiff.runner import verdict_at
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict, headline, identity, mismatch
@@ -72,11 +73,13 @@ def message_pattern(message: str) -> str:
 
 
 def _fails_contiguous(check: Check | str, case: Case, verdict: Verdict, target: Target) -> bool:
-    """The same failure at the case's values, every argument contiguous."""
+    """The same failure at the case's values, every argument contiguous: the
+    mismatch replayed there, its confirmation (at these very values) taken as done."""
     plain = case.with_layouts([Layout.contiguous(a.shape) for a in case.args])
     check = get_check(check) if isinstance(check, str) else check
     try:
-        again = verdict_at(check, target, plain)
+        with replay_only():
+            again = verdict_at(check, target, plain)
     except Exception:  # noqa: BLE001 - rejected or malformed there: no evidence either way
         return False
     return mismatch(verdict, again) is None

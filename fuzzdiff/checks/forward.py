@@ -58,7 +58,7 @@ def run(target: Target, case: Case) -> Verdict:
             measure64=(lambda c, eps: vs_reverse(target, c, eps, torch.float64)) if low else None,
             # the function's one-sided differences say whether a structured point is a kink,
             # for this identity too: where it is not, the neighbours keep the structure
-            sided=lambda c, eps: one_sided(target, c, eps),
+            sided=lambda c, eps, finite: one_sided(target, c, eps, finite),
         ),
         judge(
             "<v, J u> (forward) vs finite differences",
@@ -66,7 +66,7 @@ def run(target: Target, case: Case) -> Verdict:
             case,
             tol,
             measure64=(lambda c, eps: vs_numeric(target, c, eps, torch.float64)) if low else None,
-            sided=lambda c, eps: one_sided(target, c, eps),
+            sided=lambda c, eps, finite: one_sided(target, c, eps, finite),
         ),
     )
 

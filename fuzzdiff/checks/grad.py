@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -64,7 +64,9 @@ DENSE_PROBE = {"seed": 0xC0DE, "layout": "contiguous", "zeros": 0.0}
 _DENSE_COTANGENT = {"cotangent": DENSE_PROBE}
 
 
-def one_sided(target: Target, case: Case, eps: float) -> list[tuple[str, float, float, float]]:
+def one_sided(
+    target: Target, case: Case, eps: float, finite: bool = False
+) -> Iterator[tuple[str, float, float, float]]:
     """fuzzdiff.confirm's kink test at a structured point, for ``<v, J u>``:
     the kinks of the target's outputs at the case's values, in float64."""
     at = case.materialize(requires_grad=False, cast=torch.float64)
@@ -75,7 +77,17 @@ def one_sided(target: Target, case: Case, eps: float) -> list[tuple[str, float, 
 
     with torch.no_grad():
         v = probes_like(case.params, "cotangent", f(*at.leaves))
-    return kink_pairs(f, at.leaves, v, directions(case.params, at.leaves), eps)
+    return kink_pairs(f, at.leaves, v, directions(case.params, at.leaves), eps, finite=finite)
+
+
+def _split(k: int, leaves: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The ``k``-th random 0/1 split of a direction on ``leaves``."""
+    return [
+        torch.from_numpy(draws.bits(draws.words(_SPLIT_SEED + 16 * k + j, l.numel(), draws.NUDGES)).astype("float64"))
+        .reshape(l.shape)
+        .to(l.device)
+        for j, l in enumerate(leaves)
+    ]
 
 
 def kink_pairs(
@@ -85,7 +97,8 @@ def kink_pairs(
     u: Sequence[torch.Tensor],
     eps: float,
     seen_whole: Callable[..., Sequence[torch.Tensor]] | None = None,
-) -> list[tuple[str, float, float, float]]:
+    finite: bool = False,
+) -> Iterator[tuple[str, float, float, float]]:
     """Pairs of derivatives of ``f`` at ``leaves``, seen through the cotangent
     ``v``, that agree wherever ``f`` is differentiable: along the check's own
     direction u and along a dense one, the right and left derivatives, and the
@@ -94,37 +107,35 @@ def kink_pairs(
     the mismatch is seen through counts; the pairs marked DENSE_COTANGENT
     look at ``seen_whole`` (``f`` itself by default, or a first derivative
     built with a dense cotangent of its own) through a dense cotangent, for an
-    analytic side that is nan (a nan reaches every output)."""
-    pairs = []
-    whole = f if seen_whole is None else seen_whole
+    analytic side that is nan (a nan reaches every output): none of those
+    where the analytic side is ``finite``.
+
+    Lazily, the cheap pairs first: the test stops at the first kink, and on a
+    slow function (an ODE solve, a second derivative) each pair costs four
+    to eight of its calls. ``f`` at the point and the derivative along each
+    whole direction are taken once and shared by every pair that needs them."""
     with torch.no_grad():
-        dense_v = probes_like(_DENSE_COTANGENT, "cotangent", whole(*leaves))
+        at = f(*leaves)
     dense_u = directions(_DENSE, leaves)
-    splits = [
-        [
-            torch.from_numpy(
-                draws.bits(draws.words(_SPLIT_SEED + 16 * k + j, l.numel(), draws.NUDGES)).astype("float64")
+    walks = [("u", f, at, u, v), ("a dense direction", f, at, dense_u, v)]
+    if not finite:
+        whole = f if seen_whole is None else seen_whole
+        with torch.no_grad():
+            whole_at = at if seen_whole is None else whole(*leaves)
+            dense_v = probes_like(_DENSE_COTANGENT, "cotangent", whole_at)
+        walks.append((f"a dense direction {DENSE_COTANGENT}", whole, whole_at, dense_u, dense_v))
+    for along, g, g_at, d, through in walks:
+        yield (
+            f"right and left derivatives along {along}",
+            *one_sided_differences(g, leaves, d, through, eps, outs=g_at),
+        )
+    for along, g, g_at, d, through in walks:
+        along_d = directional_difference(g, leaves, d, through, eps, outs=g_at)
+        for k in range(SPLITS):
+            yield (
+                f"the derivative along {along} and its sum along a split of it",
+                *split_differences(g, leaves, d, through, eps, _split(k, leaves), whole=along_d, outs=g_at),
             )
-            .reshape(l.shape)
-            .to(l.device)
-            for j, l in enumerate(leaves)
-        ]
-        for k in range(SPLITS)
-    ]
-    for along, g, d, through in (
-        ("u", f, u, v),
-        ("a dense direction", f, dense_u, v),
-        (f"a dense direction {DENSE_COTANGENT}", whole, dense_u, dense_v),
-    ):
-        pairs.append((f"right and left derivatives along {along}", *one_sided_differences(g, leaves, d, through, eps)))
-        for masks in splits:
-            pairs.append(
-                (
-                    f"the derivative along {along} and its sum along a split of it",
-                    *split_differences(g, leaves, d, through, eps, masks),
-                )
-            )
-    return pairs
 
 
 def _reverse(target: Target, case: Case, cast, storages):
@@ -175,7 +186,7 @@ def run(target: Target, case: Case) -> Verdict:
         case,
         tolerance(target, "grad", dtype),
         measure64=None if dtype == torch.float64 else lambda c, eps: measure(target, c, eps, cast=torch.float64),
-        sided=lambda c, eps: one_sided(target, c, eps),
+        sided=lambda c, eps, finite: one_sided(target, c, eps, finite),
     )
 
 

@@ -21,16 +21,20 @@ def directional_difference(
     directions: Sequence[torch.Tensor],
     cotangents: Sequence[torch.Tensor],
     eps: float,
+    outs: Sequence[torch.Tensor] | None = None,
 ) -> tuple[float, float]:
     """``<v, J u>`` of ``f`` at ``leaves`` along ``directions`` by central
     differences of step ``eps``, and its error: truncation (the change when the
-    step doubles) plus round-off (``eps_mach * |f| / eps``)."""
+    step doubles) plus round-off (``eps_mach * |f| / eps``). ``outs``: ``f``
+    at ``leaves``, where the caller has it (the kink test asks many
+    directions at one point)."""
     us = [d if d.dtype == l.dtype else d.to(l.dtype) for l, d in zip(leaves, directions)]
     # Every point is built before f runs at any of them: a function that
     # (wrongly) writes into its inputs cannot move the others.
     points = [[torch.add(l, d, alpha=h) for l, d in zip(leaves, us)] for h in (eps, -eps, 2 * eps, -2 * eps)]
     with torch.no_grad():
-        outs = f(*leaves)
+        if outs is None:
+            outs = f(*leaves)
         plus, minus, plus2, minus2 = [f(*p) for p in points]
         d1 = [(p - m) / (2 * eps) for p, m in zip(plus, minus)]
         d2 = [(p - m) / (4 * eps) for p, m in zip(plus2, minus2)]
@@ -45,6 +49,7 @@ def one_sided_differences(
     directions: Sequence[torch.Tensor],
     cotangents: Sequence[torch.Tensor],
     eps: float,
+    outs: Sequence[torch.Tensor] | None = None,
 ) -> tuple[float, float, float]:
     """``<v, (f(x + eps u) - f(x)) / eps>`` and ``<v, (f(x) - f(x - eps u)) / eps>``:
     the right and the left derivative of ``f`` at ``leaves`` along
@@ -54,7 +59,8 @@ def one_sided_differences(
     us = [d if d.dtype == l.dtype else d.to(l.dtype) for l, d in zip(leaves, directions)]
     points = [[torch.add(l, d, alpha=h) for l, d in zip(leaves, us)] for h in (eps, -eps)]
     with torch.no_grad():
-        outs = f(*leaves)
+        if outs is None:
+            outs = f(*leaves)
         plus, minus = [f(*p) for p in points]
         right = [(p - o) / eps for p, o in zip(plus, outs)]
         left = [(o - m) / eps for o, m in zip(outs, minus)]
@@ -69,13 +75,17 @@ def split_differences(
     cotangents: Sequence[torch.Tensor],
     eps: float,
     masks: Sequence[torch.Tensor],
+    whole: tuple[float, float] | None = None,
+    outs: Sequence[torch.Tensor] | None = None,
 ) -> tuple[float, float, float]:
     """``<v, D_u f>`` and ``<v, D_{u m} f> + <v, D_{u (1 - m)} f>`` by central
     differences, for 0/1 ``masks`` m, and their error: equal where ``f`` is
     differentiable (its derivative is linear in u). At a kink whose
     one-sided derivatives agree (the median of three tied values, an odd
-    function of u) they differ."""
+    function of u) they differ. ``whole``: ``directional_difference`` along
+    ``directions`` already, and ``outs``, ``f`` at ``leaves``: the same for
+    every split of one direction."""
     parts = [[d * m for d, m in zip(directions, masks)], [d * (1 - m) for d, m in zip(directions, masks)]]
-    whole, noise = directional_difference(f, leaves, directions, cotangents, eps)
-    (a, na), (b, nb) = [directional_difference(f, leaves, p, cotangents, eps) for p in parts]
-    return whole, a + b, noise + na + nb
+    along, noise = directional_difference(f, leaves, directions, cotangents, eps, outs) if whole is None else whole
+    (a, na), (b, nb) = [directional_difference(f, leaves, p, cotangents, eps, outs) for p in parts]
+    return along, a + b, noise + na + nb

@@ -7,7 +7,8 @@ import pytest
 
 from fuzzdiff.case import Case
 from fuzzdiff.confirm import EPS, Measurement, judge
-from fuzzdiff.ladder import Doubt, Ladder, Survived
+from fuzzdiff.confirm import kink
+from fuzzdiff.ladder import Doubt, Ladder, Survived, replay_only
 from fuzzdiff.tolerance import Tolerance
 
 
@@ -37,6 +38,35 @@ def test_the_first_doubt_decides_and_later_steps_do_not_run():
     assert ran == ["replay", "eps"]
     assert verdict.kind == "inconclusive" and verdict.message == "grad: off by 1; agrees at eps=1e-7"
     assert verdict.errors["decided_by"] == "eps"
+
+
+def test_replay_only_climbs_the_replay_step_alone_and_claims_no_other():
+    ran = []
+    steps = {
+        "replay": lambda: ran.append("replay"),
+        "eps": lambda: ran.append("eps") or Doubt("agrees at eps=1e-7"),
+    }
+    ladder = Ladder(("replay", "eps"))
+    with replay_only():
+        verdict = ladder.climb("grad", "off by 1", {}, steps)
+        doubted = ladder.climb("grad", "off by 1", {}, {"replay": lambda: Doubt("nondeterministic")})
+    assert ran == ["replay"]
+    assert verdict.kind == "fail" and verdict.message == "grad: off by 1; confirmed: survived replay"
+    assert doubted.kind == "inconclusive"
+    assert ladder.climb("grad", "off by 1", {}, steps).kind == "inconclusive"  # the whole ladder again
+
+
+def test_the_kink_test_stops_at_the_first_pair_that_differs():
+    made = []
+
+    def sided(case, eps, finite):
+        for k, (a, b) in enumerate(((1.0, 1.0), (1.0, 3.0), (2.0, 2.0))):
+            made.append((eps, k))
+            yield f"pair {k}", a, b, 0.0
+
+    doubt = kink(sided, None, 1e-6, Tolerance(0.0, 1e-6), 1.0)
+    assert isinstance(doubt, Doubt) and "pair 1 differ" in doubt.why
+    assert made == [(1e-6, 0), (1e-6 / 8, 0), (1e-6, 1), (1e-6 / 8, 1)]  # pair 2 never made
 
 
 def test_a_step_left_out_does_not_apply_and_is_not_claimed():

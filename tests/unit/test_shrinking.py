@@ -8,6 +8,8 @@ aliasing, float64, and probes to seed 0, contiguous, without zeros.
 
 from __future__ import annotations
 
+import json
+
 import torch
 from fdhelpers import PAIR, UNARY, overlap, reach, target
 from hypothesis import HealthCheck, settings
@@ -94,6 +96,37 @@ class _WrongForLargeInputs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return g * (3.0 if ctx.n < 3 else 3.5)
+
+
+def test_cases_seen_failing_are_not_run_again_while_shrinking(monkeypatch):
+    """Many of Hypothesis's choice sequences draw the same cases: on a slow
+    function each confirmed failure costs seconds, so one seen failing fails
+    again without running (the shrunk case is as small as ever, above)."""
+    import fuzzdiff.fuzzing as fuzzing
+
+    runs: dict[str, int] = {}
+    verdict_at = fuzzing.verdict_at
+
+    def counted(check, target_, case):
+        verdict = verdict_at(check, target_, case)
+        if verdict.failed:
+            key = json.dumps(case.to_json(), sort_keys=True)
+            runs[key] = runs.get(key, 0) + 1
+        return verdict
+
+    monkeypatch.setattr(fuzzing, "verdict_at", counted)
+    buggy = target("x: ...", _WrongForLargeInputs.apply, "unit_planted_bug_counted", max_side=5)
+    quick = settings(max_examples=300, database=None, derandomize=True, deadline=None,
+                     suppress_health_check=list(HealthCheck), print_blob=False)
+    try:
+        fuzz("grad", buggy, settings=quick)
+    except FuzzFailure as failure:
+        shrunk = failure.case
+    else:
+        raise AssertionError("the planted bug was not found")
+    assert len(runs) > 1  # it shrank through several failing cases
+    assert max(runs.values()) == 1, runs  # and ran each of them once
+    assert json.dumps(shrunk.to_json(), sort_keys=True) in runs
 
 
 def test_fuzz_failure_of_the_grad_check_is_shrunk():
