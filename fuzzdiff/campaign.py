@@ -213,6 +213,7 @@ class PairResult:
             features=frozenset(self.tally.features),
             cut=self.cut,
             ended=self.ended,
+            known=frozenset(self.tally.known),
         )
 
 
@@ -792,6 +793,7 @@ def run_campaign(
         rounds = 1
     campaign = Campaign(seed=random.SystemRandom().randrange(2**32) if seed is None else seed)
     todo: list[_Pair] = []
+    declared: list[list[str]] = []  # per pair, the known discrepancies of its check its target declares
     cheap = first_backends(environ_config().compile_backends)
     for target, check in pairs:
         cases = case_options(target, check, dtypes, device)
@@ -799,9 +801,10 @@ def run_campaign(
             pair_size = size.for_pair(target, check) if sizing is None else sizing(target, check)
             first = cheap if check.compiles else None
             todo.append(_Pair(target.ref, target.name, target.family, check.name, cases, pair_size, first))
+            declared.append([k.describe() for k in target.known if check.name in k.checks])
             campaign.applicable[target.family] += 1
             campaign.applicable_checks[check.name] += 1
-    scheduler = Scheduler(len(todo), seed=campaign.seed, rounds=rounds)
+    scheduler = Scheduler(len(todo), seed=campaign.seed, rounds=rounds, known=declared)
     results: dict[int, PairResult] = {}
     opts = dict(
         corpus=None if corpus is None else str(corpus),

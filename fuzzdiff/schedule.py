@@ -8,7 +8,7 @@ plan depends on the seed and on what the batches reported, never on which
 worker finished first. A round after the first has as many batches as there
 are live pairs, shared out in proportion to each pair's score:
 
-    score = 0.5 ** quiet * (1 + signal)
+    score = 0.5 ** quiet * (1 + signal + 2 * (a known discrepancy not yet matched))
 
     signal = 0.5 * signal  +  4 * closest              (near-misses)
                            +  2 * inconclusive share    (unsure verdicts)
@@ -24,6 +24,11 @@ only passes halves its share with every batch. A batch that was only
 unsupported makes the pair three batches quieter at once. A pair whose batch
 failed, crashed or raised a framework error has found what it will find: it
 gets no more batches.
+
+A pair whose target declares a known torch discrepancy of its check
+(``Target.known``) that none of its batches has matched yet is where a
+recorded torch bug should show: every campaign re-verifies them, and one
+that stops showing may have been fixed (``fuzzdiff rerecord`` says which).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from __future__ import annotations
 import random
 import zlib
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["BatchReport", "PairState", "Scheduler", "Shard", "batch_seed"]
@@ -41,6 +46,7 @@ INCONCLUSIVE_WEIGHT = 2.0
 FEATURE_WEIGHT = 1.0
 MAX_NEW_FEATURES = 3
 CUT_WEIGHT = 2.0
+KNOWN_WEIGHT = 2.0
 DECAY = 0.5
 UNSUPPORTED_QUIET = 3
 
@@ -56,6 +62,7 @@ class BatchReport:
     features: frozenset[str] = frozenset()
     cut: bool = False  # stopped by its deadline before its examples were all run
     ended: bool = False  # failed, crashed or errored: the pair needs no more batches
+    known: frozenset[str] = frozenset()  # the known discrepancies it matched (Known.describe())
 
 
 @dataclass
@@ -69,10 +76,13 @@ class PairState:
     ended: bool = False
     features: set[str] = field(default_factory=set)
     scores: list[float] = field(default_factory=list)  # the score after each batch (for --report)
+    unmatched: set[str] = field(default_factory=set)  # known discrepancies declared, none matched yet
 
     @property
     def score(self) -> float:
-        return 0.0 if self.ended else DECAY**self.quiet * (1.0 + self.signal)
+        if self.ended:
+            return 0.0
+        return DECAY**self.quiet * (1.0 + self.signal + KNOWN_WEIGHT * bool(self.unmatched))
 
     def update(self, report: BatchReport) -> None:
         new = report.features - self.features
@@ -91,6 +101,7 @@ class PairState:
         else:
             self.quiet = 0 if batch > 0 else self.quiet + 1
         self.ended = self.ended or report.ended
+        self.unmatched -= report.known
         self.scores.append(round(self.score, 4))
 
 
@@ -139,14 +150,25 @@ class Scheduler:
     when the round has nothing left to start. ``done`` takes the report of a
     batch; the next round is planned once every batch of this one is done.
     ``rounds`` bounds the campaign (None: until the caller stops asking).
+    ``known[i]``: the known discrepancies pair i's target declares for its
+    check (Known.describe()), re-verified by the score's last term.
     """
 
-    def __init__(self, count: int, *, seed: int = 0, rounds: int | None = None):
+    def __init__(
+        self,
+        count: int,
+        *,
+        seed: int = 0,
+        rounds: int | None = None,
+        known: Sequence[Iterable[str]] | None = None,
+    ):
         if count < 0:
             raise ValueError(f"count must be >= 0, got {count}")
         if rounds is not None and rounds < 1:
             raise ValueError(f"rounds must be at least 1, got {rounds}")
-        self.pairs = [PairState(i) for i in range(count)]
+        if known is not None and len(known) != count:
+            raise ValueError(f"known must name the discrepancies of each of the {count} pairs, got {len(known)}")
+        self.pairs = [PairState(i, unmatched=set(known[i]) if known else set()) for i in range(count)]
         self.seed = seed
         self.rounds = rounds
         self.round = 1

@@ -86,6 +86,20 @@ def test_new_features_and_cut_batches_raise_the_score():
     assert fresh.score > plain.score and cut.score > plain.score
 
 
+def test_a_known_discrepancy_not_yet_matched_draws_batches_until_it_is():
+    s = Scheduler(4, seed=0, known=[["torch bug A"], [], [], []])
+    _drain(s)  # round 1: one batch each, nothing matched
+    second = [i for i, _ in _drain(s, report=lambda i, b: BatchReport(examples=16, known=frozenset(["torch bug A"]))
+                                     if i == 0 else PASS)]
+    assert second.count(0) > max(second.count(i) for i in (1, 2, 3))
+    s.settle()
+    assert s.pairs[0].unmatched == set()  # matched in round 2: from then on scored like the others
+    p = s.pairs[0]
+    assert p.score == pytest.approx(0.5**p.quiet * (1 + p.signal))  # the prior's term is gone
+    with pytest.raises(ValueError, match="each of the 2 pairs"):
+        Scheduler(2, known=[["a"]])
+
+
 def test_rounds_bound_the_scheduler():
     s = Scheduler(3, seed=0, rounds=2)
     assert len(_drain(s)) == 3 and len(_drain(s)) == 3
