@@ -194,6 +194,10 @@ BUDGET = 30.0  # seconds a call answers in by default (2 cores), unless max_exam
 # forward2 get more time than grad, never the whole call.
 MAX_WEIGHT = 4.0
 MIN_SHRINK = 2.0  # seconds of shrinking a failure gets, even past its check's share of the budget
+# The part of the budget the checks' shares leave for what follows a check's
+# last case: a failure's replay in a fresh process and its root cause, the
+# last case of a check that ran past its share, the report.
+WRAP_UP = 0.1
 VARIANTS = 2  # value-and-probe variants per drawn case
 SHRINK_SECONDS = 10.0  # per failure; the report says when shrinking was cut short
 
@@ -657,12 +661,12 @@ def _weight(check: str) -> float:
 
 def _share(started: float, seconds: float | None, names: Sequence[str]) -> float | None:
     """When the first of ``names`` (the checks still to run) must stop: its
-    weight's share of the time left. A check that ends early leaves its time
-    to the ones after it."""
+    weight's share of the time left, less the WRAP_UP part of the budget. A
+    check that ends early leaves its time to the ones after it."""
     if seconds is None:
         return None
     now = time.monotonic()
-    left = max(0.0, started + seconds - now)
+    left = max(0.0, started + (1.0 - WRAP_UP) * seconds - now)
     return now + left * _weight(names[0]) / sum(_weight(n) for n in names)
 
 

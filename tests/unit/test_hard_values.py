@@ -162,6 +162,19 @@ def test_the_time_budget_cuts_a_check_short_and_says_so():
     assert "time budget 1 s" in report.summary()
 
 
+def test_the_shares_leave_part_of_the_budget_for_the_wrap_up():
+    from fuzzdiff.api import WRAP_UP, _share, _weight
+
+    now = time.monotonic()
+    alone = _share(now, 20.0, ["grad"])
+    assert alone is not None and alone - now == pytest.approx((1 - WRAP_UP) * 20.0, abs=0.5)
+    first = _share(now, 20.0, ["grad", "compile"])  # compile weighs more: grad's share is the smaller
+    assert first is not None and first - now == pytest.approx(
+        (1 - WRAP_UP) * 20.0 * _weight("grad") / (_weight("grad") + _weight("compile")), abs=0.5
+    )
+    assert _share(now, None, ["grad"]) is None
+
+
 def test_max_examples_keeps_its_meaning_without_a_budget():
     report = fuzzdiff.check(torch.sin, "x: n", checks=("grad",), max_examples=5, seed=0, progress=False)
     assert not report.tallies["grad"].cut and report.tallies["grad"].cases >= 5
