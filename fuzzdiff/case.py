@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from fuzzdiff import draws
-from fuzzdiff.structures import STRUCTURES, exp_limit, restored, shift, structured
+from fuzzdiff.structures import STRUCTURES, exp_limit, level_moved, restored, shift, structured
 
 __all__ = [
     "Values",
@@ -298,6 +298,9 @@ class Values:
         for ``nudge_off``, unless ``nudged`` is False), flat again."""
         limit = exp_limit(str(dtype))
         x = structured(out.reshape(shape), self.structure, self.low, self.high, limit).reshape(-1)
+        if nudged and self.nudge and not self.nudge_off and any(name == "ties" for name, _ in self.structure):
+            # snapping to the tie levels undid the nudge: the levels move instead
+            x = level_moved(x, x + self._step(x.size, self.nudge, self.nudge_seed ^ _TIE_LEVELS))
         if nudged and self.nudge and self.nudge_off:
             n = x.size
             x = x + self._step(n, self.nudge, self.nudge_seed)
@@ -327,6 +330,7 @@ class Values:
 
 
 _CACHED_VALUES = 1024  # elements
+_TIE_LEVELS = 0x71E5  # the nudge stream of tied levels (Values._structured), apart from the values' own
 
 
 @functools.lru_cache(maxsize=4096)

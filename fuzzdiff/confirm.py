@@ -190,6 +190,20 @@ def judge(
             if m.within(tol):
                 return Doubt(f"agrees at eps={other:g}: finite differences are unreliable here")
             seen.append(m.reference)
+        small = _step_below(case, eps)
+        if small is not None:
+            # Inputs at or near zero: a step of eps may jump over the whole of
+            # the function's structure there, and eps/8 with it. A step below
+            # it decides, where it is precise enough to have shown the
+            # mismatch (x + 1 near zero rounds every such step away). Agreeing
+            # there, the analytic side is the derivative: the limit of the
+            # differences as the step shrinks.
+            m = measure(case, small)
+            if m.within(tol) and 4 * m.noise <= first.error / 8:
+                return Doubt(
+                    f"agrees at eps={small:g}: near zero, the function changes on a scale below eps={eps:g} "
+                    "(finite differences at eps are unreliable here)"
+                )
         fine, coarse = seen
         if _grows_like_a_jump(coarse, first.reference, fine):
             # rounding noise may grow as eps shrinks too, but it does not stay put when eps moves by 0.1%
@@ -328,6 +342,27 @@ def _not_finite(m: Measurement) -> str:
     if not math.isfinite(m.noise):
         return "the reference's error estimate is not finite"
     return "the derivatives' scale is not finite"
+
+
+# A point whose inputs are all within this many steps of zero gets a step of
+# its own (judge's eps step): SMALL_STEP times the largest of them, and at
+# most SMALL_STEP**1.5 times eps (inputs that are exact zeros have no scale).
+BELOW_STEPS = 64
+SMALL_STEP = 2.0**-20
+
+
+def _step_below(case: Case, eps: float) -> float | None:
+    """A finite-difference step below the scale of a point near zero: where
+    every input is within BELOW_STEPS steps of zero, a step of eps may jump
+    over all of the function's own structure there (``normalize(x)`` divides
+    by ``max(|x|, 1e-12)``: quadratic terms of it have second derivatives of
+    1e24 at zero, and none a step of 1e-6 away)."""
+    leaves = case.materialize(requires_grad=False).leaves
+    largest = max((max_abs(l) for l in leaves if l.is_floating_point() or l.is_complex()), default=0.0)
+    if not largest < BELOW_STEPS * eps:
+        return None
+    tiny = eps * SMALL_STEP**1.5
+    return min(tiny, largest * SMALL_STEP) if largest > 0 else tiny
 
 
 def _grows_like_a_jump(coarse: float, mid: float, fine: float) -> bool:

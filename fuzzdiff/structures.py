@@ -96,13 +96,14 @@ def shift(structure: Structure) -> float:
 def restored(moved: np.ndarray, original: np.ndarray, structure: Structure) -> np.ndarray:
     """Pinned values ``moved`` to a neighbouring point, their ``structure`` put
     back (``original``: the pinned values before the move). Zeros and diagonals
-    are projected back; ties, identities and repeated singular values cannot
-    be moved while kept, and stay where they were; scaled or shifted values
-    keep their scale when moved."""
+    are projected back; tied values move level by level (``level_moved``);
+    identities and repeated singular values cannot be moved while kept, and
+    stay where they were; scaled or shifted values keep their scale when
+    moved."""
     names = {name for name, _ in structure}
-    if names & {"ties", "identity", "repeated_singular"}:
+    if names & {"identity", "repeated_singular"}:
         return original
-    x = moved
+    x = level_moved(original, moved) if "ties" in names else moved
     for name, k in structure:
         if name == "zeros" and x.size:
             x = x.copy()
@@ -110,6 +111,20 @@ def restored(moved: np.ndarray, original: np.ndarray, structure: Structure) -> n
         elif name == "diagonal" and x.ndim >= 2:
             x = x * np.eye(*x.shape[-2:])
     return x
+
+
+def level_moved(original: np.ndarray, moved: np.ndarray) -> np.ndarray:
+    """``original`` with each of its distinct values moved as ``moved`` moves
+    the first element that holds it: tied values move together and still
+    tie, and exact zeros stay zero. A nudge that keeps ties must move them so:
+    snapped back to their levels, the values would not move at all, and a
+    conditioning estimate at a tie would see none of the problem's own."""
+    flat = original.reshape(-1)
+    if np.iscomplexobj(flat) or not flat.size:
+        return original
+    _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+    delta = (moved.reshape(-1) - flat)[first][inverse.reshape(-1)]
+    return np.where(flat == 0, flat, flat + delta).reshape(original.shape)
 
 
 def _snapped(x: np.ndarray, levels: int, low: float, high: float) -> np.ndarray:

@@ -236,3 +236,64 @@ def test_torchs_cumprod_at_an_exact_zero_is_found_through_a_user_wrapper():
     failure = report.failures[0]
     assert failure.check == "forward2" and "analytic nan" in failure.message, report.summary()
     assert any(name == "zeros" for a in failure.case.args for name, _ in a.values.structure), failure
+
+
+def _normalized_product(x):
+    """A product of two components of ``normalize(x)``, which divides by
+    ``max(|x|, 1e-12)``: quadratic within 1e-12 of zero, its second
+    derivative there about 1e24, and a step of 1e-6 sees none of it."""
+    y = torch.nn.functional.normalize(x, dim=-1)
+    return y[..., 0] * y[..., 1]
+
+
+@pytest.mark.parametrize("check", ["gradgrad", "forward2"])
+def test_a_function_that_changes_below_the_step_at_zero_is_no_failure(check):
+    from fuzzdiff.case import Case
+    from fuzzdiff.runner import run_check
+    from fuzzdiff.targets.target import Target
+
+    probe = {"layout": "contiguous", "seed": 0, "zeros": 0.0}
+    case = Case.from_json({
+        "target": "normalized_product", "dtype": "float64", "device": "cpu", "kwargs": {},
+        "args": [{"shape": [3], "grad": "leaf", "layout": {"offset": 0, "storage_size": 1, "strides": [0]},
+                  "values": {"seed": 0, "low": -2.0, "high": 2.0, "constant": [0], "structure": [["zeros", 0]]}}],
+        "params": {"cotangent": probe, "direction": {**probe, "seed": 1}, "second": {**probe, "seed": 2}},
+    })
+    assert not case.materialize().args[0].any()  # the point is zero
+    verdict = run_check(check, Target("normalized_product", _normalized_product, "x: n"), case)
+    assert verdict.kind != "fail", verdict.message
+
+
+def _rodrigues(r):
+    """The rotation matrix of a rotation vector (Rodrigues' formula)."""
+    theta = r.norm(dim=-1, keepdim=True)
+    k = r / theta
+    zero = torch.zeros_like(k[..., 0])
+    skew = torch.stack(
+        [zero, -k[..., 2], k[..., 1], k[..., 2], zero, -k[..., 0], -k[..., 1], k[..., 0], zero], -1
+    ).unflatten(-1, (3, 3))
+    s, c = theta.sin()[..., None], theta.cos()[..., None]
+    return torch.eye(3, dtype=r.dtype) + s * skew + (1 - c) * skew @ skew
+
+
+def test_float32_at_tied_large_values_is_judged_by_their_conditioning():
+    """A rotation angle near 14000 loses its digits to float32 in any
+    implementation; tied, shifted values once kept the conditioning nudge
+    from moving them at all (snapped back to their levels), and that was
+    reported as a failure."""
+    from fuzzdiff.case import Case
+    from fuzzdiff.runner import run_check
+    from fuzzdiff.targets.target import Target
+
+    case = Case.from_json({
+        "target": "rodrigues", "dtype": "float32", "device": "cpu", "kwargs": {},
+        "args": [{"shape": [3], "grad": "leaf", "values": {
+            "seed": 0, "low": -2.0, "high": 2.0, "grid": 0.25, "structure": [["ties", 0], ["offset", 90]]}}],
+        "params": {"cotangent": {"layout": "contiguous", "seed": 0, "zeros": 0.0}},
+    })
+    x = case.materialize().args[0]
+    assert x.min() > 8000 and len(set(x.tolist())) < 3  # large and tied
+    moved = case.nudged(2.0**-22, seed=5).materialize().args[0]
+    assert not torch.equal(moved, x) and len(set(moved.tolist())) == len(set(x.tolist()))  # moved, still tied
+    verdict = run_check("dtype", Target("rodrigues", _rodrigues, "r: 3"), case)
+    assert verdict.kind != "fail", verdict.message
