@@ -7,6 +7,10 @@ evidence, strongest first:
 1. the target is torch's own (a catalog op, an OpInfo sample);
 2. torch failed an internal assert ("please report a bug to PyTorch");
 3. the failing run left torch's thread-local state changed (fuzzdiff.torch_state);
+3a. the code defines no derivative rule of its own, calls a torch function
+   whose known discrepancy (the catalog's ``Target.known``) the failure
+   matches: ``lambda x: torch.cumprod(x, -1)`` fails where torch.cumprod's
+   recorded bug does;
 4. the error was raised inside torch's machinery (Dynamo, Inductor,
    AOTAutograd, FX, fake tensors, functorch, the code Inductor generates:
    fuzzdiff.raised), unless the code brings rules of its own that this
@@ -26,11 +30,16 @@ error raised in it, or a mismatch that needs it, shown at the shrunk input.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check
 from fuzzdiff.inspection import BATCHING, COMPILING, LAYOUT, RANDOM, inspect_call
+from fuzzdiff.known import Known
 from fuzzdiff.runner import verdict_at
 from fuzzdiff.targets.standin import StandIn, stand_in
 from fuzzdiff.targets.target import Target
@@ -40,7 +49,16 @@ __all__ = ["Blame", "Evidence", "gather", "blame", "PYTORCH", "USER", "VIA", "ME
 
 PYTORCH, USER = "pytorch", "user"
 # The evidence that decided, in the order it is asked (see the module's docstring).
-VIA = ("torch's target", "internal assert", "torch state", "torch machinery", "stand-in", "mechanism", "user")
+VIA = (
+    "torch's target",
+    "internal assert",
+    "torch state",
+    "torch machinery",
+    "known discrepancy",
+    "stand-in",
+    "mechanism",
+    "user",
+)
 
 # Checks that run the target's own code on both sides, through two of torch's
 # mechanisms; what differs between the sides is the mechanism, unless the code
@@ -99,9 +117,14 @@ class Evidence:
     stand_in_verdict: Verdict | None = None
     rules: tuple[str, ...] = ()
     asks: tuple[tuple[str, str], ...] = ()  # what the code asks about its run (fuzzdiff.inspection)
+    # a known torch discrepancy of a torch function the code calls, which the
+    # failure matches: (the function's name, Known.describe())
+    torch_known: tuple[str, str] | None = None
 
     def to_json(self) -> dict:
         out: dict = {"rules": list(self.rules), "asks": [list(a) for a in self.asks]}
+        if self.torch_known is not None:
+            out["torch_known"] = {"function": self.torch_known[0], "discrepancy": self.torch_known[1]}
         if self.stand_in is not None and self.stand_in_verdict is not None:
             v = self.stand_in_verdict
             out["stand_in"] = {
@@ -112,11 +135,16 @@ class Evidence:
         return out
 
 
-def gather(check: Check, target: Target, case: Case) -> Evidence:
-    """Run what the blame needs beyond the failure itself, for user code only."""
+def gather(check: Check, target: Target, case: Case, verdict: Verdict | None = None) -> Evidence:
+    """Run what the blame needs beyond the failure itself, for user code only.
+    With the ``verdict``, also whether it is a known discrepancy of a torch
+    function the code calls."""
     if torchs_own(target):
         return Evidence()
     seen = inspect_call(target, case)
+    known = None if verdict is None or seen.rules else torch_known(seen.calls, check.name, case, verdict)
+    if known is not None:
+        return Evidence(rules=seen.rules, asks=seen.asks, torch_known=known)
     if target.module is not None:  # per-sample gradients need the module itself
         return Evidence(rules=seen.rules, asks=seen.asks)
     standin = stand_in(target, case)
@@ -127,6 +155,38 @@ def gather(check: Check, target: Target, case: Case) -> Evidence:
     except Exception as e:  # noqa: BLE001 - e.g. the case's params do not fit the stand-in: no evidence
         verdict = Verdict("unsupported", f"the stand-in could not run this case: {type(e).__name__}: {e}")
     return Evidence(standin, verdict, seen.rules, seen.asks)
+
+
+def torch_known(calls: Sequence[str], check: str, case: Case, verdict: Verdict) -> tuple[str, str] | None:
+    """The known discrepancy of a torch function among ``calls`` (by name)
+    that the failure matches, as (the function, Known.describe()): code that
+    only calls ``torch.cumprod`` fails where torch.cumprod's own recorded bug
+    does, with the same signature."""
+    table = _known_by_function()
+    for name in calls:
+        for known in table.get(name, ()):
+            if known.matches(check, case, verdict):
+                return name, known.describe()
+    return None
+
+
+@functools.cache
+def _known_by_function() -> dict[str, tuple[Known, ...]]:
+    """The catalog's known discrepancies by the name of the torch function its
+    target is (``torch.cumprod``; a target that wraps one is not indexed)."""
+    from fuzzdiff.targets import all_targets  # the catalog, built once and only when a blame needs it
+
+    found: dict[str, list[Known]] = {}
+    for t in all_targets():
+        name = getattr(t.fn, "__name__", None)
+        if not t.known or not isinstance(name, str) or not torchs_own(t):
+            continue
+        if any(getattr(space, name, None) is t.fn for space in _TORCH_SPACES):
+            found.setdefault(name, []).extend(t.known)
+    return {name: tuple(ks) for name, ks in found.items()}
+
+
+_TORCH_SPACES = (torch, torch.nn.functional, torch.linalg, torch.special, torch.fft)
 
 
 def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> Blame:
@@ -140,6 +200,14 @@ def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> B
         )
     if errors.get("torch_state"):
         return Blame(PYTORCH, f"the failing run left torch broken: {errors['torch_state']}", "torch state")
+    if evidence.torch_known is not None and not evidence.rules:
+        function, discrepancy = evidence.torch_known
+        return Blame(
+            PYTORCH,
+            f"your function calls torch's {function}, and the failure matches that function's known "
+            f"discrepancy: {discrepancy}",
+            "known discrepancy",
+        )
     part = errors.get("torch_part")
     if part and not evidence.rules:  # with rules of the code's own, the stand-in decides
         return Blame(

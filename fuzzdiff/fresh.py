@@ -254,7 +254,7 @@ def _replay(path: str, confirmed: bool = False) -> dict:
         verdict = run_check(record.check, target, record.case)
     answer: dict = {"verdict": {"kind": verdict.kind, "message": verdict.message, "errors": verdict.errors}}
     if verdict.failed:
-        evidence = gather(get_check(record.check), target, record.case)
+        evidence = gather(get_check(record.check), target, record.case, record.verdict)
         answer["blame"] = blame(record.check, target, record.verdict, evidence).to_json()
         answer["evidence"] = evidence.to_json()
     return answer

@@ -530,7 +530,7 @@ def _settle(
             failure.blame, failure.evidence = replayed.blame, dict(replayed.evidence or {})
             return True
         failure.elsewhere = f"not replayed in a fresh process ({replayed.failed})"
-    evidence = gather(check, target, failure.case)
+    evidence = gather(check, target, failure.case, verdict)
     failure.blame, failure.evidence = blame(check.name, target, verdict, evidence), evidence.to_json()
     return True
 

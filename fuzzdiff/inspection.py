@@ -67,6 +67,7 @@ class Inspection:
 
     rules: tuple[str, ...] = ()
     asks: tuple[tuple[str, str], ...] = ()
+    calls: tuple[str, ...] = ()  # the torch functions and methods it calls itself, by name
 
     def asked(self, kind: str) -> list[str]:
         return [name for name, k in self.asks if k == kind]
@@ -85,14 +86,17 @@ def _outside_torch(filename: str) -> bool:
 
 
 class _Watching(TorchFunctionMode):
-    def __init__(self, asks: dict[tuple[str, str], None], ops: dict[str, None]):
+    def __init__(self, asks: dict[tuple[str, str], None], ops: dict[str, None], calls: dict[str, None]):
         super().__init__()
-        self.asks, self.ops = asks, ops
+        self.asks, self.ops, self.calls = asks, ops, calls
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = _LAYOUT_METHODS.get(func)
-        if name is not None and _outside_torch(sys._getframe(1).f_code.co_filename):
-            self.asks[(f"Tensor.{name}", LAYOUT)] = None
+        name = getattr(func, "__name__", None)
+        if isinstance(name, str):
+            self.calls[name] = None
+        method = _LAYOUT_METHODS.get(func)
+        if method is not None and _outside_torch(sys._getframe(1).f_code.co_filename):
+            self.asks[(f"Tensor.{method}", LAYOUT)] = None
         namespace = getattr(func, "namespace", None)
         if isinstance(func, torch._ops.OpOverload) and namespace not in TORCH_NAMESPACES:
             self.ops[f"the custom op {func.name()}"] = None
@@ -107,6 +111,7 @@ def inspect_call(target: Target, case: Case) -> Inspection:
         return Inspection()
     asks: dict[tuple[str, str], None] = {}
     ops: dict[str, None] = {}
+    calls: dict[str, None] = {}
     questions = _question_functions()
 
     def hook(frame, event, arg):
@@ -123,15 +128,15 @@ def inspect_call(target: Target, case: Case) -> Inspection:
 
     previous = sys.getprofile()
     try:
-        with _Watching(asks, ops):
+        with _Watching(asks, ops, calls):
             sys.setprofile(hook)
             try:
                 out = target(*inputs.args, **case.kwargs)
             finally:
                 sys.setprofile(previous)
     except Exception:  # noqa: BLE001 - what it asked before it raised still counts; no graph to read
-        return Inspection(tuple(ops), tuple(asks))
-    return Inspection(tuple(dict.fromkeys([*_rules(out), *ops])), tuple(asks))
+        return Inspection(tuple(ops), tuple(asks), tuple(calls))
+    return Inspection(tuple(dict.fromkeys([*_rules(out), *ops])), tuple(asks), tuple(calls))
 
 
 def _random_draw(fn: Any) -> tuple[str, str] | None:

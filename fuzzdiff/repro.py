@@ -126,7 +126,9 @@ def whose(record: Record, target: Target) -> Blame:
     recorded = Blame.from_json(record.blame)
     if recorded is not None:
         return recorded
-    return blame(record.check, target, record.verdict, gather(CHECKS[record.check], target, record.case))
+    return blame(
+        record.check, target, record.verdict, gather(CHECKS[record.check], target, record.case, record.verdict)
+    )
 
 
 def _names(allow_import: Iterable[str]) -> tuple[str, ...]:

@@ -185,3 +185,22 @@ def test_a_failure_blamed_through_the_stand_in_records_the_stand_in_too(tmp_path
     assert "import fuzzdiff" not in script and "def stand_in(x0, x1" in script
     failure.blame = Blame(USER, "yours", "user")
     assert _stand_in_record(tmp_path, failure, target) is None  # only where the blame rests on it
+
+
+def test_a_known_discrepancy_of_a_torch_function_the_code_calls_is_torchs():
+    def running_product(x):
+        return torch.cumprod(x, -1)
+
+    zero = Case("fn", (Arg((3,), Values(seed=3, structure=(("zeros", 1),))),), "float64", params=PROBES)
+    nan = Verdict("fail", "<w, d2f[u, u']> reverse-over-forward vs finite differences: analytic nan vs reference "
+                  "2.0 (abs error inf); confirmed", {"analytic": float("nan")})
+    target = _user(running_product, "x: n")
+    evidence = gather(get_check("forward2"), target, zero, nan)
+    assert evidence.torch_known is not None and evidence.torch_known[0] == "cumprod"
+    whose = blame("forward2", target, nan, evidence)
+    assert whose.whose == PYTORCH and whose.via == "known discrepancy" and "cumprod" in whose.evidence
+    # not at a point the signature does not cover, nor through a rule of the code's own
+    plain = Case("fn", (Arg((3,), Values(seed=3)),), "float64", params=PROBES)
+    assert gather(get_check("forward2"), target, plain, nan).torch_known is None
+    own = _user(lambda x: WrongSquare.apply(torch.cumprod(x, -1)), "x: n")
+    assert gather(get_check("forward2"), own, zero, nan).torch_known is None
