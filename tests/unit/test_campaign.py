@@ -305,9 +305,12 @@ def test_a_compile_pairs_first_batch_draws_the_cheap_backend_and_later_ones_all(
     from fuzzdiff.config import COMPILE_BACKENDS
     from fuzzdiff.paths import compiled
 
-    assert first_backends(COMPILE_BACKENDS) == CHEAP_BACKENDS == ("aot_eager",)
+    assert set(first_backends(COMPILE_BACKENDS) or ()) == set(CHEAP_BACKENDS)
+    assert set(CHEAP_BACKENDS) == {"aot_eager", "aot_function", "aot_function_min_cut"}
+    assert "inductor" not in CHEAP_BACKENDS  # code generation waits for the later batches
     assert first_backends(("inductor",)) is None  # the user's choice stands
     assert first_backends(("aot_eager",)) is None  # nothing to narrow
+    assert first_backends(("aot_eager", "inductor")) == ("aot_eager",)
 
     def backends_drawn(backends):
         compiled._CACHE.clear()
@@ -316,5 +319,5 @@ def test_a_compile_pairs_first_batch_draws_the_cheap_backend_and_later_ones_all(
         assert result.error is None and result.failure is None and result.tally.examples > 0
         return {key[2] for key in compiled._CACHE}
 
-    assert backends_drawn(first_backends(COMPILE_BACKENDS)) == {"aot_eager"}
-    assert len(backends_drawn(None)) > 1
+    assert backends_drawn(first_backends(COMPILE_BACKENDS)) <= set(CHEAP_BACKENDS)
+    assert "inductor" in backends_drawn(None)
