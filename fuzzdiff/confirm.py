@@ -357,8 +357,9 @@ def _step_below(case: Case, eps: float) -> float | None:
     over all of the function's own structure there (``normalize(x)`` divides
     by ``max(|x|, 1e-12)``: quadratic terms of it have second derivatives of
     1e24 at zero, and none a step of 1e-6 away)."""
-    leaves = case.materialize(requires_grad=False).leaves
-    largest = max((max_abs(l) for l in leaves if l.is_floating_point() or l.is_complex()), default=0.0)
+    # the arguments the function sees, not the leaves: a view's leaf holds the memory around it too
+    args = [a for a in tree_leaves(case.materialize(requires_grad=False).args) if isinstance(a, torch.Tensor)]
+    largest = max((max_abs(a) for a in args if a.is_floating_point() or a.is_complex()), default=0.0)
     if not largest < BELOW_STEPS * eps:
         return None
     tiny = eps * SMALL_STEP**1.5

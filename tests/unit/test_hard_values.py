@@ -247,7 +247,8 @@ def _normalized_product(x):
 
 
 @pytest.mark.parametrize("check", ["gradgrad", "forward2"])
-def test_a_function_that_changes_below_the_step_at_zero_is_no_failure(check):
+@pytest.mark.parametrize("grad", ["leaf", "view"])  # a view's leaf holds other values around it
+def test_a_function_that_changes_below_the_step_at_zero_is_no_failure(check, grad):
     from fuzzdiff.case import Case
     from fuzzdiff.runner import run_check
     from fuzzdiff.targets.target import Target
@@ -255,7 +256,7 @@ def test_a_function_that_changes_below_the_step_at_zero_is_no_failure(check):
     probe = {"layout": "contiguous", "seed": 0, "zeros": 0.0}
     case = Case.from_json({
         "target": "normalized_product", "dtype": "float64", "device": "cpu", "kwargs": {},
-        "args": [{"shape": [3], "grad": "leaf", "layout": {"offset": 0, "storage_size": 1, "strides": [0]},
+        "args": [{"shape": [3], "grad": grad, "layout": {"offset": 1, "storage_size": 2, "strides": [0]},
                   "values": {"seed": 0, "low": -2.0, "high": 2.0, "constant": [0], "structure": [["zeros", 0]]}}],
         "params": {"cotangent": probe, "direction": {**probe, "seed": 1}, "second": {**probe, "seed": 2}},
     })
