@@ -115,30 +115,26 @@ def test_cases_seen_failing_are_not_run_again_while_shrinking(monkeypatch):
         return verdict
 
     monkeypatch.setattr(fuzzing, "verdict_at", counted)
-    buggy = target("x: ...", _WrongForLargeInputs.apply, "unit_planted_bug_counted", max_side=5)
-    quick = settings(max_examples=300, database=None, derandomize=True, deadline=None,
-                     suppress_health_check=list(HealthCheck), print_blob=False)
-    try:
-        fuzz("grad", buggy, settings=quick)
-    except FuzzFailure as failure:
-        shrunk = failure.case
-    else:
-        raise AssertionError("the planted bug was not found")
+    shrunk = _shrunk_planted_bug("unit_planted_bug_counted")
     assert len(runs) > 1  # it shrank through several failing cases
     assert max(runs.values()) == 1, runs  # and ran each of them once
     assert json.dumps(shrunk.to_json(), sort_keys=True) in runs
 
 
-def test_fuzz_failure_of_the_grad_check_is_shrunk():
-    buggy = target("x: ...", _WrongForLargeInputs.apply, "unit_planted_bug", max_side=5)
+def _shrunk_planted_bug(name: str) -> Case:
+    """The grad check's shrunk failure of _WrongForLargeInputs."""
+    buggy = target("x: ...", _WrongForLargeInputs.apply, name, max_side=5)
     quick = settings(max_examples=300, database=None, derandomize=True, deadline=None,
                      suppress_health_check=list(HealthCheck), print_blob=False)
     try:
         fuzz("grad", buggy, settings=quick)
     except FuzzFailure as failure:
-        case = failure.case
-    else:
-        raise AssertionError("the planted bug was not found")
+        return failure.case
+    raise AssertionError("the planted bug was not found")
+
+
+def test_fuzz_failure_of_the_grad_check_is_shrunk():
+    case = _shrunk_planted_bug("unit_planted_bug")
     (a,) = case.args
     assert case.materialize().args[0].numel() == 3
     assert len(a.shape) == 1 or sorted(a.shape)[:-1] == [1] * (len(a.shape) - 1)
