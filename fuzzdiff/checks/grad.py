@@ -129,12 +129,15 @@ def kink_pairs(
             f"right and left derivatives along {along}",
             *one_sided_differences(g, leaves, d, through, eps, outs=g_at),
         )
+    splits: list[list[torch.Tensor]] = []  # drawn as first needed, then shared by every walk
     for along, g, g_at, d, through in walks:
         along_d = directional_difference(g, leaves, d, through, eps, outs=g_at)
         for k in range(SPLITS):
+            if k == len(splits):
+                splits.append(_split(k, leaves))
             yield (
                 f"the derivative along {along} and its sum along a split of it",
-                *split_differences(g, leaves, d, through, eps, _split(k, leaves), whole=along_d, outs=g_at),
+                *split_differences(g, leaves, d, through, eps, splits[k], whole=along_d, outs=g_at),
             )
 
 
