@@ -687,9 +687,13 @@ PoolFactory = Callable[[dict, "int | None", int], Pool]
 
 
 def preload(opts: dict) -> list[str]:
-    """What a worker imports before its first batch (the targets' modules)."""
+    """What a worker imports before its first batch (the targets' modules).
+    Not torch's OpInfo database where a GPU is visible: importing it asks the
+    device's capability, which initializes CUDA in the forkserver, and no
+    process forked from there can use CUDA again ("Cannot re-initialize CUDA in
+    forked subprocess"); each worker imports it for itself then."""
     modules = ["fuzzdiff.campaign", "fuzzdiff.targets.catalog"]
-    if opts["opinfo"]:
+    if opts["opinfo"] and not torch.cuda.is_available():
         modules.append("torch.testing._internal.common_methods_invocations")  # op_db: seconds, once
     return modules
 

@@ -33,6 +33,29 @@ from strategies.cotangents import draw_probe_dicts
 __all__ = ["run_check", "verdict_at", "case_strategy"]
 
 
+RANDOM_LOW_PRECISION_ON_CUDA = (
+    "the target draws random numbers, and on CUDA a float64 run draws other numbers than a "
+    "lower-precision one from the same seed, so the float64 reference would be another function"
+)
+RANDOM_STRIDED_ON_CUDA = (
+    "the target draws random numbers, and on CUDA its kernels draw in their input's memory layout: "
+    "the finite differences, made at dense copies of a strided leaf, would see other draws"
+)
+
+
+def _unfair_on_cuda(case: Case) -> str | None:
+    """Why a random target's calls at ``case`` cannot be compared on CUDA, where
+    one seed gives other draws for another dtype or memory layout (the CPU's
+    generators draw in logical order, in double precision)."""
+    if not case.device.startswith("cuda"):
+        return None
+    if case.dtype != "float64":
+        return RANDOM_LOW_PRECISION_ON_CUDA
+    if any(a.grad == "leaf" and a.layout is not None and not a.layout.is_contiguous(a.shape) for a in case.args):
+        return RANDOM_STRIDED_ON_CUDA
+    return None
+
+
 def run_check(check: Check | str, target: Target | str, case: Case) -> Verdict:
     """The check's verdict at ``case``; never raises for the target's own errors."""
     check = get_check(check) if isinstance(check, str) else check
@@ -50,6 +73,9 @@ def verdict_at(check: Check, target: Target, case: Case) -> Verdict:
     has its generators seeded alike before every call (fuzzdiff.paths.seeded),
     unless the check seeds them itself."""
     if target.random and not check.seeds_random:
+        unfair = _unfair_on_cuda(case)
+        if unfair is not None:
+            return Verdict("unsupported", unfair)
         seed = sum(a.values.seed for a in case.args) % 2**32
         devices = [torch.device(case.device).index or 0] if case.device.startswith("cuda") else []
         fixed = replace(target, fn=reseeding(target.fn, seed, devices))

@@ -399,13 +399,17 @@ class Call:
 
     def __call__(self, *tensors):
         # Fresh constants per call: some ops update them in place (batch_norm's running stats).
-        dtype = tensors[0].dtype if tensors else torch.float64
+        # The sample was made in float64 on the CPU: its tensors, and an argument naming its
+        # dtype (_softmax_backward_data's input_dtype), follow the fuzzed tensors.
+        dtype, device = (tensors[0].dtype, tensors[0].device) if tensors else (torch.float64, None)
         leaves = [
-            (t.to(dtype) if t.is_floating_point() else t).clone() if isinstance(t, torch.Tensor) else t
+            t.to(device, dtype if t.is_floating_point() else t.dtype, copy=True)
+            if isinstance(t, torch.Tensor)
+            else dtype if t is torch.float64 else t
             for t in self.leaves
         ]  # fuzzed positions hold None
         for pos, t, s in zip(self.positions, tensors, self.near):
-            leaves[pos] = t if s is None else t + s.to(t.dtype)
+            leaves[pos] = t if s is None else t + s.to(t.device, t.dtype)
         inp, args, kwargs = tree_unflatten(leaves, self.spec)
         out = self.op.gradcheck_wrapper(self.op.op, inp, *args, **kwargs)
         return self.output_fn(out)

@@ -161,7 +161,7 @@ def test_a_slow_pair_cannot_starve_the_others(zoo):
     grad = get_check("grad")
     pairs = [(zoo.SLUGGISH, grad), (zoo.SIN, grad), (zoo.EXP, grad), (zoo.TANH, grad)]
     campaign = run_campaign(pairs, size=BatchSize(examples=50, variants=1), rounds=2, seed=1, jobs=1,
-                            batch_seconds=1.0, database_url=None)
+                            batch_seconds=1.0, database_url=None, device="cpu")  # CUDA's first cases cost seconds
     by_name = {r.target: r for r in campaign.results}
     assert set(by_name) == {"sluggish", "cheap_sin", "cheap_exp", "cheap_tanh"}
     slow = by_name["sluggish"]
@@ -170,6 +170,28 @@ def test_a_slow_pair_cannot_starve_the_others(zoo):
     assert sum(r.batches for r in campaign.results) == 2 * len(pairs)  # round 2: as many batches as pairs
     for name in ("cheap_sin", "cheap_exp", "cheap_tanh"):
         assert by_name[name].tally.examples > 0 and not by_name[name].cut
+
+
+def test_with_a_gpu_the_forkserver_leaves_cuda_alone(monkeypatch):
+    """Importing OpInfo's database initializes CUDA where a GPU is visible; a
+    forkserver that imported it would fork workers that cannot use CUDA."""
+    import torch
+
+    from fuzzdiff.campaign import preload
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "torch.testing._internal.common_methods_invocations" in preload({"opinfo": True})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert "torch.testing._internal.common_methods_invocations" not in preload({"opinfo": True})
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
+def test_a_cuda_campaign_runs_its_cases_on_the_gpu_in_forked_workers(zoo):
+    grad = get_check("grad")
+    campaign = run_campaign([(zoo.SIN, grad), (zoo.EXP, grad)], size=BatchSize(examples=4, variants=1), jobs=2,
+                            seed=1, device="cuda", database_url=None)
+    assert len(campaign.results) == 2
+    for result in campaign.results:
+        assert not result.failed and result.tally.counts["pass"] > 0, result
 
 
 def test_every_pair_starts_once_before_any_starts_twice(zoo):

@@ -128,6 +128,19 @@ def test_near_mode_for_structured_ops():
     assert run_check("grad", t, case).kind == "pass"
 
 
+@pytest.mark.parametrize("ref, dtype", [("linalg.cholesky", torch.float64), ("_softmax_backward_data", torch.float32)])
+def test_the_sample_follows_the_fuzzed_tensors_to_their_device_and_dtype(ref, dtype):
+    """Samples are made in float64 on the CPU; a case on another device (meta
+    here, cuda on a GPU) gets the sample's tensors there, constants and pinned
+    values alike, and a float32 case gets the dtype the sample names as an
+    argument (CUDA refuses _softmax_backward_data's float32 grad with a float64
+    input_dtype; the meta kernel returns the input_dtype)."""
+    t = opinfo.op_targets(op(ref))[0]
+    x = torch.zeros(a_case(t, "grad").args[0].shape, dtype=dtype, device="meta")
+    outs = [o for o in torch.utils._pytree.tree_leaves(t.fn(x)) if isinstance(o, torch.Tensor)]
+    assert outs and all(o.device.type == "meta" and o.dtype == dtype for o in outs)
+
+
 @pytest.mark.parametrize("ref", ["opinfo/native_batch_norm@0", "opinfo/native_layer_norm@0"])
 def test_outputs_autograd_declares_non_differentiable_are_left_out(ref):
     # native_batch_norm's save_mean / save_invstd and native_layer_norm's mean / rstd

@@ -23,7 +23,11 @@ import fuzzdiff
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.corpus import read_record
 from fuzzdiff.random_probe import SEEDED, UNSEEDABLE, UNSEEDABLE_WARNING, probed
+from fuzzdiff.case import Arg, Case, Layout, Values
+from fuzzdiff.checks import CHECKS
 from fuzzdiff.repro import replay
+from fuzzdiff.runner import RANDOM_LOW_PRECISION_ON_CUDA, RANDOM_STRIDED_ON_CUDA, run_check
+from fuzzdiff.targets import get_target
 from fuzzdiff.targets.user import user_target
 
 REPO = Path(fuzzdiff.__file__).resolve().parents[1]
@@ -70,7 +74,7 @@ PRIVATE = torch.Generator().manual_seed(0)
 
 
 def private_generator(x):
-    return x * torch.rand(x.shape, generator=PRIVATE, dtype=x.dtype)
+    return x * torch.rand(x.shape, generator=PRIVATE, dtype=x.dtype).to(x.device)
 
 
 def rounding_jitter(x):
@@ -174,3 +178,19 @@ def test_a_function_that_hangs_is_not_held_up_by_the_probe():
                             isolate=False)  # the probe's limit, not the fresh replay's confirmation of a hang
     assert [f.check for f in report.failures] == ["grad"] and "did not finish" in report.failures[0].message
     assert time.perf_counter() - start < 10  # six unlimited probe calls alone would take 18 s
+
+
+@pytest.mark.parametrize("name", ["dropout_training", "rrelu_training"])
+def test_random_layers_are_not_compared_across_devices_dtypes_or_layouts_on_cuda(name):
+    """CUDA's generator draws other numbers than the CPU's, and on CUDA one seed
+    gives a float32 and a float64 run, or a strided input and its dense copy,
+    other draws: such comparisons would be between two functions."""
+    target = get_target(name)
+    assert "CUDA's generator" in CHECKS["device"].why_not(target)
+    kwargs = {"p": 0.5} if name == "dropout_training" else {}
+    low = Case(name, (Arg((3,), Values(seed=1)),), dtype="float32", device="cuda", kwargs=kwargs)
+    gapped = Case(name, (Arg((3,), Values(seed=1), Layout(5, (2,), 0)),), dtype="float64", device="cuda",
+                  kwargs=kwargs)
+    # decided before the case is made: no GPU needed
+    assert run_check("grad", target, low).message == RANDOM_LOW_PRECISION_ON_CUDA
+    assert run_check("grad", target, gapped).message == RANDOM_STRIDED_ON_CUDA
