@@ -193,7 +193,10 @@ class Values:
         logical = self._sample(shape, dtype)
         if narrow:
             logical = logical[tuple(slice(0, 1) if d in narrow else slice(None) for d in range(len(shape)))]
-        storage = self._junk(shape, layout.storage_size)
+        if layout.storage_size > _CACHED_VALUES:
+            storage = self._junk(shape, layout.storage_size)
+        else:  # drawn once, like the values: the variants of an example ask for it again
+            storage = _cached_junk(self, shape, layout.storage_size).copy()
         if logical.dtype != storage.dtype:  # complex values, real junk
             storage = storage.astype(logical.dtype)
         storage[_positions(logical.shape, layout.strides, layout.offset)] = logical.reshape(-1)
@@ -336,6 +339,11 @@ _TIE_LEVELS = 0x71E5  # the nudge stream of tied levels (Values._structured), ap
 @functools.lru_cache(maxsize=4096)
 def _cached_sample(values: Values, shape: tuple[int, ...], dtype: torch.dtype) -> np.ndarray:
     return values._drawn(shape, dtype)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_junk(values: Values, shape: tuple[int, ...], size: int) -> np.ndarray:
+    return values._junk(shape, size)
 
 
 @dataclass(frozen=True)
@@ -830,6 +838,21 @@ class Case:
         if self.copies:
             rebuild = _copying(rebuild, self.copies)
         return Inputs(rebuild(leaves), leaves, rebuild, self._plan[2])
+
+    def recast(self, inputs: Inputs, cast: torch.dtype) -> Inputs | None:
+        """``materialize(requires_grad=False, cast=cast)`` made from ``inputs``,
+        which this case materialized and nothing has written into since, without
+        drawing or viewing again: where every argument is a leaf of its own
+        (else None: views and constants are rebuilt from their storages). The
+        values are the same; the memory around a strided leaf is not kept."""
+        if self.copies or self._leaf_views[1] != "identity":
+            return None
+        wide = cast.to_complex()
+        leaves = [
+            t if a.dtype is not None or t.dtype in (cast, wide) else t.to(wide if t.dtype.is_complex else cast)
+            for a, t in zip(self.args, (l.detach() for l in inputs.leaves))
+        ]
+        return Inputs(list(leaves), leaves, list, inputs.sources)
 
     @cached_property
     def _leaf_views(self):

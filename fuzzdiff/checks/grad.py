@@ -173,6 +173,8 @@ def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
         # detached, without a second materialize(). (A cast copy is not checked:
         # the finite differences cast the untouched storages again.)
         at = Inputs(inputs.args, [l.detach() for l in inputs.leaves], inputs.rebuild, inputs.sources)
+    elif cast is None:
+        at = case.recast(inputs, torch.float64)  # the leaves just checked, cast, where the case allows
     numeric, noise = finite_difference(target, case, v, u, eps, storages, at)
     if case.structured:
         # Large or shifted values: x + eps u rounds at |x|'s ulp, which moves the

@@ -70,6 +70,22 @@ def test_materialize_with_float64_cast_is_deterministic_and_exact(case):
 
 
 @given(any_case)
+def test_a_recast_holds_the_float64_reference_values_or_declines(case):
+    """The grad check's finite differences start from the checked leaves, cast
+    (Case.recast), where every argument is a leaf of its own: the same values
+    and dtypes as a float64 materialize()."""
+    inputs = case.materialize()
+    recast = case.recast(inputs, torch.float64)
+    if case.copies or any(a.grad != "leaf" or a.alias is not None for a in case.args):
+        return
+    assert recast is not None
+    ref = case.materialize(requires_grad=False, cast=torch.float64)
+    for got, want in zip(recast.args, ref.args):
+        assert got.dtype == want.dtype and not got.requires_grad and bitwise_equal(got, want)
+    assert recast.rebuild(recast.leaves) == recast.leaves
+
+
+@given(any_case)
 def test_json_round_trip_is_equal_and_materializes_bitwise_equal(case):
     back = round_trip(case)
     assert back == case
