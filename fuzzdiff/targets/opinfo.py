@@ -405,7 +405,9 @@ class Call:
         leaves = [
             t.to(device, dtype if t.is_floating_point() else t.dtype, copy=True)
             if isinstance(t, torch.Tensor)
-            else dtype if t is torch.float64 else t
+            else dtype
+            if t is torch.float64
+            else t
             for t in self.leaves
         ]  # fuzzed positions hold None
         for pos, t, s in zip(self.positions, tensors, self.near):
