@@ -231,6 +231,23 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--xfail", action="store_true", help="a strict expected failure (an open upstream bug)")
     promote.add_argument("--force", action="store_true", help="overwrite an existing test file")
     promote.set_defaults(handler="cmd_corpus_promote")
+    again = csub.add_parser(
+        "replay",
+        parents=[where],
+        help="replay every record on this torch: still failing, fixed, changed, or cannot be rebuilt",
+    )
+    again.add_argument(
+        "--status", choices=("open", "fixed", "expected"), help="only the records of this status (default: all)"
+    )
+    again.add_argument(
+        "--mark",
+        action="store_true",
+        help="write what the replay shows: a record fixed here becomes 'fixed' with this release as "
+        "its fixed_in, one fixed earlier that fails again becomes 'open'",
+    )
+    again.add_argument("--trust-source", action="store_true", help="as for fuzzdiff repro")
+    again.add_argument("--allow-import", action="append", metavar="MODULE", help="as for fuzzdiff repro")
+    again.set_defaults(handler="cmd_corpus_replay")
     merge = csub.add_parser(
         "merge", parents=[where], help="copy the records of corpora from other machines into this one"
     )

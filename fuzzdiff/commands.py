@@ -40,6 +40,8 @@ from fuzzdiff.corpus import (
     merge,
     read_record,
 )
+from fuzzdiff.corpus_causes import root_causes
+from fuzzdiff.corpus_replay import NEWS, mark_outcome, outcome
 from fuzzdiff.fuzzing import settle_heap
 from fuzzdiff.journal import recover
 from fuzzdiff.plan import plan
@@ -50,6 +52,7 @@ from fuzzdiff.spec import SpecError
 from fuzzdiff.targets import all_targets
 from fuzzdiff.targets.opinfo import OpInfoError
 from fuzzdiff.targets.opinfo import select as select_opinfo
+from fuzzdiff.targets.opinfo_known import KNOWN as OPINFO_KNOWN  # the signatures alone: no op_db import
 from fuzzdiff.targets.recipe import references
 from fuzzdiff.targets.user import import_object, is_module_name, user_target
 from fuzzdiff.vmap_fallbacks import fallback_report
@@ -764,11 +767,31 @@ def cmd_corpus_stats(args) -> int:
         str(len(records)),
         str(len({r.target for r in records})),
     )
-    console = Console()
+    console = Console(width=max(Console().width, 140))
     console.print(table)
+    _print_root_causes(console, [r for r in records if r.status_on() == "open"])
     for e in bad:
         console.print(f"[red]unreadable[/red] {e}")
     return 2 if bad else 0
+
+
+def _print_root_causes(console: Console, records: list) -> None:
+    """The open records' root causes (fuzzdiff.corpus_causes), the largest first."""
+    known = [k for target in all_targets() for k in target.known] + [k for _, k in OPINFO_KNOWN]
+    causes = root_causes(records, known)
+    kinds = Counter(c.kind for c in causes)
+    by_known = sum(1 for c in causes if c.known is not None)
+    console.print(
+        f"{len(causes)} root causes of {len(records)} open records ({by_known} by a known signature, "
+        f"{len(causes) - by_known} by an automatic one): " + ", ".join(f"{n} {k}" for k, n in kinds.most_common())
+    )
+    table = Table(show_header=True)
+    for col in ("records", "kind", "root cause", "record ids"):
+        table.add_column(col, justify="right" if col == "records" else "left")
+    for c in causes:
+        ids = ", ".join(r.id[:8] for r in c.records[:3]) + (" ..." if len(c.records) > 3 else "")
+        table.add_row(str(len(c.records)), c.kind, ("known: " if c.known else "") + c.name, ids)
+    console.print(table)
 
 
 def cmd_corpus_promote(args) -> int:
@@ -788,6 +811,27 @@ def cmd_corpus_promote(args) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def cmd_corpus_replay(args) -> int:
+    """Each record replayed on this torch, a line each as it is done, then the counts."""
+    records, bad = _records(args)
+    if args.status:
+        records = [r for r in records if r.status == args.status]
+    allowed = _allowed_imports(args)
+    print(f"replaying {len(records)} records of {_corpus_root(args)} on torch {torch.__version__}", flush=True)
+    counts: Counter = Counter()
+    for record in records:
+        found = outcome(record, trust_source=args.trust_source, allow_import=allowed)
+        counts[found.kind] += 1
+        marked = mark_outcome(record, found) if args.mark else None
+        detail = f"  ({found.detail})" if found.detail else ""
+        note = f"  -> {marked}" if marked else ""
+        print(f"{found.kind:<17} {record.check}/{record.target} {record.id}{detail[:200]}{note}", flush=True)
+    print("; ".join(f"{n} {kind}" for kind, n in counts.most_common()) or "no records")
+    for e in bad:
+        print(f"unreadable: {e}", file=sys.stderr)
+    return 2 if bad else 1 if any(counts[k] for k in NEWS) else 0
 
 
 def cmd_corpus_merge(args) -> int:

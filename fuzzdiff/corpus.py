@@ -41,6 +41,7 @@ from safetensors.torch import load_file, save
 from fuzzdiff.case import DTYPES, Case, CaseError, case_from_json
 from fuzzdiff.config import default_corpus
 from fuzzdiff.draws import SCHEME
+from fuzzdiff.releases import RELEASE, fixed_by, release
 from fuzzdiff.verdict import KINDS, Verdict, error_shape
 from fuzzdiff.version import __version__
 
@@ -60,6 +61,7 @@ __all__ = [
     "merge",
     "Merge",
     "module_state",
+    "mark",
 ]
 
 FORMAT = 2
@@ -185,6 +187,14 @@ class Record:
     definition: Mapping[str, Any] | None = None  # a user target's fn, spec and domain
     draws: str = SCHEME  # what drew the random tensors that are not stored (fuzzdiff.draws)
     blame: Mapping[str, Any] | None = None  # whose bug it is, with the evidence (fuzzdiff.blame)
+    fixed_in: str | None = None  # the first torch release the failure is gone in (status "fixed")
+
+    def status_on(self, version: str | None = None) -> str:
+        """The status under torch ``version`` (default: the running one): a
+        record fixed in a later release is still open on this one."""
+        if self.status == "fixed" and self.fixed_in is not None and not fixed_by(self.fixed_in, version):
+            return "open"
+        return self.status
 
     @property
     def target(self) -> str:
@@ -213,9 +223,13 @@ class Record:
             else:
                 stored["data"] = _encode(t)
             inputs[i]["storage"] = stored
-        extra = {} if self.definition is None else {"definition": _definition_json(self.definition, data_file)}
+        extra: dict[str, Any] = (
+            {} if self.definition is None else {"definition": _definition_json(self.definition, data_file)}
+        )
         if self.blame is not None:
             extra["blame"] = dict(self.blame)
+        if self.fixed_in is not None:
+            extra["fixed_in"] = self.fixed_in
         return _clean(
             {
                 **extra,
@@ -235,6 +249,22 @@ class Record:
                 "signature": signature(self.check, self.case, self.verdict),
             }
         )
+
+
+def mark(record: Record, status: str, fixed_in: str | None = None) -> None:
+    """Set a record's status (and the release that fixed it) in its file,
+    leaving every other field as it is."""
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+    if record.path is None:
+        raise ValueError("the record has no file")
+    data = json.loads(Path(record.path).read_text())
+    data["status"] = status
+    if status == "fixed" and fixed_in is not None:
+        data["fixed_in"] = release(fixed_in)
+    else:
+        data.pop("fixed_in", None)
+    Path(record.path).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def write_record(
@@ -458,6 +488,11 @@ def read_record(path: Path | str) -> Record:
     blame = data.get("blame")
     if blame is not None and not (isinstance(blame, dict) and isinstance(blame.get("whose"), str)):
         raise CorpusError(f"{path}: field 'blame' must be an object with a string 'whose'")
+    fixed_in = data.get("fixed_in")
+    if fixed_in is not None and not (isinstance(fixed_in, str) and RELEASE.fullmatch(fixed_in)):
+        raise CorpusError(f"{path}: field 'fixed_in' must be a torch release such as '2.14.1', got {fixed_in!r}")
+    if fixed_in is not None and status != "fixed":
+        raise CorpusError(f"{path}: field 'fixed_in' belongs to a 'fixed' record; this one is {status!r}")
     return Record(
         _field(data, "id", path, str),
         check,
@@ -469,6 +504,7 @@ def read_record(path: Path | str) -> Record:
         definition,
         draws,
         blame,
+        fixed_in,
     )
 
 

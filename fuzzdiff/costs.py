@@ -12,7 +12,9 @@ __all__ = ["COSTS", "DEFAULT_COST", "example_cost"]
 # example at 2 variants). From `python bench/campaign.py --budget 600 --seed 1`
 # ("worker time by check": seconds a batch S, milliseconds a run M) on 2 vCPUs,
 # torch 2.13.0+cpu, split as 0.3 S for the batch and 1.4 M / 1000 an example.
-# A check not listed costs DEFAULT_COST.
+# A check not listed costs DEFAULT_COST. compile's from a later run of the same
+# command (0.97 s a batch, 80.9 ms a run): a compile pair's first batch draws the
+# cheap backends (fuzzdiff.campaign.CHEAP_BACKENDS), at about half the old cost.
 COSTS: dict[str, tuple[float, float]] = {
     "grad": (0.015, 0.0027),
     "forward": (0.021, 0.0036),
@@ -27,7 +29,7 @@ COSTS: dict[str, tuple[float, float]] = {
     "backend": (0.045, 0.0021),
     "checkpoint": (0.081, 0.0041),
     "forward2": (0.084, 0.0144),
-    "compile": (0.67, 0.226),
+    "compile": (0.29, 0.113),
 }
 DEFAULT_COST = (0.1, 0.01)
 

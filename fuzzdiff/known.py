@@ -22,6 +22,7 @@ from typing import Any
 
 from fuzzdiff.case import Case
 from fuzzdiff.features import arg_features, case_features, relaid
+from fuzzdiff.releases import RELEASE, fixed_by
 from fuzzdiff.verdict import Verdict, headline
 
 __all__ = ["Known", "matching", "crashing", "NOT_NONE"]
@@ -50,6 +51,8 @@ class Known:
     dtypes:   case dtypes it appears in (empty: any).
     records:  ids of the corpus records that evidence it.
     crash:    the discrepancy kills the process: matching cases are not run.
+    fixed_in: the first torch release without it; from there on it matches
+              nothing, so a fixed bug that comes back is a new failure.
     """
 
     checks: tuple[str, ...] | str  # a str becomes (str,) in __post_init__
@@ -62,6 +65,7 @@ class Known:
     dtypes: tuple[str, ...] = ()
     records: tuple[str, ...] = ()
     crash: bool = False
+    fixed_in: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.checks, str):
@@ -78,6 +82,8 @@ class Known:
         if self.raises is not None and not self.message:
             raise ValueError(f"a known {self.raises} needs a message pattern: {self.reason!r}")
         re.compile(self.message)
+        if self.fixed_in is not None and not RELEASE.fullmatch(self.fixed_in):
+            raise ValueError(f"fixed_in names a torch release such as '2.14.1', got {self.fixed_in!r}")
         if not (self.message or self.features or self.params or self.dtypes):
             # With no condition it would cover the whole pair again.
             raise ValueError(
@@ -85,8 +91,13 @@ class Known:
                 f"dtypes that single it out: {self.reason!r}"
             )
 
+    @property
+    def present(self) -> bool:
+        """Whether the running torch still has it."""
+        return self.fixed_in is None or not fixed_by(self.fixed_in)
+
     def matches(self, check: str, case: Case, verdict: Verdict) -> bool:
-        if self.crash or check not in self.checks or verdict.kind != "fail":
+        if self.crash or check not in self.checks or verdict.kind != "fail" or not self.present:
             return False
         raised = verdict.errors.get("exception") if isinstance(verdict.errors, Mapping) else None
         if raised != self.raises:
@@ -101,7 +112,7 @@ class Known:
 
     def crashes(self, check: str, case: Case) -> bool:
         """A known crash: ``case`` has the inputs that kill the process."""
-        return self.crash and check in self.checks and self._triggered_by(case)
+        return self.crash and check in self.checks and self.present and self._triggered_by(case)
 
     def _triggered_by(self, case: Case) -> bool:
         if self.dtypes and case.dtype not in self.dtypes:

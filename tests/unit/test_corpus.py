@@ -195,6 +195,41 @@ def test_found_bug_replays_and_promotes(planted, tmp_path, capsys):
     assert "did not reproduce" in capsys.readouterr().out
 
 
+def test_corpus_replay_says_what_each_record_shows_and_marks_the_fixed(planted, tmp_path, capsys, monkeypatch):
+    corpus = tmp_path / "corpus"
+    with pytest.raises(FuzzFailure) as info:
+        fuzz("grad", planted.TARGET, settings=FAST, corpus=corpus, variants=2)
+    path = info.value.record_path
+    assert main(["corpus", "replay", "--corpus", str(corpus)]) == 0
+    assert "still failing" in capsys.readouterr().out
+
+    planted.FIXED = True  # upstream's fix, as of this torch
+    assert main(["corpus", "replay", "--corpus", str(corpus), "--status", "open", "--mark"]) == 0
+    out = capsys.readouterr().out
+    assert f"fixed             grad/planted_square:TARGET {path.stem}" in out
+    release = torch.__version__.split("+")[0]
+    record = read_record(path)
+    assert (record.status, record.fixed_in) == ("fixed", release) and record.status_on() == "fixed"
+    # on an older torch the record is still open: its failure is expected there
+    assert record.status_on("2.0.0") == "open"
+    assert main(["corpus", "replay", "--corpus", str(corpus)]) == 0
+    assert "still fixed" in capsys.readouterr().out
+
+    planted.FIXED = False  # the fix undone: news, and --mark opens the record again
+    assert main(["corpus", "replay", "--corpus", str(corpus), "--mark"]) == 1
+    assert "back" in capsys.readouterr().out
+    assert read_record(path).status == "open" and read_record(path).fixed_in is None
+
+
+def test_a_fixed_in_that_is_no_release_or_on_an_open_record_is_refused(tmp_path):
+    path, _ = write_record(tmp_path, "grad", strided_case(), FAIL)
+    data = json.loads(path.read_text())
+    for status, fixed_in, message in [("fixed", "soon", "torch release"), ("open", "2.14.1", "belongs to a 'fixed'")]:
+        path.write_text(json.dumps({**data, "status": status, "fixed_in": fixed_in}))
+        with pytest.raises(CorpusError, match=message):
+            read_record(path)
+
+
 def test_corpus_commands(tmp_path, capsys):
     path, _ = write_record(tmp_path, "grad", strided_case(), FAIL)
     assert main(["corpus", "list", "--corpus", str(tmp_path)]) == 0
@@ -304,3 +339,30 @@ def test_two_errors_of_one_pair_are_two_records_and_one_error_at_other_sizes_is_
     value_error = Verdict("fail", "raised ValueError: shape '[1, 1]' is invalid for input of size 2",
                           {"exception": "ValueError"})
     assert _record_id(signature("vmap", case, value_error)) != shape
+
+
+def test_records_group_into_root_causes_by_known_signature_or_an_automatic_one(tmp_path):
+    from fuzzdiff.corpus_causes import root_causes
+    from fuzzdiff.known import Known
+
+    def raised(message):
+        return Verdict("fail", f"raised RuntimeError: {message}", {"exception": "RuntimeError"})
+
+    plain = Case("opinfo/addmm@3", (Arg((2, 3)),))
+    paths = [
+        write_record(tmp_path, "grad", plain, raised("shape [2, 3] is invalid for size 5"))[0],
+        write_record(tmp_path, "grad", replace(plain, target="opinfo/addmm@7", args=(Arg((4, 1)),)),
+                     raised("shape [4, 1] is invalid for size 9"))[0],  # the same error at another size
+        write_record(tmp_path, "grad", plain, raised("expected a contiguous tensor"))[0],  # another error
+        write_record(tmp_path, "forward", plain, FAIL)[0],
+        write_record(tmp_path, "forward", strided_case("kron"), FAIL)[0],
+    ]
+    records = [read_record(p) for p in paths]
+    both = Known(("forward",), "one known bug", "a repro", features=("permuted",),
+                 records=(records[3].id, records[4].id))
+    causes = root_causes(records, [both])
+    assert sorted(len(c.records) for c in causes) == [1, 2, 2]
+    known, = [c for c in causes if c.known is both]
+    assert {r.id for r in known.records} == {records[3].id, records[4].id} and known.kind == "silent"
+    sizes, = [c for c in causes if c.known is None and len(c.records) == 2]
+    assert sizes.name.startswith("addmm | grad | RuntimeError") and sizes.kind == "loud"

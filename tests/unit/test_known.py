@@ -39,6 +39,16 @@ def test_an_exception_matches_by_type_and_message_and_only_under_its_checks():
     assert not k.matches("grad", PLAIN, WRONG)  # a wrong value is not that exception
 
 
+def test_a_discrepancy_fixed_in_a_release_matches_nothing_from_that_release_on():
+    """So a fixed bug that comes back is a new failure, not a known one."""
+    here = torch.__version__.split("+")[0]
+    assert _known(raises="RuntimeError", message="view size", fixed_in="99.0").matches("grad", PLAIN, RAISED)
+    assert not _known(raises="RuntimeError", message="view size", fixed_in=here).matches("grad", PLAIN, RAISED)
+    assert not _known(raises="RuntimeError", message="view size", fixed_in="2.0.0").present
+    with pytest.raises(ValueError, match="torch release"):
+        _known(raises="RuntimeError", message="view size", fixed_in="next")
+
+
 def test_only_confirmed_failures_are_known_never_a_crash_or_a_timeout():
     k = _known(raises="RuntimeError", message="view size")
     for kind in ("crash", "timeout", "inconclusive"):
@@ -109,7 +119,11 @@ def test_every_known_entry_matches_the_records_that_evidence_it(where, known):
     for record_id in known.records:
         assert record_id in RECORDS, f"{where}: record {record_id} is not in the corpus"
         record = read_record(RECORDS[record_id])
-        assert record.status == "open", f"{where}: record {record_id} is {record.status}"
+        assert record.fixed_in == known.fixed_in, (
+            f"{where}: record {record_id} is fixed in {record.fixed_in}, its signature in {known.fixed_in}")
+        if not known.present:
+            continue  # fixed in this torch: its record passes here (tests/regressions)
+        assert record.status_on() == "open", f"{where}: record {record_id} is {record.status}"
         if known.crash:
             assert record.verdict.kind == "crash" and known.crashes(record.check, record.case), where
             continue

@@ -28,14 +28,14 @@ def test_a_smaller_budget_shrinks_batches_before_it_drops_pairs():
     pairs = _pairs(2000, 500)
     sizes = [plan(pairs, SIZE, budget=b, jobs=2).examples for b in (250, 400, 800, 1600, 100_000)]
     assert sizes == sorted(sizes) and sizes[0] < 48 and sizes[-1] == 48
-    small = plan(pairs, SIZE, budget=400, jobs=2)
+    small = plan(pairs, SIZE, budget=350, jobs=2)
     assert small.eager_fits and small.compile_covered < small.compile_pairs
     assert f"compile about {small.compile_covered:,} of 500 pairs" in small.describe()
 
 
 def test_the_budget_it_names_covers_every_pair():
     pairs = _pairs(2000, 500)
-    small = plan(pairs, SIZE, budget=400, jobs=2)
+    small = plan(pairs, SIZE, budget=350, jobs=2)
     enough = plan(pairs, SIZE, budget=small.full_budget * 1.001, jobs=2)
     assert enough.compile_covered == enough.compile_pairs or enough.examples > small.examples
 

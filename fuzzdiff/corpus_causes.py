@@ -1,0 +1,72 @@
+"""Records grouped into root causes, so that one bug seen in many records
+counts once.
+
+A record listed by a known discrepancy (``Known.records``) belongs to that
+discrepancy. Any other record gets an automatic signature: the op (an OpInfo
+sample's op, whatever the sample), the check, what failed (an exception's
+type and its message with the numbers left open, or the identity a wrong
+value breaks) and the input features that trigger it (a structure, a layout,
+aliasing, an empty input: fuzzdiff.root_cause.TRIGGERS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from fuzzdiff.corpus import Record
+from fuzzdiff.features import case_features
+from fuzzdiff.known import Known
+from fuzzdiff.root_cause import TRIGGERS, message_pattern
+from fuzzdiff.verdict import identity
+
+__all__ = ["Cause", "root_causes", "op_of"]
+
+
+@dataclass
+class Cause:
+    """One root cause: how it is told apart, and the records that show it."""
+
+    name: str
+    known: Known | None = None
+    records: list[Record] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        """silent (a wrong value), loud (an exception) or crash, by its first record."""
+        verdict = self.records[0].verdict
+        if verdict.kind in ("crash", "timeout"):
+            return verdict.kind
+        return "loud" if verdict.errors.get("exception") else "silent"
+
+
+def op_of(target: str) -> str:
+    """The op a target exercises: ``opinfo/linalg.qr@3`` -> ``linalg.qr``."""
+    return target.removeprefix("opinfo/").split("@")[0]
+
+
+def _automatic(record: Record) -> str:
+    verdict = record.verdict
+    exception = verdict.errors.get("exception")
+    if verdict.kind in ("crash", "timeout"):
+        what = verdict.kind
+    elif exception:
+        what = f"{exception}: {message_pattern(verdict.message).removeprefix('^')}"
+    else:
+        what = identity(verdict)
+    triggers = sorted(f for f in case_features(record.case) if f.startswith(TRIGGERS))
+    return f"{op_of(record.target)} | {record.check} | {what}" + (f" | {', '.join(triggers)}" if triggers else "")
+
+
+def root_causes(records: Iterable[Record], known: Sequence[Known]) -> list[Cause]:
+    """The records' root causes, the largest first."""
+    listed = {rid: k for k in known for rid in k.records}
+    causes: dict[object, Cause] = {}
+    for record in records:
+        k = listed.get(record.id)
+        key: object = id(k) if k is not None else _automatic(record)
+        if key not in causes:
+            name = k.reason.split(":")[0].split(";")[0][:100] if k is not None else str(key)
+            causes[key] = Cause(name, k)
+        causes[key].records.append(record)
+    return sorted(causes.values(), key=lambda c: (-len(c.records), c.name))
