@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import torch
+
 from fuzzdiff.corpus import Record, mark
 from fuzzdiff.releases import release
 from fuzzdiff.repro import mismatch, replay
@@ -27,7 +29,7 @@ NEWS = ("changed", "back", "cannot be rebuilt")
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # still failing, fixed, changed, back, still fixed, as expected, cannot be rebuilt
+    kind: str  # still failing, fixed, changed, back, still fixed, as expected, cannot be rebuilt, not run
     detail: str = ""
     verdict: Verdict | None = None
 
@@ -50,6 +52,8 @@ def evidenced(record: Record, verdict: Verdict) -> bool:
 
 def outcome(record: Record, *, trust_source: bool = False, allow_import: Iterable[str] = ()) -> Outcome:
     """Replay ``record`` here and say what that shows, by its status on this torch."""
+    if record.case.device.startswith("cuda") and not torch.cuda.is_available():
+        return Outcome("not run", "a CUDA record; this machine has no GPU")
     allow = tuple(allow_import)
     try:
         verdict = replay(record, trust_source=trust_source, allow_import=allow)

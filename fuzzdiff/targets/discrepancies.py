@@ -261,6 +261,7 @@ DUAL_INDUCTOR_NO_TANGENTS = Known(
     message=r"^inductor, f at dual inputs vs eager: tangent \d+: no tangent \(eager: a tangent\)",
     params={"backend": "inductor", "transform": "dual"},
     records=("6d6a651c6ad2a21d",),
+    fixed_in="2.14.1",
 )
 
 JVP_TANGENT_COPY_DYNAMIC = Known(
@@ -283,6 +284,7 @@ JVP_TANGENT_COPY_DYNAMIC = Known(
     message=r"Cannot call storage_offset\(\) on tensor with symbolic sizes/strides",
     params={"backend": ("aot_eager", "inductor"), "transform": "jvp"},
     records=("24d9f3ea9bd3057c", "2def52e7055c03dd", "e70f8f832ad6b467", "261104657dbf429a", "01b21163f051b2cc"),
+    fixed_in="2.14.1",
 )
 
 JVP_STRIDE0_AOT_FUNCTION = Known(
@@ -306,6 +308,7 @@ JVP_STRIDE0_AOT_FUNCTION = Known(
     features=("stride0",),
     params={"backend": ("aot_function", "aot_function_min_cut"), "transform": "jvp"},
     records=("a5f3e44a73adaec0", "7322b2a4ab40536b"),
+    fixed_in="2.14.1",
 )
 
 FUNCTION_JVP_DROPPED_AT_DUALS = Known(
@@ -382,6 +385,7 @@ VMAP_INT_SCALAR_DYNAMIC = Known(
     message=r"INTERNAL ASSERT FAILED at \S*Scalar\.h.*NYI SymInt equality",
     params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
     records=("9c7ab91229f4fc98", "81c226c14fc476c3"),
+    fixed_in="2.14.1",
 )
 
 VMAP_SYMBOLIC_SIZES_DYNAMIC = Known(
@@ -410,6 +414,7 @@ VMAP_SYMBOLIC_SIZES_DYNAMIC = Known(
         "9fe2afb0ea0287b0",
         "c3d200f15955c72e",
     ),
+    fixed_in="2.14.1",
 )
 
 VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE = Known(
@@ -436,6 +441,7 @@ VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE = Known(
     r"a bug to PyTorch\. Expected IntList but got GenericList",
     params={"backend": ("aot_eager", "inductor"), "transform": "vmap"},
     records=("963ae4c69564e70b", "5ba54b5fec566ebe"),
+    fixed_in="2.14.1",
 )
 
 DUAL_LEVEL_LERP_INPLACE_COMPILE = Known(
@@ -466,4 +472,5 @@ DUAL_LEVEL_LERP_INPLACE_COMPILE = Known(
     r"self\.is_inference\(\) INTERNAL ASSERT FAILED at \S*VariableMethodStubs\.cpp",
     params={"backend": ("aot_eager", "inductor"), "transform": ("jvp", "dual")},
     records=("24d7dfe46b0bea14",),
+    fixed_in="2.14.1",
 )

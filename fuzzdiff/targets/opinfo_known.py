@@ -462,6 +462,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             message=r"cannot determine truth value of Relational.*_adaptive_avg_pool2d",
             params={"backend": "inductor"},
             records=("4fe38aa0547efb89",),
+            fixed_in="2.14.1",
         ),
     ),
     (
@@ -529,6 +530,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             message=r"^aot_function(_min_cut)? vs eager: output \d+: requires_grad False \(eager: True\)",
             params={"backend": ("aot_function", "aot_function_min_cut")},
             records=("acd465e67dc0b94f",),
+            fixed_in="2.14.1",
         ),
     ),
     (
@@ -572,6 +574,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             message=r"Cannot call storage_offset\(\) on tensor with symbolic sizes/strides",
             params={"backend": ("aot_eager", "inductor"), "transform": "jvp"},
             records=("965f579cee9184ae",),
+            fixed_in="2.14.1",
         ),
     ),
     (
@@ -607,6 +610,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             message=r"ValueRangeError: Invalid ranges \[0:-1\]",
             params={"backend": "inductor", "transform": "vjp"},
             records=("ed773267667051b8",),
+            fixed_in="2.14.1",
         ),
     ),
     (

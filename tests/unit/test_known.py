@@ -119,9 +119,11 @@ def test_every_known_entry_matches_the_records_that_evidence_it(where, known):
     for record_id in known.records:
         assert record_id in RECORDS, f"{where}: record {record_id} is not in the corpus"
         record = read_record(RECORDS[record_id])
-        assert record.fixed_in == known.fixed_in, (
+        # A signature is fixed when all its records are, in the same release; one of
+        # several triggers fixed leaves it present for the others.
+        assert known.fixed_in is None or record.fixed_in == known.fixed_in, (
             f"{where}: record {record_id} is fixed in {record.fixed_in}, its signature in {known.fixed_in}")
-        if not known.present:
+        if not known.present or record.status_on() == "fixed":
             continue  # fixed in this torch: its record passes here (tests/regressions)
         assert record.status_on() == "open", f"{where}: record {record_id} is {record.status}"
         if known.crash:

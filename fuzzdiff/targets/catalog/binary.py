@@ -65,6 +65,7 @@ POW_INT_EXPONENT_TRANSFORM = Known(
     message=r"Scalar\.h",
     params={"backend": ("aot_eager", "inductor"), "transform": ("grad", "vjp", "jvp", "vmap")},
     records=("2dbfb9bf761c30cd",),
+    fixed_in="2.14.1",
 )
 POW_INT_EXPONENT_DYNAMIC = Known(
     "compile",
@@ -79,6 +80,7 @@ POW_INT_EXPONENT_DYNAMIC = Known(
     message=r"NYI SymInt equality",
     params={"backend": ("aot_eager", "inductor")},
     records=("199a65d6276cffc9",),
+    fixed_in="2.14.1",
 )
 
 register(

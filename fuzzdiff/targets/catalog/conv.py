@@ -73,6 +73,7 @@ INDUCTOR_STRIDED_CONV_BACKWARD = Known(
     message=r"ValueRangeError: Invalid ranges \[0:-1\]",
     params={"backend": "inductor", "kwargs.stride": 2},
     records=("3da4b2e534582a0b",),
+    fixed_in="2.14.1",
 )
 INDUCTOR_VMAP_CONV_STRIDES = Known(
     "compile",

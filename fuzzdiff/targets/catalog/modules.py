@@ -310,6 +310,7 @@ GROUP_NORM_NONCONTIGUOUS = Known(
     raises="RuntimeError",
     message=r"Expected X\.is_contiguous\(memory_format\) to be true",
     records=("5902597c72ac3c82",),
+    fixed_in="2.14.1",
 )
 GROUP_NORM_CHANNELS_LAST_SEGFAULT = Known(
     "per_sample",
@@ -323,6 +324,7 @@ GROUP_NORM_CHANNELS_LAST_SEGFAULT = Known(
     params={"layouts.0.strides.1": 1, "layouts.0.strides.3": NOT_NONE},
     crash=True,
     records=("1a0640996f3cffc2",),
+    fixed_in="2.14.1",
 )
 CONV_NONCONTIGUOUS_GRAD_OUTPUT = Known(
     "per_sample",

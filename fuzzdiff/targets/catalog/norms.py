@@ -154,6 +154,7 @@ GROUP_NORM_FORWARD = Known(
     raises="RuntimeError",
     message=r"view size is not compatible with input tensor's size and stride",
     records=("035f536cab13b86e", "9572af2a0e94aaf0", "af1c4025238f8a78"),
+    fixed_in="2.14.1",
 )
 GROUP_NORM_FORWARD_COMPILE = Known(
     "compile",
@@ -166,6 +167,7 @@ GROUP_NORM_FORWARD_COMPILE = Known(
     message=r"view size is not compatible with input tensor's size and stride",
     params={"transform": ("dual", "jvp")},
     records=("eff2a30ed78886e4",),
+    fixed_in="2.14.1",
 )
 
 

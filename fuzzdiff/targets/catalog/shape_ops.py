@@ -159,6 +159,7 @@ CLAMP_BROADCAST = Known(
         "230f726fdcb8a2df",
         "2029008803594165",
     ),
+    fixed_in="2.14.1",
 )
 
 
