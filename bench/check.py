@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         options = {"domain": dict(target.domain), "kwargs": dict(target.kwargs), "dtypes": target.dtypes}
         return (target.fn, target.spec), options
 
-    times, missed, twins_failed = [], [], []
+    times, missed, twins_failed, twins_on_torch = [], [], [], []
     for planted in ZOO:
         if CHECKS[planted.check].why_not(planted.bug) is not None:
             continue
@@ -111,13 +111,17 @@ def main(argv=None) -> int:
             twin, _ = timed(fuzzdiff.check, *call, checks=(planted.check,), seed=args.seed,
                             progress=False, **options)
             if not twin.ok:
-                twins_failed.append(planted.twin.name)
+                torchs = all(f.blame is not None and f.blame.whose == "pytorch" for f in twin.failures)
+                (twins_on_torch if torchs else twins_failed).append(planted.twin.name)
     print(f"zoo: {len(times) - len(missed)}/{len(times)} bugs found; time to report, shrunk: "
           f"median {statistics.median(times):.1f} s, largest {max(times):.1f} s")
     if missed:
         print("missed: " + ", ".join(missed))
     if args.twins:
         print(f"twins failing: {len(twins_failed)}" + (f" ({', '.join(twins_failed)})" if twins_failed else ""))
+        # a correct twin that meets a torch bug: reported, and blamed on PyTorch, as it should be
+        print(f"twins failing on a PyTorch bug, blamed on it: {len(twins_on_torch)}"
+              + (f" ({', '.join(twins_on_torch)})" if twins_on_torch else ""))
     return 0
 
 

@@ -11,6 +11,9 @@ evidence, strongest first:
    whose known discrepancy (the catalog's ``Target.known``) the failure
    matches: ``lambda x: torch.cumprod(x, -1)`` fails where torch.cumprod's
    recorded bug does;
+3b. the code defines rules of its own, and the failure matches a known
+   discrepancy in how torch runs such rules (fuzzdiff.targets.discrepancies.
+   OWN_RULES: compiled code at dual inputs dropping a Function's jvp);
 4. the error was raised inside torch's machinery (Dynamo, Inductor,
    AOTAutograd, FX, fake tensors, functorch, the code Inductor generates:
    fuzzdiff.raised), unless the code brings rules of its own that this
@@ -39,8 +42,9 @@ import torch
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check
 from fuzzdiff.inspection import BATCHING, COMPILING, LAYOUT, RANDOM, inspect_call
-from fuzzdiff.known import Known
+from fuzzdiff.known import Known, matching
 from fuzzdiff.runner import verdict_at
+from fuzzdiff.targets.discrepancies import OWN_RULES
 from fuzzdiff.targets.standin import StandIn, stand_in
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict, mismatch
@@ -120,11 +124,15 @@ class Evidence:
     # a known torch discrepancy of a torch function the code calls, which the
     # failure matches: (the function's name, Known.describe())
     torch_known: tuple[str, str] | None = None
+    # a known torch discrepancy in running code's own rules, which the failure matches (Known.describe())
+    rules_known: str | None = None
 
     def to_json(self) -> dict:
         out: dict = {"rules": list(self.rules), "asks": [list(a) for a in self.asks]}
         if self.torch_known is not None:
             out["torch_known"] = {"function": self.torch_known[0], "discrepancy": self.torch_known[1]}
+        if self.rules_known is not None:
+            out["rules_known"] = self.rules_known
         if self.stand_in is not None and self.stand_in_verdict is not None:
             v = self.stand_in_verdict
             out["stand_in"] = {
@@ -145,6 +153,9 @@ def gather(check: Check, target: Target, case: Case, verdict: Verdict | None = N
     known = None if verdict is None or seen.rules else torch_known(seen.calls, check.name, case, verdict)
     if known is not None:
         return Evidence(rules=seen.rules, asks=seen.asks, torch_known=known)
+    running = matching(OWN_RULES, check.name, case, verdict) if verdict is not None and seen.rules else None
+    if running is not None:
+        return Evidence(rules=seen.rules, asks=seen.asks, rules_known=running.describe())
     if target.module is not None:  # per-sample gradients need the module itself
         return Evidence(rules=seen.rules, asks=seen.asks)
     standin = stand_in(target, case)
@@ -206,6 +217,13 @@ def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> B
             PYTORCH,
             f"your function calls torch's {function}, and the failure matches that function's known "
             f"discrepancy: {discrepancy}",
+            "known discrepancy",
+        )
+    if evidence.rules_known is not None:
+        return Blame(
+            PYTORCH,
+            f"torch runs your own rule(s) ({', '.join(evidence.rules)}) wrongly here, as on record: "
+            f"{evidence.rules_known}",
             "known discrepancy",
         )
     part = errors.get("torch_part")

@@ -10,6 +10,7 @@ from fuzzdiff.known import NOT_NONE, Known
 
 __all__ = [
     "EAGER_CHECKS",
+    "OWN_RULES",
     "LAYER_NORM_JACREV",
     "STRIDE0_GRAD_DYNAMIC",
     "NESTED_VMAP_LOSSES",
@@ -326,6 +327,7 @@ FUNCTION_JVP_DROPPED_AT_DUALS = Known(
     message=r"f at dual inputs vs eager: tangent \d+: no tangent \(eager: a tangent\)",
     params={"backend": ("aot_eager", "aot_function", "aot_function_min_cut"), "transform": "dual"},
     records=("a21a436aec8ab3b1",),
+    fixed_in="2.14.1",
 )
 
 JVP_VIEW_AOT_FUNCTION = Known(
@@ -474,3 +476,8 @@ DUAL_LEVEL_LERP_INPLACE_COMPILE = Known(
     records=("24d7dfe46b0bea14",),
     fixed_in="2.14.1",
 )
+
+# Discrepancies in how torch runs code's own derivative rules (an autograd.Function's
+# jvp, a custom op's fake kernel): they apply to any code that brings such rules, a
+# user's included (fuzzdiff.blame), not to one op.
+OWN_RULES: tuple[Known, ...] = (FUNCTION_JVP_DROPPED_AT_DUALS,)

@@ -204,3 +204,22 @@ def test_a_known_discrepancy_of_a_torch_function_the_code_calls_is_torchs():
     assert gather(get_check("forward2"), target, plain, nan).torch_known is None
     own = _user(lambda x: WrongSquare.apply(torch.cumprod(x, -1)), "x: n")
     assert gather(get_check("forward2"), own, zero, nan).torch_known is None
+
+
+def test_a_known_discrepancy_in_how_torch_runs_the_codes_own_rules_is_torchs():
+    """Compiled code at dual inputs drops an autograd.Function's jvp (torch 2.13): a
+    user's Function that meets it is not the user's bug, though its rule takes part."""
+    from fuzzdiff.targets.discrepancies import FUNCTION_JVP_DROPPED_AT_DUALS as dropped
+
+    target = _user(lambda x: WrongSquare.apply(x), "x: n")
+    case = Case("fn", (Arg((3,)),), "float64", params={**PROBES, "backend": "aot_eager", "transform": "dual"})
+    lost = Verdict("fail", "aot_eager, f at dual inputs vs eager: tangent 0: no tangent (eager: a tangent)")
+    evidence = gather(get_check("compile"), target, case, lost)
+    if not dropped.present:  # fixed in this torch: a failure like it is news, and the code's
+        assert evidence.rules_known is None
+        return
+    assert evidence.rules and evidence.rules_known == dropped.describe()
+    whose = blame("compile", target, lost, evidence)
+    assert whose.whose == PYTORCH and whose.via == "known discrepancy" and "WrongSquare" in whose.evidence
+    wrong = Verdict("fail", "aot_eager, f at dual inputs vs eager: tangent 0: abs error 1.0 (reference scale 1)")
+    assert gather(get_check("compile"), target, case, wrong).rules_known is None
