@@ -185,6 +185,7 @@ NESTED_JVP_LINALG = Known(
     "f = lambda a: (torch.linalg.inv(a) @ B).sum()'s, which agrees with the Hessian",
     message=_DIFFERENTIATED_JVP,
     records=("dcb1fd77467ad534",),
+    fixed_in="2.15.0",
 )
 
 NESTED_JVP_NORMS = Known(

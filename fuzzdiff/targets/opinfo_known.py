@@ -94,6 +94,7 @@ _GRID_SAMPLE_BATCH_LAST = Known(
     raises="RuntimeError",
     message=r"shape\[src\] % size1 == 0 INTERNAL ASSERT FAILED",
     records=("42bd33bcc676d162",),
+    fixed_in="2.15.0",
 )
 
 # The misplaced batch dim above, seen from vmap's vjp compositions: the cotangent
@@ -117,6 +118,7 @@ _GRID_SAMPLE_VJP = Known(
     r"|GridSampler2DBackward0 returned an invalid gradient at index 0",
     params={"levels.0.in_dims.0": NOT_NONE, "levels.0.in_dims.1": NOT_NONE},
     records=("23e3826d4baccbed",),
+    fixed_in="2.15.0",
 )
 
 _MAX_POOL3D = Known(
@@ -495,6 +497,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             message=r"cannot determine truth value of Relational",
             params={"backend": "inductor"},
             records=("8199ed6aea35eab4",),
+            fixed_in="2.15.0",
         ),
     ),
     (

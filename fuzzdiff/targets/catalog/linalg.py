@@ -128,6 +128,7 @@ DET_HESSIAN_REPEATED_SINGULAR = Known(
     message=r"^<w, d2f\[u, u'\]> (hessian|jacrev\(jacrev\)) vs finite differences: analytic nan",
     features=("0:structure:identity|0:structure:diagonal|0:structure:repeated_singular",),
     records=("8749a51295a3d9c1",),
+    fixed_in="2.15.0",
 )
 
 MATRICES = ("identity", "diagonal")

@@ -129,6 +129,7 @@ MUTATED_INPUT_BACKWARD = Known(
     r"computation has been modified by an inplace operation",
     params={"backend": ("aot_eager", "inductor", "aot_function_min_cut")},
     records=("aa6f50987f2792c4",),
+    fixed_in="2.15.0",
 )
 
 
