@@ -40,8 +40,9 @@ def test_corrupted_open_records_fail_and_name_themselves(tmp_path):
     def other_message(data):  # the same exception type, another error
         data["verdict"]["message"] = "raised RuntimeError: Expected all tensors to be on the same device"
 
-    def fixed_but_fails(data):
+    def fixed_but_fails(data):  # fixed with no release named: fixed in every torch, this one included
         data["status"] = "fixed"
+        data.pop("fixed_in", None)
 
     broken = [_copy(corpus, "vmap/mse_loss", rename), _copy(corpus, "vmap/huber_loss", bad_plan),
               _copy(corpus, "grad/clamp_tensor_broadcast", other_exception),
