@@ -213,6 +213,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     repro.set_defaults(handler="cmd_repro")
 
+    report = sub.add_parser(
+        "report",
+        parents=[where],
+        help="a corpus record as an upstream-ready bug report in Markdown",
+        description="Write the record's bug report: title and summary, the torch-only script and what it "
+        "prints here, expected against actual and how it was confirmed, silent, loud or crash, the versions, "
+        "and the upstream issues its known discrepancy cites.",
+    )
+    report.add_argument("record", metavar="RECORD", help="a record's path, or its id (or a unique prefix)")
+    report.add_argument("--no-run", action="store_true", help="leave out the script's output (do not run it)")
+    report.add_argument("--trust-source", action="store_true", help="as for fuzzdiff repro")
+    report.add_argument("--allow-import", action="append", metavar="MODULE", help="as for fuzzdiff repro")
+    report.set_defaults(handler="cmd_report")
+
     corpus = sub.add_parser("corpus", help="list, show, count and promote corpus records")
     csub = corpus.add_subparsers(dest="action")
     corpus.set_defaults(handler="cmd_corpus_list", corpus=None)

@@ -27,6 +27,7 @@ from rich.text import Text
 
 from fuzzdiff import api, repro
 from fuzzdiff.blame import Blame
+from fuzzdiff.bug_report import bug_report
 from fuzzdiff.campaign import BatchSize, case_options, round_one_order, run_campaign
 from fuzzdiff.case import DTYPES
 from fuzzdiff.checks import CHECKS, UnknownCheck, get_check
@@ -664,6 +665,19 @@ def cmd_repro(args) -> int:
         whose = repro.whose(record, target)
         print(f"whose:    {whose.headline}: {whose.evidence}")
     return 1 if verdict.failed else 0
+
+
+def cmd_report(args) -> int:
+    allowed = _allowed_imports(args)
+    path = find_record(_corpus_root(args), args.record)
+    for planned in repro.planned_imports(repro.read(path), allowed):  # refused (exit 2) before anything is imported
+        print(f"fuzzdiff: {planned}", file=sys.stderr)
+    record, target = repro.load(path, trust_source=args.trust_source, allow_import=allowed)
+    try:
+        print(bug_report(record, target, run=not args.no_run))
+    except ScriptError as e:
+        raise UsageError(f"{record.path}: {e}") from None
+    return 0
 
 
 def _script_in_child(path, args) -> int:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from dataclasses import replace
 
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
@@ -366,3 +368,22 @@ def test_records_group_into_root_causes_by_known_signature_or_an_automatic_one(t
     assert {r.id for r in known.records} == {records[3].id, records[4].id} and known.kind == "silent"
     sizes, = [c for c in causes if c.known is None and len(c.records) == 2]
     assert sizes.name.startswith("addmm | grad | RuntimeError") and sizes.kind == "loud"
+
+
+def test_a_record_reads_as_a_bug_report_with_its_script_and_what_it_prints(tmp_path):
+    from fuzzdiff.bug_report import bug_report, severity, upstream_issues
+    from fuzzdiff.known import Known
+    from fuzzdiff.repro import load
+
+    record = read_record(Path(__file__).resolve().parents[2] / "corpus" / "vmap" / "squeeze" / "7b67c8fb783e4256.json")
+    record, target = load(record)
+    text = bug_report(record, target)
+    assert severity(record) == "loud" and text.startswith("### ")
+    for part in ("#### To reproduce", "```python", "import torch", f"Its output on torch {torch.__version__}",
+                 "#### Expected and actual", "Actual: raised RuntimeError", "#### Related upstream issues",
+                 "#### Versions", record.id):
+        assert part in text, part
+    assert "import fuzzdiff" not in text.split("```python")[1].split("```")[0]  # the script is torch's alone
+    assert "(exit status 1)" in text  # the script itself still shows the failure here
+    cites = Known("grad", "see pytorch/pytorch#148820 and pytorch/pytorch#148820", "x", message="m")
+    assert upstream_issues(cites) == ["pytorch/pytorch#148820"]
