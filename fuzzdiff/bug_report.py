@@ -161,6 +161,8 @@ def bug_report(record: Record, target: Target, *, run: bool = True) -> str:
         lines += [f"How it was confirmed: {confirmed.splitlines()[0]}", ""]
     if known is not None:
         lines += [f"Standalone evidence: `{known.evidence}`", ""]
+    if record.fixed_in is not None:
+        lines += [f"Fixed upstream: the record passes from torch {record.fixed_in} on (`fuzzdiff corpus replay`).", ""]
     issues = upstream_issues(known)
     lines += ["#### Related upstream issues", "", ", ".join(issues) if issues else "none found", ""]
     found = ", ".join(f"{k} {v}" for k, v in (record.found_with or {}).items())
