@@ -436,6 +436,7 @@ def cmd_run(args) -> int:
                 print(f"  {state}: {r.failure.record_path}")
         for crash_record in r.crash_records:
             print(f"  new crash record: {crash_record}")
+    _print_new_root_causes(campaign)
     if args.report:
         meta = {
             "budget": args.budget,
@@ -787,6 +788,25 @@ def cmd_corpus_stats(args) -> int:
     for e in bad:
         console.print(f"[red]unreadable[/red] {e}")
     return 2 if bad else 0
+
+
+def _print_new_root_causes(campaign) -> None:
+    """The campaign's new records grouped into root causes, a line each: one bug
+    that many pairs or examples hit is one line, with its records."""
+    paths = [r.failure.record_path for r in campaign.failures if r.failure is not None and r.failure.record_created]
+    paths += [Path(p) for r in campaign.results for p in r.crash_records] + [Path(p) for p in campaign.recovered]
+    records = []
+    for path in dict.fromkeys(Path(p) for p in paths if p is not None):
+        try:
+            records.append(read_record(path))
+        except CorpusError as e:
+            print(f"unreadable new record: {e}", file=sys.stderr)
+    if not records:
+        return
+    causes = root_causes(records, ())  # known signatures were matched as the campaign ran: these are new
+    print(f"\nnew root causes: {len(causes)} ({len(records)} new records)")
+    for c in causes:
+        print(f"  {c.kind:<6} {c.name}  [{', '.join(r.id for r in c.records)}]")
 
 
 def _print_root_causes(console: Console, records: list) -> None:

@@ -139,6 +139,11 @@ def test_a_campaign_reports_counts_failures_and_a_crash_and_goes_on(zoo, tmp_pat
                                    sum(p["examples"] for p in layouts), 0, 0, 0, 0, 0, 0, 0, 0]
     assert "whose: in your code" in out
     assert "new crash record" in out and "new record" in out and "known discrepancy, grad known_square" in out
+    # the new records as root causes, a line each with its records: the crash, and the wrong backward
+    assert "new root causes: 2 (2 new records)" in out
+    lines = out.split("new root causes:")[1].splitlines()[1:3]
+    assert sorted(line.split()[0] for line in lines) == ["crash", "silent"]
+    assert all(any(r["id"] in line for r in records) for line in lines)
     assert (report / "heatmap.png").exists() and "planted_square" in (report / "heatmap.html").read_text()
 
 
