@@ -20,26 +20,16 @@ from pathlib import Path
 import torch
 
 from fuzzdiff.corpus import Record
-from fuzzdiff.corpus_causes import op_of
+from fuzzdiff.corpus_causes import op_of, severity
 from fuzzdiff.known import Known
 from fuzzdiff.script import standalone_script
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import headline
 
-__all__ = ["bug_report", "severity", "upstream_issues"]
+__all__ = ["bug_report", "upstream_issues"]
 
 _UPSTREAM = re.compile(r"\b(?:pytorch/pytorch#\d+|https://github\.com/pytorch/pytorch/(?:issues|pull)/\d+)")
 SCRIPT_SECONDS = 300
-
-
-def severity(record: Record) -> str:
-    """silent (a wrong value, no error), loud (an exception) or crash (the process dies)."""
-    verdict = record.verdict
-    if verdict.kind == "crash":
-        return "crash"
-    if verdict.kind == "timeout":
-        return "hang"
-    return "loud" if verdict.errors.get("exception") else "silent"
 
 
 def upstream_issues(known: Known | None) -> list[str]:
@@ -85,14 +75,14 @@ def _status(code: int | None) -> str:
 def bug_report(record: Record, target: Target, *, run: bool = True) -> str:
     """The Markdown report of ``record``; ``run``: run its script here and show what it prints."""
     known = _known_of(record, target)
-    kind = severity(record)
+    kind = severity(record.verdict)
     verdict = record.verdict
     op = op_of(record.target)
     what = {
         "silent": "silently wrong derivative",
         "loud": "raises",
         "crash": "crashes the process",
-        "hang": "hangs",
+        "timeout": "hangs",
     }[kind]
     case = record.case
     identity = verdict.message.split(":", 1)[0] if kind == "silent" else ""
@@ -110,7 +100,7 @@ def bug_report(record: Record, target: Target, *, run: bool = True) -> str:
             "silent": "silent: a wrong value, no error",
             "loud": "loud: an exception where the operation should succeed",
             "crash": "crash: the process dies",
-            "hang": "hang: the call does not return",
+            "timeout": "hang: the call does not return",
         }[kind],
         "",
     ]

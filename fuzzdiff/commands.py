@@ -670,10 +670,10 @@ def cmd_repro(args) -> int:
 
 def cmd_report(args) -> int:
     allowed = _allowed_imports(args)
-    path = find_record(_corpus_root(args), args.record)
-    for planned in repro.planned_imports(repro.read(path), allowed):  # refused (exit 2) before anything is imported
+    record = repro.read(find_record(_corpus_root(args), args.record))  # JSON only: nothing imported yet
+    for planned in repro.planned_imports(record, allowed):  # refused (exit 2) before anything is imported
         print(f"fuzzdiff: {planned}", file=sys.stderr)
-    record, target = repro.load(path, trust_source=args.trust_source, allow_import=allowed)
+    record, target = repro.load(record, trust_source=args.trust_source, allow_import=allowed)
     try:
         print(bug_report(record, target, run=not args.no_run))
     except ScriptError as e:

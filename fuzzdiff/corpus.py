@@ -258,13 +258,14 @@ def mark(record: Record, status: str, fixed_in: str | None = None) -> None:
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
     if record.path is None:
         raise ValueError("the record has no file")
-    data = json.loads(Path(record.path).read_text())
+    path = Path(record.path)
+    data = json.loads(path.read_text())
     data["status"] = status
     if status == "fixed" and fixed_in is not None:
         data["fixed_in"] = release(fixed_in)
     else:
         data.pop("fixed_in", None)
-    Path(record.path).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    _replace(path, data)
 
 
 def write_record(
@@ -527,13 +528,17 @@ def rewrite_record(record: Record, verdict: Verdict) -> Path:
     for key in ("signature", "found_with", "definition"):  # what it was found as, with, and of
         if key in old:
             new[key] = old[key]
-    text = json.dumps(new, indent=1, sort_keys=True) + "\n"
+    _replace(path, new)
+    return path
+
+
+def _replace(path: Path, data: Mapping[str, Any]) -> None:
+    """Write a record's JSON over its file, atomically: a reader sees the old record or the new one."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     with os.fdopen(fd, "w") as f:
-        f.write(text)
+        f.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
     os.chmod(tmp, path.stat().st_mode)
-    os.replace(tmp, path)  # atomic: a reader sees the old record or the new one
-    return path
+    os.replace(tmp, path)
 
 
 def find_record(root: Path | str, ref: str) -> Path:

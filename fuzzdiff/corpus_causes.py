@@ -18,9 +18,9 @@ from fuzzdiff.corpus import Record
 from fuzzdiff.features import case_features
 from fuzzdiff.known import Known
 from fuzzdiff.root_cause import TRIGGERS, message_pattern
-from fuzzdiff.verdict import identity
+from fuzzdiff.verdict import Verdict, identity
 
-__all__ = ["Cause", "root_causes", "op_of"]
+__all__ = ["Cause", "root_causes", "op_of", "severity"]
 
 
 @dataclass
@@ -33,11 +33,15 @@ class Cause:
 
     @property
     def kind(self) -> str:
-        """silent (a wrong value), loud (an exception) or crash, by its first record."""
-        verdict = self.records[0].verdict
-        if verdict.kind in ("crash", "timeout"):
-            return verdict.kind
-        return "loud" if verdict.errors.get("exception") else "silent"
+        """Its first record's severity."""
+        return severity(self.records[0].verdict)
+
+
+def severity(verdict: Verdict) -> str:
+    """silent (a wrong value, no error), loud (an exception), crash or timeout."""
+    if verdict.kind in ("crash", "timeout"):
+        return verdict.kind
+    return "loud" if verdict.errors.get("exception") else "silent"
 
 
 def op_of(target: str) -> str:

@@ -371,14 +371,15 @@ def test_records_group_into_root_causes_by_known_signature_or_an_automatic_one(t
 
 
 def test_a_record_reads_as_a_bug_report_with_its_script_and_what_it_prints(tmp_path):
-    from fuzzdiff.bug_report import bug_report, severity, upstream_issues
+    from fuzzdiff.bug_report import bug_report, upstream_issues
+    from fuzzdiff.corpus_causes import severity
     from fuzzdiff.known import Known
     from fuzzdiff.repro import load
 
     record = read_record(Path(__file__).resolve().parents[2] / "corpus" / "vmap" / "squeeze" / "7b67c8fb783e4256.json")
     record, target = load(record)
     text = bug_report(record, target)
-    assert severity(record) == "loud" and text.startswith("### ")
+    assert severity(record.verdict) == "loud" and text.startswith("### ")
     for part in ("#### To reproduce", "```python", "import torch", f"Its output on torch {torch.__version__}",
                  "#### Expected and actual", "Actual: raised RuntimeError", "#### Related upstream issues",
                  "#### Versions", record.id):
