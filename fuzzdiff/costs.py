@@ -12,9 +12,9 @@ __all__ = ["COSTS", "DEFAULT_COST", "example_cost"]
 # example at 2 variants). From `python bench/campaign.py --budget 600 --seed 1`
 # ("worker time by check": seconds a batch S, milliseconds a run M) on 2 vCPUs,
 # torch 2.13.0+cpu, split as 0.3 S for the batch and 1.4 M / 1000 an example.
-# A check not listed costs DEFAULT_COST. compile's from a later run of the same
-# command (0.97 s a batch, 80.9 ms a run): a compile pair's first batch draws the
-# cheap backends (fuzzdiff.campaign.CHEAP_BACKENDS), at about half the old cost.
+# A check not listed costs DEFAULT_COST. compile's (0.97 s a batch, 80.9 ms a run)
+# from a run of the same command in which a compile pair's first batch draws the
+# cheap backends (fuzzdiff.campaign.CHEAP_BACKENDS), no code generation in them.
 COSTS: dict[str, tuple[float, float]] = {
     "grad": (0.015, 0.0027),
     "forward": (0.021, 0.0036),

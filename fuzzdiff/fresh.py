@@ -2,7 +2,7 @@
 
 A process in which torch once failed an internal assert, or a compile broke
 half-way, may fail everything after it: a long campaign worker, or one
-``fuzzdiff.check`` running fifteen checks in a row. What fails only there is
+``fuzzdiff.check`` running every check in a row. What fails only there is
 the process's state, not the target. So a confirmed failure is replayed once
 more, in a Python process that has run nothing else (``FreshProcess``), from
 the very record that would be written: the same check, case, values and

@@ -138,7 +138,7 @@ def _names(allow_import: Iterable[str]) -> tuple[str, ...]:
 
 
 def replay(record: Record | Path | str, *, trust_source: bool = False, allow_import: Iterable[str] = ()) -> Verdict:
-    """The check's verdict at the record's exact inputs, today.
+    """The check's verdict at the record's exact inputs, on the torch at hand.
 
     A ``crash`` record replays in a child process (in this one it would kill
     the replayer); a ``timeout`` record replays under the per-example timeout.

@@ -11,8 +11,8 @@ to be pasted into a PyTorch bug report.
 Each check contributes its computation as a ``fuzzdiff.fragment.Fragment``:
 its own ``Check.script`` (written in the check's module, calling the check's
 torch-only functions, which are copied here by source), or, for the checks
-written before ``Check.script`` existed, a function registered in
-``fuzzdiff.script.fragments``.
+whose scripts embed batched examples, modules and compiled runs (vmap,
+per_sample, compile), a function registered in ``fuzzdiff.script.fragments``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ for the same reason, so an import inside a function says why it is there."""
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -128,3 +129,36 @@ def test_nothing_below_the_drivers_reads_the_environment():
                    and isinstance(n.value, ast.Name) and n.value.id == "os" for n in ast.walk(tree)):
                 readers.add(str(path.relative_to(REPO)))
     assert readers <= READS_ENVIRONMENT, f"reads os.environ below the drivers: {sorted(readers - READS_ENVIRONMENT)}"
+
+
+# Wording that dates itself or points at a tracker goes stale the day it is
+# written: the code, its docstrings and the docs speak of the project as it is.
+DATED = {
+    "a tracker's issue number": r"\bissues? #?\d+",
+    "a comparison with an earlier state": r"\b(?:older|oldest)\b|\bcame later\b|\badded (?:last|later)\b",
+    "a date relative to the writing": r"\btoday'?s?\b|\bfor now\b",
+    "a machine on loan": r"\blent\b",
+    "a session of work": r"\b(?:previous|earlier|last|next|later|another|this work) session\b",
+}
+WORDING = [REPO / "README.md", *(REPO / "docs").rglob("*.md"), REPO / "docs" / "mkdocs.yml",
+           *(REPO / "fuzzdiff").rglob("*.py"), *(REPO / "strategies").rglob("*.py"), *(REPO / "bench").glob("*.py")]
+
+
+def test_the_denylist_finds_dated_wording():
+    lines = ["(the per_sample check, issue 6)", "the older checks", "today's 10,731 pairs",
+             "found on a lent GPU", "as in the previous session", "forward2 and checkpoint came later"]
+    assert all(any(re.search(p, line, re.I) for p in DATED.values()) for line in lines)
+    fine = ["pytorch/pytorch#197867", "a pytest session", "other projects' test sessions", "the old layout"]
+    assert not any(re.search(p, line, re.I) for p in DATED.values() for line in fine)
+
+
+def test_no_wording_dates_itself_or_points_at_a_tracker():
+    assert len(WORDING) > 50
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {what}: {line.strip()}"
+        for path in WORDING
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        for what, pattern in DATED.items()
+        if re.search(pattern, line, re.I)
+    ]
+    assert not found, "\n".join(found)
