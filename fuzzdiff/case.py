@@ -671,19 +671,21 @@ class Case:
         """
         if k == 0:
             return self
-        # _evolve keeps the cached per-structure plans (_plan, _fills, _leaf_views): only seeds change.
-        return _evolve(
-            self,
-            data={},
-            args=tuple(_evolve(a, values=_evolve(a.values, seed=_mix(a.values.seed, k))) for a in self.args),
-            params={
-                key: (
-                    {**v, "seed": _mix(v["seed"], k)}
-                    if (type(v) is dict or isinstance(v, Mapping)) and "seed" in v
-                    else v
-                )
-                for key, v in self.params.items()
-            },
+        # _evolve keeps the cached per-structure plans (_plan, _fills, _leaf_views): only seeds
+        # change. (Once per example of every check: kept lean.)
+        seeded = self._seeded_params
+        params = dict(self.params)
+        for key in seeded:
+            v = params[key]
+            params[key] = {**v, "seed": _mix(v["seed"], k)}
+        args = [_evolve(a, values=_evolve(a.values, seed=_mix(a.values.seed, k))) for a in self.args]
+        return _evolve(self, data={}, args=tuple(args), params=params)
+
+    @cached_property
+    def _seeded_params(self) -> tuple[str, ...]:
+        """The params holding a seed of their own (probes): each variant draws them anew."""
+        return tuple(
+            key for key, v in self.params.items() if (type(v) is dict or isinstance(v, Mapping)) and "seed" in v
         )
 
     def with_layouts(self, layouts: Sequence[Layout | None]) -> Case:

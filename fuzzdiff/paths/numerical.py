@@ -32,12 +32,17 @@ def directional_difference(
     # Every point is built before f runs at any of them: a function that
     # (wrongly) writes into its inputs cannot move the others.
     points = [[torch.add(l, d, alpha=h) for l, d in zip(leaves, us)] for h in (eps, -eps, 2 * eps, -2 * eps)]
-    with torch.no_grad():
+    # torch.no_grad(), at a fifth of its cost: once per example of the grad check
+    grad = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)
+    try:
         if outs is None:
             outs = f(*leaves)
         plus, minus, plus2, minus2 = [f(*p) for p in points]
-        d1 = [(p - m) / (2 * eps) for p, m in zip(plus, minus)]
-        d2 = [(p - m) / (4 * eps) for p, m in zip(plus2, minus2)]
+    finally:
+        torch._C._set_grad_enabled(grad)
+    d1 = [(p - m) / (2 * eps) for p, m in zip(plus, minus)]
+    d2 = [(p - m) / (4 * eps) for p, m in zip(plus2, minus2)]
     v = widened(cotangents)  # once, not once per dot product
     n1, n2 = dot(v, d1), dot(v, d2)
     return n1, abs(n1 - n2) + ROUNDOFF64 / eps * absdot(v, outs)
