@@ -1,7 +1,7 @@
 """Throughput and compile cost of the ``compile`` check, per backend.
 
 For aot_eager and for inductor: ``fuzzdiff.fuzzing.fuzz("compile", target)``
-with the backend pinned ($FUZZDIFF_COMPILE_BACKENDS), a fixed number of drawn
+with the backend pinned (FuzzConfig.compile_backends), a fixed number of drawn
 cases per target (derandomized, no database) and the fuzz default of value
 variants, over a fixed set of catalog targets and program targets. Prints
 examples/s and compiles per 100 examples (dynamo's ``unique_graphs`` counter).
@@ -21,14 +21,16 @@ to compile what its draws need.
 from __future__ import annotations
 
 import argparse
-import os
 import time
+from dataclasses import replace
 
 import torch
 from hypothesis import HealthCheck, given, settings
 
+from fuzzdiff.api import environ_config
 from fuzzdiff.checks import get_check
-from fuzzdiff.fuzzing import FuzzFailure, environ_config, fuzz
+from fuzzdiff.config import FuzzConfig
+from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.runner import case_strategy
 from fuzzdiff.targets import get_target
@@ -42,19 +44,19 @@ def _settings(cases: int) -> settings:
                     suppress_health_check=list(HealthCheck))
 
 
-def fuzzdiff_side(targets, cases: int) -> tuple[int, float, int]:
+def fuzzdiff_side(targets, cases: int, config: FuzzConfig) -> tuple[int, float, int]:
     """(examples, seconds, compiles) of fuzz("compile") over the targets."""
     examples, compiles, start = 0, path.compiles(), time.perf_counter()
     for t in targets:
         try:
-            examples += fuzz("compile", t, settings=_settings(cases), seed=SEED).examples
+            examples += fuzz("compile", t, settings=_settings(cases), seed=SEED, config=config).examples
         except FuzzFailure as failure:  # a finding: counted, reported, and the bench goes on
             examples += failure.tally.examples
             print(f"  found: {str(failure).splitlines()[0][:200]}")
     return examples, time.perf_counter() - start, path.compiles() - compiles
 
 
-def drawn_cases(targets, cases: int):
+def drawn_cases(targets, cases: int, config: FuzzConfig):
     """The cases fuzz() ran, with every value variant, drawn the same way."""
     check = get_check("compile")
     out = []
@@ -62,7 +64,7 @@ def drawn_cases(targets, cases: int):
         @_settings(cases)
         @given(case_strategy(check, t))
         def collect(case):
-            out.extend((t, case.reseeded(k)) for k in range(environ_config().variants))
+            out.extend((t, case.reseeded(k)) for k in range(config.variants))
         collect()
     return out
 
@@ -114,11 +116,11 @@ def main() -> None:
     print(f"{'backend':10} {'examples':>8} {'seconds':>8} {'examples/s':>10} "
           f"{'compiles':>8} {'per 100':>8} {'bare ex/s':>10} {'ratio':>6}")
     for backend in args.backends:
-        os.environ["FUZZDIFF_COMPILE_BACKENDS"] = backend
+        config = replace(environ_config(), compile_backends=(backend,))
         warm = get_target("sin")  # the process's first compile, outside the timing
-        fuzz("compile", warm, settings=_settings(1), seed=SEED)
-        n, seconds, compiles = fuzzdiff_side(targets, args.cases)
-        bare_n, bare_seconds = bare_side(drawn_cases(targets, args.cases))
+        fuzz("compile", warm, settings=_settings(1), seed=SEED, config=config)
+        n, seconds, compiles = fuzzdiff_side(targets, args.cases, config)
+        bare_n, bare_seconds = bare_side(drawn_cases(targets, args.cases, config))
         rate, bare_rate = n / seconds, bare_n / bare_seconds
         print(f"{backend:10} {n:8d} {seconds:8.1f} {rate:10.1f} {compiles:8d} "
               f"{100 * compiles / max(n, 1):8.1f} {bare_rate:10.1f} {rate / bare_rate:6.2f}")

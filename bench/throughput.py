@@ -54,10 +54,11 @@ import torch.autograd.forward_ad as fwAD
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fuzzdiff.api import environ_config
 from fuzzdiff.checks import get_check
 from fuzzdiff.checks.forward2 import NEEDS_GRAD, SMALL
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.fuzzing import environ_config, example_structures, fuzz, settle_heap
+from fuzzdiff.fuzzing import example_structures, fuzz, settle_heap
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.spec import parse_spec
 from fuzzdiff.targets import UnknownTarget, get_target
@@ -140,11 +141,11 @@ def hyp_settings(n: int) -> settings:
     )
 
 
-def fuzz_config(check: str) -> FuzzConfig | None:
-    """The compile check's backends narrowed to the one its bare loop compiles
-    with, for a like-for-like figure; every other check at fuzz()'s default."""
+def fuzz_config(check: str) -> FuzzConfig:
+    """The settings under $FUZZDIFF_*, with the compile check's backends narrowed
+    to the one its bare loop compiles with, for a like-for-like figure."""
     if check != "compile":
-        return None
+        return environ_config()
     return replace(environ_config(), compile_backends=(COMPILE_BACKEND,))
 
 

@@ -31,7 +31,7 @@ from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.costs import example_cost
 from fuzzdiff.fresh import FreshProcess
-from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz
+from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz
 from fuzzdiff.journal import Journal
 from fuzzdiff.known import Known
 from fuzzdiff.random_probe import probed
@@ -348,6 +348,14 @@ def check(
     for tally in report.tallies.values():
         report.logs.update(tally.logs)
     return report
+
+
+def environ_config(environ: Mapping[str, str] | None = None) -> FuzzConfig:
+    """The defaults under the FUZZDIFF_* variables of ``environ`` (default:
+    this process's): what ``check`` runs at when its caller passes no config.
+    Never a corpus: records are written only where a caller asks. Read here, by
+    a driver: everything below is handed its settings."""
+    return replace(FuzzConfig.resolve(os.environ if environ is None else environ), corpus=None)
 
 
 @dataclass

@@ -49,14 +49,16 @@ from typing import Any, Protocol
 import torch
 from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis import settings as hsettings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from fuzzdiff import torch_state
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check, get_check
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.corpus import _safe
 from fuzzdiff.database import example_database
 from fuzzdiff.fresh import FreshProcess
-from fuzzdiff.fuzzing import FuzzFailure, Tally, environ_config, fuzz, settle_heap
+from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz, settle_heap
 from fuzzdiff.journal import STOPS, forget, recover
 from fuzzdiff.paths.vmap import stop_recording_fallbacks
 from fuzzdiff.schedule import BatchReport, Scheduler, batch_seed
@@ -384,7 +386,8 @@ class Job:
 
 
 def run_batch(job: Job, opts: dict) -> PairResult:
-    """Run one batch in a worker (``opts``: the campaign's, as ``start_worker`` set them)."""
+    """Run one batch in a worker (``opts``: the campaign's, as ``start_worker``
+    set them; its settings are ``opts["config"]``, the campaign's FuzzConfig)."""
     t0 = time.monotonic()
     result = PairResult(job.target, job.check, Tally(), ref=job.target)
     clock = _Deadline(job.deadline)
@@ -401,14 +404,15 @@ def run_batch(job: Job, opts: dict) -> PairResult:
             suppress_health_check=list(HealthCheck),
             phases=[p for p in Phase if p != Phase.explain],
         )
-        config = None if job.backends is None else replace(environ_config(), compile_backends=job.backends)
+        config = _config(opts)
+        if job.backends is not None:
+            config = replace(config, compile_backends=job.backends)
         result.tally = fuzz(
             clock.wrap(check),
             target,
             settings=settings,
             config=config,
             seed=job.seed,
-            corpus=opts["corpus"],
             variants=job.size.variants,
             structures=job.size.structures,
             timeout=opts["timeout"],
@@ -453,13 +457,23 @@ def _fresh_process(opts: dict) -> FreshProcess | None:
     return _FRESH[0]
 
 
+def _config(opts: dict) -> FuzzConfig:
+    """The campaign's settings, as its driver resolved them (the defaults where it gave none)."""
+    return opts.get("config") or FuzzConfig()
+
+
 def start_worker(opts: dict) -> None:
     """Make this process a campaign worker, once, before its first batch."""
     # A worker starts with the parent's sys.path and environment of some earlier
-    # moment (the forkserver's start, a cluster node's): bring both up to date
-    # (user targets are imported from there).
+    # moment (the forkserver's start, a cluster node's): its sys.path is brought
+    # up to date (user targets are imported from there), its environment never.
+    # Its settings came resolved, in opts["config"]: fuzz() reads no variable,
+    # and of Hypothesis's, what a worker needs is where its storage is (the
+    # constants it caches, the example database): the driver's, said here.
     sys.path[:0] = [p for p in opts["sys_path"] if p not in sys.path]
-    os.environ.update(opts["environ"])
+    config = _config(opts)
+    if config.hypothesis_storage is not None:
+        set_hypothesis_home_dir(config.hypothesis_storage)  # a process of fuzzdiff's own
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     warnings.simplefilter("ignore")  # torch's UserWarnings would tear the live display
     # and so would its C++ warnings, printed by the hundred: vmap's fallback warns on every call of an
@@ -469,7 +483,7 @@ def start_worker(opts: dict) -> None:
     settle_heap()  # a process of fuzzdiff's own
     torch_state.settle()  # the state every batch starts from, and comes back to
     if opts["database_url"] is not None:
-        opts["database"] = example_database(opts["database_url"] or None)
+        opts["database"] = example_database(opts["database_url"] or None, local=config.example_dir)
 
 
 def _worker(conn, opts: dict) -> None:
@@ -584,6 +598,7 @@ class ForkPool:
 
     def __init__(self, opts: dict, slots: int, preload: Sequence[str]):
         self.opts, self.slots = opts, slots
+        self.corpus = _config(opts).corpus
         self.ctx = mp.get_context("forkserver")
         self.ctx.set_forkserver_preload(list(preload))
         self.replaced = 0  # workers replaced because something disturbed their process
@@ -625,7 +640,7 @@ class ForkPool:
                 worker.proc.join(timeout=5)
                 worker.busy = False
                 if _stopped(worker.proc.exitcode):  # its batch ends there, as if cut by its deadline
-                    _forget_inflight(self.opts["corpus"], worker.proc.pid)
+                    _forget_inflight(self.corpus, worker.proc.pid)
                     events.append(Stopped(k))
                 else:
                     events.append(Died(k, _signal_name(worker.proc.exitcode)))
@@ -651,12 +666,11 @@ class ForkPool:
         worker.proc.kill()
         worker.proc.join(timeout=5)
         worker.busy = False
-        _forget_inflight(self.opts["corpus"], worker.proc.pid)
+        _forget_inflight(self.corpus, worker.proc.pid)
 
     def record(self, died: Died) -> list[str]:
-        corpus = self.opts["corpus"]
-        if corpus is not None:  # its case in flight, recorded now with how it died
-            recover(corpus, cause=f"a fuzzdiff run worker died ({died.cause})")
+        if self.corpus is not None:  # its case in flight, recorded now with how it died
+            recover(self.corpus, cause=f"a fuzzdiff run worker died ({died.cause})")
         return []  # found by _attach at the end: any worker's fuzz() may have recovered it first
 
     def usable(self, k: int) -> bool:
@@ -677,7 +691,7 @@ class ForkPool:
                 if worker.proc.is_alive():  # interrupted mid-batch, or did not stop
                     worker.proc.kill()
                     worker.proc.join(timeout=5)
-                    _forget_inflight(self.opts["corpus"], worker.proc.pid)
+                    _forget_inflight(self.corpus, worker.proc.pid)
             worker.conn.close()
 
 
@@ -762,6 +776,7 @@ def _forget_inflight(corpus, pid: int) -> None:
 def run_campaign(
     pairs: Iterable[tuple[Target, Check]],
     *,
+    config: FuzzConfig | None = None,
     size: BatchSize = BatchSize(),
     budget: float | None = None,
     rounds: int | None = None,
@@ -794,6 +809,12 @@ def run_campaign(
     nothing left to do) and ``on_batch(campaign, pair, batch)`` report progress.
     ``sizing(target, check)`` is a pair's batch size (default:
     ``size.for_pair``; fuzzdiff.plan makes one from the budget).
+
+    ``config`` (a FuzzConfig; default: the defaults) is the settings every
+    worker's fuzz() runs at, as the driver resolved them from its flags and
+    environment: the workers are sent it, and read no environment variable.
+    ``corpus`` (where records are written) is folded into it, and overrides
+    it; ``timeout``, where given, is every example's limit itself (fuzz()'s).
     """
     if budget is not None and grace is None:
         grace = max(30.0, budget / 5)
@@ -802,7 +823,8 @@ def run_campaign(
     campaign = Campaign(seed=random.SystemRandom().randrange(2**32) if seed is None else seed)
     todo: list[_Pair] = []
     declared: list[list[str]] = []  # per pair, the known discrepancies of its check its target declares
-    cheap = first_backends(environ_config().compile_backends)
+    config = FuzzConfig.resolve(base=config, corpus=corpus)
+    cheap = first_backends(config.compile_backends)
     for target, check in pairs:
         cases = case_options(target, check, dtypes, device)
         if cases is not None:
@@ -815,12 +837,11 @@ def run_campaign(
     scheduler = Scheduler(len(todo), seed=campaign.seed, rounds=rounds, known=declared)
     results: dict[int, PairResult] = {}
     opts = dict(
-        corpus=None if corpus is None else str(corpus),
+        config=config,
         timeout=timeout,
         database=None,
         database_url=database_url,
         sys_path=list(sys.path),
-        environ={k: v for k, v in os.environ.items() if k.startswith(("FUZZDIFF_", "HYPOTHESIS"))},
         opinfo=any(p.ref.startswith("opinfo/") for p in todo),
         device=device,
     )
@@ -994,9 +1015,9 @@ def run_campaign(
     for index, total in results.items():
         total.scores = list(scheduler.pairs[index].scores)
     start = time.monotonic() if start is None else start
-    if corpus is not None:
-        campaign.recovered = recover(corpus, cause="a fuzzdiff run worker died")
-        _attach(campaign, corpus, start)
+    if config.corpus is not None:
+        campaign.recovered = recover(config.corpus, cause="a fuzzdiff run worker died")
+        _attach(campaign, config.corpus, start)
     campaign.seconds = fuzzing
     return campaign
 

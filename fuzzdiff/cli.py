@@ -76,9 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--db",
         metavar="REDIS_URL",
-        default="",
+        default=None,
         help="share Hypothesis's example database through Redis beside ./.hypothesis "
-        "(saved failures replay first on every machine)",
+        "(saved failures replay first on every machine; default: $FUZZDIFF_REDIS_URL, else "
+        "./.hypothesis alone, as with --db '')",
     )
     run.add_argument(
         "--corpus",

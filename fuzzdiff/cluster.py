@@ -53,6 +53,7 @@ from fuzzdiff.campaign import (
     run_batch,
     start_worker,
 )
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.corpus import write_record
 from fuzzdiff.fuzzing import Tally
 from fuzzdiff.journal import Inflight, record_inflight, take
@@ -206,11 +207,13 @@ class RayPool:
             raise ClusterError("RayPool needs a Ray connection: fuzzdiff.cluster.connected()")
         if per_call is not None and per_call < 1:
             raise ValueError(f"per_call must be at least 1, got {per_call}")
-        self.corpus = opts["corpus"]
+        config = opts.get("config") or FuzzConfig()
+        self.corpus = config.corpus
         token = secrets.token_hex(6)
         self.folder = str(_journal_folder(token))
-        # the workers never see the corpus: the driver writes every record
-        self.opts = dict(opts, corpus=None, token=token, noop=noop)
+        # The workers get the campaign's settings as the driver resolved them (a
+        # node's environment is its own), but never the corpus: the driver writes every record.
+        self.opts = dict(opts, config=replace(config, corpus=None), token=token, noop=noop)
         resources = ray.cluster_resources()
         gpu = str(opts.get("device") or "").startswith("cuda")
         have = int(resources.get("GPU" if gpu else "CPU", 0))

@@ -32,6 +32,7 @@ from fuzzdiff.campaign import BatchSize, case_options, round_one_order, run_camp
 from fuzzdiff.case import DTYPES
 from fuzzdiff.checks import CHECKS, UnknownCheck, get_check
 from fuzzdiff.cluster import ClusterError, connected, preflight, ray_pool
+from fuzzdiff.config import ConfigError, FuzzConfig
 from fuzzdiff.corpus import (
     STATUSES,
     CorpusError,
@@ -84,6 +85,16 @@ def _split(values: list[str] | None) -> list[str] | None:
 
 
 OPINFO = "opinfo"
+
+
+def _config(**options) -> FuzzConfig:
+    """The command's settings, resolved once: the defaults, then $FUZZDIFF_*,
+    then its flags (those given). The one place a command reads the
+    environment; everything it runs is handed the result."""
+    try:
+        return FuzzConfig.resolve(os.environ, **options)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
 
 
 def _select_pairs(args, notes: list[str] | None = None):
@@ -313,6 +324,9 @@ def cmd_run(args) -> int:
         shard = None if args.shard is None else Shard.parse(args.shard)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    config = _config(corpus=args.corpus, redis_url=args.db)
+    corpus = default_root(config.corpus)
+    config = replace(config, corpus=corpus)
     cluster = args.ray is not None
     if cluster:
         try:
@@ -332,9 +346,7 @@ def cmd_run(args) -> int:
             raise UsageError(f"no selected (target, check) pair takes {', '.join(_split(args.dtypes) or ())}")
     if shard is not None:
         pairs = shard.select(pairs, key=lambda p: f"{p[1].name}/{p[0].ref}")
-    if args.corpus is None:
-        args.corpus = default_root()
-    for path in recover(args.corpus):  # cases that killed an earlier run
+    for path in recover(corpus):  # cases that killed an earlier run
         console.print(f"[red]recovered[/red] a case that killed an earlier run: {path}")
     idle = [c for c in _split(args.checks) or CHECKS if c not in {check.name for _, check in pairs}]
     if idle and pairs:
@@ -391,7 +403,7 @@ def cmd_run(args) -> int:
         )
         live.console = display.console
         try:
-            campaign = _campaign(args, pairs, live, size, seed, jobs, dtypes, device, cluster, budget_plan)
+            campaign = _campaign(args, config, pairs, live, size, seed, jobs, dtypes, device, cluster, budget_plan)
         except ClusterError as e:
             raise UsageError(str(e)) from None
 
@@ -460,20 +472,21 @@ def cmd_run(args) -> int:
     return 1 if campaign.failures else 0
 
 
-def _campaign(args, pairs, live, size, seed, jobs, dtypes, device, cluster, budget_plan=None):
-    """The campaign of ``fuzzdiff run``: on this machine's cores, or on Ray."""
+def _campaign(args, config, pairs, live, size, seed, jobs, dtypes, device, cluster, budget_plan=None):
+    """The campaign of ``fuzzdiff run``: on this machine's cores, or on Ray.
+    Its workers run at ``config``, the command's settings."""
     return run_campaign(
         pairs,
+        config=config,
         size=size,
         budget=args.budget,
         rounds=args.rounds,
         seed=seed,
-        corpus=args.corpus,
         jobs=args.jobs if cluster else jobs,
         dtypes=dtypes,
         device=device,
         batch_seconds=args.batch_seconds,
-        database_url=args.db,
+        database_url=config.redis_url or "",
         pool=ray_pool() if cluster else None,
         on_batch=live.on_batch,
         on_start=live.on_start,
@@ -596,6 +609,7 @@ def cmd_check(args) -> int:
             corpus=_corpus_root(args),
             variants=args.variants,
             shrink_seconds=args.shrink_seconds,
+            config=_config(),
             rtol=rtol,
             atol=atol,
         )
@@ -618,8 +632,9 @@ def _tolerance(values: list[str] | None, option: str) -> float | dict[str, float
         raise UsageError(f"{option} {' '.join(values)!r}: expected a number, or CHECK=NUMBER per check") from None
 
 
-def _corpus_root(args):
-    return default_root() if args.corpus is None else args.corpus
+def _corpus_root(args) -> Path:
+    """--corpus, else $FUZZDIFF_CORPUS, else ./corpus."""
+    return default_root(_config(corpus=args.corpus).corpus)
 
 
 def _allowed_imports(args) -> list[str]:

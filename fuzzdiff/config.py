@@ -1,10 +1,12 @@
 """The settings of a fuzzing run, in one frozen object built in one place.
 
 ``FuzzConfig.resolve`` layers them: the defaults, then the ``FUZZDIFF_*``
-environment variables, then the command line or pytest options, then the
-arguments of ``fuzzdiff.check``. The drivers (the command line, the pytest
-plugin, ``fuzzdiff.check``, campaigns) resolve it and pass it down
-explicitly; nothing below them reads the environment.
+environment variables (and Hypothesis's ``$HYPOTHESIS_STORAGE_DIRECTORY``),
+then the command line or pytest options, then the arguments of
+``fuzzdiff.check``. The drivers (the command line, the pytest plugin,
+``fuzzdiff.check``) resolve it and pass it down explicitly, to a campaign's
+workers too (a plain dataclass: it pickles); nothing below them reads or
+writes the environment, and a missing config means the defaults.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class FuzzConfig:
                       time-out (0 disables); compile checks get a multiple of it.
     redis_url:        a Redis server that shares Hypothesis's example database.
     compile_backends: the backends the compile check draws from (default: all).
+    hypothesis_storage: Hypothesis's storage directory (None: its default,
+                      ./.hypothesis), as this process's Hypothesis finds it: a
+                      campaign worker, maybe on another machine, is told it.
     """
 
     corpus: Path | None = None
@@ -42,6 +47,7 @@ class FuzzConfig:
     timeout: float = 60.0
     redis_url: str | None = None
     compile_backends: tuple[str, ...] = COMPILE_BACKENDS
+    hypothesis_storage: Path | None = None
 
     def __post_init__(self) -> None:
         for name in ("variants", "structures"):
@@ -77,9 +83,14 @@ class FuzzConfig:
         except ConfigError as e:
             raise ConfigError(f"{e} (from {_sources(values, environ)})") from None
 
+    @property
+    def example_dir(self) -> Path:
+        """The local directory of Hypothesis's example database (fuzzdiff.database)."""
+        return (self.hypothesis_storage or Path(".hypothesis")) / "examples"
+
     def environ(self) -> dict[str, str]:
-        """The FUZZDIFF_* variables that rebuild this config in a child process
-        (a standalone script, a campaign worker started before it was resolved)."""
+        """The variables that rebuild this config (``resolve``) in a process
+        started with them, such as a standalone script's."""
         out = {}
         for name, variable in ENVIRONMENT.items():
             value = getattr(self, name)
@@ -103,6 +114,7 @@ ENVIRONMENT = {
     "timeout": "FUZZDIFF_TIMEOUT",
     "redis_url": "FUZZDIFF_REDIS_URL",
     "compile_backends": "FUZZDIFF_COMPILE_BACKENDS",
+    "hypothesis_storage": "HYPOTHESIS_STORAGE_DIRECTORY",  # Hypothesis's own
 }
 
 
@@ -119,7 +131,7 @@ def _parse(name: str, raw: str, where: str) -> Any:
 
 
 def _coerce(name: str, value: Any) -> Any:
-    if name == "corpus":
+    if name in ("corpus", "hypothesis_storage"):
         return Path(value)
     if name == "compile_backends" and isinstance(value, str):
         return tuple(b.strip() for b in value.split(",") if b.strip())

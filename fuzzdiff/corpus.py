@@ -39,7 +39,6 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
 from fuzzdiff.case import DTYPES, Case, CaseError, case_from_json
-from fuzzdiff.config import default_corpus
 from fuzzdiff.draws import SCHEME
 from fuzzdiff.releases import RELEASE, fixed_by, release
 from fuzzdiff.verdict import KINDS, Verdict, error_shape
@@ -75,9 +74,10 @@ class CorpusError(ValueError):
     """A corpus file that cannot be read as a record; names the file and the field."""
 
 
-def default_root() -> Path:
-    """The corpus a command uses when none is named (config.default_corpus)."""
-    return default_corpus(os.environ)
+def default_root(configured: Path | str | None) -> Path:
+    """The corpus a command uses: the one its driver resolved (FuzzConfig.corpus:
+    --corpus, else $FUZZDIFF_CORPUS), else ./corpus."""
+    return Path("corpus") if configured is None else Path(configured)
 
 
 def signature(check: str, case: Case, verdict: Verdict) -> dict:

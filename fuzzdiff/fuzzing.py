@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import json
 import math
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -46,7 +45,6 @@ __all__ = [
     "FuzzFailure",
     "example_structures",
     "settle_heap",
-    "environ_config",
 ]
 
 
@@ -240,13 +238,6 @@ class _TimeBudget:
         self.until = None
 
 
-def environ_config() -> FuzzConfig:
-    """The defaults under this process's FUZZDIFF_* variables: what ``fuzz()``
-    runs at when its caller passes no config. Never a corpus: records are
-    written only where a caller asks (``corpus=``, ``config.corpus``)."""
-    return replace(FuzzConfig.resolve(os.environ), corpus=None)
-
-
 def example_structures(cases: st.SearchStrategy[Case], structures: int) -> st.SearchStrategy[list[Case]]:
     """One Hypothesis example's drawn cases: ``structures // 2`` (at least 1)
     to ``structures``. The minimum matters: Hypothesis's lists average at most
@@ -299,9 +290,11 @@ def fuzz(
     once, unshrunk, as a FuzzFailure of kind "timeout" (fuzzdiff.timeout says
     what is covered).
 
-    ``config`` (a FuzzConfig; default ``environ_config()``) gives every
-    setting that is not passed here: ``variants``, ``structures``,
-    ``timeout``, ``corpus`` and the compile check's backends.
+    ``config`` (a FuzzConfig; default ``FuzzConfig()``, the defaults: the
+    environment is the drivers' to read) gives every setting that is not
+    passed here: ``variants``, ``structures`` and ``corpus`` are folded into
+    it, and override it; ``timeout`` given here is the examples' limit itself,
+    where ``config.timeout`` is the base a compiling check multiplies.
 
     ``shrink_seconds`` bounds shrinking: that long after the first failure,
     examples not yet seen failing pass unrun, so Hypothesis ends with the
@@ -328,9 +321,7 @@ def fuzz(
     next case, with the tally so far (``Tally.cut``); a failure found before
     it is shrunk and reported as always.
     """
-    config = FuzzConfig.resolve(
-        base=config or environ_config(), variants=variants, structures=structures, corpus=corpus
-    )
+    config = FuzzConfig.resolve(base=config, variants=variants, structures=structures, corpus=corpus)
     variants, structures, corpus = config.variants, config.structures, config.corpus
     check = (get_check(check) if isinstance(check, str) else check).configured(config)
     if timeout is None:

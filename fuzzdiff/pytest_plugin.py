@@ -11,6 +11,10 @@ settings object plus how many value variants and structures an example runs,
 handed to fuzz loops explicitly: ``fuzz_options(config)`` or the
 ``fuzz_options`` fixture, as ``fuzz(check, target, **fuzz_options)``.
 
+The session's settings (the profile's sizes, then ``$FUZZDIFF_*``, then its
+options) are resolved here once, into a FuzzConfig that the fuzz loops get in
+``fuzz_options`` (``config``): nothing below the plugin reads the environment.
+
 Crashed examples: at session start and finish (on the xdist controller, and
 whenever an xdist worker dies) journal entries of dead processes under the
 corpus become ``crash`` / ``timeout`` records (fuzzdiff.journal.recover); an
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -106,6 +111,8 @@ def pytest_configure(config):
         "settings": profile_settings(name, session.redis_url),
         "variants": session.variants,
         "structures": session.structures,
+        # every other setting (timeout, compile backends); a record is written where a loop asks
+        "config": replace(session, corpus=None),
     }
 
 

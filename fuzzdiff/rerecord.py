@@ -19,13 +19,14 @@ is listed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
 
+from fuzzdiff.config import default_corpus
 from fuzzdiff.corpus import (
     CorpusError,
-    default_root,
     iter_records,
     read_record,
     rewrite_record,
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "failures that do not depend on the draws)",
     )
     args = p.parse_args(argv)
-    paths = args.records or list(iter_records(args.corpus or default_root()))
+    paths = args.records or list(iter_records(args.corpus or default_corpus(os.environ)))
     differs = 0
     for path in paths:
         try:

@@ -22,13 +22,12 @@ os.environ.setdefault("FUZZDIFF_CORPUS", str(Path(__file__).resolve().parents[1]
 
 @pytest.hookimpl(trylast=True)  # after the plugin's (pyproject's addopts: -p fuzzdiff.pytest_plugin)
 def pytest_configure(config):
-    """This suite's plain @given tests and fuzz() calls run at the chosen
-    fuzzdiff profile (the fuzz loops also get it explicitly: fuzz_options)."""
+    """This suite's plain @given tests run at the chosen fuzzdiff profile's
+    settings; fuzz() calls are given their sizes and config explicitly (the
+    fuzz loops: fuzz_options), since fuzz() reads no environment variable."""
     options = pytest_plugin.fuzz_options(config)
     settings.register_profile("fuzzdiff-tests", options["settings"])
     settings.load_profile("fuzzdiff-tests")
-    os.environ.setdefault("FUZZDIFF_VARIANTS", str(options["variants"]))
-    os.environ.setdefault("FUZZDIFF_STRUCTURES", str(options["structures"]))
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # n workers x torch's default threads oversubscribe the cores: small
         # kernels then run up to 100x slower. One thread per worker process.

@@ -1,8 +1,10 @@
 """How one fuzzed (check, target) pair turns into a pytest outcome, for every fuzz suite."""
 
+import os
+
 import pytest
 
-from fuzzdiff.corpus import default_root
+from fuzzdiff.config import default_corpus
 from fuzzdiff.fuzzing import fuzz
 
 
@@ -16,7 +18,7 @@ def fuzz_pair(check, target, profile: dict, **options) -> None:
     why = check.why_not(target)
     if why is not None:
         pytest.skip(why)
-    tally = fuzz(check, target, corpus=default_root(), **{**profile, **options})
+    tally = fuzz(check, target, corpus=default_corpus(os.environ), **{**profile, **options})
     if tally.only_unsupported:
         pytest.skip(f"unsupported: {tally.reasons['unsupported']}")
     assert tally.examples > 0

@@ -12,12 +12,15 @@ this torch (fuzzdiff.corpus_replay, as ``fuzzdiff corpus replay`` does).
 - ``expected``: intended behaviour; the replay must give the recorded verdict.
 """
 
+import os
+
 import pytest
 
-from fuzzdiff.corpus import default_root, iter_records, read_record
+from fuzzdiff.config import default_corpus
+from fuzzdiff.corpus import iter_records, read_record
 from fuzzdiff.corpus_replay import outcome
 
-RECORDS = list(iter_records(default_root()))
+RECORDS = list(iter_records(default_corpus(os.environ)))
 GOOD = ("still failing", "still fixed", "as expected")
 
 

@@ -7,6 +7,7 @@ more elements, which kills the worker running it.
 """
 
 import json
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -21,6 +22,7 @@ ZOO = textwrap.dedent('''
     import os
     import time
     import torch
+    from hypothesis.configuration import storage_directory
     from torch.autograd import Function
     from fuzzdiff.known import Known
     from fuzzdiff.targets.target import Target
@@ -49,6 +51,15 @@ ZOO = textwrap.dedent('''
             os.abort()
         return x.sin()
 
+    def env_probe(x):
+        # dies where the parent's newest variable reached the worker's environment (3), or
+        # where Hypothesis's storage is not the one the command resolved (4)
+        if "FUZZDIFF_TEST_MARK" in os.environ:
+            os._exit(3)
+        if storage_directory().path.name != "fd_zoo_storage":
+            os._exit(4)
+        return x.sin()
+
     LEAKED = []
 
     def leaky(x):
@@ -74,6 +85,7 @@ ZOO = textwrap.dedent('''
     SLOW = _t("slow", slow, "SLOW")
     SLUGGISH = _t("sluggish", sluggish, "SLUGGISH")
     LEAKY = _t("leaky", leaky, "LEAKY")
+    ENV_PROBE = _t("env_probe", env_probe, "ENV_PROBE")
     KNOWN_BUT_HANGS = _t("known_but_hangs", slow, "KNOWN_BUT_HANGS", known=(PLANTED,))
 ''')
 
@@ -329,7 +341,7 @@ def test_a_compile_pairs_first_batch_draws_the_cheap_backend_and_later_ones_all(
     """Round 1 must reach every compile pair: its first batch compiles without
     code generation; later batches draw every configured backend."""
     from fuzzdiff.campaign import CHEAP_BACKENDS, Job, first_backends, run_batch
-    from fuzzdiff.config import COMPILE_BACKENDS
+    from fuzzdiff.config import COMPILE_BACKENDS, FuzzConfig
     from fuzzdiff.paths import compiled
 
     assert set(first_backends(COMPILE_BACKENDS) or ()) == set(CHEAP_BACKENDS)
@@ -342,9 +354,91 @@ def test_a_compile_pairs_first_batch_draws_the_cheap_backend_and_later_ones_all(
     def backends_drawn(backends):
         compiled._CACHE.clear()
         job = Job((0, 0), zoo.SIN.ref, "compile", None, {}, 11, BatchSize(examples=12, variants=1), None, backends)
-        result = run_batch(job, {"corpus": None, "timeout": None, "database": None, "isolate": False})
+        result = run_batch(job, {"config": FuzzConfig(), "timeout": None, "database": None, "isolate": False})
         assert result.error is None and result.failure is None and result.tally.examples > 0
         return {key[2] for key in compiled._CACHE}
 
     assert backends_drawn(first_backends(COMPILE_BACKENDS)) <= set(CHEAP_BACKENDS)
     assert "inductor" in backends_drawn(None)
+
+
+def test_a_worker_runs_at_the_settings_the_command_resolved_and_its_environment_is_never_written(
+        zoo, tmp_path, monkeypatch, capsys):
+    """The command reads $FUZZDIFF_TIMEOUT, $FUZZDIFF_CORPUS and
+    $HYPOTHESIS_STORAGE_DIRECTORY, set after the workers' forkserver started
+    (so no fork hands them down), and its workers run at them: the hang's
+    verdict carries the limit, the records land in that corpus, Hypothesis
+    keeps its files in that storage. A variable that only the parent has stays
+    out of the workers' environment, and the parent's is as it was."""
+    grad = get_check("grad")
+    run_campaign([(zoo.SIN, grad)], size=BatchSize(examples=1, variants=1), jobs=1, database_url=None)  # forkserver up
+    corpus, storage = tmp_path / "corpus", tmp_path / "fd_zoo_storage"
+    monkeypatch.setenv("FUZZDIFF_TIMEOUT", "1")
+    monkeypatch.setenv("FUZZDIFF_CORPUS", str(corpus))
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(storage))
+    monkeypatch.setenv("FUZZDIFF_TEST_MARK", "the parent's alone")
+    pairs = [(zoo.ENV_PROBE, grad), (zoo.BAD, grad), (zoo.SLOW, grad)]
+    monkeypatch.setattr(commands, "_select_pairs", lambda args, notes=None: pairs)
+    before = dict(os.environ)
+    rc = cli.main(["run", "--jobs", "1", "--max-examples", "4", "--variants", "1", "--seed", "1", "--db", "",
+                   "--report", str(tmp_path / "report")])
+    capsys.readouterr()
+    assert dict(os.environ) == before
+    assert rc == 1
+    results = {p["target"]: p for p in json.loads((tmp_path / "report" / "results.json").read_text())["pairs"]}
+    probe = results["env_probe"]  # exit status 3: its environment was written; 4: not that storage
+    assert not probe["crashed"] and probe["counts"] == {"pass": probe["examples"]}, probe
+    records = {r["target"]: r for r in map(json.loads, map(Path.read_text, corpus.glob("grad/*/*.json")))}
+    assert sorted(records) == ["fd_campaign_zoo:BAD", "fd_campaign_zoo:SLOW"]
+    assert records["fd_campaign_zoo:SLOW"]["verdict"]["kind"] == "timeout"
+    assert records["fd_campaign_zoo:SLOW"]["verdict"]["errors"]["timeout"] == 1.0
+
+
+def test_the_campaign_sends_its_workers_one_config_and_no_environment(zoo, tmp_path):
+    """What a pool is given: the config, with the campaign's corpus folded in; it pickles."""
+    import pickle
+    from dataclasses import replace
+
+    from fuzzdiff.campaign import Done, PairResult
+    from fuzzdiff.config import FuzzConfig
+    from fuzzdiff.fuzzing import Tally
+
+    sent, started = [], []
+
+    class Recording:
+        slots, retries = 1, 0
+
+        def __init__(self, opts, jobs, pairs):
+            sent.append(opts)
+            self.done = []
+
+        def start(self, k, job):
+            started.append(job)
+            self.done.append(Done(k, PairResult(job.target, job.check, Tally())))
+
+        def wait(self, timeout):
+            done, self.done = self.done, []
+            return done
+
+        def kill(self, k): ...
+
+        def record(self, died):
+            return []
+
+        def usable(self, k):
+            return True
+
+        def node(self, k):
+            return "here"
+
+        def close(self): ...
+
+    config = FuzzConfig(timeout=7.0, compile_backends=("aot_eager", "inductor"), hypothesis_storage=tmp_path)
+    run_campaign([(zoo.SIN, get_check("grad")), (zoo.SIN, get_check("compile"))], config=config,
+                 corpus=tmp_path / "corpus", pool=Recording, database_url=None)
+    (opts,) = sent
+    assert opts["config"] == replace(config, corpus=tmp_path / "corpus")
+    assert pickle.loads(pickle.dumps(opts["config"])) == opts["config"]
+    assert not [k for k in opts if "environ" in k or k == "corpus"]
+    # the compile pair's first batch narrows the configured backends, not the environment's
+    assert {job.check: job.backends for job in started} == {"grad": None, "compile": ("aot_eager",)}

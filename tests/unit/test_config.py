@@ -5,12 +5,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from fdhelpers import WrongSquare
 from hypothesis import settings
 
+from fuzzdiff import pytest_plugin
+from fuzzdiff.api import environ_config
 from fuzzdiff.checks import get_check
 from fuzzdiff.config import COMPILE_BACKENDS, ConfigError, FuzzConfig
-from fuzzdiff.fuzzing import fuzz
+from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.targets import get_target
+from fuzzdiff.targets.target import Target
 
 
 def test_layers_defaults_then_environment_then_options():
@@ -42,8 +46,15 @@ def test_unknown_settings_are_refused():
 
 
 def test_environ_rebuilds_the_config():
-    config = FuzzConfig(corpus=Path("/tmp/x"), variants=3, timeout=1.5, compile_backends=("inductor", "aot_eager"))
+    config = FuzzConfig(corpus=Path("/tmp/x"), variants=3, timeout=1.5, compile_backends=("inductor", "aot_eager"),
+                        hypothesis_storage=Path("/tmp/h"))
     assert FuzzConfig.resolve(config.environ()) == config
+
+
+def test_hypothesis_storage_is_resolved_as_hypothesis_resolves_it():
+    assert FuzzConfig().example_dir == Path(".hypothesis/examples")
+    config = FuzzConfig.resolve({"HYPOTHESIS_STORAGE_DIRECTORY": "/tmp/h"})
+    assert config.hypothesis_storage == Path("/tmp/h") and config.example_dir == Path("/tmp/h/examples")
 
 
 def test_the_compile_check_draws_only_the_configured_backends():
@@ -62,3 +73,49 @@ def test_the_compile_check_draws_only_the_configured_backends():
          settings=settings(max_examples=6, database=None, deadline=None))
     assert seen == {"aot_function"}
     assert set(COMPILE_BACKENDS) > seen
+
+
+def _run(**options):
+    """A seeded run of a planted wrong backward, as its tally and shrunk failure."""
+    target = Target("unit_wrong_square", WrongSquare.apply, "x: n", max_side=3)
+    try:
+        tally = fuzz("grad", target, settings=settings(max_examples=20, database=None, deadline=None), seed=3,
+                     **options)
+        return tally.counts, tally.cases, None
+    except FuzzFailure as failure:
+        assert failure.tally is not None
+        record = sorted(p.name for p in Path(failure.record_path).parent.glob("*.json")) if failure.record_path else []
+        return failure.tally.counts, failure.tally.cases, (failure.case.to_json(), record)
+
+
+def test_a_config_and_the_keywords_it_folds_give_the_same_run(tmp_path):
+    by_keywords = _run(variants=3, structures=2, corpus=tmp_path / "a")
+    by_config = _run(config=FuzzConfig(variants=3, structures=2, corpus=tmp_path / "b"))
+    assert by_keywords == by_config
+    counts, cases, (case, record) = by_config
+    assert counts["fail"] >= 1 and len(record) == 1  # a real failure, recorded in each run's corpus
+    # a keyword overrides the config's setting, and keeps the rest
+    assert _run(config=FuzzConfig(variants=3, structures=5, corpus=tmp_path / "c"), structures=2) == by_config
+
+
+def test_without_a_config_fuzz_runs_at_the_defaults_not_the_environment(monkeypatch):
+    """The environment is for the drivers to read (fuzzdiff.commands, fuzzdiff.api,
+    the pytest plugin): below them, no config means FuzzConfig()."""
+    monkeypatch.setenv("FUZZDIFF_VARIANTS", "3")
+    monkeypatch.setenv("FUZZDIFF_STRUCTURES", "2")
+    monkeypatch.setenv("FUZZDIFF_COMPILE_BACKENDS", "inductor")
+    tally = fuzz("grad", get_target("sin"), settings=settings(max_examples=3, database=None, deadline=None), seed=0,
+                 structures=1)
+    assert tally.examples == FuzzConfig().variants * tally.cases > 0
+    assert (environ_config().variants, environ_config().compile_backends) == (3, ("inductor",))  # a driver's
+
+
+def test_the_pytest_plugin_hands_its_fuzz_loops_the_session_config(pytestconfig, monkeypatch):
+    """Resolved once at the session's start (profile sizes, then $FUZZDIFF_*, then
+    options), without a corpus: a loop writes records where it asks."""
+    options = pytest_plugin.fuzz_options(pytestconfig)
+    config = options["config"]
+    assert config.corpus is None and (config.variants, config.structures) == (options["variants"],
+                                                                              options["structures"])
+    monkeypatch.setenv("FUZZDIFF_TIMEOUT", "0.25")  # read at the session's start, not later
+    assert pytest_plugin.fuzz_options(pytestconfig)["config"] == config

@@ -76,7 +76,7 @@ def test_an_aborting_case_becomes_one_crash_record_that_aborts_on_replay(abortin
         from hypothesis import settings
         from fuzzdiff.fuzzing import fuzz
         from aborting import TARGET
-        fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=8, timeout=0,
+        fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=8, structures=1, timeout=0,
              settings=settings(max_examples=200, derandomize=True, database=None, deadline=None))
         print("no abort")
     ''')
@@ -113,7 +113,7 @@ def test_replaying_a_crash_record_runs_it_in_a_child_process(aborting, monkeypat
         from hypothesis import settings
         from fuzzdiff.fuzzing import fuzz
         from aborting import TARGET
-        fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=8, timeout=0,
+        fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=8, structures=1, timeout=0,
              settings=settings(max_examples=200, derandomize=True, database=None, deadline=None))
     ''')
     path, = recover(corpus)
@@ -131,7 +131,7 @@ def test_the_script_of_a_crash_record_is_written_by_a_child_process(aborting):
         from hypothesis import settings
         from fuzzdiff.fuzzing import fuzz
         from aborting import TARGET
-        fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=8, timeout=0,
+        fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=8, structures=1, timeout=0,
              settings=settings(max_examples=200, derandomize=True, database=None, deadline=None))
     ''')
     path, = recover(corpus)
@@ -157,7 +157,7 @@ def test_the_next_fuzz_run_recovers_and_a_live_or_idle_entry_makes_no_record(tmp
     dead_idle = _fake_dead(corpus, case, variant=-1)
     dead_busy = _fake_dead(corpus, case, variant=2)
 
-    fuzz("grad", "exp", corpus=corpus, variants=1,
+    fuzz("grad", "exp", corpus=corpus, variants=1, structures=1,
          settings=settings(max_examples=2, database=None, deadline=None))
 
     (path,) = _records(corpus)
@@ -214,10 +214,10 @@ def test_a_crashed_xdist_worker_is_recorded_by_the_same_session(aborting):
         FEW = settings(max_examples=200, derandomize=True, database=None, deadline=None)
 
         def test_aborting():
-            fuzz("grad", TARGET, corpus=os.environ["FUZZDIFF_CORPUS"], variants=8, settings=FEW)
+            fuzz("grad", TARGET, corpus=os.environ["FUZZDIFF_CORPUS"], variants=8, structures=1, settings=FEW)
 
         def test_fine():  # the session goes on past the crash
-            fuzz("grad", "sin", corpus=os.environ["FUZZDIFF_CORPUS"], variants=1,
+            fuzz("grad", "sin", corpus=os.environ["FUZZDIFF_CORPUS"], variants=1, structures=1,
                  settings=settings(FEW, max_examples=3))
     '''))
     run = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider", "-p", "fuzzdiff.pytest_plugin",

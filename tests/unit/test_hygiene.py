@@ -115,20 +115,123 @@ def test_every_function_level_import_says_why():
     assert not silent, f"function-level imports without a comment saying why: {silent}"
 
 
-# The drivers resolve a FuzzConfig; everything below them is handed one.
-READS_ENVIRONMENT = {"fuzzdiff/cli.py", "fuzzdiff/commands.py", "fuzzdiff/pytest_plugin.py",
-                     "fuzzdiff/campaign.py", "fuzzdiff/fuzzing.py", "fuzzdiff/corpus.py"}
+# The drivers resolve one FuzzConfig, from their flags and the environment, and
+# hand it down (to a campaign's workers too); every module below them is handed
+# its settings, and neither reads nor writes its process's environment.
+DRIVERS = {"fuzzdiff.__main__", "fuzzdiff.cli", "fuzzdiff.rerecord", "fuzzdiff.commands", "fuzzdiff.api",
+           "fuzzdiff.pytest_plugin"}
+# Programs a module runs in a child process it starts itself (``python -c``),
+# named by the module-level string that holds them: they run in the child, and
+# may set the child's own environment (fresh.py gives its child compile caches
+# of its own) but never touch this process's.
+CHILD_PROGRAMS = {("fuzzdiff/fresh.py", "_BOOT")}
+ENVIRONMENT = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+WRITES = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
 
 
-def test_nothing_below_the_drivers_reads_the_environment():
-    readers = set()
+def _layers() -> list[str]:
+    """The modules and packages of pyproject.toml's import-linter layers, top first."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: pytest's own dependency
+        import tomli as tomllib
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    return [m.strip() for layer in layers for m in layer.split("|")]
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of fuzzdiff and strategies, by dotted name."""
+    out = {}
     for package in ("fuzzdiff", "strategies"):
         for path in (REPO / package).rglob("*.py"):
-            tree = ast.parse(path.read_text())
-            if any(isinstance(n, ast.Attribute) and n.attr in ("environ", "getenv")
-                   and isinstance(n.value, ast.Name) and n.value.id == "os" for n in ast.walk(tree)):
-                readers.add(str(path.relative_to(REPO)))
-    assert readers <= READS_ENVIRONMENT, f"reads os.environ below the drivers: {sorted(readers - READS_ENVIRONMENT)}"
+            parts = path.relative_to(REPO).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _os_names(tree: ast.AST) -> set[str]:
+    return {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+            if a.name == "os"}
+
+
+def _environment_uses(tree: ast.AST) -> list[int]:
+    """The lines where a module reaches its process's environment: os.environ,
+    os.getenv, os.putenv, ... under any name os is imported as, or imported from os."""
+    names = _os_names(tree)
+    return sorted(
+        n.lineno for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module == "os" and any(a.name in ENVIRONMENT for a in n.names)
+        or isinstance(n, ast.Attribute) and n.attr in ENVIRONMENT and isinstance(n.value, ast.Name)
+        and n.value.id in names
+    )
+
+
+def _environment_writes(tree: ast.AST) -> list[int]:
+    """The lines where a module writes its process's environment."""
+    names = _os_names(tree)
+
+    def is_environ(node):
+        return isinstance(node, ast.Attribute) and node.attr == "environ" and isinstance(node.value, ast.Name) \
+            and node.value.id in names
+
+    return sorted(
+        n.lineno for n in ast.walk(tree)
+        if isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)) and is_environ(n.value)
+        or isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        and (n.func.attr in WRITES and is_environ(n.func.value)
+             or n.func.attr in ("putenv", "unsetenv") and isinstance(n.func.value, ast.Name)
+             and n.func.value.id in names)
+    )
+
+
+def test_the_environment_rules_see_reads_and_writes():
+    tree = ast.parse("import os as o\nfrom os import getenv\no.environ['A'] = '1'\no.environ.update(B='2')\n"
+                     "x = o.environ.get('C')\no.putenv('D', '')\nimport json\njson.environ = 1\n")
+    assert _environment_uses(tree) == [2, 3, 4, 5, 6]
+    assert _environment_writes(tree) == [3, 4, 6]
+
+
+def test_nothing_below_the_drivers_touches_the_environment():
+    layers, modules = _layers(), _modules()
+    assert DRIVERS <= set(layers), f"drivers not in the import-linter layers: {sorted(DRIVERS - set(layers))}"
+    # every other module: those of the other layers, and any a layer does not name yet
+    below = {m: path for m, path in modules.items() if m not in DRIVERS}
+    layered = {m for m in below if any(m == l or m.startswith(l + ".") for l in layers)}
+    assert {"fuzzdiff.campaign", "fuzzdiff.cluster", "fuzzdiff.fuzzing", "fuzzdiff.corpus"} <= layered
+    touching = {f"{path.relative_to(REPO)}:{line}" for path in below.values()
+                for line in _environment_uses(ast.parse(path.read_text()))}
+    assert not touching, f"the environment, read or written below the drivers: {sorted(touching)}"
+
+
+def test_the_drivers_read_the_environment_and_never_write_it():
+    modules = _modules()
+    writes = {f"{modules[m].relative_to(REPO)}:{line}" for m in DRIVERS
+              for line in _environment_writes(ast.parse(modules[m].read_text()))}
+    assert not writes, f"a driver writes its process's environment: {sorted(writes)}"
+
+
+def test_only_a_child_program_of_fuzzdiff_s_own_sets_an_environment():
+    """Source that sets os.environ inside a string is a program for a child
+    process that fuzzdiff starts (``python -c``), held in a module-level name
+    that CHILD_PROGRAMS lists; there is no other."""
+    sets = re.compile(r"os\.environ\[[^\]]*\]\s*=|os\.environ\.(?:update|setdefault)\(|os\.putenv\(")
+    found = set()
+    for path in _modules().values():
+        module = str(path.relative_to(REPO))
+        tree = ast.parse(path.read_text())
+        programs = {id(c) for n in tree.body if isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and (module, t.id) in CHILD_PROGRAMS for t in n.targets)
+                    for c in ast.walk(n.value)}
+        found |= {(module, n.lineno) for n in ast.walk(tree)
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str) and sets.search(n.value)
+                  and id(n) not in programs}
+        for name in {name for m, name in CHILD_PROGRAMS if m == module}:
+            runs = [n for n in ast.walk(tree) if isinstance(n, ast.List) and any(
+                isinstance(a, ast.Constant) and a.value == "-c" and isinstance(b, ast.Name) and b.id == name
+                for a, b in zip(n.elts, n.elts[1:]))]
+            assert runs, f"{module}: {name} is not run as a child's program ([..., '-c', {name}, ...])"
+    assert not found, f"strings that set an environment outside a child's program: {sorted(found)}"
 
 
 # Wording that dates itself or points at a tracker goes stale the day it is

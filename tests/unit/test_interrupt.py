@@ -168,7 +168,7 @@ SUITE = textwrap.dedent('''
     from fd_interrupt_targets import SLUGGISH
 
     def test_sluggish():
-        fuzz("grad", SLUGGISH, corpus=os.environ["FUZZDIFF_CORPUS"], variants=1, timeout=0,
+        fuzz("grad", SLUGGISH, corpus=os.environ["FUZZDIFF_CORPUS"], variants=1, structures=1, timeout=0,
              settings=settings(max_examples=1000, database=None, deadline=None))
 ''')
 
@@ -192,7 +192,7 @@ FUZZ_DIES = ("import signal\n"
              "from hypothesis import settings\n"
              "from fuzzdiff.fuzzing import fuzz\n"
              "from fd_interrupt_targets import DIES\n"
-             "fuzz('grad', DIES, corpus='corpus', variants=1, timeout=0,\n"
+             "fuzz('grad', DIES, corpus='corpus', variants=1, structures=1, timeout=0,\n"
              "     settings=settings(max_examples=5, database=None, deadline=None))\n")
 
 

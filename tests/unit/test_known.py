@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import pytest
@@ -10,7 +11,8 @@ from hypothesis import settings
 
 from fuzzdiff.case import Arg, Case, Layout
 from fuzzdiff.checks import CHECKS, UnknownCheck, validate
-from fuzzdiff.corpus import default_root, iter_records, read_record
+from fuzzdiff.config import default_corpus
+from fuzzdiff.corpus import iter_records, read_record
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.known import NOT_NONE, Known, matching
 from fuzzdiff.targets import all_targets, get_target
@@ -110,7 +112,7 @@ def _every_known():
     return list(seen.values())
 
 
-RECORDS = {read_record(p).id: p for p in iter_records(default_root())}
+RECORDS = {read_record(p).id: p for p in iter_records(default_corpus(os.environ))}
 
 
 @pytest.mark.parametrize("where,known", _every_known(), ids=lambda x: x if isinstance(x, str) else "")
@@ -170,7 +172,7 @@ def test_a_different_planted_bug_in_a_known_pair_goes_red(name, check):
     target = _planted(name)
     assert check in target.known_checks()
     with pytest.raises(FuzzFailure) as found:
-        fuzz(check, target, settings=settings(max_examples=40, database=None), seed=1, variants=1)
+        fuzz(check, target, settings=settings(max_examples=40, database=None), seed=1, variants=1, structures=1)
     assert matching(target.known, check, found.value.case, found.value.verdict) is None
 
 

@@ -101,7 +101,8 @@ def test_a_failure_is_recorded_once_by_the_driver(cluster, zoo, tmp_path):
         campaign = run_campaign([(zoo.BAD, get_check("grad")), (zoo.SIN, get_check("grad"))],
                                 pool=pool, size=BatchSize(examples=6, variants=1), seed=3, jobs=2,
                                 corpus=corpus, database_url=None)
-        assert pools[-1].opts["corpus"] is None  # what the workers were given: no corpus at all
+        sent = pools[-1].opts  # what the workers were given: the campaign's config, without its corpus
+        assert sent["config"].corpus is None and "corpus" not in sent and "environ" not in sent
         (failed,) = campaign.failures
         assert failed.target == "ray_planted_square" and failed.failure.record_created is created
         (record,) = corpus.glob("grad/*/*.json")

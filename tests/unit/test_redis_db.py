@@ -44,8 +44,8 @@ from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from shared_bug import DOUBLE
 db = example_database(FuzzConfig.resolve(os.environ).redis_url, local=sys.argv[1])
 try:
-    fuzz("grad", DOUBLE, settings=settings(database=db, phases=[Phase.reuse], deadline=None,
-                                           suppress_health_check=list(HealthCheck)))
+    fuzz("grad", DOUBLE, variants=4, structures=1,
+         settings=settings(database=db, phases=[Phase.reuse], deadline=None, suppress_health_check=list(HealthCheck)))
 except FuzzFailure as failure:
     print("FOUND", failure.case.args[0].shape)
 except unittest.SkipTest:  # nothing saved to replay
@@ -103,7 +103,7 @@ def test_a_failure_found_on_one_machine_replays_on_another(redis_url, tmp_path):
     try:
         from shared_bug import DOUBLE
         with pytest.raises(FuzzFailure):
-            fuzz("grad", DOUBLE, settings=settings(
+            fuzz("grad", DOUBLE, variants=4, structures=1, settings=settings(
                 database=example_database(redis_url, local=tmp_path / "here"), max_examples=50,
                 deadline=None, suppress_health_check=list(HealthCheck), phases=list(Phase)[:-1]))
     finally:

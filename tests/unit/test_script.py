@@ -387,7 +387,7 @@ def zoo_scripts(names):
     for name in names:
         p = by_name(name)
         with pytest.raises(FuzzFailure) as info:
-            fuzz(p.check, p.bug, settings=fuzz_settings(200), variants=8)
+            fuzz(p.check, p.bug, settings=fuzz_settings(200), variants=8, structures=1)
         e = info.value
         out.append((p, e, standalone_script(p.check, e.case, e.verdict, target=p.bug)))
     return out

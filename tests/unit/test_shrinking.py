@@ -127,7 +127,7 @@ def _shrunk_planted_bug(name: str) -> Case:
     quick = settings(max_examples=300, database=None, derandomize=True, deadline=None,
                      suppress_health_check=list(HealthCheck), print_blob=False)
     try:
-        fuzz("grad", buggy, settings=quick)
+        fuzz("grad", buggy, settings=quick, variants=4, structures=1)
     except FuzzFailure as failure:
         return failure.case
     raise AssertionError("the planted bug was not found")
@@ -148,7 +148,7 @@ def test_an_example_of_several_structures_shrinks_to_the_failing_one():
     quick = settings(max_examples=300, database=None, derandomize=True, deadline=None,
                      suppress_health_check=list(HealthCheck), print_blob=False)
     try:
-        fuzz("grad", buggy, settings=quick, structures=4)
+        fuzz("grad", buggy, settings=quick, variants=4, structures=4)
     except FuzzFailure as failure:
         case = failure.case
     else:

@@ -52,10 +52,10 @@ def test_a_hanging_example_is_one_timeout_record_and_the_run_goes_on(tmp_path):
     calls = []
     target = Target("spin_counted", lambda x: (calls.append(x.shape), spin_at_three(x))[1], "x: n",
                     max_side=4)
-    fuzz("grad", SPIN, variants=1, timeout=0, max_side=2, settings=FEW)  # warm-up outside the timeout
+    fuzz("grad", SPIN, variants=1, structures=1, timeout=0, max_side=2, settings=FEW)  # warm-up outside the timeout
     start = time.monotonic()
     with pytest.raises(FuzzFailure) as info:
-        fuzz("grad", target, corpus=tmp_path, variants=2, timeout=2, settings=FEW)
+        fuzz("grad", target, corpus=tmp_path, variants=2, structures=1, timeout=2, settings=FEW)
     assert time.monotonic() - start < 15
 
     failure = info.value
@@ -70,7 +70,7 @@ def test_a_hanging_example_is_one_timeout_record_and_the_run_goes_on(tmp_path):
     assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL  # handler restored
 
     # The run goes on: the next fuzzing in this process is unaffected.
-    tally = fuzz("grad", SPIN, variants=2, timeout=2, settings=FEW, max_side=2)
+    tally = fuzz("grad", SPIN, variants=2, structures=1, timeout=2, settings=FEW, max_side=2)
     assert tally.counts["pass"] > 0 and tally.counts["timeout"] == 0
 
 
@@ -119,10 +119,11 @@ def test_a_hang_inside_one_c_call_stops_the_process_and_becomes_a_timeout_record
         from fuzzdiff.fuzzing import fuzz
         from stuck import TARGET
         few = settings(max_examples=100, derandomize=True, database=None, deadline=None)
-        fuzz("grad", TARGET, variants=1, timeout=0, max_side=2, settings=few)  # warm: no 1 s first example
+        # warm: no 1 s first example
+        fuzz("grad", TARGET, variants=1, structures=1, timeout=0, max_side=2, settings=few)
         start = time.monotonic()
         try:
-            fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=2, timeout=1, settings=few)
+            fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=2, structures=1, timeout=1, settings=few)
         finally:
             print("fuzz returned after", time.monotonic() - start)
     ''')

@@ -64,14 +64,14 @@ class OnceDifferentiable(torch.autograd.Function):
 
 def test_missing_forward_formula_is_unsupported():
     target = Target("nojvp", NoJvp.apply, "x: n")
-    tally = fuzz("forward", target, settings=FEW)
+    tally = fuzz("forward", target, settings=FEW, variants=4, structures=1)
     assert tally.only_unsupported, tally.counts
     assert "jvp" in tally.reasons["unsupported"]
 
 
 def test_missing_double_backward_is_unsupported():
     target = Target("once", OnceDifferentiable.apply, "x: n")
-    tally = fuzz("gradgrad", target, settings=FEW)
+    tally = fuzz("gradgrad", target, settings=FEW, variants=4, structures=1)
     assert tally.counts["fail"] == 0
     assert tally.counts["unsupported"] > 0, tally.counts
 
@@ -91,7 +91,7 @@ class WrongBackward(torch.autograd.Function):
 def test_a_wrong_backward_is_a_confirmed_failure():
     target = Target("wrong", WrongBackward.apply, "x: n")
     try:
-        fuzz("grad", target, settings=FEW)
+        fuzz("grad", target, settings=FEW, variants=4, structures=1)
     except FuzzFailure as failure:
         assert failure.verdict.kind == "fail"
         assert "confirmed" in failure.verdict.message
@@ -117,9 +117,9 @@ class DetachedDoubleBackward(torch.autograd.Function):
 def test_second_order_bug_found_without_forward_mode():
     # forward-over-reverse is unsupported here; reverse-over-reverse must still judge.
     target = Target("xexp", DetachedDoubleBackward.apply, "x: n")
-    assert fuzz("grad", target, settings=FEW).counts["fail"] == 0
+    assert fuzz("grad", target, settings=FEW, variants=4, structures=1).counts["fail"] == 0
     try:
-        fuzz("gradgrad", target, settings=FEW)
+        fuzz("gradgrad", target, settings=FEW, variants=4, structures=1)
     except FuzzFailure as failure:
         assert "reverse-over-reverse" in failure.verdict.message
     else:

@@ -192,10 +192,10 @@ def test_fuzzing_finds_the_wrong_rule_and_passes_the_right_one():
     s = settings(max_examples=30, database=None, deadline=None, derandomize=True,
                  suppress_health_check=list(HealthCheck))
     with pytest.raises(FuzzFailure) as info:
-        fuzz(CHECK, WRONG, settings=s, variants=2)
+        fuzz(CHECK, WRONG, settings=s, variants=2, structures=1)
     again = Case.from_json(info.value.case.to_json())
     assert run_check(CHECK, WRONG, again).failed
-    tally = fuzz(CHECK, RIGHT, settings=s, variants=2)
+    tally = fuzz(CHECK, RIGHT, settings=s, variants=2, structures=1)
     assert tally.counts["pass"] == tally.examples > 0
 
 
@@ -240,7 +240,7 @@ def test_a_fallback_is_reported_on_a_passing_verdict():
     target = get_target("masked_fill_tensor")
     s = settings(max_examples=5, database=None, deadline=None, derandomize=True,
                  suppress_health_check=list(HealthCheck))
-    tally = fuzz(CHECK, target, settings=s, variants=1)
+    tally = fuzz(CHECK, target, settings=s, variants=1, structures=1)
     assert tally.counts["fail"] == 0
     assert "aten::masked_fill.Tensor" in tally.reasons["pass"]
 
@@ -255,7 +255,7 @@ from fuzzdiff.targets import get_target
 if sys.argv[1] == "quiet":
     stop_recording_fallbacks()
 s = settings(max_examples=5, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-print(fuzz(CHECK, get_target("custom_sin"), settings=s, variants=1).counts["fail"])
+print(fuzz(CHECK, get_target("custom_sin"), settings=s, variants=1, structures=1).counts["fail"])
 """
 
 
