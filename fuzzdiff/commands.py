@@ -633,8 +633,8 @@ def _tolerance(values: list[str] | None, option: str) -> float | dict[str, float
 
 
 def _corpus_root(args) -> Path:
-    """--corpus, else $FUZZDIFF_CORPUS, else ./corpus."""
-    return default_root(_config(corpus=args.corpus).corpus)
+    """--corpus, else $FUZZDIFF_CORPUS, else ./corpus (the environment read only without --corpus)."""
+    return Path(args.corpus) if args.corpus is not None else default_root(_config().corpus)
 
 
 def _allowed_imports(args) -> list[str]:

@@ -240,6 +240,13 @@ def test_usage_errors_exit_2(argv, message, capsys, monkeypatch):
     assert message in capsys.readouterr().err
 
 
+def test_a_bad_setting_in_the_environment_is_a_usage_error_that_names_it(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FUZZDIFF_TIMEOUT", "soon")
+    assert cli.main(["run", "--targets", "sin", "--checks", "grad"]) == 2
+    assert "$FUZZDIFF_TIMEOUT must be a number of seconds, got 'soon'" in capsys.readouterr().err
+    assert cli.main(["corpus", "stats", "--corpus", str(tmp_path)]) == 0  # a corpus given: no setting read
+
+
 def test_ray_without_its_package_is_a_usage_error(capsys, monkeypatch):
     import sys
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError, as where it is not installed
