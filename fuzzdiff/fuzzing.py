@@ -171,6 +171,12 @@ def settle_heap() -> None:
         _HEAP_SETTLED = True
         gc.collect()
         gc.freeze()
+        # A full collection still walks what the runs keep alive after this
+        # (Hypothesis's example trees, the value caches): a tenth of a second
+        # every few seconds at the default threshold. Ten times rarer here; the
+        # young generations, where a run's cyclic garbage dies, keep their pace.
+        young, middle, old = gc.get_threshold()
+        gc.set_threshold(young, middle, max(old, 100))
 
 
 class _ShrinkBound:
