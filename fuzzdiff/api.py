@@ -391,10 +391,41 @@ class _Session:
         inputs are rejected from then on, by every check."""
         tally = Tally()
         seen: list[Known] = []
+        for config, hypothesis in self.phases(name, until):
+            if self.search(name, until, tally, seen, config, hypothesis):
+                break
+        return tally
+
+    def phases(self, name: str, until: float | None) -> list[tuple[FuzzConfig, settings]]:
+        """The check's runs in order, each a config and its Hypothesis settings:
+        within a time budget, compile first gives each of COMPILE_STRATA a few
+        cases, then draws from its whole mix for the rest of its share."""
+        whole = [(self.config, self.hypothesis)]
+        if name != "compile" or until is None:
+            return whole
+        first = settings(self.hypothesis, max_examples=STRATUM_EXAMPLES)
+        strata = []
+        for backends, transforms in COMPILE_STRATA:
+            chosen = tuple(b for b in backends if b in self.config.compile_backends)
+            allowed = tuple(t for t in transforms if t in self.config.compile_transforms)
+            if chosen and allowed:
+                strata.append((replace(self.config, compile_backends=chosen, compile_transforms=allowed), first))
+        return strata + whole
+
+    def search(
+        self,
+        name: str,
+        until: float | None,
+        tally: Tally,
+        seen: list[Known],
+        config: FuzzConfig,
+        hypothesis: settings,
+    ) -> bool:
+        """One phase of ``run``, into ``tally`` and ``seen``: whether the check is done."""
         for _ in range(MAX_FAILURES + MAX_DOMAIN_ERRORS):
             try:
-                tally.merge(self.attempt(name, tuple(seen), until))
-                break
+                tally.merge(self.attempt(name, tuple(seen), until, config, hypothesis))
+                return tally.cut
             except FuzzFailure as failure:
                 tally.merge(failure.tally or Tally())
                 domain = _domain_error(self.target, failure)
@@ -405,16 +436,23 @@ class _Session:
                     continue
                 self.report.add_failure(name, failure)
                 if failure.verdict.kind != "fail":  # a hang or a crash: each further run could cost as much
-                    break
+                    return True
                 seen.append(root_cause(name, failure.case, failure.verdict, self.target))
                 if len(seen) >= MAX_FAILURES:
-                    break
+                    return True
                 if until is not None and time.monotonic() > until:
                     tally.cut = True  # its share spent on this root cause: the next is not looked for
-                    break
-        return tally
+                    return True
+        return False
 
-    def attempt(self, name: str, seen: tuple[Known, ...], until: float | None = None) -> Tally:
+    def attempt(
+        self,
+        name: str,
+        seen: tuple[Known, ...],
+        until: float | None = None,
+        config: FuzzConfig | None = None,
+        hypothesis: settings | None = None,
+    ) -> Tally:
         """One run of the check, ``seen`` root causes counted, not raised."""
         if not self.alias and CHECKS[name].aliasing == "required":
             return _unsupported("aliasing is switched off for this run (alias=False)")
@@ -431,9 +469,9 @@ class _Session:
             return fuzz(
                 name,
                 fuzzed,
-                settings=self.hypothesis,
+                settings=self.hypothesis if hypothesis is None else hypothesis,
                 seed=self.seed,
-                config=self.config,
+                config=self.config if config is None else config,
                 shrink_seconds=_shrink_bound(self.shrink_seconds, until),
                 definition=self.recipe,
                 fresh=self.fresh,
@@ -456,6 +494,24 @@ def _unsupported(reason: str) -> Tally:
 # whole call this many input-domain errors, each one rerun of a check.
 MAX_FAILURES = 3
 MAX_DOMAIN_ERRORS = 3
+
+# Within a time budget the compile check gets a handful of cases, and its draws
+# weigh f alone at three in eight over four backends: a bug of compile(grad(f))
+# under one backend family would be met by chance. So its first cases go to
+# these strata of (backends, transforms), STRATUM_EXAMPLES each, those likeliest
+# to differ first (a traced backend before the aot_function partitioners, f
+# itself before its transforms, reverse mode before forward); then its whole mix.
+COMPILE_STRATA = (
+    (("aot_eager",), ("none",)),
+    (("aot_eager",), ("grad", "vjp")),
+    (("inductor",), ("none",)),
+    (("aot_function", "aot_function_min_cut"), ("none", "grad", "vjp")),
+    (("aot_eager",), ("jvp", "vmap", "dual")),
+    (("inductor",), ("grad", "vjp")),
+    (("inductor",), ("jvp", "vmap")),
+    (("aot_function", "aot_function_min_cut"), ("jvp", "vmap", "dual")),
+)
+STRATUM_EXAMPLES = 2
 
 
 def declared_tolerances(

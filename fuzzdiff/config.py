@@ -17,10 +17,13 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FuzzConfig", "ConfigError", "ENVIRONMENT", "COMPILE_BACKENDS", "default_corpus"]
+__all__ = ["FuzzConfig", "ConfigError", "ENVIRONMENT", "COMPILE_BACKENDS", "COMPILE_TRANSFORMS", "default_corpus"]
 
 # torch.compile backends and aot_function partitioners the compile check draws from
 COMPILE_BACKENDS = ("aot_function", "aot_function_min_cut", "aot_eager", "inductor")
+# what the compile check compiles besides f itself ("none"): torch.func transforms of f,
+# and f at dual inputs (fuzzdiff.paths.compiled)
+COMPILE_TRANSFORMS = ("none", "grad", "vjp", "jvp", "vmap", "dual")
 
 
 class ConfigError(ValueError):
@@ -36,6 +39,8 @@ class FuzzConfig:
                       time-out (0 disables); compile checks get a multiple of it.
     redis_url:        a Redis server that shares Hypothesis's example database.
     compile_backends: the backends the compile check draws from (default: all).
+    compile_transforms: the transforms the compile check draws from (default:
+                      all; a transform a backend cannot take is not drawn).
     hypothesis_storage: Hypothesis's storage directory (None: its default,
                       ./.hypothesis), as this process's Hypothesis finds it: a
                       campaign worker, maybe on another machine, is told it.
@@ -47,6 +52,7 @@ class FuzzConfig:
     timeout: float = 60.0
     redis_url: str | None = None
     compile_backends: tuple[str, ...] = COMPILE_BACKENDS
+    compile_transforms: tuple[str, ...] = COMPILE_TRANSFORMS
     hypothesis_storage: Path | None = None
 
     def __post_init__(self) -> None:
@@ -60,6 +66,12 @@ class FuzzConfig:
         if unknown or not self.compile_backends:
             raise ConfigError(
                 f"compile_backends must name some of {', '.join(COMPILE_BACKENDS)}; got {list(self.compile_backends)}"
+            )
+        unknown = sorted(set(self.compile_transforms) - set(COMPILE_TRANSFORMS))
+        if unknown or not self.compile_transforms:
+            raise ConfigError(
+                f"compile_transforms must name some of {', '.join(COMPILE_TRANSFORMS)}; "
+                f"got {list(self.compile_transforms)}"
             )
 
     @classmethod
@@ -114,6 +126,7 @@ ENVIRONMENT = {
     "timeout": "FUZZDIFF_TIMEOUT",
     "redis_url": "FUZZDIFF_REDIS_URL",
     "compile_backends": "FUZZDIFF_COMPILE_BACKENDS",
+    "compile_transforms": "FUZZDIFF_COMPILE_TRANSFORMS",
     "hypothesis_storage": "HYPOTHESIS_STORAGE_DIRECTORY",  # Hypothesis's own
 }
 
@@ -133,9 +146,9 @@ def _parse(name: str, raw: str, where: str) -> Any:
 def _coerce(name: str, value: Any) -> Any:
     if name in ("corpus", "hypothesis_storage"):
         return Path(value)
-    if name == "compile_backends" and isinstance(value, str):
+    if name in ("compile_backends", "compile_transforms") and isinstance(value, str):
         return tuple(b.strip() for b in value.split(",") if b.strip())
-    if name == "compile_backends":
+    if name in ("compile_backends", "compile_transforms"):
         return tuple(value)
     return value
 

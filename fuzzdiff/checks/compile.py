@@ -47,11 +47,11 @@ from hypothesis import strategies as st
 from fuzzdiff.case import Case, Layout
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.checks.opcheck import custom_op
-from fuzzdiff.compare import Discrepancy, max_abs, result_discrepancy, worst_discrepancy
+from fuzzdiff.compare import Discrepancy, result_discrepancy
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.confirm import neighbours_step
-from fuzzdiff.ladder import MARGIN, Doubt, Ladder, Step, Survived
+from fuzzdiff.ladder import Ladder, Step
 from fuzzdiff.paths import compiled as path
+from fuzzdiff.steps import float64_margin, identical_to, neighbours, replay
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
 from fuzzdiff.unsupported import unsupported_reason
@@ -65,7 +65,6 @@ __all__ = ["CHECK", "CONTIGUOUS_DIRECTION", "CompileParams", "LADDER", "METADATA
 # precision (MARGIN), and tried at a neighbouring point; metadata is exact
 LADDER = Ladder(("replay", "float64", "neighbours"))
 METADATA_LADDER = Ladder(("replay",))
-EXACT = Tolerance(0.0, 0.0)
 _PROBE = probes().map(lambda p: p.__dict__.copy())
 _CONTIGUOUS_PROBE = _PROBE.map(lambda p: {**p, "layout": "contiguous"})
 
@@ -76,16 +75,18 @@ class CompileParams:
     (FuzzConfig.compile_backends), a cotangent, and for a target that writes
     its inputs the aliasing between them (cases() draws none for it). For a
     functional target with a differentiated argument, also a transform
-    (fuzzdiff.paths.compiled), weighted so that "none" keeps three shares in
-    eight, with a tangent direction and a vmap batch size."""
+    (fuzzdiff.paths.compiled) among ``transforms`` (FuzzConfig.compile_transforms),
+    weighted so that "none" keeps three shares in eight, with a tangent
+    direction and a vmap batch size."""
 
     backends: tuple[str, ...] = path.BACKENDS
+    transforms: tuple[str, ...] = path.TRANSFORMS
 
     def __call__(self, target: Target, case: Case) -> st.SearchStrategy:
         if target.functional:
             if not path.wrt(case):
                 return _base(self.backends)
-            return _with_transform(self.backends, _conditions(case))
+            return _with_transform(self.backends, self.transforms, _conditions(case))
         base = _base(self.backends)
         groups = [0 if a.grad != "none" else None for a in case.args]
         aliased = aliasing(case.args, groups, views=False).map(lambda after: path.aliases_param(case.args, after))
@@ -139,12 +140,17 @@ def _base(backends: tuple[str, ...]) -> st.SearchStrategy:
 
 
 @functools.cache
-def _transforms(backend: str, conditions: frozenset[str]) -> st.SearchStrategy:
-    return st.sampled_from(tuple(t for t in TRANSFORM_WEIGHTS if not _restricted(t, backend, conditions)))
+def _transforms(backend: str, allowed: tuple[str, ...], conditions: frozenset[str]) -> st.SearchStrategy:
+    """``allowed``'s transforms that ``backend`` can take at a case meeting
+    ``conditions``, by TRANSFORM_WEIGHTS; f alone where it can take none of them."""
+    drawn = tuple(t for t in TRANSFORM_WEIGHTS if t in allowed and not _restricted(t, backend, conditions))
+    return st.sampled_from(drawn or ("none",))
 
 
 @functools.cache
-def _with_transform(backends: tuple[str, ...], conditions: frozenset[str]) -> st.SearchStrategy:
+def _with_transform(
+    backends: tuple[str, ...], transforms: tuple[str, ...], conditions: frozenset[str]
+) -> st.SearchStrategy:
     def params(backend: str) -> st.SearchStrategy:
         def with_transform(transform: str) -> st.SearchStrategy:
             contiguous = (transform, backend) in CONTIGUOUS_DIRECTION
@@ -158,13 +164,13 @@ def _with_transform(backends: tuple[str, ...], conditions: frozenset[str]) -> st
                 }
             )
 
-        return _transforms(backend, conditions).flatmap(with_transform)
+        return _transforms(backend, transforms, conditions).flatmap(with_transform)
 
     return st.sampled_from(backends).flatmap(params)
 
 
 def _configure(check: Check, config: FuzzConfig) -> Check:
-    return replace(check, params=CompileParams(config.compile_backends))
+    return replace(check, params=CompileParams(config.compile_backends, config.compile_transforms))
 
 
 def _metadata(eager: path.Run, other: path.Run) -> str | None:
@@ -246,48 +252,31 @@ def run(target: Target, case: Case) -> Verdict:
 
     meta = _metadata(eager, got)
     if meta is not None:
-
-        def replay_meta() -> Doubt | None:
-            same = _metadata(rerun(case, None), rerun(case, backend)) == meta
-            return None if same else Doubt("a replay differed")
-
-        return METADATA_LADDER.climb(identity, meta + note, {"metadata": meta}, {"replay": replay_meta})
+        again = replay(lambda: _metadata(rerun(case, None), rerun(case, backend)), same=identical_to(meta))
+        return METADATA_LADDER.climb(identity, meta + note, {"metadata": meta}, {"replay": again})
     d = _values(eager, got, tol)
     if d is None:
         return Verdict("pass", note.strip())
 
-    def replay() -> Doubt | None:
-        if _values(got, rerun(case, backend), EXACT) or _values(eager, rerun(case, None), EXACT):
-            return Doubt("a replay gave other results (nondeterministic)")
-        return None
-
-    def float64() -> Doubt | None:
-        if _further(got, eager, rerun(case, None, torch.float64), tol):
-            return None
-        return Doubt("compiled is about as close to a float64 eager run as eager is (rounding)")
-
-    def neighbours() -> Doubt | Survived | None:
-        return neighbours_step(case, lambda c: _values(rerun(c, None), rerun(c, backend), tol) is None)
-
-    steps: dict[str, Step] = {"replay": replay, "neighbours": neighbours}
+    steps: dict[str, Step] = {
+        "replay": replay(
+            lambda: (rerun(case, backend).values, rerun(case, None).values),
+            same=identical_to((got.values, eager.values)),
+        ),
+        "neighbours": neighbours(case, lambda c: _values(rerun(c, None), rerun(c, backend), tol) is None),
+    }
     if case.torch_dtype != torch.float64:
-        steps["float64"] = float64
+        # inductor reassociates sums: compiled must be further from float64 than eager is
+        steps["float64"] = float64_margin(
+            got.values.names,
+            got.values.tensors,
+            eager.values.tensors,
+            lambda: rerun(case, None, torch.float64).values.tensors,
+            tol,
+            side="compiled",
+            doubt="compiled is about as close to a float64 eager run as eager is (rounding)",
+        )
     return LADDER.climb(identity, str(d) + note, d.summary(), steps)
-
-
-def _further(got: path.Run, eager: path.Run, truth: path.Run, tol: Tolerance) -> bool:
-    """Some compared tensor of ``got`` is further from ``truth`` than eager's, by MARGIN."""
-    names, t = truth.values
-    _, c = got.values
-    _, e = eager.values
-    for name, ct, et, tt in zip(names, c, e, t):
-        ce = worst_discrepancy([name], [ct], [tt], EXACT)
-        ee = worst_discrepancy([name], [et], [tt], EXACT)
-        ce_err = ce.abs_error if ce else 0.0
-        ee_err = ee.abs_error if ee else 0.0
-        if ce_err > MARGIN * ee_err + tol.atol + tol.rtol * max_abs(tt):
-            return True
-    return False
 
 
 def applies(target: Target) -> str | None:

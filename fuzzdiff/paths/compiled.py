@@ -55,7 +55,7 @@ import torch.autograd.forward_ad as fwAD
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case import Alias, Case, Layout
-from fuzzdiff.config import COMPILE_BACKENDS
+from fuzzdiff.config import COMPILE_BACKENDS, COMPILE_TRANSFORMS
 from fuzzdiff.directions import directions, probes_like
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import differentiable, leaf_function
@@ -84,7 +84,7 @@ __all__ = [
 ]
 
 BACKENDS = COMPILE_BACKENDS
-TRANSFORMS = ("none", "grad", "vjp", "jvp", "vmap", "dual")
+TRANSFORMS = COMPILE_TRANSFORMS
 
 
 @contextlib.contextmanager
