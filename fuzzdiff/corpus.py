@@ -188,6 +188,7 @@ class Record:
     draws: str = SCHEME  # what drew the random tensors that are not stored (fuzzdiff.draws)
     blame: Mapping[str, Any] | None = None  # whose bug it is, with the evidence (fuzzdiff.blame)
     fixed_in: str | None = None  # the first torch release the failure is gone in (status "fixed")
+    reason: str | None = None  # why it is intended behaviour (status "expected"), citing the doc or decision
 
     def status_on(self, version: str | None = None) -> str:
         """The status under torch ``version`` (default: the running one): a
@@ -230,6 +231,8 @@ class Record:
             extra["blame"] = dict(self.blame)
         if self.fixed_in is not None:
             extra["fixed_in"] = self.fixed_in
+        if self.reason is not None:
+            extra["reason"] = self.reason
         return _clean(
             {
                 **extra,
@@ -251,9 +254,9 @@ class Record:
         )
 
 
-def mark(record: Record, status: str, fixed_in: str | None = None) -> None:
-    """Set a record's status (and the release that fixed it) in its file,
-    leaving every other field as it is."""
+def mark(record: Record, status: str, fixed_in: str | None = None, reason: str | None = None) -> None:
+    """Set a record's status (and the release that fixed it, or why it is
+    expected) in its file, leaving every other field as it is."""
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
     if record.path is None:
@@ -265,6 +268,10 @@ def mark(record: Record, status: str, fixed_in: str | None = None) -> None:
         data["fixed_in"] = release(fixed_in)
     else:
         data.pop("fixed_in", None)
+    if status == "expected" and reason is not None:
+        data["reason"] = reason
+    elif status != "expected":
+        data.pop("reason", None)
     _replace(path, data)
 
 
@@ -494,6 +501,11 @@ def read_record(path: Path | str) -> Record:
         raise CorpusError(f"{path}: field 'fixed_in' must be a torch release such as '2.14.1', got {fixed_in!r}")
     if fixed_in is not None and status != "fixed":
         raise CorpusError(f"{path}: field 'fixed_in' belongs to a 'fixed' record; this one is {status!r}")
+    reason = data.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise CorpusError(f"{path}: field 'reason' must be a string, got {type(reason).__name__}")
+    if reason is not None and status != "expected":
+        raise CorpusError(f"{path}: field 'reason' belongs to an 'expected' record; this one is {status!r}")
     return Record(
         _field(data, "id", path, str),
         check,
@@ -506,6 +518,7 @@ def read_record(path: Path | str) -> Record:
         draws,
         blame,
         fixed_in,
+        reason,
     )
 
 

@@ -7,6 +7,10 @@ sample's op, whatever the sample), the check, what failed (an exception's
 type and its message with the numbers left open, or the identity a wrong
 value breaks) and the input features that trigger it (a structure, a layout,
 aliasing, an empty input: fuzzdiff.root_cause.TRIGGERS).
+
+A record of status ``expected``, or one that an expected signature lists
+(``Known.expected``: a convention or a documented limit), shows no bug, so it
+belongs to no root cause: ``conventions`` groups those apart.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from fuzzdiff.known import Known
 from fuzzdiff.root_cause import TRIGGERS, message_pattern
 from fuzzdiff.verdict import Verdict, identity
 
-__all__ = ["Cause", "root_causes", "op_of", "severity"]
+__all__ = ["Cause", "root_causes", "conventions", "op_of", "severity"]
 
 
 @dataclass
@@ -63,11 +67,24 @@ def _automatic(record: Record) -> str:
 
 
 def root_causes(records: Iterable[Record], known: Sequence[Known]) -> list[Cause]:
-    """The records' root causes, the largest first."""
+    """The records' root causes, the largest first: the bugs, without the
+    expected records and those of expected signatures."""
+    return _grouped(records, known, bugs=True)
+
+
+def conventions(records: Iterable[Record], known: Sequence[Known]) -> list[Cause]:
+    """The expected records and those of expected signatures, grouped as
+    root causes are, the largest first."""
+    return _grouped(records, known, bugs=False)
+
+
+def _grouped(records: Iterable[Record], known: Sequence[Known], bugs: bool) -> list[Cause]:
     listed = {rid: k for k in known for rid in k.records}
     causes: dict[object, Cause] = {}
     for record in records:
         k = listed.get(record.id)
+        if (record.status != "expected" and (k is None or k.bug)) != bugs:
+            continue
         key: object = id(k) if k is not None else _automatic(record)
         if key not in causes:
             name = k.reason.split(":")[0].split(";")[0][:100] if k is not None else str(key)

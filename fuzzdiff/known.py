@@ -11,6 +11,12 @@ confirmed. A torch bug that kills the process is the one exception, declared
 with ``crash=True``: it is matched on the inputs alone, before the case runs
 (a process that died can no longer count anything), so its signature must be
 as narrow as its standalone repro shows.
+
+Not every discrepancy is a bug. One that torch documents, or chose on purpose,
+is declared with ``expected`` (the reason, citing the doc or the upstream
+decision): it still matches, so a check that reports it stays green, but
+docs/pages/discrepancies.md lists it apart from the bugs, corpus root causes
+leave it out, and its corpus records have status ``expected``.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ class Known:
     crash:    the discrepancy kills the process: matching cases are not run.
     fixed_in: the first torch release without it; from there on it matches
               nothing, so a fixed bug that comes back is a new failure.
+    expected: why it is intended behaviour, not a bug (a documented limit or
+              an upstream decision, cited); empty for a bug.
     """
 
     checks: tuple[str, ...] | str  # a str becomes (str,) in __post_init__
@@ -66,6 +74,7 @@ class Known:
     records: tuple[str, ...] = ()
     crash: bool = False
     fixed_in: str | None = None
+    expected: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.checks, str):
@@ -84,12 +93,21 @@ class Known:
         re.compile(self.message)
         if self.fixed_in is not None and not RELEASE.fullmatch(self.fixed_in):
             raise ValueError(f"fixed_in names a torch release such as '2.14.1', got {self.fixed_in!r}")
+        if self.expected and (self.crash or self.fixed_in is not None):
+            # A process that dies is never intended, and a convention torch drops
+            # is a signature to delete, not a fix.
+            raise ValueError(f"an expected discrepancy is neither a crash nor fixed in a release: {self.reason!r}")
         if not (self.message or self.features or self.params or self.dtypes):
             # With no condition it would cover the whole pair again.
             raise ValueError(
                 f"a known discrepancy needs a message pattern, features, params or "
                 f"dtypes that single it out: {self.reason!r}"
             )
+
+    @property
+    def bug(self) -> bool:
+        """Whether it is a torch bug, not a convention or a documented limit."""
+        return not self.expected
 
     @property
     def present(self) -> bool:
@@ -126,7 +144,8 @@ class Known:
     def describe(self) -> str:
         """One line: what it is, and where its evidence lies."""
         records = f" (records {', '.join(self.records)})" if self.records else ""
-        return f"{self.reason}{records}"
+        intended = f" [intended, not a bug: {self.expected}]" if self.expected else ""
+        return f"{self.reason}{intended}{records}"
 
 
 def matching(known: Iterable[Known], check: str, case: Case, verdict: Verdict) -> Known | None:

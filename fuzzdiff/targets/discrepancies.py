@@ -13,6 +13,7 @@ __all__ = [
     "OWN_RULES",
     "LAYER_NORM_JACREV",
     "STRIDE0_GRAD_DYNAMIC",
+    "STRIDE0_GRADIENT_SPLIT",
     "NESTED_VMAP_LOSSES",
     "GROUP_NORM_VMAP_GAPPED_BATCH",
     "DET_GRAD_TRANSPOSED_PERMUTED",
@@ -48,6 +49,23 @@ EAGER_CHECKS = (
     "checkpoint",
 )
 
+# Why a stride-0 leaf's gradient may be split any way over the entries that
+# share a memory location.
+STRIDE0_GRADIENT_SPLIT = (
+    "a self-overlapping (stride-0) leaf holds one value per memory location, so only the sum of "
+    "its gradient over the entries that share a location is determined: the eager and the compiled "
+    "gradients have the same sums (1.0 for [1.5, -0.5] and [0.5, 0.5]; 1.5 for [1.5, 0.0] and "
+    "[0.75, 0.75]), hence the same derivative along every direction the leaf can move, those "
+    "constant along its stride-0 dims (the only tangents fuzzdiff draws for it, docs/pages/design.md). "
+    "How to split the sum is a convention, and eager torch itself gives the even split, the mean, "
+    "through torch.as_strided: as_strided_backward (torch/csrc/autograd/FunctionsManual.cpp) divides "
+    "an overlapping input's gradient by the number of entries per location, so for x = "
+    "torch.tensor([.75]).double().as_strided((2,), (0,)).requires_grad_(), "
+    "torch.autograd.grad(torch.as_strided(x, (2,), (0,)), x, torch.tensor([1.5, -0.5]).double()) "
+    "is [0.5, 0.5] where x.reshape(-1) gives [1.5, -0.5]; torch.as_strided's docs leave overlapped "
+    "views undefined for in-place writes"
+)
+
 STRIDE0_GRAD_DYNAMIC = Known(
     "compile",
     "compiled with dynamic=True (aot_eager or inductor), the gradient of a stride-0 leaf comes "
@@ -65,6 +83,7 @@ STRIDE0_GRAD_DYNAMIC = Known(
     params={"backend": ("aot_eager", "inductor")},
     message=r"^(aot_eager|inductor) vs eager: grad \d+ at",
     records=("e0ef41dd22bf95e4", "2ece44ba7e04481c", "3a3c372d13545e60"),
+    expected=STRIDE0_GRADIENT_SPLIT,
 )
 
 NESTED_VMAP_MESSAGE = (
@@ -210,7 +229,8 @@ LAYER_NORM_JACREV = Known(
     "differentiated with the saved mean and rstd held constant, so torch.func.hessian and "
     "jacrev(jacrev) give a diagonal d2f/dx dw, while jacrev(grad(f, argnums=1)), autograd's "
     "double backward and finite differences agree on the full block (torch 2.13.0 CPU); found "
-    "at a normalized dim of one value, where the block is exactly zero and hessian gives rstd",
+    "at a normalized dim of one value, where the block is exactly zero and hessian gives rstd "
+    "(316, 1 / sqrt(eps))",
     "x, w, c = torch.randn(3, 3, dtype=torch.float64); f = lambda x, w: (F.layer_norm(x, (3,), w) "
     "* c).sum(); torch.func.hessian(f, argnums=(0, 1))(x, w)[1][0] is diagonal, "
     "torch.func.jacrev(torch.func.grad(f, argnums=1))(x, w) is a full matrix that matches finite "

@@ -325,11 +325,10 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         "opinfo/nextafter@*",
         Known(
             ("grad", "forward"),
-            "the derivative of torch.nextafter(a, b) is 0 where a == b (the formula "
-            "where(self != other, grad, 0), pytorch/pytorch#148820), though nextafter(x, x) = x has "
-            "derivative 1 there; reverse and forward mode agree with each other, finite differences "
-            "and gradcheck do not (torch 2.13.0 CPU). Only an aliased tie is confirmed: a tie by value "
-            "vanishes at a neighbouring point",
+            "the derivative of torch.nextafter(a, b) is 0 in a where a == b, and 0 in b everywhere, so "
+            "nextafter(x, x) = x gets the derivative 0 where finite differences give 1; reverse and "
+            "forward mode agree with each other, finite differences and gradcheck do not (torch 2.13.0 "
+            "CPU). Only an aliased tie is confirmed: a tie by value vanishes at a neighbouring point",
             "x = torch.tensor([0.5], dtype=torch.float64, requires_grad=True); "
             "torch.autograd.grad(torch.nextafter(x, x).sum(), x) -> [0.]; "
             "torch.autograd.gradcheck(lambda t: torch.nextafter(t, t), (x,)) -> GradcheckError: "
@@ -337,6 +336,12 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             message=r"vs finite differences: analytic",
             features=("1:alias:same|1:alias:view",),
             records=("5cbf153cd1380cb6", "2bdb74096979a533"),
+            expected="the rule that pytorch/pytorch#148820 introduced on purpose, answering the "
+            "request for any derivative of nextafter (pytorch/pytorch#148814): 1 in a where a != b, "
+            "0 where a == b ('the function is constant at that point', its description says, and its "
+            "test asserts the 0), and 0 in b. At a tie nextafter is not differentiable as a function "
+            "of its two arguments (it steps one ulp up on one side of the tie and one ulp down on the "
+            "other), so no value there is right and the 0 is a convention",
         ),
     ),
     (
@@ -380,11 +385,16 @@ KNOWN: tuple[tuple[str, Known], ...] = (
         "opinfo/linalg.eig@*",
         Known(
             "forward2",
-            "reverse mode through the jvp of torch.linalg.eig raises 'the specified loss function "
-            "depends on this quantity, so it is ill-defined' for a loss that does not depend on the "
+            "reverse mode through the jvp of torch.linalg.eig raises 'The eigenvectors in the complex "
+            "case are specified up to multiplication by e^{i phi}. The specified loss function depends "
+            "on this quantity, so it is ill-defined.' for a loss that does not depend on the "
             "eigenvectors' phases (abs of the eigenvectors, OpInfo's own output_process_fn_grad), "
             "while reverse over reverse and finite differences of the same forward-mode tangent "
-            "agree (torch 2.13.0 CPU)",
+            "agree on a finite value (torch 2.13.0 CPU, 2.14.1 and 2.15.0 alike). Not eig's documented "
+            "phase indeterminacy: the cotangents that reach linalg_eig_backward through eig's "
+            "forward-mode formula are nan in every entry (the eigenvalues' too, and for |V|^2 as for "
+            "abs), and its phase check, allclose(imag(diag(V^H gV)), 0), fails on the nan; eigh's "
+            "forward-mode formula gives nan the same way (opinfo/linalg.eigh)",
             "torch.manual_seed(0); A = torch.randn(5, 5, dtype=torch.float64); U, V, W = "
             "(torch.randn(5, 5, dtype=torch.float64) for _ in range(3)); def h(a): with "
             "fwAD.dual_level(): return (fwAD.unpack_dual(torch.linalg.eig(fwAD.make_dual(a, U))[1]"

@@ -51,3 +51,51 @@ def test_a_reported_wrapped_error_is_matched_by_its_root_cause_and_another_is_no
     found = root_cause("compile", case, Verdict("fail", _fake_tensor_failure(SIZES, 3), errors), target)
     assert found.matches("compile", case, Verdict("fail", _fake_tensor_failure(SIZES, 5), errors))
     assert not found.matches("compile", case, Verdict("fail", _fake_tensor_failure(ASSERT, 3), errors))
+
+
+def test_conventions_are_no_root_cause_and_are_grouped_apart(tmp_path):
+    """A record of an expected signature, or of status expected, is no bug: corpus
+    stats counts it among no root cause."""
+    from fuzzdiff.corpus import mark, read_record, write_record
+    from fuzzdiff.corpus_causes import conventions, root_causes
+    from fuzzdiff.known import Known
+
+    wrong = Verdict("fail", "<J^T v, u> vs finite differences: analytic 1.0 vs reference 2.0")
+    raised = Verdict("fail", "raised RuntimeError: view size is not compatible", {"exception": "RuntimeError"})
+    paths = [write_record(tmp_path, "grad", Case(name, (Arg((3,), Values(seed=i)),)), verdict)[0]
+             for i, (name, verdict) in enumerate([("exp", wrong), ("nextafter", wrong), ("sin", raised),
+                                                  ("custom", wrong)])]
+    mark(read_record(paths[3]), "expected", reason="documented: custom ops have no forward-mode rule")
+    bug, convention, plain, marked = (read_record(p) for p in paths)
+    assert marked.status == "expected" and marked.reason.startswith("documented")
+    known = [Known("grad", "a bug", "repro", features=("stride0",), records=(bug.id,)),
+             Known("grad", "a rule", "repro", features=("alias",), records=(convention.id,),
+                   expected="chosen on purpose upstream")]
+    causes = root_causes([bug, convention, plain, marked], known)
+    assert sorted(r.id for c in causes for r in c.records) == sorted([bug.id, plain.id])
+    assert [c.known for c in causes if c.known is not None] == [known[0]]
+    apart = conventions([bug, convention, plain, marked], known)
+    assert sorted(r.id for c in apart for r in c.records) == sorted([convention.id, marked.id])
+    # without the expected field the same record is a bug again
+    assert convention.id in {r.id for c in root_causes([convention], [Known(
+        "grad", "a rule", "repro", features=("alias",), records=(convention.id,))]) for r in c.records}
+
+
+def test_a_reason_belongs_to_an_expected_record(tmp_path):
+    import json
+
+    import pytest
+
+    from fuzzdiff.corpus import CorpusError, mark, read_record, write_record
+
+    path, _ = write_record(tmp_path, "grad", Case("exp", (Arg((3,), Values(seed=1)),)), Verdict("fail", "wrong"))
+    mark(read_record(path), "expected", reason="documented")
+    mark(read_record(path), "open")  # reopened: the reason goes with the status
+    assert read_record(path).reason is None and "reason" not in json.loads(path.read_text())
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "reason": "documented"}))
+    with pytest.raises(CorpusError, match="'reason' belongs to an 'expected' record"):
+        read_record(path)
+    path.write_text(json.dumps({**data, "status": "expected", "reason": 3}))
+    with pytest.raises(CorpusError, match="'reason' must be a string"):
+        read_record(path)
