@@ -8,23 +8,25 @@ two neighbouring points (a kink or a tie vanishes there) and, for low
 precision, a float64 run on the same values: where the identity holds in
 float64, the low-precision computation itself is judged against float64
 (against_float64), with the problem's conditioning as the allowance.
-Anything that does not survive is "inconclusive" — never a failure.
+Anything that does not survive is "inconclusive" — never a failure. The
+steps shared with other checks (replay, the kink test, the float64 step)
+are fuzzdiff.steps'; those of finite differences alone are here.
 
 At a structured point (fuzzdiff.structures) moving to a neighbour is the
 wrong question: it moves off a tie of ``max`` (a kink: the discrepancy
 vanishes, rightly inconclusive) but also off an exact zero of ``cumprod``
 (smooth there: a backward that divides by x is wrong at the zero and right
 everywhere else, and would be hidden). So the point itself is asked whether
-it is a kink (``kink``: do the right and left derivatives along u differ, by
-a gap that does not shrink with the step?), and only then are neighbours
-tried, with the structure kept (``Case.nudged``): a tie stays a tie, a zero a
-zero. Whether a structure is a kink depends on the target (zeros are kinks of
-``abs``, not of ``prod``), so the function is asked, not the structure's name.
-A second derivative asks it of the first derivative it differentiates. An
-identity without a one-sided measure (a comparison of whole results: vmap,
-compile) asks its neighbours, which keep the structure: a tie stays a tie.
-Forward against reverse mode asks the function's one-sided differences, as
-grad does.
+it is a kink (fuzzdiff.steps.kink: do the right and left derivatives along u
+differ, by a gap that does not shrink with the step?), and only then are
+neighbours tried, with the structure kept (``Case.nudged``): a tie stays a
+tie, a zero a zero. Whether a structure is a kink depends on the target
+(zeros are kinks of ``abs``, not of ``prod``), so the function is asked, not
+the structure's name. A second derivative asks it of the first derivative it
+differentiates. An identity without a one-sided measure (a comparison of
+whole results: vmap, compile) asks its neighbours, which keep the structure:
+a tie stays a tie. Forward against reverse mode asks the function's one-sided
+differences, as grad does.
 
 An argument passed twice (``dist(x, x)``, ``Case.repeated``) is a structure
 no kink test sees: ``x - x`` sits at the norm's kink whatever ``x`` is. For
@@ -49,7 +51,7 @@ inconclusive, "singular point (stride-0 input)".
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -62,6 +64,21 @@ from fuzzdiff import draws
 from fuzzdiff.case import Case
 from fuzzdiff.compare import Discrepancy, max_abs, mismatch, worst_discrepancy
 from fuzzdiff.ladder import Doubt, Ladder, Step, Survived
+from fuzzdiff.steps import (
+    CONTIGUOUS,
+    COPIED,
+    LEAF_OWN,
+    NUDGE,
+    SINGULAR,
+    UNTIED,
+    Sided,
+    float64_or_accuracy,
+    identical,
+    kink,
+    layout_own,
+    neighbours,
+    replay,
+)
 from fuzzdiff.tolerance import Tolerance
 from fuzzdiff.unsupported import unsupported_reason
 from fuzzdiff.verdict import Verdict
@@ -78,18 +95,11 @@ __all__ = [
     "against_float64",
     "RoundingNoise",
     "EPS",
-    "NUDGE",
     "F32_NUDGE",
     "CONDITIONING",
-    "Sided",
-    "kink",
-    "neighbours_step",
-    "layout_own",
-    "SINGULAR",
 ]
 
 EPS = 1e-6  # finite-difference step in float64, along a direction of norm ~1 per element
-NUDGE = 1e-3  # distance to a neighbouring point, as a fraction of the value range
 F32_NUDGE = 2.0**-22  # input perturbation at float32 rounding level, for conditioning
 ROUNDING_SAMPLES = 3  # runs under RoundingNoise: one can cancel out by chance
 CONDITIONING = 100.0  # low precision may be off by this many times float64's move under rounding
@@ -130,11 +140,6 @@ class Measurement(NamedTuple):
 
 
 Measure = Callable[[Case, float], Measurement]
-# Pairs of derivatives of the identity's function along its probes that agree
-# wherever it is differentiable, each with its name and round-off (checks.grad.one_sided),
-# made lazily: the kink test stops at the first pair that differs. The flag says the
-# analytic side is finite: no pair seen through a dense cotangent is needed (kink()).
-Sided = Callable[[Case, float, bool], Iterable[tuple[str, float, float, float]]]
 
 
 # The finite-difference identities' ladder (grad, forward, gradgrad).
@@ -172,18 +177,41 @@ def judge(
         # e.g. corrcoef of constant rows: nan at the point, finite around it
         return _unsure(identity, "the function itself is not finite at this input: no derivative to check", first)
 
-    def replay() -> Doubt | None:
+    steps: dict[str, Step] = {
         # both sides: a reference that is another mode of autograd (forward vs
         # reverse) may read memory it should not, and change from run to run
-        again = measure(case, eps)
-        if _same(again.analytic, first.analytic) and _same(again.reference, first.reference):
-            return None
-        return Doubt(
-            f"replay gave {again.analytic!r} vs {again.reference!r}, first run {first.analytic!r} vs "
-            f"{first.reference!r} (nondeterministic)"
-        )
+        "replay": replay(
+            lambda: measure(case, eps),
+            same=lambda again: identical((again.analytic, again.reference), (first.analytic, first.reference)),
+            why=lambda again: (
+                f"replay gave {again.analytic!r} vs {again.reference!r}, first run {first.analytic!r} vs "
+                f"{first.reference!r}"
+            ),
+        ),
+        "eps": _other_eps(measure, case, tol, first, eps),
+        "jitter": _jitter(measure, case, tol, first, eps),
+        "neighbours": _neighbours(measure, case, tol, first, eps, sided, second_order),
+    }
+    if measure64 is not None:
+        steps["float64"] = _float64(measure64, case, tol, first, eps)
+    bound = f"allowed {allowed:.3g}" if math.isfinite(allowed) else f"no tolerance applies: {_not_finite(first)}"
+    return FD_LADDER.climb(
+        identity,
+        f"analytic {first.analytic!r} vs reference {first.reference!r} (abs error {first.error:.3g}, {bound})",
+        first.summary(),
+        steps,
+    )
 
-    def other_eps() -> Doubt | None:
+
+# -- the finite-difference identities' own steps ---------------------------------------------
+
+
+def _other_eps(measure: Measure, case: Case, tol: Tolerance, first: Measurement, eps: float) -> Step:
+    """The eps step: a reference that agrees at another step (eps/8, 8*eps,
+    or one below the scale of a point near zero) was wrong, not the target;
+    one that grows like 1/eps is a quotient across a jump."""
+
+    def step() -> Doubt | None:
         seen = []
         for other in (eps / 8, eps * 8):
             m = measure(case, other)
@@ -215,21 +243,42 @@ def judge(
                 )
         return None
 
-    def jitter() -> Doubt | None:
-        # Rounding noise no step size removes (a function computed with
-        # cancellation): steps JITTER apart leave the truncation error alone but
-        # move the points far past the rounding pattern, so the reference moves
-        # by its own noise. Counted as the reference's error, may it explain all?
+    return step
+
+
+def _jitter(measure: Measure, case: Case, tol: Tolerance, first: Measurement, eps: float) -> Step:
+    """The jitter step: rounding noise no step size removes (a function
+    computed with cancellation). Steps JITTER apart leave the truncation error
+    alone but move the points far past the rounding pattern, so the reference
+    moves by its own noise. Counted as the reference's error, may it explain all?"""
+
+    def step() -> Doubt | None:
         spread = max(abs(measure(case, eps * (1 + j)).reference - first.reference) for j in JITTER)
         if first._replace(noise=first.noise + spread).within(tol):
-            if not _same(measure(case, eps).reference, first.reference):
+            if not identical(measure(case, eps).reference, first.reference):
                 return Doubt("the reference changes from run to run at the same eps (nondeterministic)")
             return Doubt(
                 f"the reference moves by {spread:.3g} when eps changes by {JITTER[0]:.1%}: it is rounding noise here"
             )
         return None
 
-    def neighbours() -> Doubt | Survived:
+    return step
+
+
+def _neighbours(
+    measure: Measure,
+    case: Case,
+    tol: Tolerance,
+    first: Measurement,
+    eps: float,
+    sided: Sided | None,
+    second_order: bool,
+) -> Step:
+    """The neighbours step of an identity with a measure: two neighbouring
+    points, the kink test first at a structured point, and at a stride-0
+    input the values asked rather than the memory (see the module's docstring)."""
+
+    def step() -> Doubt | Survived:
         if not case.stride0:
             return around()
         # A stride-0 layout repeats values, which may make the point singular
@@ -239,8 +288,8 @@ def judge(
             return layout_own(around())
         spread, evidence = case.spread(), ""
         if sided is not None:
-            doubt = kink(sided, spread, eps, tol, first.scale, math.isfinite(first.analytic), where=CONTIGUOUS)
-            if doubt is not None:
+            doubt = kink(sided, spread, eps, tol, first.scale, math.isfinite(first.analytic), where=CONTIGUOUS)()
+            if isinstance(doubt, Doubt):
                 return Doubt(f"{SINGULAR}: {doubt.why.removeprefix('a singular point: ')}")
             evidence = f"no kink at {CONTIGUOUS} (along u or a dense direction), "
             if measure(spread, eps).within(tol):
@@ -287,8 +336,8 @@ def judge(
                     # the finite value there is the float64 step's question, not this one
                     return Doubt(f"{first.analytic!r} only at the {point}: finite at a neighbouring point off it")
             return Survived(f"two neighbouring points off the {point}")
-        doubt = kink(sided, case, eps, tol, first.scale, finite=math.isfinite(first.analytic))
-        if doubt is not None:
+        doubt = kink(sided, case, eps, tol, first.scale, finite=math.isfinite(first.analytic))()
+        if isinstance(doubt, Doubt):
             return doubt
         for k in (1, 2):
             if measure(case.nudged(NUDGE, seed=k), eps).within(tol):
@@ -298,41 +347,32 @@ def judge(
             "neighbouring points of the same structure"
         )
 
-    def float64() -> Doubt | Survived:
-        assert measure64 is not None
-        m64 = measure64(case, eps)
-        if not m64.within(tol):
-            return Survived("float64 too")
+    return step
 
+
+def _float64(measure64: Measure, case: Case, tol: Tolerance, first: Measurement, eps: float) -> Step:
+    """The float64 step of a low-precision identity: it fails in float64 on
+    the same values too, or its analytic side is wrong against float64's."""
+
+    def run64() -> tuple[bool, Measurement]:
+        m64 = measure64(case, eps)
+        return not m64.within(tol), m64
+
+    def accuracy(m64: Measurement) -> Verdict:
         # The identity holds in float64 on the same values: whether the low-
         # precision analytic side is wrong is a question of precision, judged
         # against float64's analytic side and the problem's conditioning.
-        def analytic64(c: Case) -> list[torch.Tensor]:
-            return [_scalar(measure64(c, eps).analytic)]
-
-        low = against_float64(
+        return against_float64(
             ["the analytic side"],
             [_scalar(first.analytic)],
-            analytic64,
+            lambda c: [_scalar(measure64(c, eps).analytic)],
             case,
             tol,
             ref=[_scalar(m64.analytic)],
             scales=[m64.scale],
         )
-        if low.kind != "fail":
-            return Doubt(f"float64 agrees on the same values, and {low.message}")
-        return Survived(f"a float64 run (float64 agrees, but {low.message})", {"vs_float64": low.errors})
 
-    bound = f"allowed {allowed:.3g}" if math.isfinite(allowed) else f"no tolerance applies: {_not_finite(first)}"
-    steps: dict[str, Step] = {"replay": replay, "eps": other_eps, "jitter": jitter, "neighbours": neighbours}
-    if measure64 is not None:
-        steps["float64"] = float64
-    return FD_LADDER.climb(
-        identity,
-        f"analytic {first.analytic!r} vs reference {first.reference!r} (abs error {first.error:.3g}, {bound})",
-        first.summary(),
-        steps,
-    )
+    return float64_or_accuracy(run64, accuracy)
 
 
 def _not_finite(m: Measurement) -> str:
@@ -373,81 +413,6 @@ def _grows_like_a_jump(coarse: float, mid: float, fine: float) -> bool:
     return abs(fine) >= 4 * abs(mid) >= 16 * abs(coarse) > 0
 
 
-def kink(
-    sided: Sided,
-    case: Case,
-    eps: float,
-    tol: Tolerance,
-    scale: float,
-    finite: bool = True,
-    where: str = "the structured point",
-) -> Doubt | None:
-    """A doubt when ``case`` is a kink along the probes: two of its
-    derivatives that agree wherever it is differentiable (the right and the
-    left one; the one along u and its sum along a split of u, for the kinks
-    whose directional derivative is odd but not linear) differ beyond
-    ``tol``, at ``eps`` and at ``eps / 8`` alike (a gap that shrinks with the
-    step is the curvature of a smooth function); or one of them at least
-    doubles from ``eps`` to ``eps / 8`` (a derivative that is infinite there:
-    ``sqrt(|x|)`` at 0, or a jump seen from both sides alike).
-
-    Pairs seen through a dense cotangent (``DENSE_COTANGENT`` in their name)
-    are asked only where the analytic side is not ``finite``: a nan reaches
-    every output, whatever the check's cotangent sees. ``where`` names the
-    point in the doubt."""
-    # pair by pair at both steps: a kink ends the test before the costlier pairs are made
-    for (what, a, b, noise), (_, a8, b8, noise8) in zip(sided(case, eps, finite), sided(case, eps / 8, finite)):
-        if not math.isfinite(scale):  # the analytic side is not finite: the derivatives' own size
-            scale = abs(a) + abs(b)
-        for x, x8 in ((a, a8), (b, b8)):
-            if abs(x8) >= 2 * abs(x) and not tol.allows(abs(x8 - x), scale, noise + noise8):
-                return Doubt(f"a singular point: {what} grow as eps shrinks ({x!r} at eps, {x8!r} at eps/8)")
-        gap, gap8 = abs(a - b), abs(a8 - b8)
-        if tol.allows(gap, scale, noise) or tol.allows(gap8, scale, noise8) or gap8 <= gap / 4:
-            continue
-        return Doubt(f"a kink at {where}: {what} differ ({a!r} vs {b!r}), at eps/8 too")
-    return None
-
-
-# A mismatch at a stride-0 input, asked of its values (Case.copied, Case.spread).
-SINGULAR = "singular point (stride-0 input)"
-UNTIED = "where the repeated values move independently"
-CONTIGUOUS = "the same values laid out contiguously"
-COPIED = "the same values passed contiguously"
-LAYOUT_OWN = "it vanishes where the target gets the same values contiguously: a mismatch of the stride-0 layout"
-LEAF_OWN = f"it vanishes at {CONTIGUOUS}, where the point is smooth: a mismatch of the stride-0 layout"
-
-
-def layout_own(found: Doubt | Survived) -> Doubt | Survived:
-    """The neighbours' verdict on a mismatch of the stride-0 layout, saying so when it survives."""
-    return Survived(f"{found.label} ({LAYOUT_OWN})", found.errors) if isinstance(found, Survived) else found
-
-
-def neighbours_step(case: Case, agrees: Callable[[Case], bool]) -> Doubt | Survived:
-    """The neighbours step of a comparison of whole results (vmap, per_sample,
-    compile, checkpoint, device), which has no one-sided measure: doubt when
-    the two sides agree (``agrees(c)``) at a neighbouring point of ``case``.
-
-    At a stride-0 input (``Case.stride0``) the values are asked, not the
-    memory: where the target agrees given the same values contiguously
-    (``Case.copied``), the mismatch is the layout's own, and its neighbour
-    keeps the layout; where it disagrees there too, the neighbour moves each
-    repeated value on its own (``Case.spread``), off the singular point the
-    layout made (repeated rows: a rank-deficient matrix)."""
-    if case.stride0 and not agrees(case.copied()):
-        if agrees(case.spread().nudged(NUDGE, seed=1, keep_structure=False)):
-            return Doubt(f"{SINGULAR}: vanishes at a neighbouring point {UNTIED}")
-        return Survived(f"{COPIED} and a neighbouring point {UNTIED}")
-    found: Doubt | Survived = Survived("a neighbouring point")
-    if agrees(case.nudged(NUDGE, seed=1)):
-        found = Doubt("vanishes at a neighbouring point (a tie or a kink)")
-    return layout_own(found) if case.stride0 else found
-
-
-# The name mark of a kink test's pair seen through a dense cotangent (checks.grad.kink_pairs).
-DENSE_COTANGENT = "through a dense cotangent"
-
-
 Tensors = Sequence[torch.Tensor]
 
 
@@ -460,7 +425,7 @@ def against_float64(
     *,
     ref: Tensors | None = None,
     scales: Sequence[float] | None = None,
-    replays: Callable[[], bool] | None = None,
+    replay: Step | None = None,
     unstable_fails: bool = False,
 ) -> Verdict:
     """Low-precision results ``low`` against the same computation in float64 on
@@ -473,8 +438,8 @@ def against_float64(
     float32 rounding (``at`` at a nudged case), or when every intermediate
     result moves by the dtype's rounding (``at`` under RoundingNoise: a
     saturated tanh before a normalization is ill-conditioned in its
-    intermediates, not in its inputs). What is left must replay (``replays``,
-    unless the caller has replayed) to be a "fail".
+    intermediates, not in its inputs). What is left must survive ``replay``
+    (fuzzdiff.steps.replay; unless the caller has replayed) to be a "fail".
 
     ``unstable_fails`` is the dtype check's question (is the target as
     accurate in low precision as its inputs' conditioning allows?): a formula
@@ -523,12 +488,9 @@ def against_float64(
     far = worst_discrepancy(names, low, ref, tol, slack, scales=scales)
     if far is None:
         return explained("of intermediate results")
-    if replays is not None and not replays():
-        return Verdict(
-            "inconclusive",
-            f"{dtype} vs float64 on the same values: {far}; a replay gave other results (nondeterministic)",
-            far.summary(),
-        )
+    doubt = replay() if replay is not None else None
+    if isinstance(doubt, Doubt):
+        return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {far}; {doubt.why}", far.summary())
     return Verdict(
         "fail",
         f"{dtype} vs float64 on the same values: {far}; confirmed by replay and a conditioning estimate",
@@ -596,6 +558,19 @@ class LowPrecision:
     low: Tensors
     run64: Callable[[Case], tuple[Discrepancy | None, Tensors]]
 
+    def step(self) -> Step:
+        """MISMATCH_LADDER's float64 step: the mismatch persists in float64,
+        or the low-precision side is wrong against float64 (against_float64)."""
+
+        def run64() -> tuple[bool, Tensors]:
+            d64, ref = self.run64(self.case)
+            return d64 is not None, ref
+
+        return float64_or_accuracy(
+            run64,
+            lambda ref: against_float64(self.names, self.low, lambda c: self.run64(c)[1], self.case, self.tol, ref=ref),
+        )
+
 
 # The whole-result comparisons' ladder (vmap, per_sample).
 MISMATCH_LADDER = Ladder(("replay", "float64", "neighbours"))
@@ -606,37 +581,20 @@ def confirm_mismatch(
     d: Discrepancy,
     case: Case,
     *,
-    replays: Callable[[], bool],
+    replay: Step,
     agrees_at: Callable[[Case], bool],
     low: LowPrecision | None = None,
 ) -> Verdict:
     """MISMATCH_LADDER for a mismatch ``d`` of two whole results at ``case``:
-    it must replay and persist at a neighbouring point (``neighbours_step``,
-    ``agrees_at(c)``: the two agree at case ``c``); for low precision
-    (``low``), either persist in float64 too, or, where float64 agrees, the
-    low-precision side must be wrong against float64 (against_float64)."""
-
-    def float64() -> Doubt | Survived:
-        assert low is not None
-        d64, ref = low.run64(low.case)
-        if d64 is not None:
-            return Survived("float64 too")
-        wrong = against_float64(low.names, low.low, lambda c: low.run64(c)[1], low.case, low.tol, ref=ref)
-        if wrong.kind != "fail":
-            return Doubt(f"float64 agrees on the same values, and {wrong.message}")
-        return Survived(f"a float64 run (float64 agrees, but {wrong.message})", {"vs_float64": wrong.errors})
-
-    steps: dict[str, Step] = {
-        "replay": lambda: None if replays() else Doubt("a replay gave other results (nondeterministic)"),
-        "neighbours": lambda: neighbours_step(case, agrees_at),
-    }
+    it must survive ``replay`` (fuzzdiff.steps.replay) and persist at a
+    neighbouring point (fuzzdiff.steps.neighbours, ``agrees_at(c)``: the two
+    agree at case ``c``); for low precision (``low``), either persist in
+    float64 too, or, where float64 agrees, the low-precision side must be
+    wrong against float64 (against_float64)."""
+    steps: dict[str, Step] = {"replay": replay, "neighbours": neighbours(case, agrees_at)}
     if low is not None:
-        steps["float64"] = float64
+        steps["float64"] = low.step()
     return MISMATCH_LADDER.climb(identity, str(d), d.summary(), steps)
-
-
-def _same(a: float, b: float) -> bool:
-    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 def _unsure(identity: str, why: str, m: Measurement) -> Verdict:

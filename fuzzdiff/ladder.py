@@ -2,16 +2,18 @@
 before it is reported as a failure.
 
 Every check declares its ladder as data (``Ladder(("replay", "float64",
-"neighbours"))``) and hands ``climb`` one function per step; ``climb`` runs
-them in the ladder's order and stops at the first that casts doubt. The
-verdict says which step decided: "inconclusive: ...; vanishes at a
-neighbouring point", or "confirmed: survived replay, a float64 reference and
-a neighbouring point".
+"neighbours"))``) and hands ``climb`` one step per name, built from the
+factories of fuzzdiff.steps; ``climb`` runs them in the ladder's order and
+stops at the first that casts doubt. The verdict says which step decided:
+"inconclusive: ...; vanishes at a neighbouring point", or "confirmed:
+survived replay, a float64 reference and a neighbouring point". A finding
+that words its own verdict (a target's exception: its message is what known
+discrepancies and root causes match) asks ``ascend`` where the climb ended.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -19,7 +21,7 @@ from typing import Any
 
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Ladder", "Doubt", "Survived", "Step", "STEPS", "MARGIN", "replay_only"]
+__all__ = ["Ladder", "Climbed", "Doubt", "Survived", "Step", "STEPS", "replay_only"]
 
 # What surviving each step says about a mismatch, in a verdict's words.
 STEPS = {
@@ -30,11 +32,6 @@ STEPS = {
     "float64": "a float64 reference",
     "neighbours": "a neighbouring point",
 }
-
-# Low precision, where two computations of the same thing both round: the side
-# under test must be this many times further from a float64 run than the side
-# it is compared with, before its distance is its own error.
-MARGIN = 10.0
 
 
 @dataclass(frozen=True)
@@ -84,30 +81,53 @@ class Ladder:
         if unknown or not self.steps:
             raise ValueError(f"a ladder's steps are some of {list(STEPS)}, got {list(self.steps)}")
 
-    def climb(self, identity: str, finding: str, evidence: Mapping[str, Any], steps: Mapping[str, Step]) -> Verdict:
-        """The verdict on ``finding`` (a mismatch of ``identity``): "fail" once
-        every step survives, else "inconclusive" with the deciding step's doubt."""
+    def ascend(self, steps: Mapping[str, Step], evidence: Mapping[str, Any] | None = None) -> Climbed:
+        """Run ``steps`` in the ladder's order, up to the first doubt."""
         unknown = set(steps) - set(self.steps)
         if unknown:
             raise ValueError(f"steps {sorted(unknown)} are not on the ladder {list(self.steps)}")
         survived: list[str] = []
-        errors = dict(evidence)
+        errors = dict(evidence or {})
         only_replay = _REPLAY_ONLY.get()
         for name in self.steps:
             if name not in steps or (only_replay and name != "replay"):
                 continue
             result = steps[name]()
             if isinstance(result, Doubt):
-                return Verdict("inconclusive", f"{identity}: {finding}; {result.why}", {**errors, "decided_by": name})
+                return Climbed(tuple(survived), errors, name, result)
             if isinstance(result, Survived):
                 survived.append(result.label)
                 errors.update(result.errors)
             else:
                 survived.append(STEPS[name])
-        if not survived:
-            return Verdict("fail", f"{identity}: {finding}; replayed, confirmed before", errors)
-        return Verdict("fail", f"{identity}: {finding}; confirmed: survived {_words(survived)}", errors)
+        return Climbed(tuple(survived), errors)
+
+    def climb(self, identity: str, finding: str, evidence: Mapping[str, Any], steps: Mapping[str, Step]) -> Verdict:
+        """The verdict on ``finding`` (a mismatch of ``identity``): "fail" once
+        every step survives, else "inconclusive" with the deciding step's doubt."""
+        climbed = self.ascend(steps, evidence)
+        if climbed.doubt is not None:
+            return Verdict(
+                "inconclusive",
+                f"{identity}: {finding}; {climbed.doubt.why}",
+                {**climbed.errors, "decided_by": climbed.decided_by},
+            )
+        if not climbed.survived:
+            return Verdict("fail", f"{identity}: {finding}; replayed, confirmed before", climbed.errors)
+        return Verdict("fail", f"{identity}: {finding}; confirmed: survived {_words(climbed.survived)}", climbed.errors)
 
 
-def _words(items: list[str]) -> str:
+@dataclass(frozen=True)
+class Climbed:
+    """Where a climb ended: at the step that cast doubt (``decided_by``,
+    ``doubt``), or past every step. ``survived`` says what each step passed
+    said, in order; ``errors`` is the evidence with what the steps added."""
+
+    survived: tuple[str, ...]
+    errors: dict[str, Any]
+    decided_by: str | None = None
+    doubt: Doubt | None = None
+
+
+def _words(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

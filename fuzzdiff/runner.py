@@ -19,9 +19,11 @@ from fuzzdiff import cuda_context, torch_state
 from fuzzdiff.case import Case, CaseError
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.checks.check import ProbeParams
+from fuzzdiff.ladder import Ladder
 from fuzzdiff.paths.seeded import reseeding, run_seeded
 from fuzzdiff.precision import cuda_present, ieee_float32
 from fuzzdiff.raised import Raised, raised
+from fuzzdiff.steps import replay
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.torch_state import Left, kept
@@ -30,7 +32,12 @@ from fuzzdiff.verdict import Verdict
 from strategies.cases import CasePlan, case_plan, draw_case
 from strategies.cotangents import draw_probe_dicts
 
-__all__ = ["run_check", "verdict_at", "case_strategy"]
+__all__ = ["run_check", "verdict_at", "case_strategy", "EXCEPTION_LADDER"]
+
+# A target's exception at a valid input is confirmed by a replay that raises
+# it again. Its verdict keeps the exception's own words ("raised T: message"),
+# which known discrepancies and root causes match, so the runner words it.
+EXCEPTION_LADDER = Ladder(("replay",))
 
 
 RANDOM_LOW_PRECISION_ON_CUDA = (
@@ -108,19 +115,33 @@ def _verdict(check: Check, target: Target, case: Case) -> Verdict:
         raise UnsatisfiedAssumption(f"outside the target's domain: {type(first).__name__}: {first}")
     if outcome.origin.internal or outcome.origin.part is not None:
         torch_state.note(f"{check.name} on {target.name} raised {type(first).__name__} in {outcome.origin.where}")
-    again, _ = _attempt(check, target, case)
-    if isinstance(again, Verdict):
-        return Verdict(
-            "inconclusive", f"raised {type(first).__name__}: {first} once; the replay passed (nondeterministic)"
-        )
-    if type(again.error) is not type(first) or str(again.error) != str(first):
-        return Verdict(
-            "inconclusive", f"raised {type(first).__name__} once, then {type(again.error).__name__}: {again.error}"
-        )
+    finding = f"raised {type(first).__name__}: {first}"
+    climbed = EXCEPTION_LADDER.ascend(
+        {
+            "replay": replay(
+                lambda: _attempt(check, target, case)[0],
+                same=lambda again: isinstance(again, _Raised) and _same_error(again.error, first),
+                why=_replayed,
+            )
+        }
+    )
+    if climbed.doubt is not None:
+        return Verdict("inconclusive", f"{finding} once; {climbed.doubt.why}")
     errors = {"exception": type(first).__name__, "traceback": outcome.tail, **outcome.origin.as_errors()}
     if left:
         errors["torch_state"] = str(left)
-    return Verdict("fail", f"raised {type(first).__name__}: {first}", errors)
+    return Verdict("fail", finding, errors)
+
+
+def _same_error(again: Exception, first: Exception) -> bool:
+    return type(again) is type(first) and str(again) == str(first)
+
+
+def _replayed(again: Verdict | _Raised) -> str:
+    """What the replay of an exception did instead of raising it again."""
+    if isinstance(again, Verdict):
+        return "the replay passed"
+    return f"the replay raised {type(again.error).__name__}: {again.error}"
 
 
 @dataclass(frozen=True)

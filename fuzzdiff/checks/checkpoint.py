@@ -39,15 +39,15 @@ from torch.utils.checkpoint import checkpoint
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import worst_discrepancy
-from fuzzdiff.confirm import neighbours_step
 from fuzzdiff.directions import probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
-from fuzzdiff.ladder import Doubt, Ladder, Step, Survived
+from fuzzdiff.ladder import Ladder, Step
 from fuzzdiff.paths.function import differentiable, leaf_function
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.paths.seeded import run_seeded
+from fuzzdiff.steps import chain, identical, identical_to, neighbours, replay
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import Tolerance, tolerance
+from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
 from strategies.cotangents import probes
 
@@ -55,7 +55,6 @@ __all__ = ["CHECK", "LADDER", "PLAIN", "REENTRANT", "NON_REENTRANT", "outputs_an
 
 # checkpointed against plain: replayed bit for bit, and tried at a neighbouring point
 LADDER = Ladder(("replay", "neighbours"))
-EXACT = Tolerance(0.0, 0.0)
 # The plain call must replay bit for bit this many times: a nondeterministic
 # target whose few draws repeat by chance once must not pass for deterministic.
 REPLAYS = 2
@@ -155,25 +154,32 @@ def run(target: Target, case: Case) -> Verdict:
     if d is None:
         return Verdict("pass")
 
-    def replay() -> Doubt | Survived | None:
-        for _ in range(REPLAYS):
-            if worst_discrepancy(names, evaluate(target, case, PLAIN)[1], plain, EXACT):
-                return Doubt("a replay of the plain call gave other results (nondeterministic)")
-        again = evaluate(target, case, way)[1]
-        if worst_discrepancy(names, again, plain, tol) is None:
-            return Doubt("a replay of the checkpointed call agreed (nondeterministic)")
-        if worst_discrepancy(names, again, ckpt, EXACT):
-            # wrong every time, and differently: e.g. memory the recomputation never wrote
-            return Survived("replay (the plain call replays bit for bit, the checkpointed one is wrong again)")
-        return None
+    def agrees(c: Case) -> bool:
+        return worst_discrepancy(names, evaluate(target, c, way)[1], evaluate(target, c, PLAIN)[1], tol) is None
 
-    def neighbours() -> Doubt | Survived | None:
-        return neighbours_step(
-            case,
-            lambda c: worst_discrepancy(names, evaluate(target, c, way)[1], evaluate(target, c, PLAIN)[1], tol) is None,
-        )
+    def differently(again: list[torch.Tensor]) -> str | None:
+        # wrong every time, and differently: e.g. memory the recomputation never wrote
+        if identical(again, ckpt):
+            return None
+        return "replay (the plain call replays bit for bit, the checkpointed one is wrong again)"
 
-    steps: dict[str, Step] = {"replay": replay, "neighbours": neighbours}
+    steps: dict[str, Step] = {
+        "replay": chain(
+            replay(
+                lambda: evaluate(target, case, PLAIN)[1],
+                same=identical_to(plain),
+                why="a replay of the plain call gave other results",
+                times=REPLAYS,
+            ),
+            replay(
+                lambda: evaluate(target, case, way)[1],
+                same=lambda again: worst_discrepancy(names, again, plain, tol) is not None,
+                why="a replay of the checkpointed call agreed",
+                label=differently,
+            ),
+        ),
+        "neighbours": neighbours(case, agrees),
+    }
     return LADDER.climb(f"checkpoint({way}) vs plain", str(d), d.summary(), steps)
 
 

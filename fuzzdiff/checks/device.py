@@ -18,12 +18,12 @@ import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
-from fuzzdiff.compare import max_abs, mismatch, worst_discrepancy
-from fuzzdiff.confirm import neighbours_step
-from fuzzdiff.ladder import MARGIN, Doubt, Ladder, Step, Survived
+from fuzzdiff.compare import max_abs, worst_discrepancy
+from fuzzdiff.ladder import Ladder, Step
 from fuzzdiff.paths.eager import evaluate
+from fuzzdiff.steps import float64_margin, identical_to, neighbours, replay
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import Tolerance, tolerance
+from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["CHECK", "evaluate_on", "compare_devices", "LADDER"]
@@ -54,33 +54,27 @@ def compare_devices(target: Target, case: Case, device: str = "cuda", *, run: Ru
     if d is None:
         return Verdict("pass")
 
-    def replay() -> Doubt | None:
-        _, again = run(target, case, device)
-        if worst_discrepancy(names, again, there, Tolerance(0.0, 0.0)):
-            return Doubt(f"a {device} replay gave other results (nondeterministic)")
-        return None
-
-    def float64() -> Doubt | Survived:
-        _, ref = run(target, case, "cpu", torch.float64)
-        slack = [MARGIN * mismatch(h, r)[0] for h, r in zip(here, ref)]
-        far = worst_discrepancy(names, there, ref, tol, slack, scale_floor=floor)
-        if far is None:
-            return Doubt(
-                f"{device} is no further from a float64 CPU run than cpu is (rounding, e.g. reassociated sums)"
-            )
-        return Survived(f"a float64 reference ({device} vs float64: {far})", {"vs_float64": far.summary()})
-
-    def neighbours() -> Doubt | Survived | None:
+    def agrees(c: Case) -> bool:
         # CPU and cuDNN may pick different one-sided derivatives at a kink (relu'(0))
-        return neighbours_step(
-            case,
-            lambda c: (
-                worst_discrepancy(names, run(target, c, device)[1], run(target, c, "cpu")[1], tol, scale_floor=floor)
-                is None
-            ),
-        )
+        on_device, on_cpu = run(target, c, device)[1], run(target, c, "cpu")[1]
+        return worst_discrepancy(names, on_device, on_cpu, tol, scale_floor=floor) is None
 
-    steps: dict[str, Step] = {"replay": replay, "float64": float64, "neighbours": neighbours}
+    steps: dict[str, Step] = {
+        "replay": replay(
+            lambda: run(target, case, device)[1], same=identical_to(there), why=f"a {device} replay gave other results"
+        ),
+        "float64": float64_margin(
+            names,
+            there,
+            here,
+            lambda: run(target, case, "cpu", torch.float64)[1],
+            tol,
+            side=device,
+            doubt=f"{device} is no further from a float64 CPU run than cpu is (rounding, e.g. reassociated sums)",
+            scale_floor=floor,
+        ),
+        "neighbours": neighbours(case, agrees),
+    }
     return LADDER.climb(f"{device} vs cpu", f"on the same values: {d}", d.summary(), steps)
 
 

@@ -6,7 +6,7 @@ float64 results' change when inputs move by float32 rounding
 (fuzzdiff.confirm.against_float64, which also judges forward mode, second
 derivatives and vmap in low precision). Each tensor is judged on its own scale.
 At a stride-0 input, a failure that vanishes where the repeated values move
-apart is the singular point the layout made (fuzzdiff.confirm.neighbours_step).
+apart is the singular point the layout made (fuzzdiff.steps.neighbours).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
-from fuzzdiff.compare import worst_discrepancy
-from fuzzdiff.confirm import against_float64, neighbours_step
+from fuzzdiff.confirm import against_float64
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.ladder import Doubt
 from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.paths.reverse import vjp
+from fuzzdiff.steps import identical_to, neighbours, replay
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
@@ -31,32 +31,28 @@ def run(target: Target, case: Case) -> Verdict:
     if dtype not in LOW_PRECISION:
         return Verdict("unsupported", f"the dtype check needs a low-precision case, not {dtype}")
     tol = tolerance(target, "dtype", dtype)
-    verdict = _judged(target, case, tol, replay=True)
+    verdict = _judged(target, case, tol, replays=True)
     if verdict.kind == "pass":
         return Verdict("pass")
     if verdict.kind == "fail" and case.stride0:
         # a singular point the stride-0 layout made (repeated rows: rank-deficient)
-        step = neighbours_step(case, lambda c: _judged(target, c, tol).kind != "fail")
-        if isinstance(step, Doubt):
-            return Verdict("inconclusive", f"{verdict.message}; {step.why}", verdict.errors)
+        near = neighbours(case, lambda c: _judged(target, c, tol).kind != "fail")()
+        if isinstance(near, Doubt):
+            return Verdict("inconclusive", f"{verdict.message}; {near.why}", verdict.errors)
     return verdict
 
 
-def _judged(target: Target, case: Case, tol: Tolerance, replay: bool = False) -> Verdict:
-    """The low-precision results at ``case`` against float64 on its values."""
+def _judged(target: Target, case: Case, tol: Tolerance, replays: bool = False) -> Verdict:
+    """The low-precision results at ``case`` against float64 on its values; a
+    failure must replay where ``replays`` (at its neighbours, it need not)."""
     names, low = evaluate(target, case)
-
-    def replays() -> bool:
-        _, again = evaluate(target, case)
-        return worst_discrepancy(names, again, low, Tolerance(0.0, 0.0)) is None
-
     return against_float64(
         names,
         low,
         lambda c: list(evaluate(target, c, cast=torch.float64).tensors),
         case,
         tol,
-        replays=replays if replay else None,
+        replay=replay(lambda: evaluate(target, case).tensors, same=identical_to(low)) if replays else None,
         unstable_fails=True,
     )
 

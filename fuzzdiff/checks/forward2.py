@@ -214,7 +214,7 @@ def _analytic(target: Target, case: Case, name: str, cast=None):
 
 
 def _kinks(target: Target, case: Case, eps: float, finite: bool = False) -> Iterator[tuple[str, float, float, float]]:
-    """fuzzdiff.confirm's kink test at a structured point: the kinks of the
+    """fuzzdiff.steps.kink's pairs at a structured point: the kinks of the
     first derivative ``J^T w`` along u', seen through u, in float64, and a
     jump of the outputs themselves along u', seen through w (gradgrad.kinks:
     a function that switches branch exactly at the point)."""

@@ -15,12 +15,13 @@ from torch.utils._pytree import tree_leaves
 from fuzzdiff import draws
 from fuzzdiff.case import Case, Inputs
 from fuzzdiff.checks.check import Check
-from fuzzdiff.confirm import DENSE_COTANGENT, Measurement, judge
+from fuzzdiff.confirm import Measurement, judge
 from fuzzdiff.directions import absdot, directions, dot, dot_and_scale, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.numerical import ROUNDOFF64, directional_difference, one_sided_differences, split_differences
 from fuzzdiff.paths.reverse import vjp
+from fuzzdiff.steps import DENSE_COTANGENT
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
@@ -67,7 +68,7 @@ _DENSE_COTANGENT = {"cotangent": DENSE_PROBE}
 def one_sided(
     target: Target, case: Case, eps: float, finite: bool = False
 ) -> Iterator[tuple[str, float, float, float]]:
-    """fuzzdiff.confirm's kink test at a structured point, for ``<v, J u>``:
+    """fuzzdiff.steps.kink's pairs at a structured point, for ``<v, J u>``:
     the kinks of the target's outputs at the case's values, in float64."""
     at = case.materialize(requires_grad=False, cast=torch.float64)
     rebuild = at.rebuild

@@ -142,7 +142,7 @@ def _measure(analytic: Analytic):
 
 
 def kinks(target: Target, case: Case, eps: float, finite: bool = False) -> Iterator[tuple[str, float, float, float]]:
-    """fuzzdiff.confirm's kink test at a structured point, for a second
+    """fuzzdiff.steps.kink's pairs at a structured point, for a second
     derivative: the kinks of the first derivative ``J^T v`` along u, seen
     through w, in float64. An exact zero inside cumprod is no kink of it (a
     nan there is a bug); the norm at zero is. And a jump of the outputs

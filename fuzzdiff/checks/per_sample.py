@@ -38,6 +38,7 @@ from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import Discrepancy, result_discrepancy
 from fuzzdiff.confirm import LowPrecision, confirm_mismatch
 from fuzzdiff.paths import expanded as path
+from fuzzdiff.steps import identical_to, replay
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
@@ -99,11 +100,6 @@ def _discrepancy(sides: path.Sides, tol: Tolerance) -> tuple[str, Discrepancy] |
     return None
 
 
-def _replays(first: path.Sides, again: path.Sides) -> bool:
-    exact = Tolerance(0.0, 0.0)
-    return all(a.skipped or b.skipped or result_discrepancy(b, a, exact) is None for a, b in zip(first, again))
-
-
 @contextmanager
 def one_thread():
     """Run with one intra-op thread: tiny modules gain nothing from more, and on
@@ -145,7 +141,7 @@ def _run(target: Target, case: Case) -> Verdict:
         identity,
         d,
         case,
-        replays=lambda: _replays(first, path.run(target, case)),
+        replay=replay(lambda: path.run(target, case), same=identical_to(first)),
         agrees_at=lambda c: _discrepancy(path.run(target, c), tol) is None,
         low=LowPrecision(case, tol, list(first.looped.names), list(getattr(first, side).tensors), run64)
         if case.torch_dtype in LOW_PRECISION

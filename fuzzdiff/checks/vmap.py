@@ -27,8 +27,9 @@ from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import result_discrepancy
 from fuzzdiff.confirm import LowPrecision, confirm_mismatch
 from fuzzdiff.paths import vmap as path
+from fuzzdiff.steps import identical_to, replay
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import LOW_PRECISION, Tolerance, tolerance
+from fuzzdiff.tolerance import LOW_PRECISION, tolerance
 from fuzzdiff.verdict import Verdict
 from strategies.batching import batching
 from strategies.cotangents import probes
@@ -58,10 +59,6 @@ def run(target: Target, case: Case) -> Verdict:
         return Verdict("pass", f"batching fallbacks: {', '.join(ops)}" if ops else "")
     identity = f"{plan}: vmapped vs a loop over the batch"
 
-    def replays() -> bool:
-        (vmapped2, looped2), exact = path.run(target, case), Tolerance(0.0, 0.0)
-        return not (result_discrepancy(vmapped2, vmapped, exact) or result_discrepancy(looped2, looped, exact))
-
     def run64(c: Case):
         wide, wide_looped = path.run(target, c, cast=torch.float64)
         return result_discrepancy(wide, wide_looped, tol), list(wide.tensors)
@@ -70,7 +67,7 @@ def run(target: Target, case: Case) -> Verdict:
         identity,
         d,
         case,
-        replays=replays,
+        replay=replay(lambda: path.run(target, case), same=identical_to((vmapped, looped))),
         agrees_at=lambda c: result_discrepancy(*path.run(target, c), tol) is None,
         low=LowPrecision(case, tol, list(vmapped.names), list(vmapped.tensors), run64)
         if case.torch_dtype in LOW_PRECISION

@@ -16,10 +16,10 @@ import torch
 from torch.autograd import Function
 
 from fuzzdiff.case import Arg, Case, Layout, Values
-from fuzzdiff.confirm import SINGULAR, neighbours_step
 from fuzzdiff.directions import directions
 from fuzzdiff.ladder import Doubt, Survived
 from fuzzdiff.runner import run_check
+from fuzzdiff.steps import SINGULAR, neighbours
 from fuzzdiff.targets.user import user_target
 
 
@@ -195,22 +195,22 @@ def _rows_repeat(c: Case) -> bool:
 
 def test_whole_results_that_disagree_only_at_repeated_rows_are_inconclusive():
     case = one_row(ROTATION, 3)
-    found = neighbours_step(case, lambda c: not _rows_repeat(c))
+    found = neighbours(case, lambda c: not _rows_repeat(c))()
     assert isinstance(found, Doubt) and found.why.startswith(SINGULAR), found
 
 
 def test_whole_results_that_disagree_in_the_stride0_layout_are_confirmed():
     case = one_row(ROTATION, 3)
-    found = neighbours_step(case, lambda c: 0 not in c.materialize(requires_grad=False).args[0].stride())
+    found = neighbours(case, lambda c: 0 not in c.materialize(requires_grad=False).args[0].stride())()
     assert isinstance(found, Survived) and "a mismatch of the stride-0 layout" in found.label, found
 
 
 def test_whole_results_that_disagree_everywhere_are_confirmed():
-    found = neighbours_step(one_row(ROTATION, 3), lambda c: False)
+    found = neighbours(one_row(ROTATION, 3), lambda c: False)()
     assert isinstance(found, Survived) and "move independently" in found.label, found
     plain = replace(one_row(ROTATION, 3), args=(Arg((3, 3), Values(seed=3)),))
-    assert neighbours_step(plain, lambda c: False) == Survived("a neighbouring point")
-    assert isinstance(neighbours_step(plain, lambda c: c is not plain), Doubt)
+    assert neighbours(plain, lambda c: False)() == Survived("a neighbouring point")
+    assert isinstance(neighbours(plain, lambda c: c is not plain)(), Doubt)
 
 
 def test_float32_at_a_singular_point_the_layout_made_is_ill_conditioned_not_wrong():
