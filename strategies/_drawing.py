@@ -1,15 +1,19 @@
 """Strategies drawn many times per example, made cheap to draw."""
 
 import functools
-from typing import TypeVar
+import inspect
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-__all__ = ["eager", "COIN", "integers", "FIND"]
+__all__ = ["eager", "planned", "COIN", "integers", "FIND"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+Plan = TypeVar("Plan")
 
 
 def eager(strategy: SearchStrategy[T]) -> SearchStrategy[T]:
@@ -26,6 +30,37 @@ def eager(strategy: SearchStrategy[T]) -> SearchStrategy[T]:
     if not isinstance(strategy, SearchStrategy):
         raise TypeError(f"expected a Hypothesis strategy, got {type(strategy).__name__}")
     return getattr(strategy, "wrapped_strategy", strategy)
+
+
+def planned(
+    plan: Callable[P, Plan],
+) -> Callable[[Callable[[Plan], SearchStrategy[T]]], Callable[P, SearchStrategy[T]]]:
+    """Make ``build`` the strategy function ``build(plan(...))``, taking ``plan``'s arguments.
+
+    A strategy's arguments are validated and resolved once, by its plan
+    function; a composite that draws it with its own ``draw`` starts from the
+    plan (``values_plan`` and ``draw_values``). So the keyword signature is
+    written once, on the plan function: the strategy function shows it
+    (``help``, ``inspect.signature``) under its own name and docstring, and a
+    call that does not fit it is a TypeError naming the strategy function.
+    """
+    signature = inspect.signature(plan)
+
+    def decorate(build: Callable[[Plan], SearchStrategy[T]]) -> Callable[P, SearchStrategy[T]]:
+        def strategy(*args: P.args, **kwargs: P.kwargs) -> SearchStrategy[T]:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"{build.__name__}(): {e}") from None
+            return build(plan(*args, **kwargs))
+
+        functools.update_wrapper(strategy, build)  # name, docstring, module and globals for type hints
+        returns = inspect.signature(build).return_annotation
+        strategy.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
+        strategy.__annotations__ = {**plan.__annotations__, "return": returns}
+        return strategy
+
+    return decorate
 
 
 COIN = eager(st.booleans())

@@ -15,6 +15,7 @@ from fuzzdiff.arguments import ArgKind, FromShapes, Index, Mask
 from fuzzdiff.case import Arg, Case, Layout, Values
 from fuzzdiff.spec import ArgSpec
 from fuzzdiff.structures import MATRIX_STRUCTURES
+from strategies._drawing import planned
 from strategies.aliasing import draw_aliasing
 from strategies.dtypes import dtypes as dtype_strategy
 from strategies.layouts import LAYOUT_FEATURES, draw_layout
@@ -172,41 +173,6 @@ def _dim_size(target: Signature, shapes: Mapping[str, tuple[int, ...]], dim: str
     raise InvalidArgument(f"dim {dim!r} does not appear in spec {target.spec!r}")
 
 
-def cases(
-    target: Signature,
-    *,
-    dtypes: Sequence[torch.dtype] | None = None,
-    layout_features: Sequence[str] | None = LAYOUT_FEATURES,
-    alias: bool = True,
-    require_alias: bool = False,
-    specials: bool = True,
-    max_side: int | None = None,
-    devices: Sequence[str] | None = None,
-    structured: bool = True,
-) -> SearchStrategy[Case]:
-    """Cases for ``target``: shapes from its spec, then per argument values, a
-    layout and (for functional targets) aliasing. Shrinks toward small,
-    contiguous, unaliased float64 cases without specials or structure. With
-    ``require_alias`` every case has at least one argument that is a view or
-    shares memory with another. ``devices`` (default: cpu, and cuda when
-    available and the target takes it) is drawn when several.
-    ``specials`` and ``structured`` turn off the special values and
-    structured points the target opts into (``specials``, ``structured``)."""
-    return _draw_case(
-        case_plan(
-            target,
-            dtypes=dtypes,
-            layout_features=layout_features,
-            alias=alias,
-            require_alias=require_alias,
-            specials=specials,
-            max_side=max_side,
-            devices=devices,
-            structured=structured,
-        )
-    )
-
-
 def case_plan(
     target: Signature,
     *,
@@ -219,9 +185,10 @@ def case_plan(
     devices: Sequence[str] | None = None,
     structured: bool = True,
 ) -> CasePlan:
-    """``cases()``'s arguments validated and resolved: ``draw_case`` draws
-    from it with a caller's ``draw`` (fuzzdiff.runner draws a case and a
-    check's params in one composite)."""
+    """The arguments of ``cases(...)``, declared once here: validated and
+    resolved into the ``CasePlan`` that ``draw_case`` draws from with a
+    caller's ``draw`` (fuzzdiff.runner draws a case and a check's params in
+    one composite)."""
     if not isinstance(target, Signature):
         raise InvalidArgument(f"target must be a fuzzdiff Target, got {type(target).__name__}")
     allowed = tuple(dtypes) if dtypes is not None else target.dtypes
@@ -264,6 +231,20 @@ def case_plan(
         tuple(devices),
         structured,
     )
+
+
+@planned(case_plan)
+def cases(plan: CasePlan) -> SearchStrategy[Case]:
+    """Cases for ``target``: shapes from its spec, then per argument values, a
+    layout and (for functional targets) aliasing. Shrinks toward small,
+    contiguous, unaliased float64 cases without specials or structure. With
+    ``require_alias`` every case has at least one argument that is a view or
+    shares memory with another. ``devices`` (default: cpu, and cuda when
+    available and the target takes it) is drawn when several.
+    ``specials`` and ``structured`` turn off the special values and
+    structured points the target opts into (``specials``, ``structured``).
+    The arguments are ``case_plan``'s."""
+    return _draw_case(plan)
 
 
 # Module level: st.composite inspects the function's source when it decorates,

@@ -19,7 +19,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn
 
 from fuzzdiff.case import FINITE_SPECIALS, SPECIALS, STRUCTURES, Values
-from strategies._drawing import eager, integers
+from strategies._drawing import eager, integers, planned
 
 __all__ = ["values", "values_plan", "draw_values", "ValuesPlan", "sampling_interval", "GRIDS"]
 
@@ -58,7 +58,8 @@ def values_plan(
     kind: str = "float",
     structures: Sequence[str] = (),
 ) -> ValuesPlan:
-    """``values(...)``'s arguments validated and resolved into a ``ValuesPlan``."""
+    """The arguments of ``values(...)``, declared once here: validated and
+    resolved into the ``ValuesPlan`` that ``draw_values`` draws from."""
     if not (
         isinstance(low, (int, float))
         and isinstance(high, (int, float))
@@ -92,18 +93,8 @@ def values_plan(
     )
 
 
-def values(
-    *,
-    low: float = -2.0,
-    high: float = 2.0,
-    specials: bool | Sequence[str] = False,
-    avoid: Sequence[float] = (),
-    margin: float = 0.05,
-    distinct: bool = False,
-    max_specials: int = 3,
-    kind: str = "float",
-    structures: Sequence[str] = (),
-) -> st.SearchStrategy[Values]:
+@planned(values_plan)
+def values(plan: ValuesPlan) -> st.SearchStrategy[Values]:
     """Values in ``[low, high]``; with ``specials``, a few positions hold special values.
 
     ``specials=True`` means the finite ones (±0, tiny, subnormal, huge); pass names
@@ -112,20 +103,9 @@ def values(
     at a structured point: ties, exact zeros, identity or diagonal matrices,
     repeated singular values, large values (fuzzdiff.structures).
     Shrinks toward seed 0, the coarse grid, no specials and no structure.
+    The keyword arguments are ``values_plan``'s.
     """
-    return _strategy(
-        values_plan(
-            low=low,
-            high=high,
-            specials=specials,
-            avoid=avoid,
-            margin=margin,
-            distinct=distinct,
-            max_specials=max_specials,
-            kind=kind,
-            structures=structures,
-        )
-    )
+    return _strategy(plan)
 
 
 @functools.lru_cache(maxsize=512)

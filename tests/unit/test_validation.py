@@ -6,6 +6,9 @@ Each call is made and then validated, so a strategy that only failed lazily
 
 from __future__ import annotations
 
+import inspect
+import typing
+
 import pytest
 import torch
 from hypothesis.errors import InvalidArgument
@@ -13,6 +16,8 @@ from hypothesis.errors import InvalidArgument
 from fuzzdiff.case import Arg
 from strategies import (aliasing, broadcastable_shapes, cases, dtypes, layouts, sampling_interval,
                         shapes, spec_shapes, strided, values)
+from strategies.cases import case_plan
+from strategies.values import values_plan
 
 
 def _build(make):
@@ -93,3 +98,20 @@ def test_good_arguments_are_accepted():
               spec_shapes("x: n"), dtypes([torch.float32]),
               aliasing([Arg((2,)), Arg((2,))], [0, 0])):
         s.validate()
+
+
+@pytest.mark.parametrize("strategy,plan", [(values, values_plan), (cases, case_plan)], ids=["values", "cases"])
+def test_a_strategy_declares_its_arguments_once_on_its_plan(strategy, plan):
+    """values() and cases() take exactly their plan's arguments (composites
+    draw from the plan): help() shows them, typing resolves them, and a call
+    that does not fit is a TypeError that names the strategy, not its plan."""
+    shown, declared = inspect.signature(strategy), inspect.signature(plan)
+    assert shown.parameters == declared.parameters
+    assert "SearchStrategy" in str(shown.return_annotation)
+    hints = typing.get_type_hints(strategy)
+    assert hints.keys() == {*declared.parameters, "return"}
+    from fdhelpers import UNARY
+    given = (UNARY,) if "target" in declared.parameters else ()
+    with pytest.raises(TypeError, match=rf"^{strategy.__name__}\(\): .*'bogus'"):
+        strategy(*given, bogus=1)
+    strategy(*given).validate()
