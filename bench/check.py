@@ -81,10 +81,11 @@ def main(argv=None) -> int:
     if args.no_zoo:
         return 0
 
-    # the zoo lives with the tests, and its targets' names (tests.selftest.zoo:TARGETS.x)
-    # must import in the fresh process that replays a failure too
+    # the zoo is the tests' package, run from a fresh working directory: the repository
+    # root on sys.path imports it by the name its records store (tests.selftest.zoo:TARGETS.x),
+    # here and in the fresh process that replays a failure (given this sys.path)
     sys.path.insert(0, str(ROOT))
-    from tests.selftest.zoo import ZOO  # noqa: E402
+    from tests.selftest.zoo import ZOO
 
     if args.isolation:
         return isolation(ZOO, args.seed)

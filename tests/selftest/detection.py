@@ -1,11 +1,10 @@
 """Examples to detection: how many fuzzed cases each planted bug survives.
 
-Run ``python -m tests.selftest.detection`` (or ``python tests/selftest/detection.py``)
-from the repository root. For each bug in the zoo it fuzzes the bug's designated
-check exactly as the self-test does (``derandomize=True``, so the numbers are
-reproducible), counts the check runs up to and including the first one whose
-verdict is a confirmed failure, then lets Hypothesis shrink it and summarizes
-the shrunk case.
+Run ``python -m tests.selftest.detection`` from the repository root. For each
+bug in the zoo it fuzzes the bug's designated check exactly as the self-test
+does (``derandomize=True``, so the numbers are reproducible), counts the check
+runs up to and including the first one whose verdict is a confirmed failure,
+then lets Hypothesis shrink it and summarizes the shrunk case.
 
 fuzz() runs every case Hypothesis draws at several value-and-probe variants
 (``variants``, $FUZZDIFF_VARIANTS): "runs" counts check runs (verdicts),
@@ -16,21 +15,17 @@ use VARIANTS (8, as the "dev" profile) unless ``--variants`` says otherwise.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, Phase, settings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from zoo import ZOO, Planted  # noqa: E402
-
-from fuzzdiff.case import Case, Layout  # noqa: E402
-from fuzzdiff.checks import get_check  # noqa: E402
-from fuzzdiff.fuzzing import FuzzFailure, fuzz  # noqa: E402
-from fuzzdiff.runner import run_check  # noqa: E402
+from fuzzdiff.case import Case, Layout
+from fuzzdiff.checks import get_check
+from fuzzdiff.fuzzing import FuzzFailure, fuzz
+from fuzzdiff.runner import run_check
+from tests.selftest.zoo import ZOO, Planted
 
 __all__ = ["Detection", "detect", "fuzz_settings", "describe", "main", "VARIANTS", "STRUCTURES"]
 

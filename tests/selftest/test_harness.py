@@ -7,8 +7,6 @@ bug look like another check's failure, or stop a fuzzing run altogether.
 from __future__ import annotations
 
 import pytest
-from detection import fuzz_settings
-from zoo import by_name
 
 from fuzzdiff.case import Arg, Case
 from fuzzdiff.checks import Check, get_check
@@ -16,6 +14,8 @@ from fuzzdiff.fuzzing import fuzz
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
+from tests.selftest.detection import fuzz_settings
+from tests.selftest.zoo import by_name
 
 pytestmark = pytest.mark.selftest
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from zoo import ZOO
 
 import fuzzdiff
 from fuzzdiff.cli import main
 from fuzzdiff.repro import replay
+from tests.selftest.zoo import ZOO
 
 pytestmark = pytest.mark.selftest
 

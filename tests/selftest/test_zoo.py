@@ -16,9 +16,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from detection import STRUCTURES, VARIANTS, detect, fuzz_settings
 from hypothesis import given, strategies as st
-from zoo import TRIGGERS, ZOO, Planted
 
 from fuzzdiff.case import Case, Layout
 from fuzzdiff.checks import CHECKS, Check, get_check
@@ -33,6 +31,8 @@ from fuzzdiff.verdict import Verdict
 from strategies.cases import cases
 from strategies.cotangents import probes
 from strategies.layouts import LAYOUT_FEATURES, layouts
+from tests.selftest.detection import STRUCTURES, VARIANTS, detect, fuzz_settings
+from tests.selftest.zoo import TRIGGERS, ZOO, Planted
 
 pytestmark = pytest.mark.selftest
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import itertools
 import random
-import sys
 import warnings
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -24,9 +22,7 @@ from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.targets.catalog.random_layers import RRELU_EARLY_STOP
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "selftest"))
-from zoo import by_name  # noqa: E402
+from tests.selftest.zoo import by_name
 
 DROP_PATH = by_name("drop_path_python_random")
 

@@ -5,9 +5,7 @@ lost view, a wrong stride) is caught."""
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,9 +23,7 @@ from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from strategies.programs import programs
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "selftest"))
-import zoo  # noqa: E402
+from tests.selftest import zoo
 
 CHECK = get_check("compile")
 FIND = settings(max_examples=500, database=None, derandomize=True,

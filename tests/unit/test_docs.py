@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -132,11 +131,7 @@ def test_the_targets_page_table_of_families_is_the_catalogs():
 
 @pytest.fixture(scope="module")
 def zoo():
-    sys.path.insert(0, str(ROOT / "tests" / "selftest"))
-    try:
-        return importlib.import_module("zoo")
-    finally:
-        sys.path.remove(str(ROOT / "tests" / "selftest"))
+    return importlib.import_module("tests.selftest.zoo")
 
 
 def test_the_zoo_page_counts_and_tables_every_planted_bug(zoo):

@@ -45,11 +45,8 @@ from fuzzdiff.script import ScriptError, scripted_checks, standalone_script
 from fuzzdiff.script.literals import storage_literal, tensor_literal
 from fuzzdiff.targets import NoGrad, all_targets, get_target
 from fuzzdiff.targets.target import Target
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "selftest"))
-from detection import fuzz_settings  # noqa: E402
-from zoo import ZOO, by_name  # noqa: E402
+from tests.selftest.detection import fuzz_settings
+from tests.selftest.zoo import ZOO, by_name
 
 CATALOG = all_targets()
 SCRIPTED = scripted_checks()

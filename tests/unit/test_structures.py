@@ -25,9 +25,7 @@ from fuzzdiff.targets import get_target
 from fuzzdiff.targets.catalog.reductions import CUMPROD_JVP_AT_ZERO
 from fuzzdiff.targets.target import Target
 from strategies import cases, values
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "selftest"))
-from zoo import by_name  # noqa: E402
+from tests.selftest.zoo import by_name
 
 CUMPROD = by_name("cumprod_quotient_grad")
 CUMPROD_CASE = Case(CUMPROD.bug.ref, (Arg((2, 4), Values(seed=3, structure=(("zeros", 5),))),))

@@ -26,9 +26,7 @@ from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from strategies.batching import (COMPOSITIONS, IN_DIMS, OUT_DIMS, batch_sizes, batched_shape,
                                  batching, compositions, in_dims, out_dims)
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "selftest"))
-from zoo import Center, _centered  # noqa: E402
+from tests.selftest.zoo import Center, _centered
 
 SHAPES = [(2, 3), (), (4,)]
 PLANS = batching(SHAPES)

@@ -1,0 +1,1 @@
+"""fuzzdiff's tests; a package so that the zoo imports as ``tests.selftest.zoo``."""
