@@ -8,7 +8,7 @@ this torch (fuzzdiff.corpus_replay, as ``fuzzdiff corpus replay`` does).
   marks it ``fixed`` in this release; any other outcome, an error included,
   fails the test and names the record;
 - ``fixed``: must pass from its ``fixed_in`` release on, and fail as recorded
-  before it (the torch CI pins may be older than the fix);
+  before it (the torch CI pins may predate the fix);
 - ``expected``: intended behaviour; the replay must give the recorded verdict.
 """
 

@@ -212,7 +212,7 @@ def test_corpus_replay_says_what_each_record_shows_and_marks_the_fixed(planted, 
     release = torch.__version__.split("+")[0]
     record = read_record(path)
     assert (record.status, record.fixed_in) == ("fixed", release) and record.status_on() == "fixed"
-    # on an older torch the record is still open: its failure is expected there
+    # on a torch before that release the record is still open: its failure is expected there
     assert record.status_on("2.0.0") == "open"
     assert main(["corpus", "replay", "--corpus", str(corpus)]) == 0
     assert "still fixed" in capsys.readouterr().out
