@@ -494,12 +494,25 @@ def _run(target: Target, case: Case, backend: str | None, cast: torch.dtype | No
         results = [*outs, *written]
         cotangents = probes_like(case.params, "cotangent", results)
         try:
-            result.grads = vjp(results, leaves, cotangents)
+            result.grads = [per_location(g, l) for g, l in zip(vjp(results, leaves, cotangents), leaves)]
         except RuntimeError as e:
             if "modified by an inplace operation" not in str(e):
                 raise
             result.grad_error = str(e).splitlines()[0]
     return result
+
+
+def per_location(grad: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
+    """``grad`` summed over ``leaf``'s stride-0 dims: one entry per memory location.
+
+    A stride-0 leaf holds one value per location, so only the sum of its
+    gradient over the entries that share one is determined (the derivative
+    along every direction the leaf can move); how a backward splits it is a
+    convention, and torch's own differ: eager ``reshape`` passes the
+    cotangent through ([1.5, -0.5]), ``as_strided_backward`` and a
+    ``dynamic=True`` compile give the mean ([0.5, 0.5])."""
+    dims = [d for d, (n, st) in enumerate(zip(leaf.shape, leaf.stride())) if st == 0 and n > 1]
+    return grad.sum(dims, keepdim=True) if dims else grad
 
 
 def _storages(args: list[torch.Tensor]) -> list[torch.Tensor]:

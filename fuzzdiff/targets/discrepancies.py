@@ -12,8 +12,6 @@ __all__ = [
     "EAGER_CHECKS",
     "OWN_RULES",
     "LAYER_NORM_JACREV",
-    "STRIDE0_GRAD_DYNAMIC",
-    "STRIDE0_GRADIENT_SPLIT",
     "NESTED_VMAP_LOSSES",
     "GROUP_NORM_VMAP_GAPPED_BATCH",
     "DET_GRAD_TRANSPOSED_PERMUTED",
@@ -47,43 +45,6 @@ EAGER_CHECKS = (
     "dtype",
     "device",
     "checkpoint",
-)
-
-# Why a stride-0 leaf's gradient may be split any way over the entries that
-# share a memory location.
-STRIDE0_GRADIENT_SPLIT = (
-    "a self-overlapping (stride-0) leaf holds one value per memory location, so only the sum of "
-    "its gradient over the entries that share a location is determined: the eager and the compiled "
-    "gradients have the same sums (1.0 for [1.5, -0.5] and [0.5, 0.5]; 1.5 for [1.5, 0.0] and "
-    "[0.75, 0.75]), hence the same derivative along every direction the leaf can move, those "
-    "constant along its stride-0 dims (the only tangents fuzzdiff draws for it, docs/pages/design.md). "
-    "How to split the sum is a convention, and eager torch itself gives the even split, the mean, "
-    "through torch.as_strided: as_strided_backward (torch/csrc/autograd/FunctionsManual.cpp) divides "
-    "an overlapping input's gradient by the number of entries per location, so for x = "
-    "torch.tensor([.75]).double().as_strided((2,), (0,)).requires_grad_(), "
-    "torch.autograd.grad(torch.as_strided(x, (2,), (0,)), x, torch.tensor([1.5, -0.5]).double()) "
-    "is [0.5, 0.5] where x.reshape(-1) gives [1.5, -0.5]; torch.as_strided's docs leave overlapped "
-    "views undefined for in-place writes"
-)
-
-STRIDE0_GRAD_DYNAMIC = Known(
-    "compile",
-    "compiled with dynamic=True (aot_eager or inductor), the gradient of a stride-0 leaf comes "
-    "back as the mean of the cotangent in every entry (torch 2.13.0 CPU; eager, aot_function and "
-    "dynamic=False give the cotangent; flatten, reshape, dsplit and narrow hit it, as may any op "
-    "whose gradient reaches a stride-0 leaf)",
-    "x = torch.tensor([.75, .75]).double().as_strided((2,), (0,)).requires_grad_(); v = "
-    "torch.tensor([1.5, -0.5]).double(); torch.autograd.grad(torch.compile(lambda t: "
-    "t.reshape(-1), backend='aot_eager', dynamic=True)(x), x, v) -> [0.5, 0.5], eager [1.5, -0.5]; "
-    "narrow with its ints passed through a closure's dict (SymInts under dynamic=True): g = (lambda "
-    "kw: lambda t: torch.narrow(t, *kw['span']))({'span': [0, 0, 1]}) on x = torch.tensor([.75])"
-    ".double().as_strided((2,), (0,)) with v = torch.tensor([1.5]).double() -> [0.75, 0.75], eager "
-    "[1.5, 0.0] (aot_eager and inductor)",
-    features=("stride0",),
-    params={"backend": ("aot_eager", "inductor")},
-    message=r"^(aot_eager|inductor) vs eager: grad \d+ at",
-    records=("e0ef41dd22bf95e4", "2ece44ba7e04481c", "3a3c372d13545e60"),
-    expected=STRIDE0_GRADIENT_SPLIT,
 )
 
 NESTED_VMAP_MESSAGE = (

@@ -24,7 +24,6 @@ from fuzzdiff.targets.discrepancies import (
     NESTED_JVP_NORMS,
     NESTED_VMAP_LOSSES,
     REVERSE_OVER_FORWARD_INPLACE,
-    STRIDE0_GRAD_DYNAMIC,
     VMAP_INT_SCALAR_DYNAMIC,
     VMAP_SYMBOLIC_SIZES_DYNAMIC,
     VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE,
@@ -647,8 +646,6 @@ KNOWN: tuple[tuple[str, Known], ...] = (
             records=("668cd741bfea0d37",),
         ),
     ),
-    # AOTAutograd's, whatever the op: flatten, reshape, dsplit, slices so far
-    ("opinfo/*", STRIDE0_GRAD_DYNAMIC),
     # the compile check's transforms, whatever the op
     ("opinfo/*", JVP_STRIDE0_AOT_FUNCTION),
     ("opinfo/*", JVP_VIEW_AOT_FUNCTION),

@@ -170,13 +170,12 @@ def test_the_reviewed_conventions_are_expected_and_the_bugs_beside_them_are_not(
         INSTANCE_NORM_NONCONTIGUOUS_INPUT,
         LSTM_FLOAT32_NO_INPUT_GRAD,
     )
-    from fuzzdiff.targets.catalog.programs import STRIDE0_SLICE_GRAD
-    from fuzzdiff.targets.discrepancies import DET_GRAD_TRANSPOSED_STRIDE0, STRIDE0_GRAD_DYNAMIC
+    from fuzzdiff.targets.discrepancies import DET_GRAD_TRANSPOSED_STRIDE0
     from fuzzdiff.targets.opinfo_known import known_for
 
     nextafter = next(k for k in known_for("opinfo/nextafter@0") if "5cbf153cd1380cb6" in k.records)
     eig = next(k for k in known_for("opinfo/linalg.eig@0") if "6290040c5e3c4b62" in k.records)
-    for convention in (nextafter, STRIDE0_GRAD_DYNAMIC, STRIDE0_SLICE_GRAD, LSTM_FLOAT32_NO_INPUT_GRAD):
+    for convention in (nextafter, LSTM_FLOAT32_NO_INPUT_GRAD):
         assert convention.expected and not convention.bug, convention.reason
     assert "pytorch/pytorch#148820" in nextafter.expected
     # a wrong value or a refusal that nothing documents stays a bug: eig's phase error is raised

@@ -13,7 +13,6 @@ writing in place; ``compile`` passes non-leaf copies).
 from fuzzdiff.known import NOT_NONE, Known
 from fuzzdiff.programs import run_program
 from fuzzdiff.targets import FromShapes, Target, register
-from fuzzdiff.targets.discrepancies import STRIDE0_GRADIENT_SPLIT
 from fuzzdiff.targets.target import Only
 from strategies.programs import programs
 
@@ -90,19 +89,6 @@ SYNTHETIC_BASE_VIEW_INDEX = Known(
     params={"backend": ("aot_function", "aot_function_min_cut"), "aliases": NOT_NONE},
     records=("f1b5da92c45c21d3",),
 )
-STRIDE0_SLICE_GRAD = Known(
-    "compile",
-    "inductor's gradient of a stride-0 leaf sliced at a SymInt start is the mean of the "
-    "cotangent (torch 2.13.0 CPU; eager and aot_eager give the cotangent)",
-    "a = torch.tensor([9., .75]).double().as_strided((4, 1), (0, 1), 1).requires_grad_(); "
-    "grad of torch.compile(lambda a, s: (a[s::1],), backend='inductor', dynamic=True)(a, 0) "
-    "with v = randn(4, 1) is v.mean() everywhere",
-    features=("stride0",),
-    params={"backend": "inductor"},
-    message=r"^inductor vs eager: grad \d+ at",
-    records=("7fcb26a892bcde12",),
-    expected=STRIDE0_GRADIENT_SPLIT,
-)
 UNTRACKED_ALIAS_MUTATION = Known(
     "compile",
     "aot_function refuses a program that writes an input when another input shares its "
@@ -160,7 +146,7 @@ def _target(name: str, spec: str, kinds: tuple[str, ...], functional: bool) -> T
         max_side=4,
         max_rank=3,
         only=None if functional else Only(("compile",), ONLY_COMPILE),
-        known=(STRIDE0_SLICE_GRAD,)
+        known=()
         if functional
         else (
             SYMBOLIC_VIEW_OUTPUT,

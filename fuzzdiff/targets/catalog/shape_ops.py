@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from fuzzdiff.known import Known
 from fuzzdiff.targets import FromShapes, Mask, Target, register
 from fuzzdiff.targets.catalog import _kw
-from fuzzdiff.targets.discrepancies import EAGER_CHECKS, STRIDE0_GRAD_DYNAMIC
+from fuzzdiff.targets.discrepancies import EAGER_CHECKS
 
 FAMILY = "shape"
 
@@ -164,8 +164,8 @@ CLAMP_BROADCAST = Known(
 
 
 register(
-    Target("reshape", reshape, "x: ...", FAMILY, kwargs={"shape": _kw.reshape_sizes()}, known=(STRIDE0_GRAD_DYNAMIC,)),
-    Target("flatten", torch.flatten, "x: ...", FAMILY, known=(STRIDE0_GRAD_DYNAMIC,)),
+    Target("reshape", reshape, "x: ...", FAMILY, kwargs={"shape": _kw.reshape_sizes()}),
+    Target("flatten", torch.flatten, "x: ...", FAMILY),
     Target("permute", permute, "x: _ ...", FAMILY, kwargs={"dims": _kw.permutation()}),
     Target("transpose", transpose, "x: _ ...", FAMILY, kwargs={"dim0": _kw.dim(), "dim1": _kw.dim()}),
     Target("movedim", movedim, "x: _ ...", FAMILY, kwargs={"source": _kw.dim(), "destination": _kw.dim()}),
@@ -198,7 +198,7 @@ register(
         max_side=3,
         kwargs={"repeats": st.integers(0, 3), "dim": _kw.dim()},
     ),
-    Target("narrow", narrow, "x: _ ...", FAMILY, kwargs={"span": _kw.span()}, known=(STRIDE0_GRAD_DYNAMIC,)),
+    Target("narrow", narrow, "x: _ ...", FAMILY, kwargs={"span": _kw.span()}),
     Target("unfold", unfold, "x: _ ...", FAMILY, kwargs={"window": _kw.window()}),
     Target("split", split, "x: _ ...", FAMILY, kwargs={"size": st.integers(1, 3), "dim": _kw.dim()}),
     Target("cat", cat, "x: *b n, y: *b m, z: *b k", FAMILY, max_side=3),
