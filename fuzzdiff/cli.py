@@ -1,7 +1,8 @@
 """The ``fuzzdiff`` command (docs/pages/design.md, contract 5).
 
 Exit status: 0 no failure, 1 failures found, 2 usage or input error.
-This module only parses the command line; the handlers are in fuzzdiff.commands.
+This module only parses the command line; the handlers are in fuzzdiff.commands,
+one module per group of subcommands.
 """
 
 from __future__ import annotations
@@ -278,10 +279,12 @@ def main(argv: list[str] | None = None) -> int:
         # Startup time: the handlers import torch (seconds); imported here, once the
         # arguments parse, `fuzzdiff --help` and usage errors answer without it.
         from fuzzdiff import commands
+        from fuzzdiff.commands.options import UsageError
+        from fuzzdiff.corpus import CorpusError
 
         try:
             return getattr(commands, args.handler)(args)
-        except (commands.UsageError, commands.CorpusError) as e:
+        except (UsageError, CorpusError) as e:
             print(f"fuzzdiff: error: {e}", file=sys.stderr)
             return 2
     except KeyboardInterrupt:

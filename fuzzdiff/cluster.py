@@ -40,23 +40,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fuzzdiff.campaign import (
-    ClusterLost,
-    Died,
-    Done,
-    Event,
-    Job,
-    Lost,
-    PairResult,
-    Stopped,
-    preload,
-    run_batch,
-    start_worker,
-)
+from fuzzdiff.campaign_results import PairResult
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.corpus import write_record
 from fuzzdiff.fuzzing import Tally
 from fuzzdiff.journal import Inflight, record_inflight, take
+from fuzzdiff.pool import ClusterLost, Died, Done, Event, Lost, Stopped, preload
+from fuzzdiff.worker import Job, run_batch, start_worker
 
 __all__ = ["ClusterError", "RayPool", "connected", "preflight", "ray_pool", "INSTALL"]
 

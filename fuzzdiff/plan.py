@@ -18,10 +18,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from fuzzdiff.campaign import BatchSize
 from fuzzdiff.checks import Check
 from fuzzdiff.costs import COSTS, DEFAULT_COST
 from fuzzdiff.targets.target import Target
+from fuzzdiff.worker import BatchSize
 
 __all__ = ["COSTS", "Plan", "plan"]
 

@@ -29,7 +29,7 @@ VERDICTS = ("pass", "fail", "unsupported", "inconclusive", "known", "timeout", "
 
 
 def pair_rows(campaign, pairs: Iterable = ()) -> list[dict]:
-    """One plain row per (target, check) pair of a fuzzdiff.campaign.Campaign;
+    """One plain row per (target, check) pair of a fuzzdiff.campaign_results.Campaign;
     with ``pairs`` (the campaign's (Target, Check) pairs) also a row for each
     pair that never started, so the heatmap shows what was not covered."""
     rows = []

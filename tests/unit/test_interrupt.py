@@ -113,10 +113,11 @@ def _records(corpus: Path) -> list[Path]:
 def _run_argv(corpus: Path, target: str = "SLUGGISH", checks: tuple[str, ...] = ("grad",)) -> list[str]:
     """``fuzzdiff run`` of the temporary module's ``target``, one worker per check."""
     code = ("import sys, fd_interrupt_targets\n"
-            "from fuzzdiff import cli, commands\n"
+            "from fuzzdiff import cli\n"
+            "from fuzzdiff.commands import run\n"
             "from fuzzdiff.checks import get_check\n"
             f"pairs = [(fd_interrupt_targets.{target}, get_check(c)) for c in {list(checks)!r}]\n"
-            "commands._select_pairs = lambda args, notes=None: pairs\n"
+            "run._select_pairs = lambda args, notes=None: pairs\n"
             f"sys.exit(cli.main(['run', '--jobs', '{len(checks)}', '--max-examples', '1000', '--db', '',"
             f" '--batch-seconds', '600', '--corpus', {str(corpus)!r}]))\n")
     return [sys.executable, "-c", code]

@@ -2,10 +2,10 @@
 
 import pytest
 
-from fuzzdiff.campaign import BatchSize
 from fuzzdiff.checks import get_check
 from fuzzdiff.plan import MIN_EXAMPLES, SHARE, plan
 from fuzzdiff.targets.target import Target
+from fuzzdiff.worker import BatchSize
 
 
 def _pairs(eager: int, compiling: int):

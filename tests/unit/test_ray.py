@@ -18,10 +18,11 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fuzzdiff import cli  # noqa: E402 - after the skip: without ray there is nothing to test
-from fuzzdiff.campaign import BatchSize, run_campaign  # noqa: E402
+from fuzzdiff.campaign import run_campaign  # noqa: E402
 from fuzzdiff.checks import get_check  # noqa: E402
 from fuzzdiff.cluster import connected, ray_pool  # noqa: E402
 from fuzzdiff.targets import get_target  # noqa: E402
+from fuzzdiff.worker import BatchSize  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")
 

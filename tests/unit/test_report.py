@@ -4,7 +4,7 @@ import json
 import re
 from collections import Counter
 
-from fuzzdiff.campaign import Campaign, Found, PairResult
+from fuzzdiff.campaign_results import Campaign, Found, PairResult
 from fuzzdiff.case import Arg, Case
 from fuzzdiff.fuzzing import Tally
 from fuzzdiff.report import merge_results, pair_rows, read_results, write_report
