@@ -266,8 +266,9 @@ PoolFactory = Callable[[dict, "int | None", int], Pool]
 
 
 def preload(opts: dict) -> list[str]:
-    """What a worker imports before its first batch (the targets' modules).
-    Not torch's OpInfo database where a GPU is visible: importing it asks the
+    """What a worker imports before its first batch, once, in the forkserver:
+    the module it runs (``serve``'s, and through it torch, the checks and the
+    paths) and the targets'. Not torch's OpInfo database where a GPU is visible: importing it asks the
     device's capability, which initializes CUDA in the forkserver, and no
     process forked from there can use CUDA again ("Cannot re-initialize CUDA in
     forked subprocess"); each worker imports it for itself then."""
