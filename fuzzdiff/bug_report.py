@@ -72,6 +72,14 @@ def _status(code: int | None) -> str:
     return f"exit status {code}"
 
 
+def _needs(script: str) -> str:
+    """What the script needs, as its header says (an OpInfo op from torch's op_db: expecttest)."""
+    needs = re.search(r"^Needs (.+) besides torch", script, re.M)
+    if needs is None:
+        return "A torch-only script (no other dependency):"
+    return f"A script that needs torch and {needs.group(1)}:"
+
+
 def bug_report(record: Record, target: Target, *, run: bool = True) -> str:
     """The Markdown report of ``record``; ``run``: run its script here and show what it prints."""
     known = _known_of(record, target)
@@ -107,7 +115,7 @@ def bug_report(record: Record, target: Target, *, run: bool = True) -> str:
     lines += [
         "#### To reproduce",
         "",
-        "A torch-only script (no other dependency):",
+        _needs(script),
         "",
         "```python",
         script.rstrip(),

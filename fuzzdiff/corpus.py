@@ -19,6 +19,11 @@ one torch version replays bit for bit under another.
 
 Format 1 records predate ``draws``: their probes came from torch's
 generator, and replay redraws them under the current scheme (``Record.redrawn``).
+
+A record of an OpInfo target also stores the sample's call (``opinfo_sample``,
+fuzzdiff.targets.opinfo_sample): torch's sample lists change between
+releases, and the target's name, ``opinfo/<op>@<index>``, only says where the
+sample was in the list of the torch it was found with.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from safetensors.torch import load_file, save
 from fuzzdiff.case import DTYPES, Case, CaseError, case_from_json
 from fuzzdiff.draws import SCHEME
 from fuzzdiff.releases import RELEASE, fixed_by, release
+from fuzzdiff.targets.opinfo_sample import SampleError, StoredSample
 from fuzzdiff.verdict import KINDS, Verdict, error_shape
 from fuzzdiff.version import __version__
 
@@ -61,6 +67,7 @@ __all__ = [
     "Merge",
     "module_state",
     "mark",
+    "store_opinfo_sample",
 ]
 
 FORMAT = 2
@@ -68,6 +75,7 @@ TORCH_DRAWS = "torch-generator"  # the draws of a format-1 record
 STATUSES = ("open", "fixed", "expected")
 INLINE_LIMIT = 4096  # elements per storage stored inline as float.hex; more go to safetensors
 STATE_KEY = "definition.module.state."  # a module's state tensor in the data file: this, then its name
+OPINFO = "opinfo/"  # the prefix of an OpInfo target's name (fuzzdiff.targets.opinfo.PREFIX)
 
 
 class CorpusError(ValueError):
@@ -189,6 +197,7 @@ class Record:
     blame: Mapping[str, Any] | None = None  # whose bug it is, with the evidence (fuzzdiff.blame)
     fixed_in: str | None = None  # the first torch release the failure is gone in (status "fixed")
     reason: str | None = None  # why it is intended behaviour (status "expected"), citing the doc or decision
+    opinfo_sample: StoredSample | None = None  # an OpInfo target's call, to rebuild it under any torch
 
     def status_on(self, version: str | None = None) -> str:
         """The status under torch ``version`` (default: the running one): a
@@ -233,6 +242,8 @@ class Record:
             extra["fixed_in"] = self.fixed_in
         if self.reason is not None:
             extra["reason"] = self.reason
+        if self.opinfo_sample is not None:
+            extra["opinfo_sample"] = self.opinfo_sample.to_json()
         return _clean(
             {
                 **extra,
@@ -275,6 +286,73 @@ def mark(record: Record, status: str, fixed_in: str | None = None, reason: str |
     _replace(path, data)
 
 
+def store_opinfo_sample(record: Record) -> bool:
+    """Add ``opinfo_sample`` to the file of an OpInfo target's record that has
+    none, leaving every other field as it is; False when there is nothing to
+    add. The call is the target as this torch builds it from the record's
+    sample index, so this runs only under the torch release the record was
+    found with (ValueError otherwise: under another, the index may name
+    another sample). OpInfoError or SampleError when it cannot be built or stored."""
+    if record.path is None:
+        raise ValueError("the record has no file")
+    if record.opinfo_sample is not None or not record.target.startswith(OPINFO):
+        return False
+    found = release((record.found_with or {}).get("torch", "unknown"))
+    if found != release():
+        raise ValueError(
+            f"{record.path}: found with torch {found}; its sample index names a sample of that "
+            f"torch's list, and this is torch {release()}"
+        )
+    from fuzzdiff.targets.opinfo import get_opinfo_target, stored_sample  # op_db: seconds, once
+
+    stored = stored_sample(get_opinfo_target(record.target))
+    path = Path(record.path)
+    data = json.loads(path.read_text())
+    data["opinfo_sample"] = stored.to_json()
+    _replace(path, data)
+    return True
+
+
+def _opinfo_sample_of(case: Case) -> StoredSample | None:
+    """The call of the case's OpInfo target as this process builds it, for its
+    record; None for another target, or one whose call cannot be stored or is
+    not the case's (its record names it by index only, as before records
+    stored samples)."""
+    if not case.target.startswith(OPINFO):
+        return None
+    from fuzzdiff.targets.opinfo import get_opinfo_target, stored_sample  # built already by whoever fuzzed it
+
+    try:
+        stored = stored_sample(get_opinfo_target(case.target))
+    except (KeyError, SampleError):  # OpInfoError is a KeyError
+        return None
+    return stored if [tuple(t.shape) for t in stored.fuzzed] == [tuple(a.shape) for a in case.args] else None
+
+
+def _stored_sample(path: Path, data: Mapping, case: Case) -> StoredSample | None:
+    """The record's ``opinfo_sample``, decoded (plain data: nothing is imported or run)."""
+    stored = data.get("opinfo_sample")
+    if stored is None:
+        return None
+    if not case.target.startswith(OPINFO):
+        raise CorpusError(f"{path}: field 'opinfo_sample' belongs to an OpInfo target's record, not {case.target!r}")
+    try:
+        sample = StoredSample.from_json(stored)
+    except SampleError as e:
+        field = f"opinfo_sample.{e.where}".rstrip(".")
+        raise CorpusError(f"{path}: field {field!r}: {e.why}") from None
+    key = case.target.removeprefix(OPINFO).rpartition("@")[0]
+    if sample.key != key:
+        raise CorpusError(f"{path}: field 'opinfo_sample.op': a call of {sample.key!r}; the target is {case.target!r}")
+    shapes = [tuple(t.shape) for t in sample.fuzzed]
+    if shapes != [tuple(a.shape) for a in case.args]:
+        raise CorpusError(
+            f"{path}: field 'opinfo_sample.fuzzed': sample values of shapes {shapes}; "
+            f"the record's inputs have {[tuple(a.shape) for a in case.args]}"
+        )
+    return sample
+
+
 def write_record(
     root: Path | str,
     check: str,
@@ -283,22 +361,28 @@ def write_record(
     status: str = "open",
     definition: Mapping[str, Any] | None = None,
     blame: Mapping[str, Any] | None = None,
+    opinfo_sample: StoredSample | None = None,
 ) -> tuple[Path, bool]:
     """Write the record unless one with the same signature exists.
 
     Returns ``(path, created)``; safe under any number of concurrent writers.
     ``definition`` rebuilds a user target that is not importable as a Target
     (fuzzdiff.targets.user.definition); ``blame`` says whose bug it is
-    (fuzzdiff.blame.Blame.to_json).
+    (fuzzdiff.blame.Blame.to_json); ``opinfo_sample`` is an OpInfo target's
+    call (default: its target's, as this process builds it).
     """
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
     sig = signature(check, case, verdict)
-    record = Record(_record_id(sig), check, case, verdict, status, definition=definition, blame=blame)
     folder = Path(root) / check / _safe(case.target)
-    path = folder / f"{record.id}.json"
+    path = folder / f"{_record_id(sig)}.json"
     if path.exists():
         return path, False
+    if opinfo_sample is None:
+        opinfo_sample = _opinfo_sample_of(case)
+    record = Record(
+        _record_id(sig), check, case, verdict, status, definition=definition, blame=blame, opinfo_sample=opinfo_sample
+    )
     folder.mkdir(parents=True, exist_ok=True)
     storages = {i: t.detach().cpu() for i, t in case.storages().items()}
     big = {f"args.{i}": t.contiguous() for i, t in storages.items() if t.numel() > INLINE_LIMIT}
@@ -519,6 +603,7 @@ def read_record(path: Path | str) -> Record:
         blame,
         fixed_in,
         reason,
+        opinfo_sample=_stored_sample(path, data, case),
     )
 
 
@@ -538,7 +623,7 @@ def rewrite_record(record: Record, verdict: Verdict) -> Path:
     for i, arg in enumerate(old["inputs"]):  # values in a data file: the same values, the same file
         if isinstance(arg.get("storage"), dict) and "file" in arg["storage"]:
             new["inputs"][i]["storage"] = arg["storage"]
-    for key in ("signature", "found_with", "definition"):  # what it was found as, with, and of
+    for key in ("signature", "found_with", "definition", "opinfo_sample"):  # what it was found as, with, and of
         if key in old:
             new[key] = old[key]
     _replace(path, new)

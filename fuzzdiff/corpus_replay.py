@@ -17,8 +17,7 @@ import torch
 
 from fuzzdiff.corpus import Record, mark
 from fuzzdiff.releases import release
-from fuzzdiff.repro import mismatch, replay
-from fuzzdiff.targets import get_target
+from fuzzdiff.repro import load, mismatch, replay
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["Outcome", "outcome", "evidenced", "mark_outcome", "NEWS"]
@@ -34,13 +33,17 @@ class Outcome:
     verdict: Verdict | None = None
 
 
-def evidenced(record: Record, verdict: Verdict) -> bool:
+def evidenced(
+    record: Record, verdict: Verdict, *, trust_source: bool = False, allow_import: Iterable[str] = ()
+) -> bool:
     """The recorded failure and its replay both match the signature of a known
     discrepancy that lists this record: another face of the same bug (one that
-    reads memory outside its input fails one identity or the other)."""
+    reads memory outside its input fails one identity or the other). The
+    target is the record's, as its replay rebuilds it (an OpInfo record's from
+    its stored sample)."""
     try:
-        target = get_target(record.case.target)
-    except Exception:  # noqa: BLE001 - an unknown target is the mismatch's to report
+        _, target = load(record, trust_source=trust_source, allow_import=allow_import)
+    except Exception:  # noqa: BLE001 - a target that does not load is the mismatch's to report
         return False
     return any(
         record.id in k.records
@@ -69,7 +72,7 @@ def outcome(record: Record, *, trust_source: bool = False, allow_import: Iterabl
             return Outcome("still fixed", verdict=verdict)
         return Outcome("back", f"fixed in {record.fixed_in}, fails again: {verdict}", verdict)
     why = mismatch(record.verdict, verdict)
-    if why is None or (status == "open" and evidenced(record, verdict)):
+    if why is None or (status == "open" and evidenced(record, verdict, trust_source=trust_source, allow_import=allow)):
         return Outcome("still failing" if status == "open" else "as expected", verdict=verdict)
     if status == "open" and verdict.kind == "pass":
         return Outcome("fixed", f"passes on torch {release()}", verdict)

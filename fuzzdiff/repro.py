@@ -99,6 +99,8 @@ def load(
     ``allow_import`` (a name also allows its submodules); otherwise, and before
     anything is imported, CorpusError says which module and how to allow it.
     A record that carries its function's source runs it only with ``trust_source``.
+    An OpInfo target is rebuilt from the record's stored sample where it has
+    one (its call, whatever the sample's index in this torch's list).
     """
     record = read(record)
     allow_import = _names(allow_import)
@@ -108,6 +110,8 @@ def load(
             target = from_definition(record.definition, trust_source=trust_source)
             if record.check == "per_sample" and isinstance(target.fn, ModuleFunction):
                 target = per_sample_target(target, target.fn.module)  # as fuzzdiff.check fuzzed it
+        elif record.target.startswith("opinfo/"):
+            target = _opinfo_target(record)
         else:
             target = get_target(record.target)
     except UnknownTarget as e:
@@ -115,10 +119,24 @@ def load(
             f"{record.path}: field 'target': {e}: no target of fuzzdiff's has that name, and the record "
             "has no 'definition' to build a user's function or module from"
         ) from None
+    except CorpusError:
+        raise
     except ValueError as e:
         where = "definition" if record.definition is not None else "target"
         raise CorpusError(f"{record.path}: field {where!r}: {e}") from None
     return record, target
+
+
+def _opinfo_target(record: Record) -> Target:
+    """The record's OpInfo target: from its stored sample where it has one, else from its index."""
+    # startup time and an optional dependency (expecttest), as in fuzzdiff.targets.get_target
+    from fuzzdiff.targets.opinfo import OpInfoError, get_opinfo_target
+
+    try:
+        return get_opinfo_target(record.target, record.opinfo_sample)
+    except OpInfoError as e:
+        where = "target" if record.opinfo_sample is None else "opinfo_sample"
+        raise CorpusError(f"{record.path}: field {where!r}: cannot be rebuilt here: {e}") from None
 
 
 def whose(record: Record, target: Target) -> Blame:

@@ -34,6 +34,7 @@ from fuzzdiff.features import relaid
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.script import compile as _compile  # registers its fragment
 from fuzzdiff.script import module as _module  # noqa: F401  (registers a module target's code)
+from fuzzdiff.script import opinfo as _opinfo  # noqa: F401  (registers an OpInfo sample's code)
 from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
 from fuzzdiff.script import vmap as _vmap  # noqa: F401  (registers the vmap fragment)
 from fuzzdiff.script.fragments import FRAGMENTS, Fragment, register
@@ -366,6 +367,8 @@ def _seed(target: Target, check: str, case: Case) -> int | None:
 
 
 def _call(code: TargetCode, names: list[str], kwargs: Mapping, seed: int | None = None) -> str:
+    if code.direct and not kwargs and seed is None:
+        return f"# The function under test: {code.direct}\ncall = {code.call}"
     args = list(names)
     for k, v in kwargs.items():
         args.append(f"{k}={value_literal(v)}" if k.isidentifier() else f"**{{{k!r}: {value_literal(v)}}}")

@@ -61,6 +61,7 @@ class TargetCode:
     needs: set[str] = field(default_factory=set)  # third-party packages imported besides torch
     setup: list[str] = field(default_factory=list)  # statements to run after the imports
     kwargs: dict | None = None  # the call's keyword arguments, when not the case's
+    direct: str = ""  # why ``call`` is the callable object itself (no function around it), if it is
 
 
 def _root(module_name: str | None) -> str:

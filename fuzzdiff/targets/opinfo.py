@@ -29,13 +29,18 @@ Targets are built lazily: importing ``op_db`` takes seconds, and each op's
 ``sample_inputs`` tens of milliseconds. ``opinfo_targets()`` builds them
 all; ``get_opinfo_target("opinfo/add@3")`` builds one op's. A target's name
 names the op and the sample index, and samples are drawn under a fixed seed
-(``samples``), so a case replays from JSON without Hypothesis.
+(``samples``), so a case replays from JSON without Hypothesis on the torch it
+was found with. Sample lists change between releases, so a corpus record also
+stores the call (``stored_sample``, fuzzdiff.targets.opinfo_sample), and
+``get_opinfo_target(ref, stored)`` rebuilds the same target from it under
+any torch.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import functools
+import json
 import random
 import unittest
 from collections.abc import Callable, Iterable
@@ -48,6 +53,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from fuzzdiff import draws
 from fuzzdiff.targets.opinfo_known import known_for
+from fuzzdiff.targets.opinfo_sample import Fuzzed, SampleError, StoredSample, same_value
 from fuzzdiff.targets.target import Only, Target, Tol
 from strategies.values import sampling_interval
 
@@ -65,6 +71,9 @@ __all__ = [
     "op_targets",
     "opinfo_targets",
     "get_opinfo_target",
+    "stored_sample",
+    "unwrapped_output",
+    "is_identity",
     "select",
     "skips_for",
     "float32_skip",
@@ -387,7 +396,9 @@ class Call:
 
     ``near[i]`` is None in range mode, else the sample tensor that argument ``i``
     perturbs. Constant floating tensors follow the fuzzed dtype, so a float32
-    case does not mix dtypes the sample never mixed.
+    case does not mix dtypes the sample never mixed. ``values`` and ``index``
+    are what a record stores besides (``stored_sample``): the sample's own
+    values of the fuzzed arguments, and the sample's index.
     """
 
     op: Any
@@ -396,6 +407,8 @@ class Call:
     positions: tuple[int, ...]  # leaf index of each fuzzed argument
     near: tuple
     output_fn: Callable
+    values: tuple = ()
+    index: int = -1
 
     def __call__(self, *tensors):
         # Fresh constants per call: some ops update them in place (batch_norm's running stats).
@@ -615,29 +628,56 @@ def _chosen(usable: list[int]) -> list[int]:
     return sorted({usable[0], usable[-1]})[:SAMPLES_PER_OP] if usable else []
 
 
+INVALID_AT_RANDOM = "invalid (error or non-finite) at random points of the sample's ranges"
+
+
 def _target(op, index: int, sample) -> Target | None:
-    key = op_key(op)
     flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
     positions = tuple(k for k, t in enumerate(flat) if _fuzzable(t))
+    return _build(op, index, spec, flat, positions, sample.output_process_fn_grad)
+
+
+def _build(
+    op,
+    index: int,
+    spec,
+    flat: list,
+    positions: tuple[int, ...],
+    output_fn: Callable,
+    stored: StoredSample | None = None,
+) -> Target | None:
+    """The target of one sample's call (None: the call is not valid at the sample).
+
+    With ``stored`` (a record's sample), whether the arguments perturb the
+    sample (near mode) and which outputs are kept are the record's: they give
+    its stored values their meaning. Everything else is found as for any sample.
+    """
+    key = op_key(op)
     fuzzed = [flat[k].detach() for k in positions]
     leaves = tuple(
         None if k in positions else t.detach() if isinstance(t, torch.Tensor) else t for k, t in enumerate(flat)
     )
     constants = any(isinstance(t, torch.Tensor) for t in leaves)
-    output_fn = sample.output_process_fn_grad
-    call = Call(op, spec, leaves, positions, (None,) * len(positions), output_fn)
+    values = tuple(fuzzed)
+
+    def make(output_fn: Callable, near: tuple) -> Call:
+        return Call(op, spec, leaves, positions, near, output_fn, values, index)
+
+    call = make(output_fn, (None,) * len(positions))
     if not _valid_at(call, fuzzed) or not _deterministic(call, fuzzed):
         return None
-    keep = _differentiable_outputs(call, fuzzed)
+    keep = _differentiable_outputs(call, fuzzed) if stored is None else stored.keep
     if keep is not None:
         output_fn = _Differentiable(output_fn, keep)
-        call = Call(op, spec, leaves, positions, (None,) * len(positions), output_fn)
+        call = make(output_fn, (None,) * len(positions))
     near = _match(key, NEAR)
     intervals = _range_intervals(op, fuzzed)
-    if near is None and not all(_valid_at(call, _random_points(intervals, fuzzed, s)) for s in (1, 2)):
-        near = "invalid (error or non-finite) at random points of the sample's ranges"
+    if stored is not None:
+        near = (near or INVALID_AT_RANDOM) if stored.near else None
+    elif near is None and not all(_valid_at(call, _random_points(intervals, fuzzed, s)) for s in (1, 2)):
+        near = INVALID_AT_RANDOM
     if near is not None:
-        call = Call(op, spec, leaves, positions, tuple(fuzzed), output_fn)
+        call = make(output_fn, values)
         intervals = [
             (-d, d) for d in (NEAR_SCALE * max(1.0, t.abs().max().item() if t.numel() else 1.0) for t in fuzzed)
         ]
@@ -703,15 +743,24 @@ def select(patterns: Iterable[str]) -> list[Target]:
     ]
 
 
-def get_opinfo_target(ref: str) -> Target:
-    """The target a case names, ``opinfo/<op key>@<sample index>``; builds only that op."""
+def get_opinfo_target(ref: str, stored: StoredSample | None = None) -> Target:
+    """The target a case names, ``opinfo/<op key>@<sample index>``; builds only that op.
+
+    With ``stored`` (a record's ``opinfo_sample``) the call is the stored one,
+    whichever sample of this torch's list it is now (see ``stored_sample``)."""
     key, sep, index = ref.removeprefix(PREFIX).rpartition("@")
     op = _ops().get(key) if sep and index.isdigit() else None
+    if op is None and stored is not None and sep and index.isdigit():
+        raise OpInfoError(f"torch {torch.__version__}'s op_db has no OpInfo {key!r} to rebuild {ref} from")
     if op is None:
         raise OpInfoError(
             f"unknown OpInfo target {ref!r}: expected opinfo/<op>[.<variant>]@<sample index> of an op in torch's op_db"
         )
     why = _excluded(op)
+    if stored is not None:
+        if why is not None:
+            raise OpInfoError(f"OpInfo {key!r} yields no targets on torch {torch.__version__} ({why})")
+        return _stored_target(ref, json.dumps(stored.to_json(), sort_keys=True))
     found = next((t for t in op_targets(op) if t.name == f"{key}@{index}"), None) if why is None else None
     if found is None:
         raise OpInfoError(
@@ -719,3 +768,98 @@ def get_opinfo_target(ref: str) -> Target:
             + (f" ({why})" if why else f"; its targets: {[t.name for t in op_targets(op)]}")
         )
     return found
+
+
+# -- a record's stored sample ----------------------------------------------------------------
+
+
+def stored_sample(target: Target) -> StoredSample:
+    """What a corpus record stores of an OpInfo target to rebuild it under any
+    torch (fuzzdiff.targets.opinfo_sample); SampleError when its call holds a
+    value a record cannot store (the record then names its target by index only)."""
+    call = target.fn
+    if not isinstance(call, Call):
+        raise SampleError("", f"target {target.name!r} is not an OpInfo sample's call")
+    output_fn, keep = unwrapped_output(call.output_fn)
+    marked = list(call.leaves)
+    for i, pos in enumerate(call.positions):
+        marked[pos] = Fuzzed(i)
+    stored = StoredSample(
+        op=call.op.name,
+        variant=call.op.variant_test_name,
+        index=call.index,
+        call=tree_unflatten(marked, call.spec),
+        fuzzed=tuple(call.values),
+        near=any(s is not None for s in call.near),
+        output="identity" if is_identity(output_fn) else "processed",
+        keep=keep,
+    )
+    stored.to_json()  # every value in it can be stored
+    return stored
+
+
+def unwrapped_output(fn: Callable) -> tuple[Callable, tuple[bool, ...] | None]:
+    """A call's output processing: the sample's own, and the outputs kept (``_Differentiable``)."""
+    if isinstance(fn, _Differentiable):
+        return fn.fn, fn.keep
+    return fn, None
+
+
+def is_identity(fn: Callable) -> bool:
+    """``fn`` hands back what it is given (tried on a sentinel)."""
+    sentinel = object()
+    try:
+        return fn(sentinel) is sentinel
+    except Exception:  # noqa: BLE001 - it looks inside its argument: not the identity
+        return False
+
+
+def _unchanged(out):
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _stored_target(ref: str, text: str) -> Target:
+    """``get_opinfo_target(ref, stored)``, ``stored`` as canonical JSON (the cache's key)."""
+    stored = StoredSample.from_json(json.loads(text))
+    key, _, index = ref.removeprefix(PREFIX).rpartition("@")
+    if stored.key != key:
+        raise OpInfoError(f"{ref}: its stored sample is a call of OpInfo {stored.key!r}, not {key!r}")
+    op = _ops()[key]
+    marked, spec = tree_flatten(stored.call)
+    positions = tuple(k for k, leaf in enumerate(marked) if isinstance(leaf, Fuzzed))
+    flat = [stored.fuzzed[leaf.index] if isinstance(leaf, Fuzzed) else leaf for leaf in marked]
+    output_fn = _unchanged if stored.output == "identity" else _processing(op, stored)
+    target = _build(op, int(index), spec, flat, positions, output_fn, stored)
+    if target is None:
+        raise OpInfoError(
+            f"{ref}: its stored call is not a valid one on torch {torch.__version__}: at the sample it raises, "
+            "or its outputs or gradients are not finite, or two runs differ"
+        )
+    return target
+
+
+def _processing(op, stored: StoredSample) -> Callable:
+    """The ``output_process_fn_grad`` of this torch's sample with the stored call's
+    arguments (the stored index is tried first): code, so it is never stored."""
+    all_samples = samples(op)
+    order = sorted(range(len(all_samples)), key=lambda k: k != stored.index)
+    for k in order:
+        if _same_call(all_samples[k], stored):
+            return all_samples[k].output_process_fn_grad
+    raise OpInfoError(
+        f"OpInfo {stored.key!r}: the stored sample's outputs are processed by the sample's own "
+        f"output_process_fn_grad, and none of the {len(all_samples)} samples on torch {torch.__version__} "
+        "has the stored arguments to take it from"
+    )
+
+
+def _same_call(sample, stored: StoredSample) -> bool:
+    flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    marked, stored_spec = tree_flatten(stored.call)
+    if spec != stored_spec:
+        return False
+    return all(
+        _fuzzable(a) and same_value(a, stored.fuzzed[b.index]) if isinstance(b, Fuzzed) else same_value(a, b)
+        for a, b in zip(flat, marked)
+    )
