@@ -16,8 +16,7 @@ from fuzzdiff.commands.options import UsageError, allowed_imports, corpus_root, 
 from fuzzdiff.corpus import STATUSES, CorpusError, iter_records, merge, read_record
 from fuzzdiff.corpus_causes import root_causes
 from fuzzdiff.corpus_replay import NEWS, mark_outcome, outcome
-from fuzzdiff.targets import all_targets
-from fuzzdiff.targets.opinfo_known import KNOWN as OPINFO_KNOWN  # the signatures alone: no op_db import
+from fuzzdiff.known_table import signatures
 from fuzzdiff.targets.recipe import references
 
 __all__ = [
@@ -115,8 +114,8 @@ def cmd_corpus_stats(args) -> int:
 
 def _print_root_causes(console: Console, records: list) -> None:
     """The open records' root causes (fuzzdiff.corpus_causes), the largest first."""
-    known = [k for target in all_targets() for k in target.known] + [k for _, k in OPINFO_KNOWN]
-    causes = root_causes(records, known)
+    # every declared signature, those no target lists too (the page's own list)
+    causes = root_causes(records, [s.known for s in signatures()])
     kinds = Counter(c.kind for c in causes)
     by_known = sum(1 for c in causes if c.known is not None)
     console.print(

@@ -1,6 +1,7 @@
 """A failure's root cause: one signature for one error, whatever wraps it."""
 
 import re
+from pathlib import Path
 
 import torch
 
@@ -99,3 +100,22 @@ def test_a_reason_belongs_to_an_expected_record(tmp_path):
     path.write_text(json.dumps({**data, "status": "expected", "reason": 3}))
     with pytest.raises(CorpusError, match="'reason' must be a string"):
         read_record(path)
+
+
+def test_corpus_stats_groups_a_record_under_a_signature_that_no_target_lists():
+    """``fuzzdiff corpus stats`` knows every declared signature, not only the
+    catalog's and the OpInfo table's (NESTED_JVP_FUNCTION is a user code's)."""
+    from rich.console import Console
+
+    from fuzzdiff.commands.corpus import _print_root_causes
+    from fuzzdiff.corpus import iter_records, read_record
+    from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
+
+    assert NESTED_JVP_FUNCTION.records
+    records = [read_record(p) for p in iter_records(Path(__file__).parents[2] / "corpus")]
+    listed = [r for r in records if r.id in NESTED_JVP_FUNCTION.records and r.status_on() == "open"]
+    assert listed, "the signature's records are open on this torch"
+    console = Console(record=True, width=400)
+    _print_root_causes(console, listed)
+    text = console.export_text()
+    assert "by an automatic one" in text and "0 by an automatic one" in text, text
