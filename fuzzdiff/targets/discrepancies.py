@@ -113,6 +113,7 @@ GROUP_NORM_VMAP_GAPPED_BATCH = Known(
     message=r"Expected X\.is_contiguous\(memory_format\) to be true",
     params={"batched_layouts.0": NOT_NONE},
     records=("0a6a9784f9686a93", "ce660369f65928bc"),
+    fixed_in="2.14.1",
 )
 
 DET_GRAD_TRANSPOSED_PERMUTED = Known(

@@ -458,6 +458,22 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     ("opinfo/logdet@*", DET_GRAD_TRANSPOSED_PERMUTED),
     ("opinfo/nn.functional.group_norm@*", GROUP_NORM_VMAP_GAPPED_BATCH),
     (
+        "opinfo/native_group_norm@*",
+        Known(
+            ("layout", "alias", "forward", "vmap", "gradgrad", "forward2", "dtype", "compile"),
+            "torch.native_group_norm reads a weight or bias that is not dense (stride 0, or sliced "
+            "with a step) as if it were contiguous, past its elements: its output and the gradients "
+            "of its input are silently wrong, where F.group_norm (which makes them contiguous) is "
+            "right (torch 2.13.0 CPU; fixed in 2.14.1)",
+            "x = torch.randn(2, 4, 3).double(); w = torch.randn(1).double().expand(4); b = "
+            "torch.randn(8).double()[::2]; torch.native_group_norm(x, w, b, 2, 4, 3, 2, 1e-5)[0] differs "
+            "from the same call with w.contiguous(), b.contiguous() by up to 0.98 (torch.manual_seed(0))",
+            features=("1:gapped|1:stride0|2:gapped|2:stride0",),
+            records=("52d1a8930af9cdf1", "d40d4bc411400abe", "e69fcf6c8fed1898", "ee0a48f79211792e"),
+            fixed_in="2.14.1",
+        ),
+    ),
+    (
         "opinfo/nn.functional.adaptive_avg_pool2d@*",
         Known(
             "compile",

@@ -288,3 +288,17 @@ def test_tensorly_backend_is_set_per_thread_and_restored():
     worker.start()
     worker.join()
     assert seen == ["pytorch"] and tl.get_backend() == before
+
+
+def test_native_group_norm_is_fuzzed_within_its_contract_a_contiguous_input():
+    """Its refusal of a non-contiguous input is outside its domain; its weight and
+    bias layouts are fuzzed, where torch 2.13 silently read them as contiguous."""
+    from fuzzdiff.targets.opinfo import select
+
+    targets = select(["opinfo/native_group_norm@*"])
+    assert targets
+    for target in targets:
+        assert "layout" not in target.skip, target.skip
+        refused = RuntimeError("Expected X.is_contiguous(memory_format) to be true, but got false.")
+        assert target.rejects(refused)
+        assert not target.rejects(RuntimeError("some other error"))
