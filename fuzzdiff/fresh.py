@@ -248,6 +248,10 @@ def _replay(path: str, confirmed: bool = False) -> dict:
     record = read_record(path)
     if record.definition is not None:
         target = from_definition(record.definition, trust_source=True)  # written by the process that asked
+    elif record.opinfo_sample is not None:
+        from fuzzdiff.targets.opinfo import get_opinfo_target  # startup time: op_db only where asked
+
+        target = get_opinfo_target(record.target, record.opinfo_sample)  # the call itself, as repro.load
     else:
         target = get_target(record.target)
     with replay_only() if confirmed else contextlib.nullcontext():

@@ -241,3 +241,15 @@ def test_an_opinfo_record_writes_a_torch_only_script_that_agrees_with_its_replay
 def test_a_moved_sample_writes_the_same_script(tmp_path):
     moved = copy_record(GROUP_NORM, tmp_path, lambda d: d["opinfo_sample"].update(index=9999))
     assert script_of(moved) == script_of(GROUP_NORM)  # the index is a hint: the call is the stored one
+
+
+def test_a_fresh_process_replays_an_opinfo_record_from_its_stored_sample(tmp_path):
+    """fuzzdiff.fresh replays as repro.load does: the stored call, whatever the index."""
+    from fuzzdiff.fresh import _replay
+
+    def elsewhere(data):
+        data["target"] = "opinfo/nn.functional.group_norm@9999"
+        data["opinfo_sample"]["index"] = 9999
+
+    moved = copy_record(GROUP_NORM, tmp_path, elsewhere)
+    assert _replay(str(moved))["verdict"]["kind"] == replay(GROUP_NORM).kind
