@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 
 from fuzzdiff.api import COMPILE_STRATA, STRATUM_EXAMPLES, _Session
 from fuzzdiff.checks import get_check
-from fuzzdiff.config import COMPILE_TRANSFORMS, ConfigError, FuzzConfig
+from fuzzdiff.config import COMPILE_BACKENDS, COMPILE_TRANSFORMS, ConfigError, FuzzConfig
 from fuzzdiff.runner import case_strategy
 from fuzzdiff.targets import get_target
 
@@ -35,6 +35,20 @@ def test_a_budgeted_compile_check_gives_each_stratum_its_first_cases_then_its_wh
     # reverse mode under a traced backend comes before the partitioners and the forward transforms
     order = [(c.compile_backends, c.compile_transforms) for c, _ in strata]
     assert order.index((("aot_eager",), ("grad", "vjp"))) < order.index((("aot_function",), ("none", "grad", "vjp")))
+
+
+def test_the_strata_meet_every_backend_and_transform_once_and_the_cheap_compiles_first():
+    met = [(b, t) for backends, transforms in COMPILE_STRATA for b in backends for t in transforms]
+    assert len(met) == len(set(met))
+    # inductor at dual inputs is restricted (checks.compile.RESTRICTED, a known discrepancy): a stratum there would only report it
+    assert set(met) == {(b, t) for b in COMPILE_BACKENDS for t in COMPILE_TRANSFORMS} - {("inductor", "dual")}
+    # the aot_function partitioners (no Dynamo) meet every transform before inductor's codegen meets any
+    position = {
+        pair: k
+        for k, (backends, transforms) in enumerate(COMPILE_STRATA)
+        for pair in ((b, t) for b in backends for t in transforms)
+    }
+    assert max(position["aot_function", t] for t in COMPILE_TRANSFORMS) < position["inductor", "none"]
 
 
 @pytest.mark.parametrize("name, until", [("compile", None), ("grad", 1e9)])
