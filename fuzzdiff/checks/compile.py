@@ -38,6 +38,7 @@ too.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import torch
@@ -49,9 +50,11 @@ from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.checks.opcheck import custom_op
 from fuzzdiff.compare import Discrepancy, result_discrepancy
 from fuzzdiff.config import FuzzConfig
+from fuzzdiff.known import Known
 from fuzzdiff.ladder import Ladder, Step
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.steps import float64_margin, identical_to, neighbours, replay
+from fuzzdiff.targets import discrepancies as known
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
 from fuzzdiff.unsupported import unsupported_reason
@@ -59,7 +62,16 @@ from fuzzdiff.verdict import Verdict
 from strategies.aliasing import aliasing
 from strategies.cotangents import probes
 
-__all__ = ["CHECK", "CONTIGUOUS_DIRECTION", "CompileParams", "LADDER", "METADATA_LADDER"]
+__all__ = [
+    "CHECK",
+    "CONTIGUOUS_DIRECTION",
+    "RESTRICTED",
+    "contiguous_direction",
+    "restricted",
+    "CompileParams",
+    "LADDER",
+    "METADATA_LADDER",
+]
 
 # compiled against eager: replayed, judged against a float64 eager run in low
 # precision (MARGIN), and tried at a neighbouring point; metadata is exact
@@ -96,33 +108,43 @@ class CompileParams:
 # "none" first: a failing case shrinks towards compiling f alone
 TRANSFORM_WEIGHTS = ("none", "none", "none", "grad", "vjp", "jvp", "vmap", "dual")
 # Backends a transform is not drawn with, and why: torch bugs of the transform
-# machinery, whatever the op, each evidenced by a record (a plain rule, stated in
-# the docs; a record that names such a pair still runs it). The condition:
-# "any" case, or "layout": a differentiated argument that is not contiguous at
-# offset 0 in a storage of its own size.
-RESTRICTED = {
-    ("dual", "inductor", "any"): "inductor drops the tangents of dual inputs (pytorch/pytorch#187284; "
-    "record 6d6a651c6ad2a21d, fuzzdiff.targets.discrepancies.DUAL_INDUCTOR_NO_TANGENTS)",
-    ("jvp", "aot_eager", "layout"): "dynamic=True compiles of torch.func.jvp raise where a tangent is copied "
-    "into its primal's layout (record 24d9f3ea9bd3057c, fuzzdiff.targets.discrepancies.JVP_TANGENT_COPY_DYNAMIC)",
-    ("jvp", "inductor", "layout"): "as for aot_eager: JVP_TANGENT_COPY_DYNAMIC",
-    ("jvp", "aot_function", "layout"): "aot_function of torch.func.jvp raises for a stride-0 primal (an "
-    "overlapping make_dual copy) and, through a view op, for a primal that does not span its storage "
-    "(fuzzdiff.targets.discrepancies.JVP_STRIDE0_AOT_FUNCTION, JVP_VIEW_AOT_FUNCTION)",
-    ("jvp", "aot_function_min_cut", "layout"): "as for aot_function",
+# machinery, whatever the op, each a known discrepancy with its records (stated
+# in the docs; a record that names such a pair still runs it). A restriction
+# holds while one of its discrepancies is present in the running torch: from the
+# release that fixed them on, the pair is drawn again, and a bug that comes back
+# is news. The condition: "any" case, or "layout": a differentiated argument
+# that is not contiguous at offset 0 in a storage of its own size.
+RESTRICTED: dict[tuple[str, str, str], tuple[Known, ...]] = {
+    ("dual", "inductor", "any"): (known.DUAL_INDUCTOR_NO_TANGENTS,),
+    ("jvp", "aot_eager", "layout"): (known.JVP_TANGENT_COPY_DYNAMIC,),
+    ("jvp", "inductor", "layout"): (known.JVP_TANGENT_COPY_DYNAMIC,),
+    ("jvp", "aot_function", "layout"): (known.JVP_STRIDE0_AOT_FUNCTION, known.JVP_VIEW_AOT_FUNCTION),
+    ("jvp", "aot_function_min_cut", "layout"): (known.JVP_STRIDE0_AOT_FUNCTION, known.JVP_VIEW_AOT_FUNCTION),
 }
 
 
 # Transforms and backends whose tangent direction is drawn contiguous: jvp under
 # dynamic shapes raises when make_dual copies a tangent into another layout than
 # its primal's, an expanded tangent of a contiguous primal too (record
-# 2def52e7055c03dd, JVP_TANGENT_COPY_DYNAMIC); "layout" above keeps the primal
-# contiguous.
-CONTIGUOUS_DIRECTION = frozenset({("jvp", "aot_eager"), ("jvp", "inductor")})
+# 2def52e7055c03dd); "layout" above keeps the primal contiguous. Versioned alike.
+CONTIGUOUS_DIRECTION: dict[tuple[str, str], tuple[Known, ...]] = {
+    ("jvp", "aot_eager"): (known.JVP_TANGENT_COPY_DYNAMIC,),
+    ("jvp", "inductor"): (known.JVP_TANGENT_COPY_DYNAMIC,),
+}
 
 
-def _restricted(transform: str, backend: str, conditions: frozenset[str]) -> bool:
-    return any((transform, backend, c) in RESTRICTED for c in conditions)
+def _present(discrepancies: tuple[Known, ...]) -> bool:
+    return any(k.present for k in discrepancies)
+
+
+def restricted(transform: str, backend: str, conditions: Iterable[str]) -> bool:
+    """Whether the running torch keeps ``transform`` from ``backend`` at a case meeting ``conditions``."""
+    return any(_present(RESTRICTED.get((transform, backend, c), ())) for c in conditions)
+
+
+def contiguous_direction(transform: str, backend: str) -> bool:
+    """Whether the running torch needs ``transform``'s tangent direction contiguous on ``backend``."""
+    return _present(CONTIGUOUS_DIRECTION.get((transform, backend), ()))
 
 
 def _conditions(case: Case) -> frozenset[str]:
@@ -143,7 +165,7 @@ def _base(backends: tuple[str, ...]) -> st.SearchStrategy:
 def _transforms(backend: str, allowed: tuple[str, ...], conditions: frozenset[str]) -> st.SearchStrategy:
     """``allowed``'s transforms that ``backend`` can take at a case meeting
     ``conditions``, by TRANSFORM_WEIGHTS; f alone where it can take none of them."""
-    drawn = tuple(t for t in TRANSFORM_WEIGHTS if t in allowed and not _restricted(t, backend, conditions))
+    drawn = tuple(t for t in TRANSFORM_WEIGHTS if t in allowed and not restricted(t, backend, conditions))
     return st.sampled_from(drawn or ("none",))
 
 
@@ -153,7 +175,7 @@ def _with_transform(
 ) -> st.SearchStrategy:
     def params(backend: str) -> st.SearchStrategy:
         def with_transform(transform: str) -> st.SearchStrategy:
-            contiguous = (transform, backend) in CONTIGUOUS_DIRECTION
+            contiguous = contiguous_direction(transform, backend)
             return st.fixed_dictionaries(
                 {
                     "backend": st.just(backend),

@@ -21,13 +21,18 @@ from fuzzdiff.paths import compiled as path
 from fuzzdiff.programs import Program
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.targets import get_target
+from fuzzdiff.targets.discrepancies import (
+    DUAL_INDUCTOR_NO_TANGENTS,
+    JVP_STRIDE0_AOT_FUNCTION,
+    JVP_TANGENT_COPY_DYNAMIC,
+    JVP_VIEW_AOT_FUNCTION,
+)
 from fuzzdiff.targets.target import Target
 from strategies.programs import programs
 from tests.selftest import zoo
 
 CHECK = get_check("compile")
-FIND = settings(max_examples=500, database=None, derandomize=True,
-                suppress_health_check=list(HealthCheck))
+FIND = settings(max_examples=500, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 
 def a_case(target: str, condition=lambda c: True, backend: str = "aot_eager") -> Case:
@@ -52,6 +57,7 @@ def program_case(backend: str) -> Case:
 
 
 # -- correct backends pass ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("backend", [b for b in path.BACKENDS if b != "inductor"])
 @pytest.mark.parametrize("target", ["sin", "mul", "program", "program_inplace2"])
@@ -78,9 +84,11 @@ def test_compiled_callables_are_reused():
 def test_aliasing_is_drawn_for_targets_that_write_their_inputs():
     strategy = case_strategy(CHECK, get_target("program_inplace2"))
     for kind in ("same", "view"):
-        case = find(strategy, lambda c: any(
-            a and a["alias"] and a["alias"]["kind"] == kind for a in c.params.get("aliases") or ()),
-            settings=FIND)
+        case = find(
+            strategy,
+            lambda c: any(a and a["alias"] and a["alias"]["kind"] == kind for a in c.params.get("aliases") or ()),
+            settings=FIND,
+        )
         args = path.aliased_case(case).args
         assert args[1].alias is not None and args[1].alias.kind == kind
 
@@ -94,12 +102,14 @@ def test_backend_is_drawn_and_replays_from_json():
 
 # -- broken compiled paths are caught ---------------------------------------------------
 
+
 def broken(monkeypatch, wrap):
     """Make the "aot_eager" backend ``wrap(call)`` (the target at its kwargs) instead."""
     monkeypatch.setattr(path, "_CACHE", {})
     real = path._build
-    monkeypatch.setattr(path, "_build", lambda call, backend: wrap(call) if backend == "aot_eager"
-                        else real(call, backend))
+    monkeypatch.setattr(
+        path, "_build", lambda call, backend: wrap(call) if backend == "aot_eager" else real(call, backend)
+    )
 
 
 def test_perturbed_outputs_are_caught(monkeypatch):
@@ -111,6 +121,7 @@ def test_perturbed_outputs_are_caught(monkeypatch):
 def test_a_dropped_input_mutation_is_caught(monkeypatch):
     def drop(call):  # runs on copies: the writes into the inputs are lost
         return lambda *a: call(*(t.clone() for t in a))
+
     broken(monkeypatch, drop)
     verdict = run_check(CHECK, "program_inplace", program_case("aot_eager"))
     assert verdict.kind == "fail", verdict
@@ -125,19 +136,29 @@ def test_a_lost_view_is_caught(monkeypatch):
 
 def test_a_fresh_outputs_strides_are_not_compared(monkeypatch):
     # inductor may lay out a result that is no view as it likes
-    broken(monkeypatch, lambda call: lambda *a: tuple(
-        o if o._base is not None else o.t().contiguous().t() for o in call(*a)))
-    case = with_program(a_case("program", lambda c: min(c.args[0].shape) >= 2),
-                        [{"op": "call", "fn": "add", "x": 0, "other": 1},
-                         {"op": "call", "fn": "sin", "x": 2, "other": None},
-                         {"op": "call", "fn": "mul", "x": 3, "other": 0}])
+    broken(
+        monkeypatch,
+        lambda call: lambda *a: tuple(o if o._base is not None else o.t().contiguous().t() for o in call(*a)),
+    )
+    case = with_program(
+        a_case("program", lambda c: min(c.args[0].shape) >= 2),
+        [
+            {"op": "call", "fn": "add", "x": 0, "other": 1},
+            {"op": "call", "fn": "sin", "x": 2, "other": None},
+            {"op": "call", "fn": "mul", "x": 3, "other": 0},
+        ],
+    )
     assert run_check(CHECK, "program", case).kind == "pass"
 
 
 def test_float32_rounding_is_not_a_failure(monkeypatch):
     # a float32 result as far from eager as float32 rounding takes it: never a failure
-    broken(monkeypatch, lambda call: lambda *a: tree_map(
-        lambda o: o + o.detach().abs() * 3e-4 * torch.finfo(torch.float32).eps, call(*a)))
+    broken(
+        monkeypatch,
+        lambda call: (
+            lambda *a: tree_map(lambda o: o + o.detach().abs() * 3e-4 * torch.finfo(torch.float32).eps, call(*a))
+        ),
+    )
     case = a_case("sin", lambda c: c.dtype == "float32" and c.args[0].shape == (4,))
     assert run_check(CHECK, "sin", case).kind in ("pass", "inconclusive")
 
@@ -150,10 +171,14 @@ def test_an_eager_error_is_a_failure_unless_the_target_declares_such_inputs_inva
     from fuzzdiff.targets import get_target
 
     # x.copy_(x.t()): eager refuses a partially overlapping write, by design
-    case = with_program(a_case("program_inplace", lambda c: c.args[0].shape == (2, 2)), [
-        {"op": "transpose", "x": 0, "dim0": 0, "dim1": 1},
-        {"op": "copy_", "x": 0, "other": 1},
-        {"op": "call", "fn": "sin", "x": 0, "other": None}])
+    case = with_program(
+        a_case("program_inplace", lambda c: c.args[0].shape == (2, 2)),
+        [
+            {"op": "transpose", "x": 0, "dim0": 0, "dim1": 1},
+            {"op": "copy_", "x": 0, "other": 1},
+            {"op": "call", "fn": "sin", "x": 0, "other": None},
+        ],
+    )
     with pytest.raises(UnsatisfiedAssumption):  # Target.invalid: rejected, never a verdict
         run_check(CHECK, "program_inplace", case)
     strict = replace(get_target("program_inplace"), invalid=())
@@ -167,7 +192,9 @@ def test_dynamo_unsupported_is_unsupported(monkeypatch):
     def refuse(call):
         def f(*a):
             raise torch._dynamo.exc.Unsupported("graph break in a test")
+
         return f
+
     broken(monkeypatch, refuse)
     assert run_check(CHECK, "sin", a_case("sin")).kind == "unsupported"
 
@@ -219,7 +246,7 @@ def test_transforms_are_drawn_for_functional_targets_and_replay_from_json():
 
 
 def test_a_restricted_pair_is_never_drawn():
-    from fuzzdiff.checks.compile import RESTRICTED, _conditions
+    from fuzzdiff.checks.compile import _conditions, restricted
 
     strategy = case_strategy(CHECK, get_target("sin"))
     seen = set()
@@ -229,43 +256,69 @@ def test_a_restricted_pair_is_never_drawn():
     def draw(case):
         pair = (case.params.get("transform"), case.params["backend"])
         seen.add(pair)
-        for c in _conditions(case):
-            assert (*pair, c) not in RESTRICTED, (pair, c)
+        assert not restricted(*pair, _conditions(case)), pair
 
     draw()
-    assert ("dual", "aot_eager") in seen and ("jvp", "aot_function") in seen and ("dual", "inductor") not in seen
+    assert {("dual", "aot_eager"), ("vmap", "inductor")} <= seen
+    for pair in (("dual", "aot_eager"), ("jvp", "aot_function")):  # the pairs a restriction leaves, still drawn
+        find(strategy, lambda c, pair=pair: (c.params.get("transform"), c.params["backend"]) == pair, settings=FIND)
+    # the restriction is versioned: the pair is drawn again in a torch that fixed the bug behind it
+    assert restricted("dual", "inductor", {"any"}) == DUAL_INDUCTOR_NO_TANGENTS.present
 
 
-def test_jvp_directions_are_contiguous_where_dynamic_shapes_copy_them():
+def test_a_restriction_holds_while_one_of_its_discrepancies_is_present(monkeypatch):
+    from fuzzdiff.checks import compile as compile_check
+
+    layout = frozenset({"any", "layout"})
+    assert compile_check.restricted("jvp", "aot_function", layout)
+    assert not compile_check.restricted("jvp", "aot_function", frozenset({"any"}))
+    fixed = replace(JVP_VIEW_AOT_FUNCTION, fixed_in="2.0.0")  # a release every supported torch is past
+    still = replace(JVP_STRIDE0_AOT_FUNCTION, fixed_in=None)
+    monkeypatch.setitem(compile_check.RESTRICTED, ("jvp", "aot_function", "layout"), (fixed, still))
+    assert compile_check.restricted("jvp", "aot_function", layout)
+    monkeypatch.setitem(compile_check.RESTRICTED, ("jvp", "aot_function", "layout"), (fixed,))
+    assert not compile_check.restricted("jvp", "aot_function", layout)
+    monkeypatch.setitem(compile_check.CONTIGUOUS_DIRECTION, ("jvp", "inductor"), (fixed,))
+    assert not compile_check.contiguous_direction("jvp", "inductor")
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor", "aot_function"])
+def test_jvp_directions_are_contiguous_where_dynamic_shapes_copy_them(backend):
     """JVP_TANGENT_COPY_DYNAMIC: under aot_eager and inductor a tangent in
     another layout than its (contiguous) primal raises, an expanded one too
-    (record 2def52e7055c03dd); elsewhere every layout is drawn."""
-    from fuzzdiff.checks.compile import CONTIGUOUS_DIRECTION
+    (record 2def52e7055c03dd); elsewhere, and in a torch that fixed it, every
+    layout is drawn."""
+    from fuzzdiff.checks.compile import contiguous_direction
+    from fuzzdiff.config import FuzzConfig
 
-    strategy = case_strategy(CHECK, get_target("sin"))
-    layouts: dict[bool, set[str]] = {True: set(), False: set()}
+    check = CHECK.configured(FuzzConfig(compile_backends=(backend,), compile_transforms=("jvp",)))
+    strategy = case_strategy(check, get_target("sin"))
+    layouts: set[str] = set()
 
-    @settings(max_examples=300, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=200, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(strategy)
     def draw(case):
-        if "direction" in case.params:
-            pair = (case.params["transform"], case.params["backend"])
-            layouts[pair in CONTIGUOUS_DIRECTION].add(case.params["direction"]["layout"])
+        if case.params.get("transform") == "jvp":
+            layouts.add(case.params["direction"]["layout"])
 
     draw()
-    assert layouts[True] == {"contiguous"}
-    assert {"expanded", "transposed"} <= layouts[False]
+    if contiguous_direction("jvp", backend):
+        assert layouts == {"contiguous"}
+    else:
+        assert {"expanded", "transposed"} <= layouts
+    assert contiguous_direction("jvp", backend) == (backend != "aot_function" and JVP_TANGENT_COPY_DYNAMIC.present)
 
 
-def test_inductor_still_drops_the_tangents_of_dual_inputs():
-    """The torch behaviour behind the (dual, inductor) restriction: when this
-    fails, torch has fixed it and the restriction can go."""
+def test_inductor_drops_the_tangents_of_dual_inputs_exactly_while_its_restriction_holds():
+    """The torch behaviour behind the (dual, inductor) restriction, on the torch
+    at hand: the restriction's discrepancy is present exactly where torch drops
+    them (a torch that fixed it draws the pair again)."""
     import torch.autograd.forward_ad as fwAD
 
     x, u = torch.linspace(-1, 1, 3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
     with path.dynamo_settings(), fwAD.dual_level():
         out = torch.compile(torch.sin, backend="inductor")(fwAD.make_dual(x, u))
-        assert fwAD.unpack_dual(out).tangent is None
+        assert (fwAD.unpack_dual(out).tangent is None) == DUAL_INDUCTOR_NO_TANGENTS.present
 
 
 def test_broken_transforms_are_caught(monkeypatch):
@@ -290,8 +343,9 @@ def test_lost_tangents_are_caught(monkeypatch):
 def test_a_transform_eager_cannot_apply_is_unsupported():
     # an autograd.Function without a vmap rule: eager vmap refuses it
     sin = Target("unit_sin_function", zoo.Sin.apply, "x: n")
-    case = transformed(find(case_strategy(CHECK, sin), lambda c: "transform" in c.params, settings=FIND),
-                       "vmap", "aot_eager")
+    case = transformed(
+        find(case_strategy(CHECK, sin), lambda c: "transform" in c.params, settings=FIND), "vmap", "aot_eager"
+    )
     verdict = run_check(CHECK, sin, case)
     assert verdict.kind == "unsupported" and "vmap" in verdict.message, verdict
 
@@ -300,8 +354,9 @@ def test_a_random_function_under_the_vmap_transform_is_unsupported():
     # vmap's default randomness="error" refuses random ops, eager and compiled alike
     # (torch.svd_lowrank draws its projection: a campaign reported it as a failure)
     noisy = Target("unit_noisy_sin", lambda x: x.sin() + 0 * torch.rand_like(x), "x: n")
-    case = transformed(find(case_strategy(CHECK, noisy), lambda c: "transform" in c.params, settings=FIND),
-                       "vmap", "aot_eager")
+    case = transformed(
+        find(case_strategy(CHECK, noisy), lambda c: "transform" in c.params, settings=FIND), "vmap", "aot_eager"
+    )
     verdict = run_check(CHECK, noisy, case)
     assert verdict.kind == "unsupported" and "random" in verdict.message, verdict
 
@@ -311,8 +366,11 @@ def test_a_dropped_custom_backward_is_found_by_the_reverse_transforms_only():
     differentiated outside and the forward-mode transforms are right, and
     compile(grad(f)) and compile(vjp(f)) drop its backward; its twin passes."""
     p = zoo.by_name("sin_no_grad_fast_path")
-    base = find(case_strategy(CHECK, p.bug), lambda c: "transform" in c.params and math.prod(c.args[0].shape) > 1
-                and c.dtype == "float64", settings=FIND)
+    base = find(
+        case_strategy(CHECK, p.bug),
+        lambda c: "transform" in c.params and math.prod(c.args[0].shape) > 1 and c.dtype == "float64",
+        settings=FIND,
+    )
     for transform in path.TRANSFORMS:
         case = transformed(base, transform, "aot_eager")
         bug, twin = run_check(CHECK, p.bug, case), run_check(CHECK, p.twin, case)
@@ -389,9 +447,9 @@ def test_a_function_that_calls_numpy_fails_no_check_but_compiled_torch_func_grad
     autograd.grad, and a graph break without the Function are right):
     PyTorch's bug, found here and reported as a failure of that transform."""
     report = fuzzdiff.check(NumpySin.apply, "x: n m", seed=0, max_examples=12, corpus=tmp_path)
-    assert all(
-        f.check == "compile" and f.case.params["transform"] in ("grad", "vjp") for f in report.failures
-    ), report.summary()
+    assert all(f.check == "compile" and f.case.params["transform"] in ("grad", "vjp") for f in report.failures), (
+        report.summary()
+    )
     assert report.row("compile")["unsupported"] > 0 and report.row("compile")["passed"] > 0, report.summary()
     assert report.row("grad")["passed"] > 0
 
