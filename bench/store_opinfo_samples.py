@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fuzzdiff.corpus import OPINFO, iter_records, read_record, store_opinfo_sample
+from fuzzdiff.corpus import iter_records, read_record, store_opinfo_sample
+from fuzzdiff.record import OPINFO
 
 
 def main(argv: list[str]) -> int:

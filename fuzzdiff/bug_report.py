@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from fuzzdiff.corpus import Record
 from fuzzdiff.corpus_causes import op_of, severity
 from fuzzdiff.known import Known
+from fuzzdiff.record import Record
 from fuzzdiff.script import standalone_script
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import headline

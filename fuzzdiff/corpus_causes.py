@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from fuzzdiff.corpus import Record
 from fuzzdiff.features import case_features
 from fuzzdiff.known import Known
+from fuzzdiff.record import Record
 from fuzzdiff.root_cause import TRIGGERS, message_pattern
 from fuzzdiff.verdict import Verdict, identity
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fuzzdiff.corpus import Record, mark
+from fuzzdiff.corpus import mark
+from fuzzdiff.record import Record
 from fuzzdiff.releases import release
 from fuzzdiff.repro import load, mismatch, replay
 from fuzzdiff.verdict import Verdict

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fuzzdiff.case import Probe, probe_like
+from fuzzdiff.values import Probe, probe_like
 
 __all__ = ["probe", "probes_like", "directions", "dot", "absdot", "dot_and_scale", "widened", "PROBE_KEYS"]
 

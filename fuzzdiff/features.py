@@ -10,7 +10,8 @@ rounds (fuzzdiff.schedule).
 
 from __future__ import annotations
 
-from fuzzdiff.case import Arg, Case, Layout
+from fuzzdiff.case import Arg, Case
+from fuzzdiff.layout import Layout
 
 __all__ = ["case_features", "arg_features", "relaid"]
 

@@ -88,7 +88,7 @@ _encode = json.JSONEncoder(separators=(",", ":"), default=_fields).encode
 
 
 def case_json(case) -> str:
-    """The case as JSON that ``fuzzdiff.case.case_from_json`` reads back."""
+    """The case as JSON that ``fuzzdiff.record.case_from_json`` reads back."""
     return _encode(case)
 
 
@@ -299,7 +299,7 @@ def recover(root: Path | str, *, cause: str | None = None, stale_after: float = 
         hang_path = entry.with_suffix(".hang")
         if k >= 0 and info is not None:
             # startup time: torch is imported only when there is an entry to recover
-            from fuzzdiff.case import case_from_json
+            from fuzzdiff.record import case_from_json
 
             try:
                 case = case_from_json(info["case"], where="journal.case").reseeded(k)
@@ -386,7 +386,7 @@ def record_inflight(root: Path | str, entry: Inflight, cause: str | None = None)
     """The ``crash`` (or ``timeout``) record of a dead process's example in
     flight, written under ``root`` as ``recover`` writes it."""
     # startup time: torch is imported only when there is an entry to record
-    from fuzzdiff.case import case_from_json
+    from fuzzdiff.record import case_from_json
 
     case = case_from_json(entry.info["case"], where="journal.case").reseeded(entry.variant)
     return _record(root, Path(entry.name), entry.info, entry.variant, entry.info["check"], case, entry.hang, cause)

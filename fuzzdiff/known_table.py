@@ -22,9 +22,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fuzzdiff.corpus import Record, iter_records, read_record
+from fuzzdiff.corpus import iter_records, read_record
 from fuzzdiff.corpus_causes import root_causes, severity
 from fuzzdiff.known import Known
+from fuzzdiff.record import Record
 from fuzzdiff.releases import release
 from fuzzdiff.targets import all_targets, discrepancies, get_target
 from fuzzdiff.targets.discrepancies import EAGER_CHECKS

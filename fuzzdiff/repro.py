@@ -16,7 +16,8 @@ from fuzzdiff.blame import Blame, blame, gather
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.corpus import CorpusError, Record, read_record
+from fuzzdiff.corpus import read_record
+from fuzzdiff.record import CorpusError, Record
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets import UnknownTarget, get_target
 from fuzzdiff.targets.recipe import ModuleFunction, references

@@ -25,13 +25,9 @@ import sys
 import torch
 
 from fuzzdiff.config import default_corpus
-from fuzzdiff.corpus import (
-    CorpusError,
-    iter_records,
-    read_record,
-    rewrite_record,
-)
+from fuzzdiff.corpus import iter_records, read_record, rewrite_record
 from fuzzdiff.draws import SCHEME
+from fuzzdiff.record import CorpusError
 from fuzzdiff.repro import mismatch, replay
 
 __all__ = ["rerecord", "main"]

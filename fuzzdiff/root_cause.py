@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 import re
 
-from fuzzdiff.case import Case, Layout
+from fuzzdiff.case import Case
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.features import case_features
 from fuzzdiff.known import Known
 from fuzzdiff.ladder import replay_only
+from fuzzdiff.layout import Layout
 from fuzzdiff.runner import verdict_at
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict, headline, identity, mismatch

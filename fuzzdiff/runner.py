@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
 
 from fuzzdiff import cuda_context, torch_state
-from fuzzdiff.case import Case, CaseError
+from fuzzdiff.case import Case
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.checks.check import ProbeParams
 from fuzzdiff.ladder import Ladder
+from fuzzdiff.layout import CaseError
 from fuzzdiff.paths.seeded import reseeding, run_seeded
 from fuzzdiff.precision import cuda_present, ieee_float32
 from fuzzdiff.raised import Raised, raised

@@ -99,7 +99,7 @@ def mismatch(recorded: Verdict, replayed: Verdict) -> str | None:
     if exception is not None and replayed.errors.get("exception") != exception:
         return f"recorded a raised {exception}, replayed {_first_line(replayed.message)[:300]}"
     if exception is not None and error_shape(replayed) != error_shape(recorded):
-        # the same type with another message is another error (fuzzdiff.corpus.signature)
+        # the same type with another message is another error (fuzzdiff.record.signature)
         return f"recorded {_first_line(recorded.message)[:300]!r}, replayed {_first_line(replayed.message)[:300]!r}"
     if exception is None and recorded.kind == "fail" and identity(replayed) != identity(recorded):
         return f"recorded {identity(recorded)!r}, replayed {_first_line(replayed.message)[:300]}"

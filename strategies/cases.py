@@ -12,9 +12,11 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
 
 from fuzzdiff.arguments import ArgKind, FromShapes, Index, Mask
-from fuzzdiff.case import Arg, Case, Layout, Values
+from fuzzdiff.case import Arg, Case
+from fuzzdiff.layout import Layout
 from fuzzdiff.spec import ArgSpec
 from fuzzdiff.structures import MATRIX_STRUCTURES
+from fuzzdiff.values import Values
 from strategies._drawing import planned
 from strategies.aliasing import draw_aliasing
 from strategies.dtypes import dtypes as dtype_strategy

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn
 
-from fuzzdiff.case import FINITE_SPECIALS, SPECIALS, STRUCTURES, Values
+from fuzzdiff.structures import STRUCTURES
+from fuzzdiff.values import FINITE_SPECIALS, SPECIALS, Values
 from strategies._drawing import eager, integers, planned
 
 __all__ = ["values", "values_plan", "draw_values", "ValuesPlan", "sampling_interval", "GRIDS"]
@@ -99,7 +100,7 @@ def values(plan: ValuesPlan) -> st.SearchStrategy[Values]:
 
     ``specials=True`` means the finite ones (±0, tiny, subnormal, huge); pass names
     (e.g. ``("inf", "nan")``) for non-finite ones, which derivative checks cannot judge.
-    ``structures`` (names from ``fuzzdiff.case.STRUCTURES``) may put the values
+    ``structures`` (names from ``fuzzdiff.structures.STRUCTURES``) may put the values
     at a structured point: ties, exact zeros, identity or diagonal matrices,
     repeated singular values, large values (fuzzdiff.structures).
     Shrinks toward seed 0, the coarse grid, no specials and no structure.

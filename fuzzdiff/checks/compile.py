@@ -45,13 +45,14 @@ import torch
 from hypothesis import reject
 from hypothesis import strategies as st
 
-from fuzzdiff.case import Case, Layout
+from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.checks.opcheck import custom_op
 from fuzzdiff.compare import Discrepancy, result_discrepancy
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.known import Known
 from fuzzdiff.ladder import Ladder, Step
+from fuzzdiff.layout import Layout
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.steps import float64_margin, identical_to, neighbours, replay
 from fuzzdiff.targets import discrepancies as known

@@ -13,11 +13,12 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff import draws
-from fuzzdiff.case import Case, Inputs
+from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check
 from fuzzdiff.confirm import Measurement, judge
 from fuzzdiff.directions import absdot, directions, dot, dot_and_scale, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
+from fuzzdiff.materialize import Inputs
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.numerical import ROUNDOFF64, directional_difference, one_sided_differences, split_differences
 from fuzzdiff.paths.reverse import vjp

@@ -13,10 +13,11 @@ from rich.table import Table
 
 from fuzzdiff import repro
 from fuzzdiff.commands.options import UsageError, allowed_imports, corpus_root, record_path
-from fuzzdiff.corpus import STATUSES, CorpusError, iter_records, merge, read_record
+from fuzzdiff.corpus import iter_records, merge, read_record
 from fuzzdiff.corpus_causes import root_causes
 from fuzzdiff.corpus_replay import NEWS, mark_outcome, outcome
 from fuzzdiff.known_table import signatures
+from fuzzdiff.record import STATUSES, CorpusError
 from fuzzdiff.targets.recipe import references
 
 __all__ = [

@@ -33,10 +33,11 @@ from fuzzdiff.commands.options import (
 )
 from fuzzdiff.commands.run_display import LiveView, coverage_line, nodes_line, nodes_meta, run_table
 from fuzzdiff.commands.signals import stops_interrupt
-from fuzzdiff.corpus import CorpusError, default_root, read_record
+from fuzzdiff.corpus import default_root, read_record
 from fuzzdiff.corpus_causes import root_causes
 from fuzzdiff.journal import recover
 from fuzzdiff.plan import plan
+from fuzzdiff.record import CorpusError
 from fuzzdiff.report import pair_rows, write_report
 from fuzzdiff.schedule import Shard
 from fuzzdiff.targets import all_targets

@@ -22,8 +22,9 @@ from typing import NamedTuple
 import torch
 from torch.utils._pytree import tree_leaves
 
-from fuzzdiff.case import Case, Layout
+from fuzzdiff.case import Case
 from fuzzdiff.directions import directions, probes_like
+from fuzzdiff.layout import Layout
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.result import Result

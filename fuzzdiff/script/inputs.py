@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fuzzdiff.case import Case, Layout
+from fuzzdiff.case import Case
+from fuzzdiff.layout import Layout
 from fuzzdiff.script.literals import storage_literal
 
 __all__ = ["InputsCode", "inputs_code"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from fuzzdiff.case import Layout
+from fuzzdiff.layout import Layout
 
 __all__ = ["ScriptError", "value_literal", "tensor_literal", "storage_literal", "dtype_name", "INLINE_LIMIT", "WIDTH"]
 

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from fuzzdiff.arguments import ArgKind, FromShapes, Index, Mask, NoGrad
-from fuzzdiff.case import STRUCTURES
 from fuzzdiff.known import Known
 from fuzzdiff.spec import ArgSpec, parse_spec
+from fuzzdiff.structures import STRUCTURES
 
 __all__ = ["Target", "Tol", "Only", "Index", "Mask", "NoGrad", "FromShapes", "ArgKind"]
 

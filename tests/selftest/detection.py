@@ -21,9 +21,10 @@ from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, Phase, settings
 
-from fuzzdiff.case import Case, Layout
+from fuzzdiff.case import Case
 from fuzzdiff.checks import get_check
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
+from fuzzdiff.layout import Layout
 from fuzzdiff.runner import run_check
 from tests.selftest.zoo import ZOO, Planted
 

@@ -16,14 +16,17 @@ from dataclasses import replace
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from fuzzdiff.case import Case, Layout
+from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS, Check, get_check
 from fuzzdiff.directions import probes_like
 from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz
 from fuzzdiff.known import matching
+from fuzzdiff.layout import Layout
 from fuzzdiff.paths.function import leaf_function
+from fuzzdiff.record import case_from_json
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets import all_targets
 from fuzzdiff.targets.target import Target
@@ -165,7 +168,7 @@ def test_bug_is_found(p: Planted):
     assert shows_trigger(p, e.case, e.verdict), (
         f"the shrunk case does not show {p.trigger}: {e}")
     # the shrunk case replays without Hypothesis, from its JSON
-    again = Case.from_json(e.case.to_json())
+    again = case_from_json(e.case.to_json())
     assert run_check(p.check, p.bug, again).failed
 
 

@@ -26,9 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd import Function
 
-from fuzzdiff.case import Layout
-from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
-from fuzzdiff.targets.discrepancies import FUNCTION_JVP_DROPPED_AT_DUALS
+from fuzzdiff.layout import Layout
+from fuzzdiff.targets.discrepancies import FUNCTION_JVP_DROPPED_AT_DUALS, NESTED_JVP_FUNCTION
 from fuzzdiff.targets.target import Target
 
 __all__ = ["Planted", "ZOO", "TRIGGERS", "by_name"]

@@ -1,17 +1,18 @@
 """fuzzdiff.blame: whose bug a failure is, PyTorch's or the code's, with the evidence."""
 
 import torch
+from fdhelpers import WrongSquare
 
 from fuzzdiff.blame import PYTORCH, USER, Evidence, blame, gather
-from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.checks import get_check
 from fuzzdiff.inspection import COMPILING, LAYOUT, RANDOM, inspect_call
 from fuzzdiff.raised import raised
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.standin import stand_in
 from fuzzdiff.targets.target import Target
+from fuzzdiff.values import Values
 from fuzzdiff.verdict import Verdict
-from fdhelpers import WrongSquare
 
 PROBES = {
     "cotangent": {"seed": 1, "layout": "contiguous", "zeros": 0.0},

@@ -15,13 +15,14 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from torch.autograd import Function
 
-from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.checks.checkpoint import CHECK, params
 from fuzzdiff.known import matching
 from fuzzdiff.runner import case_strategy, run_check
-from fuzzdiff.targets.catalog.random_layers import RRELU_EARLY_STOP
 from fuzzdiff.targets import get_target
+from fuzzdiff.targets.catalog.random_layers import RRELU_EARLY_STOP
 from fuzzdiff.targets.target import Target
+from fuzzdiff.values import Values
 from tests.selftest.zoo import by_name
 
 DROP_PATH = by_name("drop_path_python_random")

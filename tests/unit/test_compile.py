@@ -19,6 +19,7 @@ from fuzzdiff.checks import get_check
 from fuzzdiff.checks.compile import DESCRIBED
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.programs import Program
+from fuzzdiff.record import case_from_json
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.discrepancies import (
@@ -97,7 +98,7 @@ def test_backend_is_drawn_and_replays_from_json():
     strategy = case_strategy(CHECK, get_target("sin"))
     for backend in path.BACKENDS:
         case = find(strategy, lambda c: c.params["backend"] == backend, settings=FIND)
-        assert Case.from_json(case.to_json()).params["backend"] == backend
+        assert case_from_json(case.to_json()).params["backend"] == backend
 
 
 # -- broken compiled paths are caught ---------------------------------------------------
@@ -239,7 +240,7 @@ def test_transforms_are_drawn_for_functional_targets_and_replay_from_json():
     strategy = case_strategy(CHECK, get_target("sin"))
     for transform in path.TRANSFORMS:
         case = find(strategy, lambda c: c.params.get("transform") == transform, settings=FIND)
-        assert Case.from_json(case.to_json()).params["transform"] == transform
+        assert case_from_json(case.to_json()).params["transform"] == transform
     # a target that writes its inputs: the transforms do not apply, nothing is drawn
     case = find(case_strategy(CHECK, get_target("program_inplace")), lambda c: True, settings=FIND)
     assert "transform" not in case.params
@@ -413,7 +414,8 @@ def sin_scaled_by_a_list(x):
 
 
 def _hand_case(target: Target, backend: str, transform: str) -> Case:
-    from fuzzdiff.case import Arg, Values
+    from fuzzdiff.case import Arg
+    from fuzzdiff.values import Values
 
     probe = {"seed": 1, "layout": "contiguous", "zeros": 0.0}
     params = {"backend": backend, "transform": transform, "cotangent": probe, "direction": probe, "batch": 2}

@@ -8,18 +8,20 @@ import pickle
 import subprocess
 import sys
 from dataclasses import replace
-
 from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from fuzzdiff.case import Alias, Arg, Case, Layout, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.cli import main
-from fuzzdiff.corpus import INLINE_LIMIT, CorpusError, iter_records, read_record, write_record
+from fuzzdiff.corpus import iter_records, read_record, write_record
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
+from fuzzdiff.layout import Alias, Layout
+from fuzzdiff.record import INLINE_LIMIT, CorpusError
 from fuzzdiff.repro import replay
+from fuzzdiff.values import Values
 from fuzzdiff.verdict import Verdict
 
 FAIL = Verdict("fail", "planted", {"abs_error": 1.0, "scale": 2.0})
@@ -327,7 +329,8 @@ def test_merge_deduplicates_on_id_and_keeps_data_files(tmp_path, capsys):
 
 
 def test_two_errors_of_one_pair_are_two_records_and_one_error_at_other_sizes_is_one():
-    from fuzzdiff.corpus import _record_id, signature
+    from fuzzdiff.corpus import _record_id
+    from fuzzdiff.record import signature
     from fuzzdiff.verdict import Verdict
 
     case = Case("mse_loss", (Arg((2,)), Arg((2,))))

@@ -20,11 +20,11 @@ import pytest
 from hypothesis import given, settings
 
 import fuzzdiff
-from fuzzdiff.case import case_from_json
 from fuzzdiff.checks import get_check
 from fuzzdiff.corpus import read_record
 from fuzzdiff.fuzzing import fuzz
 from fuzzdiff.journal import INFLIGHT, Journal, case_json, recover
+from fuzzdiff.record import case_from_json
 from fuzzdiff.repro import replay
 from fuzzdiff.runner import case_strategy
 from fuzzdiff.targets import get_target
@@ -242,7 +242,7 @@ def test_a_crashed_xdist_worker_is_recorded_by_the_same_session(aborting):
                                            ("", "inconclusive"), ("garbage\n", "inconclusive")])
 def test_a_crash_replay_keeps_the_childs_verdict_and_never_invents_a_pass(printed, kind, monkeypatch):
     from fuzzdiff import repro
-    from fuzzdiff.corpus import Record
+    from fuzzdiff.record import Record
     from fuzzdiff.verdict import Verdict
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, printed, ""))
     record = Record("x", "grad", _drawn_cases(1)[0], Verdict("crash", "died"), "open", path=Path("x.json"))

@@ -11,11 +11,12 @@ import pytest
 import torch
 from hypothesis import HealthCheck, find, settings
 
-from fuzzdiff.case import Arg, Case, Probe, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.checks import CHECKS, device
 from fuzzdiff.fuzzing import fuzz
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
+from fuzzdiff.values import Probe, Values
 from strategies.cases import cases
 
 CUDA = torch.cuda.is_available()

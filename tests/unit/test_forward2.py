@@ -64,8 +64,9 @@ def test_a_nan_second_derivative_where_the_function_itself_is_nan_is_inconclusiv
     away: the finite differences see 0, every identity nan; no derivative to check."""
     import torch
 
-    from fuzzdiff.case import Arg, Case, Values
+    from fuzzdiff.case import Arg, Case
     from fuzzdiff.targets.target import Target
+    from fuzzdiff.values import Values
 
     case = Case("corrcoef_rows", (Arg((2, 3), Values(seed=1, low=0.75, high=0.75)),),
                 params={"cotangent": {"seed": 1}, "direction": {"seed": 2}, "second": {"seed": 3}})
@@ -105,8 +106,10 @@ def test_a_second_derivative_through_a_kink_of_a_repeated_argument_is_inconclusi
     derivatives are nan there, the finite differences of a constant 0. A
     neighbour that passes x twice never leaves the kink; one that unties the
     arguments does, and the discrepancy vanishes there."""
-    from fuzzdiff.case import Alias, Arg, Case, Values
+    from fuzzdiff.case import Arg, Case
+    from fuzzdiff.layout import Alias
     from fuzzdiff.targets.target import Target
+    from fuzzdiff.values import Values
 
     values = Values(seed=1, low=-2.0, high=2.0)
     case = Case("dist", (Arg((3, 4), values), Arg((3, 4), values, alias=Alias(0, "same"))),
@@ -122,8 +125,9 @@ def test_a_finite_second_derivative_where_the_first_is_nan_is_inconclusive():
     reads 0 through the clamp (its jvp drops a nan input's tangent). The
     finite differences' round-off, taken from the gradient at the point, is
     nan: no tolerance could pass, and there is no derivative to check."""
-    from fuzzdiff.case import Arg, Case, Values
+    from fuzzdiff.case import Arg, Case
     from fuzzdiff.targets.target import Target
+    from fuzzdiff.values import Values
 
     case = Case("corrcoef_rows", (Arg((2, 3), Values(seed=1, low=-2.0, high=2.0, constant=(1,))),),
                 params={"cotangent": {"seed": 1}, "direction": {"seed": 2}, "second": {"seed": 3}})
@@ -139,8 +143,10 @@ def test_a_float32_nan_at_a_repeated_argument_is_inconclusive_though_the_neighbo
     nan, not the rounding, was the discrepancy: it is gone there. And the
     untied copy stays put while x moves, so that the tie breaks even when two
     clipped steps would coincide."""
-    from fuzzdiff.case import Alias, Arg, Case, Layout, Values
+    from fuzzdiff.case import Arg, Case
+    from fuzzdiff.layout import Alias, Layout
     from fuzzdiff.targets.target import Target
+    from fuzzdiff.values import Values
 
     values = Values(seed=0, low=-8.7, high=8.9, grid=0.25, constant=(0, 1))
     one = Layout(storage_size=1, strides=(0, 0))

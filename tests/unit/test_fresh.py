@@ -1,8 +1,9 @@
 """fuzzdiff.fresh: a failure is replayed in a fresh process before it is the target's."""
 
 import fuzzdiff
-from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.fresh import FreshProcess
+from fuzzdiff.values import Values
 from fuzzdiff.verdict import Verdict
 
 # A function whose backward depends on the state of its process: right in a

@@ -249,12 +249,12 @@ def _normalized_product(x):
 @pytest.mark.parametrize("check", ["gradgrad", "forward2"])
 @pytest.mark.parametrize("grad", ["leaf", "view"])  # a view's leaf holds other values around it
 def test_a_function_that_changes_below_the_step_at_zero_is_no_failure(check, grad):
-    from fuzzdiff.case import Case
+    from fuzzdiff.record import case_from_json
     from fuzzdiff.runner import run_check
     from fuzzdiff.targets.target import Target
 
     probe = {"layout": "contiguous", "seed": 0, "zeros": 0.0}
-    case = Case.from_json({
+    case = case_from_json({
         "target": "normalized_product", "dtype": "float64", "device": "cpu", "kwargs": {},
         "args": [{"shape": [3], "grad": grad, "layout": {"offset": 1, "storage_size": 2, "strides": [0]},
                   "values": {"seed": 0, "low": -2.0, "high": 2.0, "constant": [0], "structure": [["zeros", 0]]}}],
@@ -282,11 +282,11 @@ def test_float32_at_tied_large_values_is_judged_by_their_conditioning():
     implementation; tied, shifted values once kept the conditioning nudge
     from moving them at all (snapped back to their levels), and that was
     reported as a failure."""
-    from fuzzdiff.case import Case
+    from fuzzdiff.record import case_from_json
     from fuzzdiff.runner import run_check
     from fuzzdiff.targets.target import Target
 
-    case = Case.from_json({
+    case = case_from_json({
         "target": "rodrigues", "dtype": "float32", "device": "cpu", "kwargs": {},
         "args": [{"shape": [3], "grad": "leaf", "values": {
             "seed": 0, "low": -2.0, "high": 2.0, "grid": 0.25, "structure": [["ties", 0], ["offset", 90]]}}],

@@ -9,12 +9,13 @@ import pytest
 import torch
 from hypothesis import settings
 
-from fuzzdiff.case import Arg, Case, Layout
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.checks import CHECKS, UnknownCheck, validate
 from fuzzdiff.config import default_corpus
 from fuzzdiff.corpus import iter_records, read_record
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.known import NOT_NONE, Known, matching
+from fuzzdiff.layout import Layout
 from fuzzdiff.targets import all_targets, get_target
 from fuzzdiff.targets.target import Only
 from fuzzdiff.verdict import Verdict

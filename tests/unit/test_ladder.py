@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.checks.check import Check
 from fuzzdiff.compare import Discrepancy
 from fuzzdiff.confirm import EPS, Measurement, judge
@@ -28,6 +28,7 @@ from fuzzdiff.steps import (
 )
 from fuzzdiff.targets import get_target
 from fuzzdiff.tolerance import Tolerance
+from fuzzdiff.values import Values
 from fuzzdiff.verdict import Verdict
 
 

@@ -12,9 +12,11 @@ from dataclasses import replace
 
 import torch
 from fdhelpers import MATRIX, UNARY, UNARY4, bitwise_equal, nan_equal, offsets, target
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from fuzzdiff.case import Arg, Case, Layout
+from fuzzdiff.case import Arg, Case
+from fuzzdiff.layout import Layout
 from strategies import cases, layouts, shapes, values
 
 SPECIAL = target("x: a b", torch.exp, "unit_exp_specials",
@@ -82,8 +84,9 @@ def test_stride_zero_values_are_constant_along_expanded_dims(case):
 
 def test_expanded_without_constant_values_is_rejected():
     # a stride-0 layout cannot show values that vary along that dim: say so, never fake it
-    from fuzzdiff.case import CaseError
     import pytest
+
+    from fuzzdiff.layout import CaseError
     case = Case("unit", (Arg((3, 2), layout=Layout(2, (0, 1), 0)),))
     with pytest.raises(CaseError, match="stride 0"):
         case.materialize()
@@ -108,7 +111,7 @@ def test_cases_reach_a_stride_zero_layout_that_equals_its_twin():
 def _twins(amplify: float):
     """Two ways of one computation that differ by 1e-3, and how sharply their
     results move with the values: the sine of ``amplify`` times their sum."""
-    from fuzzdiff.case import Values
+    from fuzzdiff.values import Values
 
     def first(c, cast=None):
         x = c.materialize(requires_grad=False, cast=torch.float64).args[0]

@@ -16,12 +16,14 @@ import pytest
 import torch
 
 import fuzzdiff
-from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.cli import main
-from fuzzdiff.corpus import CorpusError, merge, read_record, write_record
+from fuzzdiff.corpus import merge, read_record, write_record
+from fuzzdiff.record import CorpusError
 from fuzzdiff.repro import load, planned_imports, replay
 from fuzzdiff.targets.recipe import NoRecipe, build, recipe, references
 from fuzzdiff.targets.user import import_object, module_definition, user_target
+from fuzzdiff.values import Values
 from fuzzdiff.verdict import Verdict
 
 REPO = Path(fuzzdiff.__file__).resolve().parents[1]

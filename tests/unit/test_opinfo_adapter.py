@@ -10,14 +10,14 @@ from dataclasses import replace
 import pytest
 import torch
 from hypothesis import HealthCheck, find, settings
+from torch.testing._internal.common_methods_invocations import tol, toleranceOverride
 from torch.testing._internal.opinfo.core import DecorateInfo
-from torch.testing._internal.common_methods_invocations import toleranceOverride, tol
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS
+from fuzzdiff.record import case_from_json
 from fuzzdiff.runner import case_strategy, run_check
-from fuzzdiff.targets import get_target, select
-from fuzzdiff.targets import opinfo
+from fuzzdiff.targets import get_target, opinfo, select
 from fuzzdiff.targets.catalog.tensorly_ops import TensorlyCall
 from fuzzdiff.targets.opinfo_known import KNOWN
 
@@ -80,9 +80,9 @@ def test_unknown_opinfo_target_is_a_clear_error():
 
 REPLAY = """
 import json, sys, torch
-from fuzzdiff.case import Case
+from fuzzdiff.record import case_from_json
 from fuzzdiff.targets import get_target
-case = Case.from_json(json.loads(sys.stdin.read()))
+case = case_from_json(json.loads(sys.stdin.read()))
 out = get_target(case.target).fn(*case.materialize(requires_grad=False).args, **case.kwargs)
 print(json.dumps([float(x).hex() for x in torch.as_tensor(out).reshape(-1).tolist()]))
 """
@@ -92,7 +92,7 @@ def test_a_case_replays_bit_for_bit_from_json_in_a_fresh_process():
     target = get_target("opinfo/addcmul@0")
     case = a_case(target, where=lambda c: any(not a.strided.is_contiguous(a.shape) for a in c.args))
     data = json.dumps(case.to_json())
-    replayed = Case.from_json(json.loads(data))
+    replayed = case_from_json(json.loads(data))
     assert replayed.to_json() == case.to_json()
     for x, y in zip(case.materialize().args, replayed.materialize().args):
         assert x.stride() == y.stride() and torch.equal(x, y)

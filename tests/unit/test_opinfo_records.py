@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, find, settings
 from torch.utils._pytree import tree_flatten
 
 from fuzzdiff.checks import CHECKS
-from fuzzdiff.corpus import CorpusError, read_record, write_record
+from fuzzdiff.corpus import read_record, write_record
+from fuzzdiff.record import CorpusError
 from fuzzdiff.repro import load, replay
 from fuzzdiff.runner import case_strategy
 from fuzzdiff.script import standalone_script
@@ -194,7 +195,8 @@ def test_the_sample_codec_refuses_what_it_cannot_store_exactly():
 
 LOAD_ONLY = """
 import sys
-from fuzzdiff.corpus import CorpusError, read_record
+from fuzzdiff.corpus import read_record
+from fuzzdiff.record import CorpusError
 record = read_record(sys.argv[1])
 assert record.opinfo_sample is not None
 try:

@@ -18,7 +18,7 @@ from fuzzdiff.commands.options import (
     resolve_config,
     split,
 )
-from fuzzdiff.corpus import CorpusError
+from fuzzdiff.record import CorpusError
 
 
 def test_lists_split_on_commas_and_spaces_alike():

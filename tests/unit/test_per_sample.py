@@ -13,15 +13,17 @@ import torch
 from fdhelpers import reach
 from torch import nn
 
-from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.checks.per_sample import CHECK
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.known import matching
 from fuzzdiff.paths import expanded as path
+from fuzzdiff.record import case_from_json
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.targets import all_targets, get_target
 from fuzzdiff.targets.target import Target
+from fuzzdiff.values import Values
 
 MODULES = [t for t in all_targets() if t.family == "modules"]
 
@@ -138,7 +140,7 @@ def test_samples_of_a_batch_differ_and_replay_from_json():
     case = plain_case("nn_linear", LINEAR, (3,), batch=4)
     x = batched_input(case)
     assert len({tuple(row.tolist()) for row in x}) == 4
-    again = Case.from_json(json.loads(json.dumps(case.to_json())))
+    again = case_from_json(json.loads(json.dumps(case.to_json())))
     a, b = path.run(get_target("nn_linear"), case), path.run(get_target("nn_linear"), again)
     assert all(torch.equal(u, v) for u, v in zip(a.expanded.tensors + a.looped.tensors, b.expanded.tensors + b.looped.tensors))
 

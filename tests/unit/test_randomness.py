@@ -20,15 +20,17 @@ import pytest
 import torch
 
 import fuzzdiff
+from fuzzdiff.case import Arg, Case
+from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.corpus import read_record
+from fuzzdiff.layout import Layout
 from fuzzdiff.random_probe import SEEDED, UNSEEDABLE, UNSEEDABLE_WARNING, probed
-from fuzzdiff.case import Arg, Case, Layout, Values
-from fuzzdiff.checks import CHECKS
 from fuzzdiff.repro import replay
 from fuzzdiff.runner import RANDOM_LOW_PRECISION_ON_CUDA, RANDOM_STRIDED_ON_CUDA, run_check
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.user import user_target
+from fuzzdiff.values import Values
 
 REPO = Path(fuzzdiff.__file__).resolve().parents[1]
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import torch
 from fdhelpers import MATRIX, PAIR, TRIPLE, UNARY, UNARY4, offsets, overlap, reach, storage_ptr
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.case import Arg, Case
+from fuzzdiff.values import Values
 from strategies import cases, layouts, shapes, values
 
 

@@ -15,11 +15,14 @@ from pathlib import Path
 import pytest
 
 import fuzzdiff
-from fuzzdiff.case import Arg, Case, Layout, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.cli import main
-from fuzzdiff.corpus import CorpusError, merge, read_record, write_record
+from fuzzdiff.corpus import merge, read_record, write_record
+from fuzzdiff.layout import Layout
+from fuzzdiff.record import CorpusError
 from fuzzdiff.repro import imports, load, replay
 from fuzzdiff.targets.user import ImportRefused, plan_import
+from fuzzdiff.values import Values
 from fuzzdiff.verdict import Verdict
 
 REPO = Path(fuzzdiff.__file__).resolve().parents[1]

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import torch
 
-from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.root_cause import message_pattern, root_cause
 from fuzzdiff.targets import Target
+from fuzzdiff.values import Values
 from fuzzdiff.verdict import Verdict, error_shape, headline
 
 
@@ -87,7 +88,8 @@ def test_a_reason_belongs_to_an_expected_record(tmp_path):
 
     import pytest
 
-    from fuzzdiff.corpus import CorpusError, mark, read_record, write_record
+    from fuzzdiff.corpus import mark, read_record, write_record
+    from fuzzdiff.record import CorpusError
 
     path, _ = write_record(tmp_path, "grad", Case("exp", (Arg((3,), Values(seed=1)),)), Verdict("fail", "wrong"))
     mark(read_record(path), "expected", reason="documented")

@@ -21,30 +21,32 @@ import os
 import subprocess
 import sys
 import textwrap
-from dataclasses import replace
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
 
-from fuzzdiff.case import Alias, Arg, Case, Layout, Values
-from fuzzdiff.compare import max_abs, mismatch
-from fuzzdiff.directions import absdot, dot
-from fuzzdiff.paths.numerical import directional_difference
-from fuzzdiff.paths.reverse import vjp
-from fuzzdiff.script.helpers import COPIED, helper_source
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.checks.opcheck import custom_op
+from fuzzdiff.compare import max_abs, mismatch
+from fuzzdiff.directions import absdot, dot
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.known import matching
-from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
+from fuzzdiff.layout import Alias, Layout
+from fuzzdiff.paths.numerical import directional_difference
+from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.script import ScriptError, scripted_checks, standalone_script
+from fuzzdiff.script.helpers import COPIED, helper_source
 from fuzzdiff.script.literals import storage_literal, tensor_literal
 from fuzzdiff.targets import NoGrad, all_targets, get_target
+from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
 from fuzzdiff.targets.target import Target
+from fuzzdiff.values import Values
 from tests.selftest.detection import fuzz_settings
 from tests.selftest.zoo import ZOO, by_name
 

@@ -14,9 +14,10 @@ import torch
 from fdhelpers import PAIR, UNARY, overlap, reach, target
 from hypothesis import HealthCheck, settings
 
-from fuzzdiff.case import Arg, Case, Layout
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.checks import get_check
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
+from fuzzdiff.layout import Layout
 from fuzzdiff.runner import case_strategy
 from strategies import cases
 
@@ -169,9 +170,9 @@ def test_every_drawn_structure_is_run_at_every_variant():
 
 
 def test_a_structure_copied_within_an_example_runs_the_next_variants(monkeypatch):
-    import fuzzdiff.fuzzing as fuzzing
     from hypothesis import strategies as st
 
+    import fuzzdiff.fuzzing as fuzzing
     from fuzzdiff.checks.check import Check
     from fuzzdiff.verdict import Verdict
     sin = target("x: n", torch.sin, "unit_sin", max_side=3)

@@ -15,12 +15,15 @@ import pytest
 import torch
 from torch.autograd import Function
 
-from fuzzdiff.case import Arg, Case, Layout, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.directions import directions
 from fuzzdiff.ladder import Doubt, Survived
+from fuzzdiff.layout import Layout
+from fuzzdiff.record import case_from_json
 from fuzzdiff.runner import run_check
 from fuzzdiff.steps import SINGULAR, neighbours
 from fuzzdiff.targets.user import user_target
+from fuzzdiff.values import Values
 
 
 def nearest_rotation(m):
@@ -132,7 +135,7 @@ def test_copies_replay_from_json_and_are_written_only_when_set():
     case = one_row(ROTATION, 3)
     assert "copies" not in case.to_json()
     copied = case.copied()
-    again = Case.from_json(json.loads(json.dumps(copied.to_json())))
+    again = case_from_json(json.loads(json.dumps(copied.to_json())))
     assert again == copied and again.copies == (0,)
     assert torch.equal(again.materialize().args[0], copied.materialize().args[0])
 

@@ -12,18 +12,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import find, given, settings, strategies as st
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument, NoSuchExample
 
-from fuzzdiff.case import STRUCTURES, Arg, Case, CaseError, Layout, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.features import arg_features
-from fuzzdiff.known import matching
 from fuzzdiff.fuzzing import fuzz
+from fuzzdiff.known import matching
+from fuzzdiff.layout import CaseError, Layout
+from fuzzdiff.record import case_from_json
 from fuzzdiff.runner import run_check
 from fuzzdiff.script import standalone_script
+from fuzzdiff.structures import STRUCTURES
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.catalog.reductions import CUMPROD_JVP_AT_ZERO
 from fuzzdiff.targets.target import Target
+from fuzzdiff.values import Values
 from strategies import cases, values
 from tests.selftest.zoo import by_name
 
@@ -78,20 +83,20 @@ def test_validation():
     with pytest.raises(ValueError, match="structured"):
         Target("t", torch.sin, "x: n", structured=("zeroes",))
     with pytest.raises(CaseError, match=r"args\[0\]\.values\.structure\[0\]"):
-        Case.from_json({"target": "sin", "args": [{"shape": [2], "values": {"structure": [["zeroes", 1]]}}]})
+        case_from_json({"target": "sin", "args": [{"shape": [2], "values": {"structure": [["zeroes", 1]]}}]})
     with pytest.raises(CaseError, match=r"structure\[0\]"):
-        Case.from_json({"target": "sin", "args": [{"shape": [2], "values": {"structure": [["zeros", -1]]}}]})
+        case_from_json({"target": "sin", "args": [{"shape": [2], "values": {"structure": [["zeros", -1]]}}]})
 
 
 def test_structure_is_stored_and_old_records_load():
     case = Case("cumprod", (Arg((2, 3), Values(seed=4, structure=(("zeros", 4),))),))
-    again = Case.from_json(json.loads(json.dumps(case.to_json())))
+    again = case_from_json(json.loads(json.dumps(case.to_json())))
     assert again == case
     assert torch.equal(again.materialize().args[0], case.materialize().args[0])
     old = case.to_json()
     for key in ("structure", "nudge_off"):
         del old["args"][0]["values"][key]
-    assert Case.from_json(old).args[0].values.structure == ()
+    assert case_from_json(old).args[0].values.structure == ()
     assert "structure:zeros" in arg_features(case.args[0])  # what a Known signature can name
 
 
@@ -212,7 +217,7 @@ def test_a_kink_still_along_u_is_seen_along_a_dense_direction():
     moves only one of them, the median is flat along u on both sides and
     along every split of u, while forward mode follows the moved one (-1.05).
     The point is a kink all the same, which a dense direction shows."""
-    case = Case.from_json({
+    case = case_from_json({
         "target": "median_dim", "dtype": "float64", "device": "cpu", "kwargs": {"dim": -1, "keepdim": False},
         "args": [{"shape": [3, 3, 4], "grad": "leaf", "layout": {"offset": 0, "storage_size": 36, "strides": [12, 4, 1]},
                   "values": {"seed": 132774, "low": -2.0, "high": 2.0, "distinct": True, "structure": [["ties", 0]]}}],
@@ -229,7 +234,7 @@ def _std_at_a_tie_seen_through_zeros() -> Case:
     with a cotangent that is zero on those columns: the second derivative is
     0 * inf = nan there, and the finite differences see 0."""
     one, minus = "0x1.0000000000000p+0", "-0x1.0000000000000p+0"
-    return Case.from_json({
+    return case_from_json({
         "target": "std", "dtype": "float64", "device": "cpu", "kwargs": {"correction": 0, "dim": 0, "keepdim": False},
         "args": [{"shape": [2, 3], "grad": "leaf", "layout": {"offset": 0, "storage_size": 6, "strides": [3, 1]},
                   "storage": {"data": [minus, one, minus, minus, one, one], "dtype": "float64", "numel": 6},
@@ -273,7 +278,7 @@ def test_a_jump_of_the_outputs_at_a_structured_point_is_not_a_wrong_second_deriv
     is continuous there, so the first derivative has equal one-sided
     differences, while the analytic second derivative is that of the point's
     own branch (record 3493d3b41d482b37): a singular point, not a failure."""
-    case = Case.from_json({
+    case = case_from_json({
         "target": "qr", "dtype": "float64", "device": "cpu", "kwargs": {},
         "args": [{"shape": [2, 2], "grad": "leaf", "layout": {"offset": 0, "storage_size": 4, "strides": [2, 1]},
                   "values": {"seed": 0, "low": -2.0, "high": 2.0, "structure": [["identity", 0]]}}],

@@ -9,12 +9,13 @@ from pathlib import Path
 import torch
 from functorch.compile import aot_function, nop
 
-from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff import torch_state
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets.target import Target
 from fuzzdiff.torch_logs import torch_logs
-from fuzzdiff import torch_state
 from fuzzdiff.torch_state import kept, snapshot
+from fuzzdiff.values import Values
 
 ROOT = Path(__file__).resolve().parents[2]
 C = torch.randn(3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))

@@ -6,10 +6,11 @@ import math
 
 import torch
 from fdhelpers import reach
-from hypothesis import assume, given, strategies as st
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from fuzzdiff import draws
-from fuzzdiff.case import FINITE_SPECIALS, Probe, Values, probe_like, special_value
+from fuzzdiff.values import FINITE_SPECIALS, Probe, Values, probe_like, special_value
 from strategies import layouts, probes, shapes, values
 
 FLOATS = (torch.float64, torch.float32)

@@ -7,10 +7,11 @@ import torch
 from hypothesis import settings
 from torch.autograd.function import once_differentiable
 
-from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets import Target
+from fuzzdiff.values import Values
 
 FEW = settings(max_examples=25, derandomize=True, database=None, deadline=None)
 

@@ -16,16 +16,27 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import InvalidArgument
 from torch.autograd import Function
 
-from fuzzdiff.case import Arg, Case, Values
+from fuzzdiff.case import Arg, Case
 from fuzzdiff.checks.vmap import CHECK
-from fuzzdiff.vmap_fallbacks import fallbacks
 from fuzzdiff.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.paths import vmap as path
+from fuzzdiff.record import case_from_json
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
-from strategies.batching import (COMPOSITIONS, IN_DIMS, OUT_DIMS, batch_sizes, batched_shape,
-                                 batching, compositions, in_dims, out_dims)
+from fuzzdiff.values import Values
+from fuzzdiff.vmap_fallbacks import fallbacks
+from strategies.batching import (
+    COMPOSITIONS,
+    IN_DIMS,
+    OUT_DIMS,
+    batch_sizes,
+    batched_shape,
+    batching,
+    compositions,
+    in_dims,
+    out_dims,
+)
 from tests.selftest.zoo import Center, _centered
 
 SHAPES = [(2, 3), (), (4,)]
@@ -191,7 +202,7 @@ def test_fuzzing_finds_the_wrong_rule_and_passes_the_right_one():
                  suppress_health_check=list(HealthCheck))
     with pytest.raises(FuzzFailure) as info:
         fuzz(CHECK, WRONG, settings=s, variants=2, structures=1)
-    again = Case.from_json(info.value.case.to_json())
+    again = case_from_json(info.value.case.to_json())
     assert run_check(CHECK, WRONG, again).failed
     tally = fuzz(CHECK, RIGHT, settings=s, variants=2, structures=1)
     assert tally.counts["pass"] == tally.examples > 0

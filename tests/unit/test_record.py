@@ -7,8 +7,10 @@ import json
 
 import pytest
 
-from fuzzdiff.case import Alias, Arg, Case, CaseError, Layout, Values
-from fuzzdiff.case import case_from_json, decode_floats
+from fuzzdiff.case import Arg, Case
+from fuzzdiff.layout import Alias, CaseError, Layout
+from fuzzdiff.record import case_from_json, decode_floats
+from fuzzdiff.values import Values
 
 
 def good_record() -> dict:
@@ -115,8 +117,3 @@ def test_decode_floats_only_decodes_the_exact_encoding():
     assert str(decode_floats({"float": float.hex(-0.0)})) == "-0.0"
     assert decode_floats({"float": 1}) == {"float": 1}
     assert decode_floats({"float": "inf", "x": 1}) == {"float": "inf", "x": 1}
-
-
-def test_case_from_json_is_a_method_alias():
-    record = good_record()
-    assert Case.from_json(record) == case_from_json(record)
