@@ -55,7 +55,8 @@ class Fill(NamedTuple):
 
 
 class _Arg(Protocol):
-    """What materializing reads of one argument (``fuzzdiff.case.Arg``)."""
+    """What materializing reads of one argument: a ``fuzzdiff.case.Arg``, described
+    by its reads because fuzzdiff.case imports this module and not the other way."""
 
     @property
     def shape(self) -> tuple[int, ...]: ...
