@@ -11,8 +11,8 @@ to be pasted into a PyTorch bug report.
 Each check contributes its computation as a ``fuzzdiff.fragment.Fragment``:
 its own ``Check.script`` (written in the check's module, calling the check's
 torch-only functions, which are copied here by source), or, for the checks
-whose scripts embed batched examples, modules and compiled runs (vmap,
-per_sample, compile), a function registered in ``fuzzdiff.script.fragments``.
+whose scripts embed batched examples, modules, compiled runs and other backends (vmap,
+per_sample, compile, backend), a function registered in ``fuzzdiff.script.fragments``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from fuzzdiff.confirm import EPS
 from fuzzdiff.directions import directions, probes_like
 from fuzzdiff.features import relaid
 from fuzzdiff.paths.function import leaf_function
+from fuzzdiff.script import backend as _backend  # noqa: F401  (registers the backend fragment)
 from fuzzdiff.script import compile as _compile  # registers its fragment
 from fuzzdiff.script import module as _module  # noqa: F401  (registers a module target's code)
 from fuzzdiff.script import opinfo as _opinfo  # noqa: F401  (registers an OpInfo sample's code)
@@ -48,6 +49,7 @@ from fuzzdiff.script.literals import (
 )
 from fuzzdiff.script.source import FORBIDDEN, TargetCode, target_code
 from fuzzdiff.targets import all_targets, get_target
+from fuzzdiff.targets.recipe import ModuleFunction
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
@@ -67,6 +69,7 @@ SCRIPT_NAMES = frozenset(
         "call",
         "main",
         "DTYPE",
+        "DEVICE",
         "EPS",
         "ATOL",
         "RTOL",
@@ -108,6 +111,7 @@ SCRIPT_NAMES = frozenset(
         "IN_DIMS",
         "INDICES",
         "BACKEND",
+        "on_backend",
         *_compile.TRANSFORM_NAMES,
         *HELPERS,
     }
@@ -132,6 +136,12 @@ class Context:
     names: list[str]
     inputs: InputsCode
     crashed: bool = False  # the case killed its process: a fragment must not run it
+    device: str = "cpu"  # where the script runs the case; ``case`` itself is on the CPU, where it is written
+
+    @property
+    def on_device(self) -> bool:
+        """Whether the script's tensors go to its DEVICE (tensor_literal's ``on_device``)."""
+        return self.device != "cpu"
 
     @property
     def dtype(self) -> str:
@@ -166,10 +176,18 @@ def standalone_script(
     ``found_with`` (a record's versions) goes into the header. Raises
     ScriptError for a check without a fragment or a target whose code cannot
     be written out.
+
+    A case on another device than the CPU gets a script that builds every
+    tensor as on the CPU, moves it to its ``DEVICE`` (a storage first, then
+    viewed) and exits with status 2 where that device is absent; it is written
+    from the case moved to the CPU (the draws are the same on every device),
+    so writing it needs no such device.
     """
     write = script_writer(check)
-    if case.device != "cpu":
-        raise ScriptError(f"standalone scripts run on the CPU; the case is on {case.device}")
+    device = case.device
+    if device != "cpu":
+        _check_device(device, check, target or get_target(case.target))
+        case = replace(case, device="cpu")
     if target is None:
         target = get_target(case.target)
     storages = {i: t.detach().cpu() for i, t in (storages or case.storages()).items()}
@@ -181,9 +199,10 @@ def standalone_script(
     names = _arg_names(target, code)
     if code.kwargs is not None:  # the code was written for the first names (a program)
         code = _code(target, case.kwargs, names)
-    inputs = inputs_code(case, storages, names)
+    on_device = device != "cpu"
+    inputs = inputs_code(case, storages, names, on_device=on_device)
     crashed = verdict is not None and verdict.kind == "crash"
-    ctx = Context(check, case, target, names, inputs, crashed)
+    ctx = Context(check, case, target, names, inputs, crashed, device)
     fragment: Fragment = write(ctx)
     copied, copied_imports, table = copies(fragment.copies)
     fragment = replace(fragment, helpers=(*fragment.helpers, *copied), imports=(*fragment.imports, *copied_imports))
@@ -192,7 +211,7 @@ def standalone_script(
     if clash:
         raise ScriptError(f"target {target.name!r} defines {sorted(clash)}, which the script uses for itself")
 
-    blocks = [_header(target, check, case, verdict, fragment, found_with, code)]
+    blocks = [_header(target, check, case, verdict, fragment, found_with, code, device)]
     data: list[str] = []
     blocks.append(_banner("The function under test") + _definitions(code))
     seed = _seed(target, check, case)
@@ -205,14 +224,16 @@ def standalone_script(
         blocks.append(inputs.functions)
     if fragment.other_layout:
         other = relaid(case)
-        other_inputs = inputs_code(other, other.storages(), names, suffix="_other", what=" (the other layout)")
+        other_inputs = inputs_code(
+            other, other.storages(), names, suffix="_other", what=" (the other layout)", on_device=on_device
+        )
         blocks.append(other_inputs.storages)
         blocks.append(other_inputs.functions)
         data.append(other_inputs.storages)
     if fragment.probes:
         # a crash record's case killed its process: the script's own call reproduces
         # that, and writing the script must not run it
-        probes = _probes_text(target, case, storages, fragment.probes, run_forward=not crashed)
+        probes = _probes_text(target, case, storages, fragment.probes, run_forward=not crashed, on_device=on_device)
         blocks.append(_banner("Random probes, as drawn") + probes)
         data.append(probes)
     tol = tolerance(target, check, case.torch_dtype)
@@ -227,10 +248,13 @@ def standalone_script(
     if fragment.extra:
         blocks.append(fragment.extra)
         data.append(fragment.extra)
-    blocks.append('def main():\n    print(f"torch {torch.__version__}")\n' + fragment.body)
+    version = 'print(f"torch {torch.__version__} on {DEVICE}")' if on_device else 'print(f"torch {torch.__version__}")'
+    blocks.append(f"def main():\n    {version}\n" + fragment.body)
     blocks.append('if __name__ == "__main__":\n    sys.exit(main())')
     seed = _seed(target, check, case)
     imports = _imports(code, fragment, any(re.search(r"\b(nan|inf)\b", d) for d in data), seed is not None)
+    if on_device:
+        imports = _device_block(imports, device)
     blocks.insert(1, imports)
     return "\n\n\n".join(b.strip("\n") for b in blocks) + "\n"
 
@@ -299,14 +323,37 @@ def _banner(title: str) -> str:
     return f"# {'-' * 3} {title} {'-' * max(3, 80 - len(title))}\n"
 
 
-def _header(target, check, case, verdict, fragment, found_with, code) -> str:
+def _header(target, check, case, verdict, fragment, found_with, code, device: str = "cpu") -> str:
     version = (found_with or {}).get("torch") or torch.__version__
     lines = [
         *textwrap.wrap(f"{target.name}: {fragment.summary} (check {check!r}, {case.dtype}).", 84),
         "",
-        f"Found by fuzzdiff with torch {version}. Needs only torch; run it with python.",
+        f"Found by fuzzdiff with torch {version}. "
+        + (f"Needs torch and {', '.join(sorted(code.needs))}" if code.needs else "Needs only torch")
+        + "; run it with python.",
         "It prints both sides and ends with OK, or with MISMATCH and exit status 1.",
     ]
+    if device != "cpu":
+        name = _device_name(device)
+        kind = torch.device(device).type
+        lines += [
+            "",
+            *textwrap.wrap(
+                f'It runs on {name} (DEVICE = "{device}"): without it, it prints '
+                f'"needs {name}; torch.{kind}.is_available() is False" and exits with status 2. '
+                'DEVICE = "cpu" runs the very same on the CPU.',
+                84,
+            ),
+        ]
+        if verdict is not None and verdict.kind == "crash" and kind == "cuda":
+            lines += [
+                "",
+                *textwrap.wrap(
+                    "The recorded failure is a crash: run it as CUDA_LAUNCH_BLOCKING=1 python "
+                    "SCRIPT, so that the faulting kernel raises at the call that launches it.",
+                    84,
+                ),
+            ]
     if verdict is not None:
         lines += [
             "",
@@ -345,6 +392,40 @@ def _imports(code: TargetCode, fragment: Fragment, special_floats: bool, seeded:
         sorted(set(third), key=lambda l: (l.startswith("from"), l)),
     ]
     return "\n\n".join("\n".join(g) for g in groups if g)
+
+
+def _device_name(device: str) -> str:
+    kind = torch.device(device).type
+    return {"cuda": "CUDA", "mps": "MPS", "xpu": "XPU"}.get(kind, kind)
+
+
+def _check_device(device: str, check: str, target: Target) -> None:
+    """ScriptError unless a script can run ``check`` of ``target`` on ``device``:
+    a module (per_sample's, or a module target's) is built on the CPU by the script."""
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as e:
+        raise ScriptError(f"the case's device {device!r} is not one torch knows ({e})") from None
+    if not callable(getattr(getattr(torch, kind, None), "is_available", None)):
+        raise ScriptError(
+            f"a script cannot tell whether device {device!r} is available: torch.{kind} has no is_available"
+        )
+    if check == "per_sample" or isinstance(target.fn, ModuleFunction):
+        raise ScriptError(f"a module's script builds it on the CPU; the case is on {device}")
+
+
+def _device_block(imports: str, device: str) -> str:
+    """The imports, then DEVICE and the exit (status 2) where it is absent."""
+    kind = torch.device(device).type
+    name = _device_name(device)
+    device_text = (
+        f"{_banner('The device')}"
+        f'DEVICE = "{device}"  # every tensor is built as on the CPU, then moved here; "cpu" runs it on the CPU\n'
+        f'if DEVICE != "cpu" and not torch.{kind}.is_available():\n'
+        f'    print("needs {name}; torch.{kind}.is_available() is False", file=sys.stderr)\n'
+        "    sys.exit(2)"
+    )
+    return imports + "\n\n\n" + device_text
 
 
 def _from_torch(line: str) -> bool:
@@ -387,9 +468,10 @@ def _call(code: TargetCode, names: list[str], kwargs: Mapping, seed: int | None 
     )
 
 
-def _probes_text(target: Target, case: Case, storages, keys, run_forward: bool = True) -> str:
+def _probes_text(target: Target, case: Case, storages, keys, run_forward: bool = True, on_device: bool = False) -> str:
     """Each probe global as literal tensors, computed exactly as the check draws them.
-    The cotangents need the outputs' shapes: without ``run_forward`` they are None."""
+    The cotangents need the outputs' shapes: without ``run_forward`` they are None.
+    ``on_device``: the literals go to the script's DEVICE."""
 
     def fresh():
         return {i: t.clone() for i, t in storages.items()}
@@ -426,6 +508,6 @@ def _probes_text(target: Target, case: Case, storages, keys, run_forward: bool =
         if isinstance(v, str):
             lines.append(f"{key} = {v}")
         else:
-            items = "".join(f"    {tensor_literal(t, indent='    ')},\n" for t in v)
+            items = "".join(f"    {tensor_literal(t, indent='    ', on_device=on_device)},\n" for t in v)
             lines.append(f"{key} = [\n{items}]")
     return "\n".join(lines)

@@ -92,7 +92,7 @@ def _data(ctx) -> tuple[str, bool]:
     """(the inputs as the check ran them, constants and cotangents; whether it ran with grad)."""
     case, target = ctx.case, ctx.target
     aliased = path.aliased_case(case)
-    inputs = inputs_code(aliased, aliased.storages(), ctx.names)
+    inputs = inputs_code(aliased, aliased.storages(), ctx.names, on_device=ctx.on_device)
     eager = path.run(target, case, None)
     grad = eager.grad_error is None
     written = [] if target.functional else eager.inputs
@@ -111,7 +111,9 @@ def _data(ctx) -> tuple[str, bool]:
             "" if grad else "  # eager's backward raises here (a saved tensor written in place): both run under no_grad"
         ),
         "# Cotangents: one per output, then one per argument after the call when it is written",
-        "COTANGENTS = [\n" + "".join(f"    {tensor_literal(t, indent='    ')},\n" for t in cotangents) + "]",
+        "COTANGENTS = [\n"
+        + "".join(f"    {tensor_literal(t, indent='    ', on_device=ctx.on_device)},\n" for t in cotangents)
+        + "]",
         COMPILED,
         MACHINERY,
     ]
@@ -119,9 +121,16 @@ def _data(ctx) -> tuple[str, bool]:
 
 
 TRANSFORM_MACHINERY = '''
-def target_outputs(*args):
-    """The function under test's floating-point outputs, as a tuple."""
-    return tuple(outputs(call(*args)))
+def target_outputs(fn):
+    """fn's floating-point outputs, as a tuple, with fn held in a closure, as the
+    compile check holds the function under test: dynamo specializes an int it
+    reaches through a global (an OpInfo sample's alpha=1), not one it reaches
+    through a closure, which it traces as a symbolic int."""
+
+    def floating(*args):
+        return tuple(outputs(fn(*args)))
+
+    return floating
 
 
 def compare_runs(want, got, args_want, args_got, want_tangents=None, got_tangents=None):
@@ -149,7 +158,7 @@ def _transform_data(ctx) -> str:
     """The arguments (vmap: batched), the probes and the results' names, for a transform."""
     case, target = ctx.case, ctx.target
     transform = case.params["transform"]
-    inputs = inputs_code(case, case.storages(), ctx.names)
+    inputs = inputs_code(case, case.storages(), ctx.names, on_device=ctx.on_device)
     args = path.batched_args(case, None) if transform == "vmap" else case.materialize(requires_grad=False).args
     try:
         labels = repr(path.run(target, case, None).output_names())
@@ -162,7 +171,8 @@ def _transform_data(ctx) -> str:
     wrt = path.wrt(case)
     if transform == "vmap":
         batched = "\n".join(
-            f"    args[{i}] = {tensor_literal(args[i], indent='    ')}  # {ctx.names[i]}, a batch along dim 0"
+            f"    args[{i}] = {tensor_literal(args[i], indent='    ', on_device=ctx.on_device)}"
+            f"  # {ctx.names[i]}, a batch along dim 0"
             for i in wrt
         )
         make = (
@@ -189,7 +199,7 @@ def _transform_data(ctx) -> str:
         f"# {what.get(transform, 'no probes: vmap takes none')}, one per "
         + ("output" if transform in ("grad", "vjp") else "argument at WRT")
         + "\nPROBES = [\n"
-        + "".join(f"    {tensor_literal(t, indent='    ')},\n" for t in probes)
+        + "".join(f"    {tensor_literal(t, indent='    ', on_device=ctx.on_device)},\n" for t in probes)
         + "]",
         COMPILED,
         TRANSFORM_MACHINERY,
@@ -204,7 +214,7 @@ def _transform_fragment(ctx) -> Fragment:
     if transform == "dual":
         body = lines(
             "args = transform_args()",
-            "want, want_tangents = dual_transform(target_outputs, args, WRT, PROBES)",
+            "want, want_tangents = dual_transform(target_outputs(call), args, WRT, PROBES)",
             "compiled_call = compiled(call)",
             "got_args = transform_args()",
             "got, got_tangents = dual_transform(lambda *a: outputs(compiled_call(*a)), got_args, WRT, PROBES)",
@@ -213,7 +223,7 @@ def _transform_fragment(ctx) -> Fragment:
         summary = f"{backend}: the compiled function at dual inputs vs eager: outputs and their tangents"
     else:
         body = lines(
-            f"transformed = {wrapper.__name__}(target_outputs, N_ARGS, WRT)",
+            f"transformed = {wrapper.__name__}(target_outputs(call), N_ARGS, WRT)",
             "args = transform_args()",
             "want = list(transformed(*args, *PROBES))",
             "got_args = transform_args()",

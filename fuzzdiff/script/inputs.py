@@ -17,7 +17,7 @@ import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.layout import Layout
-from fuzzdiff.script.literals import storage_literal
+from fuzzdiff.script.literals import ON_DEVICE, storage_literal
 
 __all__ = ["InputsCode", "inputs_code"]
 
@@ -75,9 +75,15 @@ def _view(expr: str, shape, lay: Layout, base_size: int) -> str:
 
 
 def inputs_code(
-    case: Case, storages: Mapping[int, torch.Tensor], names: Sequence[str], suffix: str = "", what: str = ""
+    case: Case,
+    storages: Mapping[int, torch.Tensor],
+    names: Sequence[str],
+    suffix: str = "",
+    what: str = "",
+    on_device: bool = False,
 ) -> InputsCode:
-    """Script text that rebuilds ``case``'s leaves and arguments from ``storages``."""
+    """Script text that rebuilds ``case``'s leaves and arguments from ``storages``;
+    ``on_device``: each storage moved to the script's ``DEVICE``, where the views of it are taken."""
     keys, steps, sources = case._plan
     args = case.args
     store = {o: f"{names[o]}_storage{suffix}" for o in storages}
@@ -94,7 +100,7 @@ def inputs_code(
         "# and a correct op never reads those.",
     ]
     for o, t in sorted(storages.items()):
-        lines.append(f"{store[o]} = {storage_literal(t, indent='')}")
+        lines.append(f"{store[o]} = {storage_literal(t, indent='')}{ON_DEVICE if on_device else ''}")
     storage_text = "\n".join(lines)
 
     leaf_names, leaf_lines = [], []

@@ -15,10 +15,20 @@ import torch
 
 from fuzzdiff.layout import Layout
 
-__all__ = ["ScriptError", "value_literal", "tensor_literal", "storage_literal", "dtype_name", "INLINE_LIMIT", "WIDTH"]
+__all__ = [
+    "ScriptError",
+    "value_literal",
+    "tensor_literal",
+    "storage_literal",
+    "dtype_name",
+    "INLINE_LIMIT",
+    "WIDTH",
+    "ON_DEVICE",
+]
 
 INLINE_LIMIT = 4096  # elements; more are written compactly as float.hex strings
 WIDTH = 88
+ON_DEVICE = ".to(DEVICE)"  # a CPU-built storage moved to the device a script runs on
 
 
 class ScriptError(ValueError):
@@ -136,16 +146,19 @@ def storage_literal(flat: torch.Tensor, indent: str = "    ") -> str:
     return text
 
 
-def tensor_literal(t: torch.Tensor, indent: str = "    ") -> str:
-    """A tensor with ``t``'s values, shape, strides and storage offset exactly."""
+def tensor_literal(t: torch.Tensor, indent: str = "    ", on_device: bool = False) -> str:
+    """A tensor with ``t``'s values, shape, strides and storage offset exactly;
+    ``on_device``: on the script's ``DEVICE``, its storage moved there before it
+    is viewed, so that the strides and the offset hold there too."""
     t = t.detach().cpu()
     shape = tuple(t.shape)
+    to = ON_DEVICE if on_device else ""
     # is_contiguous() ignores the strides of size-1 dims; reshape() would not keep them
     if (
         t.stride() == Layout.contiguous(shape).strides
         and t.storage_offset() == 0
         and t.untyped_storage().nbytes() == t.numel() * t.element_size()
     ):
-        return f"{storage_literal(t.reshape(-1), indent)}.reshape({shape!r})"
+        return f"{storage_literal(t.reshape(-1), indent)}{to}.reshape({shape!r})"
     storage = torch.tensor([], dtype=t.dtype).set_(t.untyped_storage())
-    return f"{storage_literal(storage, indent)}.as_strided({shape!r}, {tuple(t.stride())!r}, {t.storage_offset()})"
+    return f"{storage_literal(storage, indent)}{to}.as_strided({shape!r}, {tuple(t.stride())!r}, {t.storage_offset()})"

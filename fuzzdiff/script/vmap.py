@@ -41,11 +41,11 @@ def f(*args):
 '''.strip("\n")
 
 
-def _tensors(mapping_name: str, items, doc: str) -> str:
+def _tensors(mapping_name: str, items, doc: str, on_device: bool) -> str:
     out = [f"# {doc}", f"{mapping_name} = {{"]
     for key, tensors in items:
         out.append(f"    {key!r}: [")
-        out += [f"        {tensor_literal(t, indent='        ')}," for t in tensors]
+        out += [f"        {tensor_literal(t, indent='        ', on_device=on_device)}," for t in tensors]
         out.append("    ],")
     out.append("}")
     return "\n".join(out)
@@ -68,16 +68,19 @@ def _data(ctx) -> str:
             "EXAMPLES",
             [(e, loop.args(e)) for e in examples],
             "Example e's arguments as the loop passes them (each example its own values)",
+            ctx.on_device,
         ),
         "# The batched arguments as vmap gets them: the examples stacked at in_dims, in the drawn layout",
-        "BATCHED = [\n" + "".join(f"    {tensor_literal(t, indent='    ')},\n" for t in b.batched_args()) + "]",
+        "BATCHED = [\n"
+        + "".join(f"    {tensor_literal(t, indent='    ', on_device=ctx.on_device)},\n" for t in b.batched_args())
+        + "]",
     ]
     comp = plan.composition
     if comp in ("vmap_vjp", "vmap_grad", "vjp_vmap"):
         try:
             with torch.no_grad():
                 cots = [(index, loop.cotangents(index, loop.f(*loop.args_at(index)))) for index in plan.indices]
-            blocks.append(_tensors("COTANGENTS", cots, "Per-example cotangents, one per output"))
+            blocks.append(_tensors("COTANGENTS", cots, "Per-example cotangents, one per output", ctx.on_device))
         except Exception as e:  # noqa: BLE001 - the script raises the same in its loop
             blocks.append(f"COTANGENTS = None  # the forward raised {type(e).__name__} when this was written")
     if comp in ("vmap_jvp", "jvp_vmap"):
@@ -86,6 +89,7 @@ def _data(ctx) -> str:
                 "TANGENTS",
                 [(index, [loop.tangent(i, plan.example(index, i)) for i in b.diff]) for index in plan.indices],
                 "Per-example tangents, one per differentiable argument, for the loop",
+                ctx.on_device,
             )
         )
         blocks.append(
@@ -93,6 +97,7 @@ def _data(ctx) -> str:
                 "BATCH_TANGENTS",
                 [(index, [b.tangent(i, plan.example(index, i)) for i in b.diff]) for index in plan.indices],
                 "The same tangents, stacked for vmap",
+                ctx.on_device,
             )
         )
     return "\n\n\n".join(blocks)
