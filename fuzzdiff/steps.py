@@ -21,7 +21,7 @@ The float64 steps have three meanings, each its own factory:
   left is rounding, and precision is the dtype check's question);
 - ``float64_or_accuracy``: the identity run in float64 must fail too, or
   else the low-precision side must be wrong against its own float64 run
-  beyond what conditioning explains (fuzzdiff.confirm.against_float64);
+  beyond what conditioning explains (fuzzdiff.low_precision.against_float64);
 - ``float64_margin``: both sides round (reassociated sums): the side under
   test must be MARGIN times further from a float64 run than the other side.
 """
@@ -283,7 +283,7 @@ def float64_or_accuracy(run64: Callable[[], tuple[bool, T]], accuracy: Callable[
     too (then the mismatch is confirmed), with that run. Where float64
     agrees, whether the low-precision side is wrong is a question of
     precision: ``accuracy(run)``, its verdict against that float64 run
-    (fuzzdiff.confirm.against_float64), must be a failure."""
+    (fuzzdiff.low_precision.against_float64), must be a failure."""
 
     def step() -> Doubt | Survived:
         fails, run = run64()

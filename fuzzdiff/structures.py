@@ -88,7 +88,7 @@ def exp_limit(dtype_name: str) -> float:
 def shift(structure: Structure) -> float:
     """How far ``"offset"`` moves the values (0 without it): a nudge of a
     fraction of the range moves them by that fraction of this too, so that a
-    float32-rounding nudge (fuzzdiff.confirm's conditioning estimate) is one
+    float32-rounding nudge (fuzzdiff.low_precision's conditioning estimate) is one
     at their magnitude."""
     return max((2.0 ** (8 + k // 2 % 10) for name, k in structure if name == "offset"), default=0.0)
 

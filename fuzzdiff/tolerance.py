@@ -15,7 +15,7 @@ from fuzzdiff.targets.target import Target
 
 __all__ = ["Tolerance", "tolerance", "DEFAULTS", "LOW_PRECISION"]
 
-# the dtypes judged against float64 on the same values (fuzzdiff.confirm.against_float64)
+# the dtypes judged against float64 on the same values (fuzzdiff.low_precision.against_float64)
 LOW_PRECISION = (torch.float32, torch.complex64, torch.bfloat16, torch.float16)
 
 

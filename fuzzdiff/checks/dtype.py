@@ -3,7 +3,7 @@
 Outputs and gradients in float32 (or a half type) must match float64 within
 the dtype's tolerance, plus what the problem's own conditioning explains: the
 float64 results' change when inputs move by float32 rounding
-(fuzzdiff.confirm.against_float64, which also judges forward mode, second
+(fuzzdiff.low_precision.against_float64, which also judges forward mode, second
 derivatives and vmap in low precision). Each tensor is judged on its own scale.
 At a stride-0 input, a failure that vanishes where the repeated values move
 apart is the singular point the layout made (fuzzdiff.steps.neighbours).
@@ -15,9 +15,9 @@ import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
-from fuzzdiff.confirm import against_float64
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.ladder import Doubt
+from fuzzdiff.low_precision import against_float64
 from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.steps import identical_to, neighbours, replay

@@ -4,7 +4,7 @@
 dot-product identity, exact up to rounding) and ``<v, D_u f>`` by central
 differences in float64. In low precision, where both hold in float64 on the
 same values, ``<v, J u>`` itself is judged against its float64 value
-(fuzzdiff.confirm.against_float64): a tangent wrong only in float32 fails.
+(fuzzdiff.low_precision.against_float64): a tangent wrong only in float32 fails.
 """
 
 from __future__ import annotations

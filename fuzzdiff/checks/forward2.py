@@ -10,7 +10,7 @@ with ``(u, u')``. Each is judged on its own against central differences along
 ``u'`` of the first derivative ``<J^T w, u>`` in float64, so that an identity
 torch cannot compute (no jvp, a backward marked once_differentiable) leaves
 the others judged. In low precision each is judged against float64 too
-(fuzzdiff.confirm.against_float64).
+(fuzzdiff.low_precision.against_float64).
 
 Nested ``torch.func.jvp`` through a custom ``autograd.Function`` returns zero
 second derivatives (pytorch/pytorch#197867, docs/pages/discrepancies.md): for such targets

@@ -5,7 +5,7 @@ forward-over-reverse (the tangent of ``J^T v`` along ``u``, contracted with
 ``w``) must both equal ``(h(x + eps u) - h(x - eps u)) / 2 eps``, where ``h`` is
 evaluated by first-order autograd in float64. In low precision, where an
 identity holds in float64 on the same values, the second derivative itself is
-judged against its float64 value (fuzzdiff.confirm.against_float64).
+judged against its float64 value (fuzzdiff.low_precision.against_float64).
 
 The three computations are torch-only functions of ``f``, its leaves and the
 probes, which the standalone script copies (``script`` below).

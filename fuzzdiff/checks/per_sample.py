@@ -12,7 +12,7 @@ vmap reference where vmap cannot run the module (nn.RNN has no batching rule).
 A mismatch is replayed and tried at a neighbouring point before it is a
 failure; in low precision it must also persist in float64 on the same values,
 or, where float64 agrees, the disagreeing path must be wrong against its own
-float64 run beyond what conditioning explains (fuzzdiff.confirm.against_float64).
+float64 run beyond what conditioning explains (fuzzdiff.low_precision.against_float64).
 
 Tolerances: the three paths compute the same sums in different orders
 (ExpandedWeights forms per-sample weight gradients with einsum over unfolded
@@ -36,7 +36,8 @@ from hypothesis import strategies as st
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import Discrepancy, result_discrepancy
-from fuzzdiff.confirm import LowPrecision, confirm_mismatch
+from fuzzdiff.confirm import confirm_mismatch
+from fuzzdiff.low_precision import LowPrecision
 from fuzzdiff.paths import expanded as path
 from fuzzdiff.steps import identical_to, replay
 from fuzzdiff.targets.target import Target

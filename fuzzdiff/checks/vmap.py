@@ -10,7 +10,7 @@ on its own scale. A mismatch is replayed and tried at a neighbouring point
 before it is a failure; in low precision it must also persist in float64 on
 the same values, or, where float64 agrees, the vmapped results must be wrong
 against their float64 run beyond what the problem's conditioning explains
-(fuzzdiff.confirm.against_float64). Missing batching rules are "unsupported";
+(fuzzdiff.low_precision.against_float64). Missing batching rules are "unsupported";
 ops vmap runs through its slow fallback are reported (``fallbacks``), never
 failed.
 Targets that draw random numbers are excluded: a loop and vmap consume the
@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.compare import result_discrepancy
-from fuzzdiff.confirm import LowPrecision, confirm_mismatch
+from fuzzdiff.confirm import confirm_mismatch
+from fuzzdiff.low_precision import LowPrecision
 from fuzzdiff.paths import vmap as path
 from fuzzdiff.steps import identical_to, replay
 from fuzzdiff.targets.target import Target

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fuzzdiff.api import COMPILE_STRATA, STRATUM_EXAMPLES, _Session
+from fuzzdiff.check_session import COMPILE_STRATA, STRATUM_EXAMPLES, Session
 from fuzzdiff.checks import get_check
 from fuzzdiff.config import COMPILE_BACKENDS, COMPILE_TRANSFORMS, ConfigError, FuzzConfig
 from fuzzdiff.runner import case_strategy
@@ -17,7 +17,7 @@ from fuzzdiff.targets import get_target
 
 def _phases(name: str, until: float | None, config: FuzzConfig):
     session = SimpleNamespace(config=config, hypothesis=settings(max_examples=100))
-    return _Session.phases(session, name, until)  # type: ignore[arg-type]
+    return Session.phases(session, name, until)  # type: ignore[arg-type]
 
 
 def test_a_budgeted_compile_check_gives_each_stratum_its_first_cases_then_its_whole_mix():

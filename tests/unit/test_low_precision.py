@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.autograd import Function
 
 from fuzzdiff.case import Arg, Case
-from fuzzdiff.confirm import RoundingNoise
+from fuzzdiff.low_precision import RoundingNoise
 from fuzzdiff.runner import run_check
 from fuzzdiff.targets.target import Target, Tol
 from fuzzdiff.values import Values

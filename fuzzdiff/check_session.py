@@ -1,0 +1,208 @@
+"""One ``fuzzdiff.check`` call's runs: each check searched until it finds
+nothing new, the compile strata first within a time budget, and what the
+runs learn on the way (input-domain errors, whether the function is random)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from hypothesis import settings
+from hypothesis.errors import Unsatisfiable
+
+from fuzzdiff.case import Case
+from fuzzdiff.check_budget import shrink_bound
+from fuzzdiff.check_report import Report
+from fuzzdiff.checks import CHECKS
+from fuzzdiff.config import FuzzConfig
+from fuzzdiff.fresh import FreshProcess
+from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz
+from fuzzdiff.input_domain import DOMAIN, domain_error, rejecting
+from fuzzdiff.journal import Journal
+from fuzzdiff.known import Known
+from fuzzdiff.random_probe import probed
+from fuzzdiff.root_cause import root_cause
+from fuzzdiff.targets.target import Target
+from fuzzdiff.targets.user import per_sample_target
+from fuzzdiff.verdict import Verdict
+
+__all__ = ["Session", "COMPILE_STRATA", "STRATUM_EXAMPLES", "MAX_FAILURES", "MAX_DOMAIN_ERRORS"]
+
+# A check reports at most this many distinct failures (root causes), and the
+# whole call this many input-domain errors, each one rerun of a check.
+MAX_FAILURES = 3
+MAX_DOMAIN_ERRORS = 3
+
+# Within a time budget the compile check gets a handful of cases, and its draws
+# weigh f alone at three in eight over four backends: a bug of compile(grad(f))
+# under one backend family would be met by chance. So its first cases go to
+# these strata of (backends, transforms), STRATUM_EXAMPLES each: a Dynamo
+# backend on f and on reverse mode first, then the aot_function partitioners
+# (no Dynamo: the cheapest compiles), inductor's codegen (the dearest) last of
+# each kind. One case each lets all eight fit in the few seconds a 30 s call
+# gives compile (about 14 s for the eight on a small module); then its whole mix.
+COMPILE_STRATA = (
+    (("aot_eager",), ("none",)),
+    (("aot_eager",), ("grad", "vjp")),
+    (("aot_function", "aot_function_min_cut"), ("none", "grad", "vjp")),
+    (("aot_function", "aot_function_min_cut"), ("jvp", "vmap", "dual")),
+    (("inductor",), ("none",)),
+    (("aot_eager",), ("jvp", "vmap", "dual")),
+    (("inductor",), ("grad", "vjp")),
+    (("inductor",), ("jvp", "vmap", "dual")),
+)
+STRATUM_EXAMPLES = 1
+
+
+@dataclass
+class Session:
+    """One ``check`` call's runs, and what they learn on the way: input-domain
+    errors found (``rules``: rejected from then on, by every check), whether
+    the function is random, and the process that replays failures afresh."""
+
+    fn: Callable[..., Any]
+    target: Target
+    report: Report
+    hypothesis: settings
+    seed: int | None
+    config: FuzzConfig
+    shrink_seconds: float | None
+    recipe: dict[str, Any] | None
+    outside: tuple[type[BaseException], ...]  # exceptions of the plain call that mean "not in the domain"
+    drawn: dict[str, Any]
+    alias: bool
+    fresh: FreshProcess | None = None
+    rules: list[tuple[str, str]] = field(default_factory=list)  # input-domain errors: (type, message pattern)
+
+    def probe(self, first_check: str) -> None:
+        """A function that draws random numbers is checked seeded alike, and replayed so."""
+        self.target = self.report.target = _probed(self.target, first_check, self.config)
+        if self.target.random and self.recipe is not None:
+            self.recipe = {**self.recipe, "random": True}
+
+    def run(self, name: str, until: float | None = None) -> Tally:
+        """The check's runs until it finds nothing new: a failure's root cause is
+        reported once and the search goes on, up to MAX_FAILURES of them; an
+        input where the function itself raises is reported once, and such
+        inputs are rejected from then on, by every check."""
+        tally = Tally()
+        seen: list[Known] = []
+        for config, hypothesis in self.phases(name, until):
+            if self.search(name, until, tally, seen, config, hypothesis):
+                break
+        return tally
+
+    def phases(self, name: str, until: float | None) -> list[tuple[FuzzConfig, settings]]:
+        """The check's runs in order, each a config and its Hypothesis settings:
+        within a time budget, compile first gives each of COMPILE_STRATA a few
+        cases, then draws from its whole mix for the rest of its share."""
+        whole = [(self.config, self.hypothesis)]
+        if name != "compile" or until is None:
+            return whole
+        first = settings(self.hypothesis, max_examples=STRATUM_EXAMPLES)
+        strata = []
+        for backends, transforms in COMPILE_STRATA:
+            chosen = tuple(b for b in backends if b in self.config.compile_backends)
+            allowed = tuple(t for t in transforms if t in self.config.compile_transforms)
+            if chosen and allowed:
+                strata.append((replace(self.config, compile_backends=chosen, compile_transforms=allowed), first))
+        return strata + whole
+
+    def search(
+        self,
+        name: str,
+        until: float | None,
+        tally: Tally,
+        seen: list[Known],
+        config: FuzzConfig,
+        hypothesis: settings,
+    ) -> bool:
+        """One phase of ``run``, into ``tally`` and ``seen``: whether the check is done."""
+        for _ in range(MAX_FAILURES + MAX_DOMAIN_ERRORS):
+            try:
+                tally.merge(self.attempt(name, tuple(seen), until, config, hypothesis))
+                return tally.cut
+            except FuzzFailure as failure:
+                tally.merge(failure.tally or Tally())
+                domain = domain_error(self.target, failure)
+                if domain is not None:
+                    rule, message = domain
+                    self.rules.append(rule)
+                    self.report.add_failure(DOMAIN, failure, message)
+                    continue
+                self.report.add_failure(name, failure)
+                if failure.verdict.kind != "fail":  # a hang or a crash: each further run could cost as much
+                    return True
+                seen.append(root_cause(name, failure.case, failure.verdict, self.target))
+                if len(seen) >= MAX_FAILURES:
+                    return True
+                if until is not None and time.monotonic() > until:
+                    tally.cut = True  # its share spent on this root cause: the next is not looked for
+                    return True
+        return False
+
+    def attempt(
+        self,
+        name: str,
+        seen: tuple[Known, ...],
+        until: float | None = None,
+        config: FuzzConfig | None = None,
+        hypothesis: settings | None = None,
+    ) -> Tally:
+        """One run of the check, ``seen`` root causes counted, not raised."""
+        if not self.alias and CHECKS[name].aliasing == "required":
+            return _unsupported("aliasing is switched off for this run (alias=False)")
+        fuzzed = replace(self.target, invalid=self.target.invalid + tuple(self.rules))
+        if name == "per_sample" and isinstance(self.fn, torch.nn.Module):
+            # per-sample gradients need the module itself, on one sample's shapes
+            try:
+                fuzzed = replace(per_sample_target(self.target, self.fn), invalid=fuzzed.invalid)
+            except ValueError as e:  # the spec names no batch dim to take samples along
+                return _unsupported(str(e))
+        if self.outside:
+            fuzzed = replace(fuzzed, fn=rejecting(fuzzed.fn, self.outside))
+        try:
+            return fuzz(
+                name,
+                fuzzed,
+                settings=self.hypothesis if hypothesis is None else hypothesis,
+                seed=self.seed,
+                config=self.config if config is None else config,
+                shrink_seconds=shrink_bound(self.shrink_seconds, until),
+                definition=self.recipe,
+                fresh=self.fresh,
+                seen=seen,
+                until=until,
+                **self.drawn,
+            )
+        except Unsatisfiable:
+            raises = [e.__name__ for e in self.outside] + [k for k, _ in self.rules]
+            return _unsupported(f"every input drawn lies outside the function's domain (it raises {', '.join(raises)})")
+
+
+def _unsupported(reason: str) -> Tally:
+    tally = Tally()
+    tally.add(Verdict("unsupported", reason))
+    return tally
+
+
+def _probed(target: Target, first_check: str, config: FuzzConfig) -> Target:
+    """``target``, checked for randomness by calling it (fuzzdiff.random_probe);
+    with a corpus, each probing call is journaled as the first check's, so that
+    an input that kills the process leaves a crash record."""
+    if config.corpus is None:
+        return probed(target, config.timeout)
+    journal = Journal(config.corpus, first_check, target.name, config.timeout)
+
+    def calling(case: Case) -> None:
+        journal.end()
+        journal.begin_case(case)
+        journal.begin(0)
+
+    try:
+        return probed(target, config.timeout, calling)
+    finally:
+        journal.close()
