@@ -260,15 +260,26 @@ class Case(Materialization):
 
     def with_layouts(self, layouts: Sequence[Layout | None]) -> Case:
         """The same logical values in other layouts; arguments that share a
-        storage keep their layouts, which place them relative to each other."""
+        storage keep their layouts, which place them relative to each other.
+        Pinned values (a record's) go with their arguments: each view is
+        filled with the values it showed, the memory around it drawn anew."""
         shared = {self.owner(i) for i, a in enumerate(self.args) if a.alias} | {
             i for i, a in enumerate(self.args) if a.alias
         }
-        return replace(
-            self,
-            data={},
-            args=tuple(a if i in shared else replace(a, layout=l) for i, (a, l) in enumerate(zip(self.args, layouts))),
-        )
+        args = tuple(a if i in shared else replace(a, layout=l) for i, (a, l) in enumerate(zip(self.args, layouts)))
+        moved = {i for i, (a, b) in enumerate(zip(self.args, args)) if a.layout != b.layout}
+        relaid = replace(self, args=args, data={i: t for i, t in self.data.items() if i not in moved})
+        data = dict(relaid.data)
+        for fill in relaid._fills:
+            if fill.i not in moved or fill.i not in self.data:
+                continue
+            before = self.args[fill.i].strided
+            shown = self.data[fill.i].as_strided(fill.shape, before.strides, before.offset)
+            storage = relaid._filled(fill).cpu()
+            kept = tuple(slice(0, 1) if d in fill.narrow else slice(None) for d in range(len(fill.shape)))
+            storage.as_strided(fill.sizes, fill.layout.strides, fill.layout.offset).copy_(shown[kept])
+            data[fill.i] = storage
+        return replace(relaid, data=data)
 
     @property
     def aliased(self) -> bool:

@@ -109,15 +109,7 @@ def test_the_cuda_records_scripts_say_cuda_is_needed_and_pass_on_the_cpu(tmp_pat
     "record_id",
     [
         CUDA_RECORDS[0],
-        pytest.param(
-            CUDA_RECORDS[1],
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="Case.with_layouts drops a record's pinned storages: the other layout "
-                "holds the values its seeds draw, not the record's, and the layout check "
-                "compares different values (fuzzdiff's own replay on the CPU fails alike)",
-            ),
-        ),
+        CUDA_RECORDS[1],  # the layout check's other run holds the record's values (Case.with_layouts)
     ],
 )
 def test_the_cuda_records_pass_on_the_cpu_their_bugs_are_cudas(record_id, tmp_path):
