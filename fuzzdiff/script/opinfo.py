@@ -1,10 +1,11 @@
-"""An OpInfo sample's call in a standalone script (fuzzdiff.targets.opinfo.Call).
+"""An OpInfo sample's call in a standalone script (fuzzdiff.targets.opinfo_build.SampleCall).
 
-The script calls the op as the target does: the sample's input, args and
-kwargs, with every constant written as a literal (tensors exactly, built
-afresh per call and cast to the fuzzed dtype, as the target's copies are)
-and the fuzzed arguments in their places (in near mode, the sample's value
-plus the fuzzed one). An op that is a public torch callable under the
+The script calls the op with the very class the target calls it with
+(fuzzdiff.targets.opinfo_call.OpInfoCall, copied by source): the sample's
+input, args and kwargs, with every constant written as a literal (tensors
+exactly, built afresh per call and cast to the fuzzed dtype, as the target's
+copies are) and the fuzzed arguments in their places (in near mode, the
+sample's value plus the fuzzed one). An op that is a public torch callable under the
 default gradcheck wrapper is called by its public name; any other is taken
 from torch's own OpInfo database by name and variant, and called through its
 ``gradcheck_wrapper``, as OpInfo's tests call it. The sample's output
@@ -23,17 +24,16 @@ import torch
 from torch.utils._pytree import tree_unflatten
 
 from fuzzdiff.script.literals import ScriptError, tensor_literal, value_literal
-from fuzzdiff.script.source import SPECIAL, TargetCode, _torch_expression, target_code
-from fuzzdiff.targets.opinfo import Call, is_identity, unwrapped_output
+from fuzzdiff.script.source import SPECIAL, TargetCode, _torch_expression, objects_code, target_code
+from fuzzdiff.targets.opinfo_build import SampleCall
+from fuzzdiff.targets.opinfo_call import Differentiable, OpInfoCall, is_identity, unchanged, unwrapped_output
 
 __all__ = ["opinfo_code", "NAMES"]
 
 OP = "OPINFO"  # the OpInfo, where the script takes it from op_db
 CALL = "opinfo_call"
 OUTPUT = "process_output"
-NAMES = frozenset(
-    {OP, CALL, OUTPUT, "KEEP", "FUZZED", "SAMPLE", "OpInfoCall", "tree_flatten", "tree_unflatten", "op_db"}
-)
+NAMES = frozenset({OP, CALL, OUTPUT, "KEEP", "FUZZED", "SAMPLE", "LEAVES", "SPEC", "op_db", "functools"})
 DB = "from torch.testing._internal.common_methods_invocations import op_db"
 
 
@@ -103,43 +103,9 @@ class _Writer:
         raise ScriptError(f"its call holds a {type(x).__name__} ({x!r:.60}), which cannot be written as a literal")
 
 
-CLASS = '''
-class OpInfoCall:
-    """{what}, as the checks call it.
-
-    Every call rebuilds the sample's call from the object's leaves: the fuzzed
-    tensors go where SAMPLE has FUZZED ({near}), and its constant tensors are
-    copied afresh, floating ones (and a float64 dtype argument) following the
-    fuzzed tensors' dtype. The object itself is the function under test:
-    torch.compile, given it, traces its leaves as inputs, as it did when the
-    failure was found."""
-
-    def __init__(self, sample, near):
-        leaves, self.spec = tree_flatten(sample)
-        self.positions = tuple(k for k, leaf in enumerate(leaves) if leaf is FUZZED)
-        self.leaves = tuple(None if leaf is FUZZED else leaf for leaf in leaves)
-        self.near = near
-
-    def __call__(self, *tensors):
-        dtype, device = (tensors[0].dtype, tensors[0].device) if tensors else (torch.float64, None)
-        leaves = [
-            t.to(device, dtype if t.is_floating_point() else t.dtype, copy=True)
-            if isinstance(t, torch.Tensor)
-            else dtype
-            if t is torch.float64
-            else t
-            for t in self.leaves
-        ]
-        for pos, t, s in zip(self.positions, tensors, self.near):
-            leaves[pos] = t if s is None else t + s.to(t.device, t.dtype)
-        inp, args, kwargs = tree_unflatten(leaves, self.spec)
-        out = {invoke}
-{output}'''.strip("\n")
-
-
 def opinfo_code(fn, kwargs, arg_names) -> TargetCode | None:
-    """The code of an OpInfo sample's call (targets.opinfo.Call); None for any other function."""
-    if not isinstance(fn, Call):
+    """The code of an OpInfo sample's call (targets.opinfo_build.SampleCall); None for any other function."""
+    if not isinstance(fn, SampleCall):
         return None
     op = fn.op
     names = list(arg_names)[: len(fn.positions)]
@@ -151,19 +117,18 @@ def opinfo_code(fn, kwargs, arg_names) -> TargetCode | None:
     what = f"Sample {fn.index} of {where}"
     code = TargetCode(
         call=CALL,
-        imports=["import torch", "from torch.utils._pytree import tree_flatten, tree_unflatten"],
+        imports=["import torch"],
         names=set(NAMES),
         direct="an OpInfoCall object, as in the checks (torch.compile traces its leaves as inputs)",
     )
     public = _public(op) if op.gradcheck_wrapper is _default_wrapper() else None
     if public is not None:
-        expression, line = public
+        function, line = public
         if line not in code.imports:
             code.imports.append(line)
-        invoke = f"{expression}(inp, *args, **kwargs)"
         code.note = f"The call is sample {fn.index} of {where}, called as torch's OpInfo tests call it."
     else:
-        code.imports.append(DB)
+        code.imports += [DB, "import functools"]
         code.needs.add("expecttest")
         code.definitions.append(
             f"# {where}, from torch's own OpInfo database: its op"
@@ -172,51 +137,63 @@ def opinfo_code(fn, kwargs, arg_names) -> TargetCode | None:
             f"{OP} = next(op for op in op_db if (op.name, op.variant_test_name) == "
             f"({op.name!r}, {op.variant_test_name!r}))"
         )
-        invoke = f"{OP}.gradcheck_wrapper({OP}.op, inp, *args, **kwargs)"
+        function = f"functools.partial({OP}.gradcheck_wrapper, {OP}.op)"
         code.note = (
             f"The call is sample {fn.index} of {where}, called as torch's OpInfo tests call it: the op "
             "comes from torch.testing._internal.common_methods_invocations.op_db (part of torch; it "
             "imports expecttest)."
         )
     output_fn, keep = unwrapped_output(fn.output_fn)
-    output = "        return out"
-    if not is_identity(output_fn):
-        processing = _copied(output_fn, where)
-        code.imports += [line for line in processing.imports if line not in code.imports]
-        code.definitions += processing.definitions
-        code.names |= processing.names
-        code.future_annotations |= processing.future_annotations
+    identity = is_identity(output_fn)
+    # the very code the target runs, copied by source (it imports torch.utils._pytree as pytree)
+    copied = objects_code(
+        [OpInfoCall, *([unchanged] if identity else []), *([Differentiable] if keep is not None else [])],
+        "the OpInfo call",
+    )
+    _merge(code, copied)
+    output = "unchanged"
+    if not identity:
+        _merge(code, processing := _copied(output_fn, where))
         code.definitions.append(f"{OUTPUT} = {processing.call}  # the sample's output_process_fn_grad")
-        output = f"        out = {OUTPUT}(out)\n{output}"
+        output = OUTPUT
     if keep is not None:
         code.definitions.append(f"KEEP = {keep!r}  # the outputs autograd differentiates, as gradcheck takes them")
-        output = output.removesuffix("        return out") + (
-            "        kept = [o for o, k in zip(tree_flatten(out)[0], KEEP) if k]\n"
-            "        return kept[0] if len(kept) == 1 else tuple(kept)"
-        )
+        output = f"Differentiable({output}, KEEP)"
     near = [f"NEAR_{i} = {tensor_literal(s)}" for i, s in enumerate(fn.near) if s is not None]
     code.definitions.append(
         f"FUZZED = object()  # where the fuzzed tensors go in SAMPLE, in order: {', '.join(names)}\n"
         f"# {what}: (input, args, kwargs)\n"
-        f"SAMPLE = {sample}"
+        f"SAMPLE = {sample}\n"
+        "LEAVES, SPEC = pytree.tree_flatten(SAMPLE)"
     )
     if near:
         code.definitions.append(
             "# The sample's values of the fuzzed arguments, which they perturb: the op gets each plus its own\n"
             + "\n".join(near)
         )
-    code.definitions.append(
-        CLASS.format(
-            what=what,
-            near="each plus the sample's own value, NEAR" if near else "as they are",
-            invoke=invoke,
-            output=output,
-        )
-    )
     near_tuple = ", ".join(f"NEAR_{i}" if s is not None else "None" for i, s in enumerate(fn.near))
-    code.definitions.append(f"{CALL} = OpInfoCall(SAMPLE, ({near_tuple}{',' if len(fn.near) == 1 else ''}))")
+    code.definitions.append(
+        f"# {what}, as the checks call it: the fuzzed tensors go where SAMPLE has FUZZED"
+        + ("\n# (each plus the sample's own value, NEAR)" if near else "")
+        + f"\n{CALL} = OpInfoCall(\n"
+        f"    {function},\n"
+        "    SPEC,\n"
+        "    LEAVES,\n"
+        "    tuple(k for k, leaf in enumerate(LEAVES) if leaf is FUZZED),\n"
+        f"    ({near_tuple}{',' if len(fn.near) == 1 else ''}),\n"
+        f"    {output},\n"
+        ")"
+    )
     code.names |= {f"NEAR_{i}" for i in range(len(fn.positions))}
     return code
+
+
+def _merge(code: TargetCode, other: TargetCode) -> None:
+    """Add ``other``'s imports, definitions and names to ``code``."""
+    code.imports += [line for line in other.imports if line not in code.imports]
+    code.definitions += other.definitions
+    code.names |= other.names
+    code.future_annotations |= other.future_annotations
 
 
 def _copied(fn, where: str) -> TargetCode:

@@ -17,7 +17,7 @@ from fuzzdiff.case import Case
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.record import case_from_json
 from fuzzdiff.runner import case_strategy, run_check
-from fuzzdiff.targets import get_target, opinfo, select
+from fuzzdiff.targets import get_target, opinfo, opinfo_build, opinfo_skips, opinfo_tables, select
 from fuzzdiff.targets.catalog.tensorly_ops import TensorlyCall
 from fuzzdiff.targets.opinfo_known import KNOWN
 
@@ -116,7 +116,7 @@ def test_range_mode_draws_within_the_samples_own_interval():
     sample = opinfo.samples(op("log"))[0].input
     lo, hi = t.sample["a0"]
     assert 0 < lo and sample.min().item() <= lo + 0.1 and hi <= sample.max().item()
-    assert t.skip.get("alias") != opinfo.skips_for(op("log"), near=True)["alias"]
+    assert t.skip.get("alias") != opinfo_skips.skips_for(op("log"), near=True)["alias"]
 
 
 def test_near_mode_for_structured_ops():
@@ -150,7 +150,7 @@ def test_outputs_autograd_declares_non_differentiable_are_left_out(ref):
     t = get_target(ref)
     xs = [torch.randn(tuple(d.size for d in a.dims), dtype=torch.float64, requires_grad=True)
           for a in t.args]
-    outs = [o for o in opinfo.tree_flatten(t.fn(*xs))[0]
+    outs = [o for o in torch.utils._pytree.tree_flatten(t.fn(*xs))[0]
             if isinstance(o, torch.Tensor) and o.is_floating_point()]
     assert outs and all(o.requires_grad for o in outs)
     assert run_check("grad", t, a_case(t, "grad")).kind == "pass"
@@ -158,9 +158,9 @@ def test_outputs_autograd_declares_non_differentiable_are_left_out(ref):
 
 def test_only_floating_outputs_without_grad_beside_one_with_grad_are_left_out():
     x = [torch.randn(3, dtype=torch.float64)]
-    assert opinfo._differentiable_outputs(lambda x: (x * 2, x.detach() + 1), x) == (True, False)
-    assert opinfo._differentiable_outputs(lambda x: (x * 2, x.argmax()), x) is None
-    assert opinfo._differentiable_outputs(lambda x: torch.zeros_like(x), x) is None  # none has grad
+    assert opinfo_build.differentiable_outputs(lambda x: (x * 2, x.detach() + 1), x) == (True, False)
+    assert opinfo_build.differentiable_outputs(lambda x: (x * 2, x.argmax()), x) is None
+    assert opinfo_build.differentiable_outputs(lambda x: torch.zeros_like(x), x) is None  # none has grad
 
 
 # -- applicability follows the OpInfo's flags ---------------------------------------------------
@@ -173,27 +173,27 @@ def flags(key="mul", **changes):
 
 
 def test_no_forward_ad_skips_forward():
-    assert "forward" not in opinfo.skips_for(flags(), near=False)
-    assert "supports_forward_ad" in opinfo.skips_for(flags(supports_forward_ad=False), near=False)["forward"]
+    assert "forward" not in opinfo_skips.skips_for(flags(), near=False)
+    assert "supports_forward_ad" in opinfo_skips.skips_for(flags(supports_forward_ad=False), near=False)["forward"]
 
 
 def test_unbatchable_gradients_skip_vmap():
-    assert "vmap" not in opinfo.skips_for(flags(), near=False)
-    assert "check_batched_grad" in opinfo.skips_for(flags(check_batched_grad=False), near=False)["vmap"]
-    assert "vmap" in opinfo.skips_for(flags(check_batched_forward_grad=False), near=False)
+    assert "vmap" not in opinfo_skips.skips_for(flags(), near=False)
+    assert "check_batched_grad" in opinfo_skips.skips_for(flags(check_batched_grad=False), near=False)["vmap"]
+    assert "vmap" in opinfo_skips.skips_for(flags(check_batched_forward_grad=False), near=False)
 
 
 def test_no_gradgrad_skips_gradgrad():
-    assert "gradgrad" not in opinfo.skips_for(flags(), near=False)
-    assert "supports_gradgrad=False" in opinfo.skips_for(flags(supports_gradgrad=False), near=False)["gradgrad"]
+    assert "gradgrad" not in opinfo_skips.skips_for(flags(), near=False)
+    assert "supports_gradgrad=False" in opinfo_skips.skips_for(flags(supports_gradgrad=False), near=False)["gradgrad"]
     t = opinfo.op_targets(op("nn.functional.hardsigmoid"))[0]  # supports_gradgrad=False in op_db
     assert "supports_gradgrad=False" in CHECKS["gradgrad"].why_not(t)
     assert CHECKS["gradgrad"].why_not(get_target("opinfo/mul@0")) is None
 
 
 def test_ties_skip_gradgrad_with_grad_and_forward():
-    skip = opinfo.skips_for(op("maximum"), near=False)
-    assert skip["gradgrad"] == skip["grad"] == opinfo.TIED
+    skip = opinfo_skips.skips_for(op("maximum"), near=False)
+    assert skip["gradgrad"] == skip["grad"] == opinfo_tables.TIED
 
 
 def test_dtype_runs_where_float32_cases_exist_and_says_why_not_elsewhere():
@@ -201,12 +201,12 @@ def test_dtype_runs_where_float32_cases_exist_and_says_why_not_elsewhere():
     assert torch.float32 in t.dtypes and CHECKS["dtype"].why_not(t) is None
     assert "NEAR" in CHECKS["dtype"].why_not(opinfo.op_targets(op("linalg.cholesky"))[0])
     no32 = flags(supported_backward_dtypes=lambda device: {torch.float64})
-    assert "supported_backward_dtypes" in opinfo.float32_skip(no32, False, [(-1.0, 1.0)])
-    assert "beyond" in opinfo.float32_skip(op("mul"), False, [(-1.0, 1e6)])
-    assert opinfo.float32_skip(op("mul"), False, [(-1.0, 1.0)]) is None
+    assert "supported_backward_dtypes" in opinfo_skips.float32_skip(no32, False, [(-1.0, 1.0)])
+    assert "beyond" in opinfo_skips.float32_skip(op("mul"), False, [(-1.0, 1e6)])
+    assert opinfo_skips.float32_skip(op("mul"), False, [(-1.0, 1.0)]) is None
     mha = "nn.functional.multi_head_attention_forward"
-    assert opinfo.skips_for(op(mha), near=False)["dtype"] == opinfo.DTYPE_SKIP[mha]
-    assert "dtype" not in opinfo.skips_for(op("mul"), near=False)
+    assert opinfo_skips.skips_for(op(mha), near=False)["dtype"] == opinfo_tables.DTYPE_SKIP[mha]
+    assert "dtype" not in opinfo_skips.skips_for(op("mul"), near=False)
 
 
 def test_mutation_runs_on_functional_ops_but_not_near_the_sample():
@@ -221,28 +221,28 @@ def test_mutation_runs_on_functional_ops_but_not_near_the_sample():
                                             ("vmap", "TestVmapOperatorsOpInfo", "test_vmap_exhaustive")])
 def test_an_opinfo_skip_or_xfail_skips_the_check(check, cls, test):
     o = flags()
-    assert check not in opinfo.skips_for(o, near=False)
+    assert check not in opinfo_skips.skips_for(o, near=False)
     for decorator in (unittest.expectedFailure, unittest.skip("flaky")):
         o.decorators = (*op("mul").decorators, DecorateInfo(decorator, cls, test))
-        assert f"{cls}.{test}" in opinfo.skips_for(o, near=False)[check]
+        assert f"{cls}.{test}" in opinfo_skips.skips_for(o, near=False)[check]
     # another device, or a tolerance override, is not a skip
     o.decorators = (DecorateInfo(unittest.expectedFailure, cls, test, device_type="cuda"),
                     DecorateInfo(toleranceOverride({torch.float64: tol(1, 1)}), cls, test))
-    assert check not in opinfo.skips_for(o, near=False)
+    assert check not in opinfo_skips.skips_for(o, near=False)
 
 
 def test_checks_outside_the_opinfo_set_are_skipped_and_real_flags_reach_targets():
     t = get_target("opinfo/mul@0")
-    assert all(CHECKS[c].why_not(t) == opinfo.OUTSIDE for c in CHECKS if c not in opinfo.CHECKS)
+    assert all(CHECKS[c].why_not(t) == opinfo_tables.OUTSIDE for c in CHECKS if c not in opinfo.CHECKS)
     no_fwd = next(o for o in opinfo.opinfo_ops() if not o.supports_forward_ad and opinfo.op_targets(o)
-                  and not any(opinfo.fnmatch.fnmatchcase(opinfo.op_key(o), p) for p in opinfo.TIES))
+                  and not opinfo_tables.listed(opinfo.op_key(o), opinfo_tables.TIES))
     assert "supports_forward_ad" in CHECKS["forward"].why_not(opinfo.op_targets(no_fwd)[0])
 
 
 def test_excluded_ops_yield_no_targets():
     keys = {opinfo.op_key(o) for o in opinfo.opinfo_ops()}
     assert "nn.functional.dropout" not in keys and "bernoulli" not in keys and "as_strided" not in keys
-    assert not op("bernoulli").supports_autograd or opinfo._excluded(op("bernoulli"))
+    assert not op("bernoulli").supports_autograd or opinfo_skips.excluded(op("bernoulli"))
     with pytest.raises(opinfo.OpInfoError, match="random"):
         get_target("opinfo/nn.functional.dropout@0")
 
@@ -251,7 +251,7 @@ def test_known_entries_carry_evidence_and_match_targets():
     for pattern, k in KNOWN:
         assert k.reason.strip() and len(k.evidence) > 40 and set(k.checks) <= set(CHECKS), pattern
         key = pattern.removeprefix(opinfo.PREFIX).rsplit("@", 1)[0]
-        assert any(opinfo.fnmatch.fnmatchcase(opinfo.op_key(o), key) for o in opinfo.op_db()), pattern
+        assert any(opinfo_tables.listed(opinfo.op_key(o), (key,)) for o in opinfo.op_db()), pattern
 
 
 # -- tensorly and the cross-backend check --------------------------------------------------------

@@ -226,8 +226,9 @@ def script_of(path: Path) -> str:
 
 
 @pytest.mark.parametrize("path, how", [
-    (GROUP_NORM, "torch.nn.functional.group_norm("),
-    (CORPUS / "forward" / "opinfo_cholesky_inverse_11" / "61f1feccb8aaa4f2.json", "OPINFO.gradcheck_wrapper("),
+    (GROUP_NORM, "    torch.nn.functional.group_norm,\n"),
+    (CORPUS / "forward" / "opinfo_cholesky_inverse_11" / "61f1feccb8aaa4f2.json",
+     "functools.partial(OPINFO.gradcheck_wrapper, OPINFO.op)"),
 ])
 def test_an_opinfo_record_writes_a_torch_only_script_that_agrees_with_its_replay(tmp_path, path, how):
     script = script_of(path)
