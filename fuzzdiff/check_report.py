@@ -14,7 +14,7 @@ from rich.table import Table
 
 from fuzzdiff.blame import Blame
 from fuzzdiff.case import Case
-from fuzzdiff.fuzzing import FuzzFailure, Tally
+from fuzzdiff.outcome import FuzzFailure, Tally
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import FAILED
 

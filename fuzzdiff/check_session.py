@@ -19,10 +19,11 @@ from fuzzdiff.check_report import Report
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.fresh import FreshProcess
-from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz
+from fuzzdiff.fuzzing import fuzz
 from fuzzdiff.input_domain import DOMAIN, domain_error, rejecting
 from fuzzdiff.journal import Journal
 from fuzzdiff.known import Known
+from fuzzdiff.outcome import FuzzFailure, Tally
 from fuzzdiff.random_probe import probed
 from fuzzdiff.root_cause import root_cause
 from fuzzdiff.targets.target import Target

@@ -2,7 +2,8 @@
 
 This is what the pytest suite, ``fuzzdiff run`` and ``fuzzdiff.check`` share:
 draw cases, run the check, let Hypothesis shrink a failure to a minimal case,
-and report it with the case as JSON so it can be replayed without Hypothesis.
+settle it (fuzzdiff.settling: a fresh process's replay, whose bug it is) and
+report it with the case as JSON so it can be replayed without Hypothesis.
 """
 
 from __future__ import annotations
@@ -11,9 +12,6 @@ import gc
 import json
 import math
 import time
-from collections import Counter
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import NoReturn
 
 import hypothesis
@@ -23,7 +21,6 @@ from hypothesis import strategies as st
 from hypothesis.errors import FlakyFailure
 
 from fuzzdiff import torch_state
-from fuzzdiff.blame import Blame, Evidence, blame, gather
 from fuzzdiff.case import Case
 from fuzzdiff.checks import Check, get_check, validate
 from fuzzdiff.config import FuzzConfig
@@ -32,95 +29,22 @@ from fuzzdiff.features import case_features
 from fuzzdiff.fresh import FreshProcess
 from fuzzdiff.journal import Journal, recover
 from fuzzdiff.known import Known, crashing, matching
+from fuzzdiff.outcome import FuzzFailure, Tally
 from fuzzdiff.runner import case_strategy, verdict_at
+from fuzzdiff.settling import settle, stand_in_record
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.timeout import ExampleTimeout, Watchdog
 from fuzzdiff.torch_logs import torch_logs
-from fuzzdiff.verdict import Verdict, identity, mismatch, short_reason
+from fuzzdiff.verdict import Verdict
 
 __all__ = [
     "fuzz",
-    "Tally",
+    "Tally",  # with FuzzFailure, what fuzz yields (fuzzdiff.outcome), handed on with it
     "FuzzFailure",
     "example_structures",
     "settle_heap",
 ]
-
-
-class FuzzFailure(AssertionError):
-    """A confirmed failure, shrunk; carries the minimal case and its verdict."""
-
-    def __init__(self, check: str, target: str, case: Case, verdict: Verdict):
-        self.check, self.target, self.case, self.verdict = check, target, case, verdict
-        self.tally: Tally | None = None
-        self.record_path: Path | None = None
-        self.record_created = False
-        self.shrink_cut = False  # shrinking stopped at its time bound (fuzz's shrink_seconds)
-        self.blame: Blame | None = None  # whose bug it is, with the evidence (fuzzdiff.blame)
-        self.elsewhere = ""  # how it was confirmed outside the run's process (fuzzdiff.fresh)
-        self.evidence: dict | None = None  # what the blame rests on, as JSON (fuzzdiff.blame.Evidence)
-        super().__init__(
-            f"{check} failed for {target}: {verdict.message}\ncase: {json.dumps(case.to_json(), sort_keys=True)}"
-        )
-
-
-@dataclass
-class Tally:
-    """Verdict counts of one fuzzing run, and the first reason seen per kind.
-
-    Also what a campaign's scheduler steers by (fuzzdiff.schedule): the
-    closest call (the largest normalized error that steered Hypothesis) and
-    the input features the drawn structures reached (fuzzdiff.features).
-    """
-
-    counts: Counter = field(default_factory=Counter)
-    reasons: dict[str, str] = field(default_factory=dict)
-    closest: float = 0.0
-    features: set[str] = field(default_factory=set)
-    cases: int = 0  # drawn cases (structures); examples counts their runs (verdicts)
-    # Confirmed failures that matched a known discrepancy's signature, by its
-    # description: counted, never raised, so the search goes on for new ones.
-    known: Counter = field(default_factory=Counter)
-    # Why runs were inconclusive or unsupported, by kind and reason (numbers taken out)
-    why: Counter = field(default_factory=Counter)
-    # Confirmed failures of a root cause found before in the same call (api.check's later runs)
-    repeats: Counter = field(default_factory=Counter)
-    logs: Counter = field(default_factory=Counter)  # torch's log messages during the run, by text
-    cut: bool = False  # stopped by its time budget (fuzz's ``until``) before max_examples
-
-    def add(self, verdict: Verdict) -> None:
-        self.counts[verdict.kind] += 1
-        self.reasons.setdefault(verdict.kind, verdict.message)
-        if verdict.kind in ("inconclusive", "unsupported"):
-            self.why[(verdict.kind, short_reason(verdict))] += 1
-
-    def add_known(self, known: Known, verdict: Verdict) -> None:
-        self.counts["known"] += 1
-        self.reasons.setdefault("known", verdict.message)
-        self.known[known.describe()] += 1
-
-    def merge(self, other: Tally) -> None:
-        """Add another run's tally (a campaign's batches of one pair)."""
-        self.counts.update(other.counts)
-        for kind, reason in other.reasons.items():
-            self.reasons.setdefault(kind, reason)
-        self.closest = max(self.closest, other.closest)
-        self.features |= other.features
-        self.cases += other.cases
-        self.known.update(other.known)
-        self.why.update(other.why)
-        self.repeats.update(other.repeats)
-        self.logs.update(other.logs)
-        self.cut = self.cut or other.cut
-
-    @property
-    def examples(self) -> int:
-        return sum(self.counts.values())
-
-    @property
-    def only_unsupported(self) -> bool:
-        return self.examples > 0 and self.counts["unsupported"] == self.examples
 
 
 # A passing verdict steers Hypothesis only once its error uses this much of
@@ -131,7 +55,6 @@ class Tally:
 # missed in 2 of 8 seeds at 200 examples; found in all 8 without).
 STEER_FROM = 0.05
 COMPILE_TIMEOUT_FACTOR = 5  # a compiling check's examples get this many times the per-example time
-SLOW_FACTOR = 5  # a timed-out example gets this many times its time in a fresh process, to tell slow from hung
 
 
 def _score(verdict: Verdict) -> float | None:
@@ -460,11 +383,11 @@ def fuzz(
         failure.shrink_cut = shrink.cut
         if watch is not None:  # no example runs here any more: the replays elsewhere have limits of their own
             watch.close()
-        if not _settle(failure, check, target, definition, fresh, timeout, seen):
+        if not settle(failure, check, target, definition, fresh, timeout, seen):
             return tally  # this process's state, not the target's: an inconclusive run
         if corpus is not None:
             whose = None if failure.blame is None else failure.blame.to_json()
-            standin = _stand_in_record(corpus, failure, target)
+            standin = stand_in_record(corpus, failure, target)
             if standin is not None and whose is not None:
                 whose["stand_in_record"] = standin  # its script is torch-only
             failure.record_path, failure.record_created = write_record(
@@ -477,119 +400,3 @@ def fuzz(
         if journal is not None:
             journal.close()
     return tally
-
-
-def _settle(
-    failure: FuzzFailure,
-    check: Check,
-    target: Target,
-    definition,
-    fresh: FreshProcess | None,
-    timeout: float = 0.0,
-    seen: tuple[Known, ...] = (),
-) -> bool:
-    """Confirm ``failure`` outside this process and find whose bug it is;
-    False when it is this process's state rather than the target's, or a
-    time-out of an example that only takes long (then its tally says so, as
-    inconclusive runs)."""
-    verdict = failure.verdict
-    if verdict.kind == "timeout" and fresh is not None and timeout > 0:
-        # A hang, or slow code on busy cores? Given SLOW_FACTOR times as long in a fresh process.
-        replayed = fresh.replay(check.name, failure.case, verdict, definition, seconds=SLOW_FACTOR * timeout)
-        if replayed.verdict is not None:
-            if replayed.verdict.failed:  # slow, and wrong: that failure is the finding, unless already counted
-                if _counted(failure, check, target, replayed.verdict, seen):
-                    return False
-                failure.verdict, failure.blame = replayed.verdict, replayed.blame
-                failure.elsewhere = f"found in a fresh process, where the example ran past the {timeout:.0f} s time-out"
-                return True
-            why = (
-                f"slow, not hung: past the per-example time-out of {timeout:.0f} s, but it finishes in a fresh "
-                f"process ({replayed.verdict.kind}); timeout= (FuzzConfig.timeout) gives it longer"
-            )
-            _not_the_targets(failure, why)
-            return False
-        failure.elsewhere = f"it does not finish in a fresh process either ({replayed.failed})"
-    if verdict.kind != "fail":  # a crash is not replayed here: the journal's record replays it in a child
-        failure.blame = blame(check.name, target, verdict, Evidence())
-        return True
-    if fresh is not None:
-        replayed = fresh.replay(check.name, failure.case, verdict, definition, confirmed=True)
-        if replayed.verdict is not None and mismatch(verdict, replayed.verdict) is not None:
-            before = torch_state.last_disturbance()
-            what = verdict.errors.get("exception") or identity(verdict)
-            kind = replayed.verdict.kind
-            why = f"process-state dependent: {what} fails here, but replays as {kind} in a fresh process"
-            _not_the_targets(failure, why, f" (this process was disturbed before: {before})" if before else "")
-            return False
-        if replayed.verdict is not None:
-            failure.elsewhere = "reproduced in a fresh process"
-            failure.blame, failure.evidence = replayed.blame, dict(replayed.evidence or {})
-            return True
-        failure.elsewhere = f"not replayed in a fresh process ({replayed.failed})"
-    evidence = gather(check, target, failure.case, verdict)
-    failure.blame, failure.evidence = blame(check.name, target, verdict, evidence), evidence.to_json()
-    return True
-
-
-def _counted(failure: FuzzFailure, check: Check, target: Target, verdict: Verdict, seen: tuple[Known, ...]) -> bool:
-    """Whether a timed-out example's failure, found in a fresh process, is a known
-    discrepancy or one the caller has reported: then the run's time-out counts
-    as that, as the same failure here would have."""
-    tally = failure.tally
-    assert tally is not None
-    known = matching(target.known, check.name, failure.case, verdict) if target.known else None
-    again = None if known is not None or not seen else matching(seen, check.name, failure.case, verdict)
-    if known is None and again is None:
-        return False
-    tally.counts["timeout"] -= 1
-    if tally.counts["timeout"] <= 0:
-        del tally.counts["timeout"]
-    if known is not None:
-        tally.add_known(known, verdict)
-    elif again is not None:
-        tally.repeats[again.reason] += 1
-    return True
-
-
-def _not_the_targets(failure: FuzzFailure, why: str, detail: str = "") -> None:
-    """Count the run's failing examples as inconclusive, for ``why``."""
-    tally = failure.tally
-    assert tally is not None
-    for kind in ("fail", "timeout"):
-        tally.counts["inconclusive"] += tally.counts.pop(kind, 0)
-    tally.reasons["inconclusive"] = why + detail
-    tally.why[("inconclusive", why)] += 1
-
-
-def _stand_in_record(corpus, failure: FuzzFailure, target: Target) -> str | None:
-    """Where the blame rests on the stand-in (fuzzdiff.blame), its failure as a
-    record of its own, whose script is the torch-only repro to file; its path."""
-    if failure.blame is None or failure.blame.via != "stand-in" or not failure.evidence:
-        return None
-    shown = failure.evidence.get("stand_in") or {}
-    source, verdict = shown.get("source"), shown.get("verdict")
-    if not isinstance(source, dict) or not isinstance(verdict, dict):
-        return None
-    name = f"{target.name}.stand_in"
-    definition = {
-        "fn": name,
-        "spec": target.spec,
-        "domain": {k: list(v) for k, v in target.domain.items()},
-        "dtypes": [str(d).removeprefix("torch.") for d in target.dtypes],
-        "functional": True,
-        "source": source,
-    }
-    path, _ = write_record(
-        corpus,
-        failure.check,
-        replace(failure.case, target=name),
-        Verdict(verdict["kind"], verdict["message"], verdict.get("errors") or {}),
-        definition=definition,
-        blame={"whose": "pytorch", "evidence": shown.get("description", "a plain-torch stand-in"), "via": "stand-in"},
-    )
-    return str(path)
-
-
-def _first_line(message: str) -> str:
-    return message.splitlines()[0] if message else ""

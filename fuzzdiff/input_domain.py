@@ -13,7 +13,7 @@ from hypothesis import reject
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case import Case
-from fuzzdiff.fuzzing import FuzzFailure
+from fuzzdiff.outcome import FuzzFailure
 from fuzzdiff.root_cause import message_pattern
 from fuzzdiff.targets.target import Target
 

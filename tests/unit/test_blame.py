@@ -165,9 +165,10 @@ def test_a_failure_blamed_through_the_stand_in_records_the_stand_in_too(tmp_path
     the stand-in's own code, which replays (trusted) and scripts torch-only."""
     from fuzzdiff.blame import Blame
     from fuzzdiff.corpus import read_record
-    from fuzzdiff.fuzzing import FuzzFailure, _stand_in_record
+    from fuzzdiff.outcome import FuzzFailure
     from fuzzdiff.repro import replay
     from fuzzdiff.script import standalone_script
+    from fuzzdiff.settling import stand_in_record
 
     target = _user(two_outputs, "x: n m, y: n m")
     case = _case((2, 3), (2, 3))
@@ -176,7 +177,7 @@ def test_a_failure_blamed_through_the_stand_in_records_the_stand_in_too(tmp_path
     failure = FuzzFailure("grad", target.name, case, MISMATCH)
     failure.blame = Blame(PYTORCH, "the stand-in fails the same way", "stand-in")
     failure.evidence = evidence.to_json()
-    path = _stand_in_record(tmp_path, failure, target)
+    path = stand_in_record(tmp_path, failure, target)
     record = read_record(path)
     assert record.target == "two_outputs.stand_in" and record.blame["via"] == "stand-in"
     assert "C0_0" in "".join(record.definition["source"]["setup"])
@@ -185,7 +186,7 @@ def test_a_failure_blamed_through_the_stand_in_records_the_stand_in_too(tmp_path
                                target=__import__("fuzzdiff.repro").repro.load(path, trust_source=True)[1])
     assert "import fuzzdiff" not in script and "def stand_in(x0, x1" in script
     failure.blame = Blame(USER, "yours", "user")
-    assert _stand_in_record(tmp_path, failure, target) is None  # only where the blame rests on it
+    assert stand_in_record(tmp_path, failure, target) is None  # only where the blame rests on it
 
 
 def test_a_known_discrepancy_of_a_torch_function_the_code_calls_is_torchs():
