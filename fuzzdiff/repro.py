@@ -22,14 +22,8 @@ from fuzzdiff.runner import run_check
 from fuzzdiff.targets import UnknownTarget, get_target
 from fuzzdiff.targets.recipe import ModuleFunction, references
 from fuzzdiff.targets.target import Target
-from fuzzdiff.targets.user import (
-    UNREPLAYABLE,
-    ImportRefused,
-    PlannedImport,
-    from_definition,
-    per_sample_target,
-    plan_import,
-)
+from fuzzdiff.targets.user import UNREPLAYABLE, from_definition, per_sample_target
+from fuzzdiff.targets.user_import import ImportRefused, PlannedImport, plan_import
 from fuzzdiff.timeout import ExampleTimeout, limited
 from fuzzdiff.verdict import KINDS, Verdict, mismatch
 
@@ -66,7 +60,7 @@ def _imported(record: Record) -> list[str]:
 
 def planned_imports(record: Record | Path | str, allow_import: Iterable[str] = ()) -> list[PlannedImport]:
     """What loading the record would import, and from where, found without
-    importing it (fuzzdiff.targets.user.plan_import). CorpusError when a
+    importing it (fuzzdiff.targets.user_import.plan_import). CorpusError when a
     module is not the project's and ``allow_import`` does not name it."""
     record = read(record)
     field = "definition.fn" if record.definition is not None else "target"

@@ -20,7 +20,8 @@ from fuzzdiff.commands.options import (
 from fuzzdiff.commands.signals import stops_interrupt
 from fuzzdiff.fuzzing import settle_heap
 from fuzzdiff.spec import SpecError
-from fuzzdiff.targets.user import import_object, user_target
+from fuzzdiff.targets.user import user_target
+from fuzzdiff.targets.user_import import import_object
 
 __all__ = ["cmd_check"]
 

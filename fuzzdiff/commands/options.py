@@ -16,7 +16,7 @@ import torch
 from fuzzdiff.case import DTYPES
 from fuzzdiff.config import ConfigError, FuzzConfig
 from fuzzdiff.corpus import default_root, find_record
-from fuzzdiff.targets.user import is_module_name
+from fuzzdiff.targets.user_import import is_module_name
 
 __all__ = [
     "UsageError",

@@ -18,7 +18,7 @@ import torch
 from fuzzdiff.script.literals import ScriptError, tensor_literal, value_literal
 from fuzzdiff.script.source import SPECIAL, TargetCode, objects_code
 from fuzzdiff.targets.recipe import ModuleFunction, call_module, load_module_state
-from fuzzdiff.targets.user import import_object, is_installed
+from fuzzdiff.targets.user_import import import_object, is_installed
 
 __all__ = ["module_code", "NAMES"]
 

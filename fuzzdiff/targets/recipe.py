@@ -51,7 +51,7 @@ __all__ = [
     "ModuleFunction",
 ]
 
-Resolve = Callable[[str], Any]  # module:qualname -> the object (fuzzdiff.targets.user.import_object)
+Resolve = Callable[[str], Any]  # module:qualname -> the object (fuzzdiff.targets.user_import.import_object)
 
 
 class NoRecipe(ValueError):

@@ -22,7 +22,8 @@ from fuzzdiff.corpus import merge, read_record, write_record
 from fuzzdiff.record import CorpusError
 from fuzzdiff.repro import load, planned_imports, replay
 from fuzzdiff.targets.recipe import NoRecipe, build, recipe, references
-from fuzzdiff.targets.user import import_object, module_definition, user_target
+from fuzzdiff.targets.user import module_definition, user_target
+from fuzzdiff.targets.user_import import import_object
 from fuzzdiff.values import Values
 from fuzzdiff.verdict import Verdict
 

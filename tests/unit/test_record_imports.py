@@ -21,7 +21,7 @@ from fuzzdiff.corpus import merge, read_record, write_record
 from fuzzdiff.layout import Layout
 from fuzzdiff.record import CorpusError
 from fuzzdiff.repro import imports, load, replay
-from fuzzdiff.targets.user import ImportRefused, plan_import
+from fuzzdiff.targets.user_import import ImportRefused, plan_import
 from fuzzdiff.values import Values
 from fuzzdiff.verdict import Verdict
 
