@@ -42,3 +42,15 @@ def test_max_examples_keeps_its_meaning_without_a_budget():
     assert not report.tallies["grad"].cut and report.tallies["grad"].cases >= 5
     with pytest.raises(ValueError, match="budget"):
         fuzzdiff.check(torch.sin, "x: n", budget=0)
+
+
+def test_by_default_every_check_runs_and_compile_last():
+    """Within a budget a check after compile would get only what compile's
+    unpredictable cases left; the caller's own order is kept."""
+    from fuzzdiff.api import _checks
+    from fuzzdiff.checks import CHECKS
+
+    names = _checks(None)
+    assert sorted(names) == sorted(CHECKS) and names[-1] == "compile"
+    assert [n for n in names if n != "compile"] == [n for n in CHECKS if n != "compile"]
+    assert _checks(("compile", "grad")) == ["compile", "grad"]
