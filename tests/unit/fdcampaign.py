@@ -11,25 +11,14 @@ import textwrap
 
 import pytest
 
-ZOO = textwrap.dedent('''
+from fdhelpers import WRONG_SQUARE
+
+ZOO = WRONG_SQUARE + textwrap.dedent('''
     import os
     import time
-    import torch
     from hypothesis.configuration import storage_directory
-    from torch.autograd import Function
     from fuzzdiff.known import Known
     from fuzzdiff.targets.target import Target
-
-    class BadSquare(Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x * x
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return 3 * g * x  # planted: the derivative of x*x is 2x
 
     def slow(x):
         time.sleep(30)
@@ -69,11 +58,11 @@ ZOO = textwrap.dedent('''
     SIN = _t("cheap_sin", torch.sin, "SIN")
     EXP = _t("cheap_exp", torch.exp, "EXP")
     TANH = _t("cheap_tanh", torch.tanh, "TANH")
-    BAD = _t("planted_square", BadSquare.apply, "BAD")
+    BAD = _t("planted_square", WrongSquare.apply, "BAD")
     # a known discrepancy matches its own signature: the wrong value vs finite differences
-    PLANTED = Known("grad", "planted, and known", "BadSquare.backward is 3 g x",
+    PLANTED = Known("grad", "planted, and known", "WrongSquare.backward is 3 g x",
                     message=r"^<J\\^T v, u> vs finite differences")
-    KNOWN = _t("known_square", BadSquare.apply, "KNOWN", known=(PLANTED,))
+    KNOWN = _t("known_square", WrongSquare.apply, "KNOWN", known=(PLANTED,))
     ABORT = _t("aborting", aborting, "ABORT")
     SLOW = _t("slow", slow, "SLOW")
     SLUGGISH = _t("sluggish", sluggish, "SLUGGISH")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -40,6 +41,11 @@ class WrongSquare(torch.autograd.Function):
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         return 3 * g * x
+
+
+# WrongSquare as source, for the modules tests write to disk, whose targets a worker or a
+# fresh process imports by name: the same planted bug, and a class to derive variants from.
+WRONG_SQUARE = "import torch\n\n\n" + inspect.getsource(WrongSquare)
 
 
 UNARY = target("x: ...", torch.exp, "unit_exp")

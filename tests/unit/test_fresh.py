@@ -1,5 +1,7 @@
 """fuzzdiff.fresh: a failure is replayed in a fresh process before it is the target's."""
 
+from fdhelpers import WRONG_SQUARE
+
 import fuzzdiff
 from fuzzdiff.case import Arg, Case
 from fuzzdiff.fresh import FreshProcess
@@ -9,18 +11,12 @@ from fuzzdiff.verdict import Verdict
 # A function whose backward depends on the state of its process: right in a
 # fresh one, wrong once something in this process has set BROKEN (as torch's
 # state is, after an internal assert elsewhere).
-STATEFUL = '''
-import torch
+STATEFUL = WRONG_SQUARE + '''
 
 BROKEN = [False]
 
 
-class Twice(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
+class Twice(WrongSquare):
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
@@ -107,28 +103,21 @@ def test_a_time_out_of_slow_code_is_inconclusive_and_a_hang_stays_a_time_out(imp
     assert "did not finish" in failure.message and "does not finish in a fresh process either" in failure.elsewhere
 
 
-SLOW_HERE = '''
+SLOW_HERE = WRONG_SQUARE + '''
 import os
 import time
 
-import torch
 
-
-class WrongSlowHere(torch.autograd.Function):
-    """x**2 with a backward off by 3/2, which takes long in the test's own
-    process only: every example times out there and fails in a fresh one."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
+class WrongSlowHere(WrongSquare):
+    """WrongSquare, whose backward takes long in the test's own process only:
+    every example times out there and fails in a fresh one."""
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         if x.numel() and os.getpid() == int(os.environ["FUZZDIFF_TEST_SLOW_PID"]):
             time.sleep(2.0)
-        return 3 * g * x
+        return WrongSquare.backward(ctx, g)
 '''
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fdhelpers import WRONG_SQUARE
 
 import fuzzdiff
 from fuzzdiff.case import Arg, Case
@@ -34,30 +35,15 @@ from fuzzdiff.values import Values
 
 REPO = Path(fuzzdiff.__file__).resolve().parents[1]
 
-RANDOM_OPS = '''
+RANDOM_OPS = WRONG_SQUARE + '''
 import random
 
 import numpy as np
-import torch
 import torch.nn.functional as F
 
 
-class Square(torch.autograd.Function):
-    """x**2 whose backward says 3 x (the planted bug)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 3 * g * x
-
-
 def dropout_square_wrong(x):
-    return F.dropout(Square.apply(x), 0.5, training=True)
+    return F.dropout(WrongSquare.apply(x), 0.5, training=True)
 
 
 def dropout_right(x):
