@@ -10,7 +10,6 @@ import contextlib
 import textwrap
 
 import pytest
-
 from fdhelpers import WRONG_SQUARE
 
 ZOO = WRONG_SQUARE + textwrap.dedent('''
