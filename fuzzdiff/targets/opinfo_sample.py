@@ -1,7 +1,7 @@
 """An OpInfo sample as plain data, so that a corpus record can rebuild its call.
 
 A target ``opinfo/<op>@<index>`` is one ``SampleInput`` of one OpInfo
-(fuzzdiff.targets.opinfo), but torch's sample lists change between releases:
+(fuzzdiff.targets.opinfo_build), but torch's sample lists change between releases:
 under another torch the index names another call, or none. A record of such a
 target therefore stores the call itself (its ``opinfo_sample`` field): the op's
 name and variant, the sample's ``(input, args, kwargs)`` with every constant
@@ -96,7 +96,7 @@ class StoredSample:
     fuzzed: tuple[torch.Tensor, ...]  # the sample's own values of each fuzzed argument
     near: bool  # each argument is the sample's value plus the fuzzed one
     output: str = "identity"
-    keep: tuple[bool, ...] | None = None  # output leaves kept (targets.opinfo._Differentiable)
+    keep: tuple[bool, ...] | None = None  # output leaves kept (targets.opinfo_call.Differentiable)
 
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
@@ -104,7 +104,7 @@ class StoredSample:
 
     @property
     def key(self) -> str:
-        """The op key of targets.opinfo (``name`` or ``name.variant``)."""
+        """The op key (targets.opinfo_tables.op_key: ``name`` or ``name.variant``)."""
         return f"{self.op}.{self.variant}" if self.variant else self.op
 
     def to_json(self) -> dict:
