@@ -69,25 +69,31 @@ def raised(output: str) -> str | None:
     return None
 
 
-def outcome(record, code: int | None, output: str) -> tuple[str, str]:
-    """(column, detail) for a script's exit status and output."""
-    last = (output.strip().splitlines() or [""])[-1]
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text``, or ""."""
+    return (text.strip().splitlines() or [""])[-1]
+
+
+def outcome(record, code: int | None, stdout: str, stderr: str) -> tuple[str, str]:
+    """(column, detail) for a script's exit status and output: its verdict is the
+    last line it prints, an exception the traceback on stderr (where warnings go too)."""
+    last, error = last_line(stdout), last_line(stderr)
     if code is None:
         return "other", "timed out"
-    if code == 2 and last.startswith("needs "):
-        return "needs device", last
+    if code == 2 and error.startswith("needs "):
+        return "needs device", error
     if code == 0:
         return "passes", last[:120]
     if code < 0:
         return ("reproduced" if record.verdict.kind == "crash" else "other"), f"killed by signal {-code}"
     exception = record.verdict.errors.get("exception")
-    got = raised(output)
+    got = raised(stderr)
     if exception is None and got is None and last.startswith("MISMATCH"):
         return "reproduced", last[:120]
     if exception is not None and got == exception:
         return "reproduced", f"raises {got}"
     recorded = f"raises {exception}" if exception else "a mismatch"
-    return "other", f"recorded {recorded}; the script: exit status {code}, {last[:160]}"
+    return "other", f"recorded {recorded}; the script: exit status {code}, {(error or last)[:160]}"
 
 
 def main() -> int:
@@ -123,11 +129,11 @@ def main() -> int:
             done = subprocess.run(
                 [args.python, file.name], capture_output=True, text=True, timeout=args.timeout, cwd=folder
             )
-            code, output = done.returncode, done.stdout + done.stderr
+            code, stdout, stderr = done.returncode, done.stdout, done.stderr
         except subprocess.TimeoutExpired:
-            code, output = None, ""
-        (folder / f"{name}.out").write_text(output)
-        column, detail = outcome(record, code, output)
+            code, stdout, stderr = None, "", ""
+        (folder / f"{name}.out").write_text(stdout + stderr)
+        column, detail = outcome(record, code, stdout, stderr)
         row[column] += 1
         print(f"{name}: {column}: {detail}", flush=True)
     print(f"\nscripts and their output: {folder}")

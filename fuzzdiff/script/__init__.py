@@ -38,7 +38,7 @@ from fuzzdiff.script import module as _module  # noqa: F401  (registers a module
 from fuzzdiff.script import opinfo as _opinfo  # noqa: F401  (registers an OpInfo sample's code)
 from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
 from fuzzdiff.script import vmap as _vmap  # noqa: F401  (registers the vmap fragment)
-from fuzzdiff.script.fragments import FRAGMENTS, Fragment, register
+from fuzzdiff.script.fragments import FRAGMENTS, KWARGS_IN_CLOSURE, Fragment, register
 from fuzzdiff.script.helpers import HELPERS, copies, defines_helper, helper_names, helper_source
 from fuzzdiff.script.inputs import InputsCode, inputs_code
 from fuzzdiff.script.literals import (
@@ -67,6 +67,7 @@ SCRIPT_NAMES = frozenset(
         "inf",
         "nan",
         "call",
+        "call_with",
         "main",
         "DTYPE",
         "DEVICE",
@@ -192,13 +193,14 @@ def standalone_script(
         target = get_target(case.target)
     storages = {i: t.detach().cpu() for i, t in (storages or case.storages()).items()}
     names = _arg_names(target, TargetCode(call=""))
-    code = _code(target, case.kwargs, names)
+    closure = check in KWARGS_IN_CLOSURE
+    code = _code(target, case.kwargs, names, closure)
     clash = code.names & SCRIPT_NAMES
     if clash:
         raise ScriptError(f"target {target.name!r} defines {sorted(clash)}, which the script uses for itself")
     names = _arg_names(target, code)
     if code.kwargs is not None:  # the code was written for the first names (a program)
-        code = _code(target, case.kwargs, names)
+        code = _code(target, case.kwargs, names, closure)
     on_device = device != "cpu"
     inputs = inputs_code(case, storages, names, on_device=on_device)
     crashed = verdict is not None and verdict.kind == "crash"
@@ -213,11 +215,12 @@ def standalone_script(
 
     blocks = [_header(target, check, case, verdict, fragment, found_with, code, device)]
     data: list[str] = []
+    guard = ""  # the first statements of main(), where a forward raised when the probes were drawn
     blocks.append(_banner("The function under test") + _definitions(code))
     seed = _seed(target, check, case)
     if seed is not None and any(n in code.names and f"import {n}" not in code.imports for n in ("random", "numpy")):
         raise ScriptError(f"target {target.name!r} binds 'random' or 'numpy' to another object; the script seeds them")
-    blocks.append(_call(code, names, case.kwargs if code.kwargs is None else code.kwargs, seed))
+    blocks.append(_call(code, names, case.kwargs if code.kwargs is None else code.kwargs, seed, closure))
     if fragment.inputs:
         blocks.append(_banner("The inputs") + f"DTYPE = {dtype_name(case.torch_dtype)}\n" + inputs.storages)
         data.append(inputs.storages)
@@ -233,7 +236,11 @@ def standalone_script(
     if fragment.probes:
         # a crash record's case killed its process: the script's own call reproduces
         # that, and writing the script must not run it
-        probes = _probes_text(target, case, storages, fragment.probes, run_forward=not crashed, on_device=on_device)
+        probes, raised = _probes_text(
+            target, case, storages, fragment.probes, run_forward=not crashed, on_device=on_device
+        )
+        if raised is not None and fragment.inputs:
+            guard = _forward_first(*raised)
         blocks.append(_banner("Random probes, as drawn") + probes)
         data.append(probes)
     tol = tolerance(target, check, case.torch_dtype)
@@ -249,7 +256,7 @@ def standalone_script(
         blocks.append(fragment.extra)
         data.append(fragment.extra)
     version = 'print(f"torch {torch.__version__} on {DEVICE}")' if on_device else 'print(f"torch {torch.__version__}")'
-    blocks.append(f"def main():\n    {version}\n" + fragment.body)
+    blocks.append(f"def main():\n    {version}\n" + guard + fragment.body)
     blocks.append('if __name__ == "__main__":\n    sys.exit(main())')
     seed = _seed(target, check, case)
     imports = _imports(code, fragment, any(re.search(r"\b(nan|inf)\b", d) for d in data), seed is not None)
@@ -278,10 +285,10 @@ def _is_catalog(target: Target) -> bool:
     return any(t is target for t in all_targets())
 
 
-def _code(target: Target, kwargs, names) -> TargetCode:
+def _code(target: Target, kwargs, names, numbers_as_kwargs: bool = False) -> TargetCode:
     """The target's code, copied; user code that cannot be copied is imported."""
     try:
-        return target_code(target.fn, target.name, kwargs, names)
+        return target_code(target.fn, target.name, kwargs, names, numbers_as_kwargs=numbers_as_kwargs)
     except ScriptError as e:
         if _is_catalog(target):
             raise
@@ -447,11 +454,16 @@ def _seed(target: Target, check: str, case: Case) -> int | None:
     return sum(a.values.seed for a in case.args) % 2**32
 
 
-def _call(code: TargetCode, names: list[str], kwargs: Mapping, seed: int | None = None) -> str:
+def _call(code: TargetCode, names: list[str], kwargs: Mapping, seed: int | None = None, closure: bool = False) -> str:
+    """``call``: the function under test at the fuzzed keyword arguments, written
+    in the call, or with ``closure`` held in one (see fuzzdiff.script.fragments)."""
     if code.direct and not kwargs and seed is None:
         return f"# The function under test: {code.direct}\ncall = {code.call}"
+    held = closure and bool(kwargs)
     args = list(names)
-    for k, v in kwargs.items():
+    if held:
+        args.append("**kwargs")
+    for k, v in {} if held else kwargs.items():
         args.append(f"{k}={value_literal(v)}" if k.isidentifier() else f"**{{{k!r}: {value_literal(v)}}}")
     seeding = ""
     if seed is not None:
@@ -461,23 +473,39 @@ def _call(code: TargetCode, names: list[str], kwargs: Mapping, seed: int | None 
         )
         if "numpy" in code.needs:
             seeding += f"    numpy.random.seed({seed})\n"
-    return (
+    call = (
         f"def call({', '.join(names)}):\n"
         '    """One call of the function under test, with the fuzzed keyword arguments."""\n'
         f"{seeding}    return {code.call}({', '.join(args)})"
     )
+    if not held:
+        return call
+    literal = "{" + ", ".join(f"{k!r}: {value_literal(v)}" for k, v in kwargs.items()) + "}"
+    return (
+        "def call_with(kwargs):\n"
+        '    """The function under test with its keyword arguments held in a closure, as the\n'
+        "    compile check holds them: dynamo traces a number it reaches through a closure as\n"
+        '    symbolic (a SymInt, a SymFloat), and a number written in the code as a constant."""\n\n'
+        + textwrap.indent(call, "    ")
+        + "\n\n    return call\n\n\n"
+        + f"call = call_with({literal})"
+    )
 
 
-def _probes_text(target: Target, case: Case, storages, keys, run_forward: bool = True, on_device: bool = False) -> str:
-    """Each probe global as literal tensors, computed exactly as the check draws them.
-    The cotangents need the outputs' shapes: without ``run_forward`` they are None.
-    ``on_device``: the literals go to the script's DEVICE."""
+def _probes_text(
+    target: Target, case: Case, storages, keys, run_forward: bool = True, on_device: bool = False
+) -> tuple[str, tuple[str, str] | None]:
+    """Each probe global as literal tensors, computed exactly as the check draws them,
+    and (the global, the exception) where the forward raised drawing cotangents.
+    The cotangents need the outputs' shapes: without ``run_forward``, or where the
+    forward raises, they are None. ``on_device``: the literals go to the script's DEVICE."""
 
     def fresh():
         return {i: t.clone() for i, t in storages.items()}
 
     f = leaf_function(target, case, storages=fresh())
     values: dict[str, str | list[torch.Tensor]] = {}  # literal tensors, or the code that stands for them
+    raised: tuple[str, str] | None = None
     if "U" in keys:
         values["U"] = directions(case.params, f.leaves)
     if "W" in keys:
@@ -497,6 +525,7 @@ def _probes_text(target: Target, case: Case, storages, keys, run_forward: bool =
                 outs = g(*g.leaves)
         except Exception as e:  # noqa: BLE001 - the script raises the same at its forward
             values[key] = f"None  # the forward raised {type(e).__name__} when this was written"
+            raised = raised or (key, type(e).__name__)
             continue
         values[key] = probes_like(case.params, "cotangent", outs)
     lines = []
@@ -510,4 +539,18 @@ def _probes_text(target: Target, case: Case, storages, keys, run_forward: bool =
         else:
             items = "".join(f"    {tensor_literal(t, indent='    ', on_device=on_device)},\n" for t in v)
             lines.append(f"{key} = [\n{items}]")
-    return "\n".join(lines)
+    return "\n".join(lines), raised
+
+
+def _forward_first(key: str, error: str) -> str:
+    """main()'s first statements where the forward raised ``error`` drawing the
+    cotangents ``key``: with them None, the check's own computation would fail
+    on them first; the call at the inputs raises the function's own error."""
+    dtype = "torch.float64" if key == "V64" else ""
+    return (
+        f"    if {key} is None:  # the function raised {error} at these inputs when this was written\n"
+        f"        call(*make_args(make_leaves({dtype})))  # raises it here\n"
+        f'        print("OK: the function runs at these inputs, where it raised {error} when this script "\n'
+        '              "was written: no cotangents were drawn, so nothing else is compared")\n'
+        "        return 0\n"
+    )

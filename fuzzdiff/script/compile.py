@@ -243,7 +243,7 @@ def _transform_fragment(ctx) -> Fragment:
     )
 
 
-@register("compile")
+@register("compile", kwargs_in_closure=True)
 def compile_fragment(ctx) -> Fragment:
     if ctx.case.params.get("transform", "none") != "none":
         return _transform_fragment(ctx)

@@ -315,11 +315,24 @@ def _lambda_source(fn) -> str:
     return "(" + segment + ")"
 
 
-def _program_code(fn, kwargs, arg_names) -> TargetCode | None:
-    """A program target (fuzzdiff.programs.run_program): the drawn program as torch code."""
+def _program_code(fn, kwargs, arg_names, numbers_as_kwargs: bool = False) -> TargetCode | None:
+    """A program target (fuzzdiff.programs.run_program): the drawn program as torch code.
+    ``numbers_as_kwargs``: its statements' numbers are keyword-only parameters, which
+    the call passes (the compile check's script holds them in a closure, as the
+    compiled program reads them from its statements)."""
     if getattr(fn, "__module__", None) != "fuzzdiff.programs" or getattr(fn, "__name__", "") != "run_program":
         return None
-    source = Program.from_json(kwargs["program"]).source("program", list(arg_names))
+    program = Program.from_json(kwargs["program"])
+    numbers: dict[str, object] = {}
+    if numbers_as_kwargs:
+        program, numbers = _numbers_as_names(program, set(arg_names))
+    source = program.source("program", list(arg_names))
+    if numbers:
+        _, body = source.split("\n", 1)
+        source = (
+            "# Its numbers are keyword-only parameters: the call passes them\n"
+            f"def program({', '.join([*arg_names, '*', *numbers])}):\n{body}"
+        )
     imports = (
         ["import torch"]
         + (["import torch.nn.functional as F"] if "F." in source else [])
@@ -330,8 +343,48 @@ def _program_code(fn, kwargs, arg_names) -> TargetCode | None:
         imports=imports,
         definitions=[source.rstrip()],
         names={"program"},
-        kwargs={k: v for k, v in kwargs.items() if k != "program"},
+        kwargs={**{k: v for k, v in kwargs.items() if k != "program"}, **numbers},
     )
+
+
+class _Name(str):
+    """A statement's field written as the name of a parameter: str() and repr() are the name."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+# Fields that hold no number the program computes with: the values a statement
+# reads and the function it calls (a slice's dim, how many full slices precede
+# its own, shapes the code itself: it stays a literal)
+_NOT_NUMBERS = {"x", "other", "fn"}
+
+
+def _numbers_as_names(program: Program, taken: set[str]) -> tuple[Program, dict[str, object]]:
+    """``program`` with each number of its statements (a slice's bounds, an index,
+    dims, a shape, a scalar) replaced by a name, ``<field>_<statement>``, and the
+    numbers by name."""
+    numbers: dict[str, object] = {}
+    body = []
+    for k, statement in enumerate(program.body):
+        s = dict(statement)
+        for key, value in statement.items():
+            if key in _NOT_NUMBERS or (key == "dim" and s["op"] == "slice") or not _is_number(value):
+                continue
+            name = f"{key}_{k}"
+            while name in taken or name in numbers:
+                name += "_"
+            numbers[name] = value
+            s[key] = [_Name(name)] if isinstance(value, list) else _Name(name)  # a shape is passed whole
+        body.append(s)
+    return Program(program.inputs, tuple(body)), numbers
+
+
+def _is_number(value) -> bool:
+    """An int or float (no bool), or a non-empty list of them (a shape)."""
+    if isinstance(value, list):
+        return bool(value) and all(_is_number(v) for v in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _tensorly_code(fn, kwargs, arg_names) -> TargetCode | None:
@@ -350,8 +403,10 @@ def _tensorly_code(fn, kwargs, arg_names) -> TargetCode | None:
 SPECIAL = [_program_code, _tensorly_code]
 
 
-def target_code(fn, what: str, kwargs=None, arg_names=()) -> TargetCode:
-    """Self-contained code for calling ``fn``; ``what`` names it in errors."""
+def target_code(fn, what: str, kwargs=None, arg_names=(), *, numbers_as_kwargs: bool = False) -> TargetCode:
+    """Self-contained code for calling ``fn``; ``what`` names it in errors.
+    ``numbers_as_kwargs``: numbers that code would write as literals (a
+    program's) are keyword arguments of the call instead (``TargetCode.kwargs``)."""
     stored = getattr(fn, "fuzzdiff_source", None)  # a record's own source (targets.user._from_source)
     if stored is not None:
         return TargetCode(
@@ -360,6 +415,10 @@ def target_code(fn, what: str, kwargs=None, arg_names=()) -> TargetCode:
             definitions=list(stored["definitions"]),
             setup=list(stored["setup"]),
         )
+    if numbers_as_kwargs:  # of the callables SPECIAL writes, only a program has numbers of its own
+        code = _program_code(fn, dict(kwargs or {}), arg_names, numbers_as_kwargs=True)
+        if code is not None:
+            return code
     for special in SPECIAL:
         code = special(fn, dict(kwargs or {}), arg_names)
         if code is not None:

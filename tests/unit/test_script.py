@@ -43,6 +43,7 @@ from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.script import ScriptError, scripted_checks, standalone_script
 from fuzzdiff.script.helpers import COPIED, helper_source
 from fuzzdiff.script.literals import storage_literal, tensor_literal
+from fuzzdiff.script.source import target_code
 from fuzzdiff.targets import NoGrad, all_targets, get_target
 from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
 from fuzzdiff.targets.target import Target
@@ -537,6 +538,55 @@ def test_compile_transform_scripts_print_ok_and_mismatch(tmp_path):
     code, out = results[-1]
     assert code == 1 and out.splitlines()[-1].startswith("MISMATCH: "), out
     assert f"abs error {verdict.errors['abs_error']:.3g}" in out.splitlines()[-1], (verdict.errors, out)
+
+
+def test_the_compile_script_passes_kwargs_and_a_programs_numbers_through_a_closure():
+    """As fuzzdiff.paths.compiled passes them: dynamo traces a number it reaches
+    through a closure as symbolic and a literal as a constant, which decides whether
+    a bug shows (corpus records 1b22a5e38ab20261, 25c92fb2a59fac38). Other checks'
+    scripts write them as literals; the function computes the same either way."""
+    from fuzzdiff.programs import Program, run_program
+
+    program = Program(1, (
+        {"op": "slice", "x": 0, "dim": 1, "start": 1, "stop": 3, "step": 1},
+        {"op": "transpose", "x": 1, "dim0": 0, "dim1": 1},
+        {"op": "select", "x": 2, "dim": 0, "index": 1},
+        {"op": "view", "x": 3, "shape": [1, 4]},
+        {"op": "expand", "x": 4, "shape": [3, 4]},
+        {"op": "call", "x": 5, "fn": "mul", "other": 5},
+        {"op": "add_", "x": 0, "other": None, "scalar": 0.5},
+        {"op": "clamp_", "x": 1, "min": -1.0, "max": 1.5},
+    ))
+    target = get_target("program_inplace")
+    base = first_cases("compile", target)[0]
+    params = {k: v for k, v in base.params.items() if k != "aliases"}
+    case = replace(base, args=(Arg((4, 3), Values(seed=1)),), kwargs={"program": program.to_json()},
+                   params={**params, "backend": "aot_eager", "transform": "none"})
+    source = standalone_script("compile", case, target=target)
+    [definition] = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "program"]
+    held = [a.arg for a in definition.args.kwonlyargs]
+    assert held == ["start_0", "stop_0", "step_0", "dim0_1", "dim1_1", "dim_2", "index_2", "shape_3", "shape_4",
+                    "scalar_6", "min_7", "max_7"], ast.unparse(definition)
+    assert not [n for n in ast.walk(definition) if isinstance(n, ast.Constant) and type(n.value) in (int, float)]
+    assert "call = call_with({'start_0': 1, 'stop_0': 3, 'step_0': 1, " in source
+    x = torch.randn(4, 3)
+    for numbers_as_kwargs in (False, True):  # the same function, its numbers passed or written
+        code = target_code(run_program, "program", case.kwargs, ["a"], numbers_as_kwargs=numbers_as_kwargs)
+        ns: dict = {"torch": torch}
+        exec("\n".join(code.definitions), ns)  # noqa: S102 - the code under test
+        got, want = x.clone(), x.clone()
+        outs, expected = ns["program"](got, **code.kwargs), run_program(want, program=case.kwargs["program"])
+        assert len(outs) == len(expected) == 6 and all(torch.equal(o, e) for o, e in zip(outs, expected))
+        assert torch.equal(got, want)
+        assert bool(code.kwargs) == numbers_as_kwargs
+
+    addcdiv = get_target("addcdiv")
+    case = next(c for c in first_cases("compile", addcdiv, n=20) if c.kwargs)
+    compiled_source, grad_source = (standalone_script(c, case, target=addcdiv) for c in ("compile", "grad"))
+    assert "**kwargs)" in compiled_source and "call = call_with({'value': " in compiled_source
+    assert "call_with" not in grad_source and "value=" in grad_source
+    args = [torch.randn(3), torch.randn(3), torch.rand(3) + 1]
+    assert torch.equal(namespace(compiled_source)["call"](*args), torch.addcdiv(*args, **case.kwargs))
 
 
 def test_each_script_copies_its_own_checks_functions_even_of_one_name():
