@@ -4,8 +4,12 @@ The script rebuilds the inputs as the check ran them (with the aliasing the
 check drew for a target that writes its inputs), embeds the cotangents, and
 runs the target eagerly and compiled, each on its own fresh inputs; it
 prints the output metadata both ways and every compared tensor's error, as
-``fuzzdiff.paths.compiled.run`` computes them. A program target is printed
-as the plain torch function it is.
+``fuzzdiff.paths.compiled.run`` computes them, and, as the check, a
+backward that refuses a saved tensor written in place as a mismatch. A
+program target is printed as the plain torch function it is; its numbers,
+like every keyword argument, reach the function through a closure
+(fuzzdiff.script.fragments). Where the eager side of a transform raised when
+the script was written, the script runs it first.
 """
 
 from __future__ import annotations
@@ -70,7 +74,8 @@ def storages(args):
 
 
 def run(fn):
-    """(names, tensors compared by value, output metadata, argument metadata after the call)."""
+    """(names, tensors compared by value, output metadata, argument metadata after the
+    call, the backward's error where it refuses a saved tensor written in place)."""
     with torch.set_grad_enabled(GRAD):  # the copies too: a view made under no_grad must not see a write made with grad
         leaves = make_leaves()
         args = make_args([copy(l) for l in leaves] if WRITES_INPUTS else leaves)
@@ -81,10 +86,16 @@ def run(fn):
         tensors = [*outs, *args, *storages(args)]
         names = ([f"output {k}" for k in range(len(outs))] + [f"{n} after the call" for n in ARG_NAMES]
                  + [f"storage {k} after the call" for k in range(len(tensors) - len(outs) - len(args))])
+        backward_error = None
         if GRAD and leaves:
-            tensors += vjp([*outs, *written], leaves, COTANGENTS)
-            names += [f"grad of {n}" for n in LEAF_NAMES]
-    return names, [t.detach() for t in tensors], meta, arg_meta
+            try:
+                tensors += vjp([*outs, *written], leaves, COTANGENTS)
+                names += [f"grad of {n}" for n in LEAF_NAMES]
+            except RuntimeError as e:
+                if "modified by an inplace operation" not in str(e):
+                    raise
+                backward_error = "raises: " + str(e).splitlines()[0]
+    return names, [t.detach() for t in tensors], meta, arg_meta, backward_error
 '''.strip("\n")
 
 
@@ -154,16 +165,19 @@ def compare_runs(want, got, args_want, args_got, want_tangents=None, got_tangent
 '''.strip("\n")
 
 
-def _transform_data(ctx) -> str:
-    """The arguments (vmap: batched), the probes and the results' names, for a transform."""
+def _transform_data(ctx) -> tuple[str, str | None]:
+    """(the arguments (vmap: batched), the probes and the results' names, for a
+    transform; the exception the eager side raised when this was written, if any)."""
     case, target = ctx.case, ctx.target
     transform = case.params["transform"]
     inputs = inputs_code(case, case.storages(), ctx.names, on_device=ctx.on_device)
     args = path.batched_args(case, None) if transform == "vmap" else case.materialize(requires_grad=False).args
+    raised = None
     try:
         labels = repr(path.run(target, case, None).output_names())
     except Exception as e:  # noqa: BLE001 - the eager side raises: so does the script, where it runs it
-        labels = f"None  # the eager side raised {type(e).__name__} when this was written"
+        raised = type(e).__name__
+        labels = f"None  # the eager side raised {raised} when this was written"
     try:
         probes = path.transform_probes(case, path._floating(path._call(target.fn, case.kwargs)), args)
     except Exception:  # noqa: BLE001 - cotangents like outputs that the raising call never gives
@@ -204,13 +218,14 @@ def _transform_data(ctx) -> str:
         COMPILED,
         TRANSFORM_MACHINERY,
     ]
-    return "\n\n\n".join(blocks)
+    return "\n\n\n".join(blocks), raised
 
 
 def _transform_fragment(ctx) -> Fragment:
     case = ctx.case
     transform, backend = case.params["transform"], case.params["backend"]
     wrapper = TRANSFORMS[transform]
+    extra, raised = _transform_data(ctx)
     if transform == "dual":
         body = lines(
             "args = transform_args()",
@@ -231,12 +246,29 @@ def _transform_fragment(ctx) -> Fragment:
             "return finish(compare_runs(want, got, args, got_args))",
         )
         summary = f"{backend}: torch.func.{transform} of the function, compiled whole, vs eager"
+    if raised is not None:  # no results' names (nor grad's and vjp's cotangents): eager runs first
+        eager = (
+            "dual_transform(target_outputs(call), transform_args(), WRT, PROBES)"
+            if transform == "dual"
+            else f"{wrapper.__name__}(target_outputs(call), N_ARGS, WRT)(*transform_args(), *PROBES)"
+        )
+        body = (
+            lines(
+                f"if LABELS is None:  # the eager side raised {raised} when this was written",
+                f"    {eager}  # raises it here",
+                f'    print("OK: the eager side runs, where it raised {raised} when this script was written: "',
+                '          "nothing else is compared")',
+                "    return 0",
+            )
+            + "\n"
+            + body
+        )
     return Fragment(
         summary,
         body,
         ("outputs", "compare", "finish"),
         (),
-        extra=_transform_data(ctx),
+        extra=extra,
         inputs=False,
         copies=(wrapper,),
         forward_ad=transform == "dual",
@@ -252,13 +284,15 @@ def compile_fragment(ctx) -> Fragment:
     return Fragment(
         f"{backend} vs eager: outputs, output metadata, inputs after the call and gradients",
         lines(
-            "names, want, want_meta, want_args = run(call)",
-            "_, got, got_meta, got_args = run(compiled(call))",
+            "names, want, want_meta, want_args, want_error = run(call)",
+            "_, got, got_meta, got_args, got_error = run(compiled(call))",
             'print("output metadata, eager:   ", want_meta)',
             'print("output metadata, compiled:", got_meta)',
             'results = [(want_meta == got_meta, "output metadata (views of inputs, their strides, "',
             '            "requires_grad, is_leaf, dtype, shape)"),',
-            '           (want_args == got_args, "argument metadata after the call")]',
+            '           (want_args == got_args, "argument metadata after the call"),',
+            "           (want_error == got_error, f\"the backward: eager {want_error or 'runs'}, \"",
+            "                                     f\"compiled {got_error or 'runs'}\")]",
             "if len(got) != len(want):",
             '    results.append((False, f"{len(got)} results, eager has {len(want)}"))',
             "else:",
