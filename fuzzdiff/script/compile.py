@@ -8,8 +8,9 @@ prints the output metadata both ways and every compared tensor's error, as
 backward that refuses a saved tensor written in place as a mismatch. A
 program target is printed as the plain torch function it is; its numbers,
 like every keyword argument, reach the function through a closure
-(fuzzdiff.script.fragments). Where the eager side of a transform raised when
-the script was written, the script runs it first.
+(fuzzdiff.script.fragments). Where the function raised at a transform's
+arguments when the script was written, grad's and vjp's scripts have no
+cotangents: they call it first.
 """
 
 from __future__ import annotations
@@ -160,28 +161,28 @@ def compare_runs(want, got, args_want, args_got, want_tangents=None, got_tangent
     if len(got) != len(want):
         results.append((False, f"{len(got)} results, eager has {len(want)}"))
     else:
-        results.append(compare(LABELS, [t.detach() for t in got], [t.detach() for t in want]))
+        labels = LABELS or [f"result {k}" for k in range(len(want))]  # None: eager raised when written
+        results.append(compare(labels, [t.detach() for t in got], [t.detach() for t in want]))
     return results
 '''.strip("\n")
 
 
 def _transform_data(ctx) -> tuple[str, str | None]:
     """(the arguments (vmap: batched), the probes and the results' names, for a
-    transform; the exception the eager side raised when this was written, if any)."""
+    transform; the exception the function raised drawing the probes, if it did)."""
     case, target = ctx.case, ctx.target
     transform = case.params["transform"]
     inputs = inputs_code(case, case.storages(), ctx.names, on_device=ctx.on_device)
     args = path.batched_args(case, None) if transform == "vmap" else case.materialize(requires_grad=False).args
-    raised = None
     try:
         labels = repr(path.run(target, case, None).output_names())
     except Exception as e:  # noqa: BLE001 - the eager side raises: so does the script, where it runs it
-        raised = type(e).__name__
-        labels = f"None  # the eager side raised {raised} when this was written"
+        labels = f"None  # the eager side raised {type(e).__name__} when this was written"
+    raised = None
     try:
         probes = path.transform_probes(case, path._floating(path._call(target.fn, case.kwargs)), args)
-    except Exception:  # noqa: BLE001 - cotangents like outputs that the raising call never gives
-        probes = []
+    except Exception as e:  # noqa: BLE001 - cotangents like outputs that the raising call never gives
+        raised, probes = type(e).__name__, []
     wrt = path.wrt(case)
     if transform == "vmap":
         batched = "\n".join(
@@ -246,18 +247,13 @@ def _transform_fragment(ctx) -> Fragment:
             "return finish(compare_runs(want, got, args, got_args))",
         )
         summary = f"{backend}: torch.func.{transform} of the function, compiled whole, vs eager"
-    if raised is not None:  # no results' names (nor grad's and vjp's cotangents): eager runs first
-        eager = (
-            "dual_transform(target_outputs(call), transform_args(), WRT, PROBES)"
-            if transform == "dual"
-            else f"{wrapper.__name__}(target_outputs(call), N_ARGS, WRT)(*transform_args(), *PROBES)"
-        )
+    if raised is not None:  # grad's and vjp's cotangents, like outputs it never gave: it runs first
         body = (
             lines(
-                f"if LABELS is None:  # the eager side raised {raised} when this was written",
-                f"    {eager}  # raises it here",
-                f'    print("OK: the eager side runs, where it raised {raised} when this script was written: "',
-                '          "nothing else is compared")',
+                f"if not PROBES:  # the function raised {raised} at the arguments when this was written",
+                "    target_outputs(call)(*transform_args())  # raises it here",
+                f'    print("OK: the function runs at the arguments, where it raised {raised} when this "',
+                '          "script was written: no cotangents were drawn, so nothing else is compared")',
                 "    return 0",
             )
             + "\n"

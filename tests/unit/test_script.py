@@ -589,6 +589,28 @@ def test_the_compile_script_passes_kwargs_and_a_programs_numbers_through_a_closu
     assert torch.equal(namespace(compiled_source)["call"](*args), torch.addcdiv(*args, **case.kwargs))
 
 
+def test_a_compile_grad_script_whose_eager_side_raised_runs_it_first():
+    """grad's and vjp's cotangents are drawn like the outputs: where the eager side
+    raised when the script was written there are none, and the script calls the
+    function first: it raises its own error, or, where that runs, the script says
+    that nothing else is compared (no error on the missing cotangents)."""
+    target = Target("unit_flat_view", lambda x: x.view(-1) * 2, "x: n m")
+    base = next(c for c in first_cases("compile", get_target("mul"), n=40) if "transform" in c.params)
+    case = Case(target.name, (Arg((2, 3), Values(seed=1), Layout(6, (1, 2), 0)),), dtype="float64",
+                params={**base.params, "transform": "grad", "backend": "aot_eager"})
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        target.fn(case.materialize(requires_grad=False).args[0])
+    source = standalone_script("compile", case, target=target)
+    assert "PROBES = [\n]" in source and "    if not PROBES:  # the function raised RuntimeError" in source
+    code, out = run_main(source)
+    assert code == "raised RuntimeError" and "view size is not compatible" in out, out
+    # where the function runs (a torch that views it), the script says what it could not compare
+    runs = source.replace("x.view(-1)", "x.reshape(-1)")
+    assert runs != source
+    code, out = run_main(runs)
+    assert code == 0 and out.splitlines()[-1].startswith("OK: the function runs at the arguments"), out
+
+
 def test_each_script_copies_its_own_checks_functions_even_of_one_name():
     """paths.expanded and the checkpoint check each have a ``floating``: a script
     gets its own check's, whichever script was written first in the process."""

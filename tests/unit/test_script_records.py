@@ -35,14 +35,15 @@ CUDA_RECORDS = ("0c33744c03107c7e", "5c00d33331c237e0")  # vmap's nested vmap; l
 VMAP_TRANSFORM = ("9c7ab91229f4fc98", "81c226c14fc476c3")  # compile of vmap: addbmm@0, baddbmm@0
 # What each script must do to reach the failure its check reached, by record: compile of
 # vmap, addcdiv's value= a SymFloat; compile of a program, its slice start a SymInt (both
-# held in a closure); gradgrad of tensorly's kronecker and compile's dual transform of a
-# sample, whose forward raised where the script was written (so it runs first); a compiled
-# backward that refuses a saved input written in place (a mismatch, as the check has it)
+# held in a closure); gradgrad of tensorly's kronecker, whose forward raised where the
+# script was written (so it runs first); compile's dual transform of a sample whose eager
+# side raised there (its results named by number); a compiled backward that refuses a saved
+# input written in place (a mismatch, as the check has it)
 REACHES = {
     "1b22a5e38ab20261": "call = call_with({'value': ",
     "25c92fb2a59fac38": "call = call_with({'start_2': 1, ",
     "5fd69a3f11cd0c51": "    if V is None:  # the function raised RuntimeError at these inputs",
-    "eff2a30ed78886e4": "    if LABELS is None:  # the eager side raised RuntimeError",
+    "eff2a30ed78886e4": "LABELS = None  # the eager side raised RuntimeError",
     "aa6f50987f2792c4": 'backward_error = "raises: "',
 }
 NO_DEVICE = {"per_sample", "backend"}  # a module built on the CPU; numpy on the host
@@ -158,9 +159,9 @@ def test_the_vmap_transforms_compile_records_fail_before_their_fix_and_pass_afte
 def test_scripts_reach_the_failure_the_check_reached(record_id, tmp_path):
     """dynamo traces a number it reaches through a closure as symbolic and a literal
     as a constant: the compile scripts pass keyword arguments as the check does. A
-    script without cotangents or results' names (the forward raised where it was
-    written) runs the forward first, which raises the function's own error. Each
-    fails as recorded before its fix and passes from it on."""
+    script without cotangents (the forward raised where it was written) runs the
+    forward first, which raises the function's own error. Each fails as recorded
+    before its fix and passes from it on."""
     record = by_id(record_id)
     if record.target.startswith("tl_"):
         pytest.importorskip("tensorly")
