@@ -12,14 +12,13 @@ from collections.abc import Sequence
 
 from fuzzdiff.costs import example_cost
 
-__all__ = ["BUDGET", "MAX_WEIGHT", "MIN_SHRINK", "WRAP_UP", "budget_seconds", "shrink_bound", "weight", "share"]
+__all__ = ["BUDGET", "MAX_WEIGHT", "WRAP_UP", "budget_seconds", "weight", "share"]
 
 BUDGET = 30.0  # seconds a call answers in by default (2 cores), unless max_examples is given
 # A check's share of the time left is in proportion to its cost of an example
 # (fuzzdiff.costs) relative to grad's, between 1 and MAX_WEIGHT: compile and
 # forward2 get more time than grad, never the whole call.
 MAX_WEIGHT = 4.0
-MIN_SHRINK = 2.0  # seconds of shrinking a failure gets, even past its check's share of the budget
 # The part of the budget the checks' shares leave for what follows a check's
 # last case: a failure's replay in a fresh process and its root cause, the
 # last case of a check that ran past its share, the report.
@@ -33,15 +32,6 @@ def budget_seconds(budget: float | None, max_examples: int | None) -> float | No
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
         raise ValueError(f"budget must be a positive number of seconds (float('inf'): no limit), got {budget!r}")
     return None if budget == float("inf") else float(budget)
-
-
-def shrink_bound(seconds: float | None, until: float | None) -> float | None:
-    """Shrinking within the check's share of the budget too, but never under
-    MIN_SHRINK seconds: a failure found late is still made small."""
-    if until is None:
-        return seconds
-    left = max(MIN_SHRINK, until - time.monotonic())
-    return left if seconds is None else min(seconds, left)
 
 
 def weight(check: str) -> float:

@@ -14,7 +14,6 @@ from hypothesis import settings
 from hypothesis.errors import Unsatisfiable
 
 from fuzzdiff.case import Case
-from fuzzdiff.check_budget import shrink_bound
 from fuzzdiff.check_report import Report
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
@@ -30,7 +29,7 @@ from fuzzdiff.targets.target import Target
 from fuzzdiff.targets.user import per_sample_target
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Session", "COMPILE_STRATA", "STRATUM_EXAMPLES", "MAX_FAILURES", "MAX_DOMAIN_ERRORS"]
+__all__ = ["Session", "COMPILE_STRATA", "STRATUM_EXAMPLES", "START_FLOOR", "MAX_FAILURES", "MAX_DOMAIN_ERRORS"]
 
 # A check reports at most this many distinct failures (root causes), and the
 # whole call this many input-domain errors, each one rerun of a check.
@@ -56,6 +55,12 @@ COMPILE_STRATA = (
     (("inductor",), ("jvp", "vmap", "dual")),
 )
 STRATUM_EXAMPLES = 1
+
+# Seconds of its share a check needs to start at all within a time budget:
+# compile's first case compiles (a second for a small function, 15 s for an
+# ODE solver's loop under aot_eager), and a case is never cut in the middle.
+# The others end at their first case past the share anyway.
+START_FLOOR = {"compile": 5.0}
 
 
 @dataclass
@@ -90,10 +95,21 @@ class Session:
         input where the function itself raises is reported once, and such
         inputs are rejected from then on, by every check."""
         tally = Tally()
+        if until is not None and until - time.monotonic() < START_FLOOR.get(name, 0.0):
+            tally.cut = True  # not run: too little of the budget left to start it
+            return tally
         seen: list[Known] = []
         for config, hypothesis in self.phases(name, until):
+            started, cases = time.monotonic(), tally.cases
             if self.search(name, until, tally, seen, config, hypothesis):
                 break
+            if until is not None:
+                # a phase's first case may cost what the last one did (compile: a new
+                # backend or transform compiles again): not started past the share
+                each = (time.monotonic() - started) / max(1, tally.cases - cases)
+                if time.monotonic() + each > until:
+                    tally.cut = True
+                    break
         return tally
 
     def phases(self, name: str, until: float | None) -> list[tuple[FuzzConfig, settings]]:
@@ -172,7 +188,7 @@ class Session:
                 settings=self.hypothesis if hypothesis is None else hypothesis,
                 seed=self.seed,
                 config=self.config if config is None else config,
-                shrink_seconds=shrink_bound(self.shrink_seconds, until),
+                shrink_seconds=self.shrink_seconds,
                 definition=self.recipe,
                 fresh=self.fresh,
                 seen=seen,

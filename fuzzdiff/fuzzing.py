@@ -102,21 +102,31 @@ def settle_heap() -> None:
         gc.set_threshold(young, middle, max(old, 100))
 
 
+# Seconds of shrinking a failure gets, even past the search's time budget.
+MIN_SHRINK = 2.0
+
+
 class _ShrinkBound:
     """Ends shrinking ``seconds`` after the first failure: from then on an
     example not seen failing passes without running, so every shrink step
     Hypothesis still tries is rejected at once, and the smallest failure so
     far (which still fails, for Hypothesis's final replay) is the result.
+    Where the search has a time budget (``budget``, a time.monotonic()
+    instant), shrinking ends there too, but never sooner than MIN_SHRINK
+    seconds after the failure: a failure found late is still made small, and
+    one found at the end of a slow function's budget does not shrink for as
+    long again.
 
     An example whose cases were seen failing fails again without running,
     at any time: many of Hypothesis's choice sequences draw the same cases,
     and on a slow function one confirmed failure costs seconds (an ODE
     solve's second derivative: about ten of them, each confirmed anew)."""
 
-    def __init__(self, seconds: float | None):
+    def __init__(self, seconds: float | None, budget: float | None = None):
         if seconds is not None and not seconds >= 0:
             raise ValueError(f"shrink_seconds must be >= 0, got {seconds}")
         self.seconds = seconds
+        self.budget = budget
         self.until: float | None = None
         self.failing: dict[str, tuple[Case, Verdict]] = {}
         self.cut = False
@@ -126,8 +136,12 @@ class _ShrinkBound:
         return json.dumps([c.to_json() for c in cases], sort_keys=True)
 
     def failed(self, cases, variant: Case, verdict: Verdict) -> None:
-        if self.seconds is not None and self.until is None:
-            self.until = time.monotonic() + self.seconds
+        if not self.failing:
+            now = time.monotonic()
+            ends = [now + self.seconds] if self.seconds is not None else []
+            if self.budget is not None:
+                ends.append(max(self.budget, now + MIN_SHRINK))
+            self.until = min(ends, default=None)
         self.failing[self._key(cases)] = (variant, verdict)
 
     def seen_failing(self, cases) -> tuple[Case, Verdict] | None:
@@ -248,7 +262,7 @@ def fuzz(
     or handed to the caller's handlers (fuzzdiff.torch_logs).
     ``until`` (a time.monotonic() instant) ends the search there, before the
     next case, with the tally so far (``Tally.cut``); a failure found before
-    it is shrunk and reported as always.
+    it is shrunk until then (at least MIN_SHRINK seconds) and reported as always.
     """
     config = FuzzConfig.resolve(base=config, variants=variants, structures=structures, corpus=corpus)
     variants, structures, corpus = config.variants, config.structures, config.corpus
@@ -270,7 +284,7 @@ def fuzz(
     journal: Journal | None = None
     watch: Watchdog | None = None
     inflight: list[Case | None] = [None]  # the variant running, for a soft timeout's report
-    shrink = _ShrinkBound(shrink_seconds)
+    shrink = _ShrinkBound(shrink_seconds, until)
     budget = _TimeBudget(until)
 
     @given(example_structures(case_strategy(check, target, **case_options), structures))

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fuzzdiff.check_session import COMPILE_STRATA, STRATUM_EXAMPLES, Session
+from fuzzdiff.check_session import COMPILE_STRATA, START_FLOOR, STRATUM_EXAMPLES, Session
 from fuzzdiff.checks import get_check
 from fuzzdiff.config import COMPILE_BACKENDS, COMPILE_TRANSFORMS, ConfigError, FuzzConfig
 from fuzzdiff.runner import case_strategy
@@ -89,3 +89,50 @@ def test_the_compile_check_draws_only_the_transforms_it_is_configured_with(backe
 
     draw()
     assert seen == expected
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def monotonic(self):
+        return self.now
+
+
+class _Timed(SimpleNamespace):
+    """A session whose phases are ``phases`` and whose every search costs
+    ``cost`` seconds of ``clock`` and one case: what Session.run does with the time."""
+
+    def phases(self, name, until):
+        return [(FuzzConfig(), settings(max_examples=1))] * self.count
+
+    def search(self, name, until, tally, seen, config, hypothesis):
+        self.searched += 1
+        self.clock.now += self.cost
+        tally.cases += 1
+        return False
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr("fuzzdiff.check_session.time", clock)
+    return clock
+
+
+def test_compile_is_not_started_with_less_of_its_share_left_than_its_floor(clock):
+    session = _Timed(count=3, cost=0.0, searched=0, clock=clock)
+    tally = Session.run(session, "compile", until=clock.now + START_FLOOR["compile"] / 2)  # type: ignore[arg-type]
+    assert session.searched == 0 and tally.cut and not tally.cases
+    tally = Session.run(session, "grad", until=clock.now + START_FLOOR["compile"] / 2)  # type: ignore[arg-type]
+    assert session.searched == 3 and not tally.cut
+
+
+def test_a_phase_is_not_started_when_the_last_ones_cost_would_pass_the_share(clock):
+    """A stratum's first case compiles again: one as dear as the last is not begun past the share."""
+    session = _Timed(count=8, cost=2.0, searched=0, clock=clock)
+    tally = Session.run(session, "grad", until=clock.now + 5.0)  # type: ignore[arg-type]
+    assert session.searched == 2 and tally.cut and tally.cases == 2  # 2 + 2, then 4 + 2 > 5: not begun
+    session = _Timed(count=8, cost=0.5, searched=0, clock=clock)
+    assert not Session.run(session, "grad", until=clock.now + 10).cut  # type: ignore[arg-type]
+    assert session.searched == 8

@@ -200,3 +200,27 @@ def test_structures_and_variants_must_be_positive():
             assert str(next(iter(bad))) in str(e)
         else:
             raise AssertionError(f"{bad} was accepted")
+
+
+def test_a_failure_shrinks_until_the_search_budget_ends_and_at_least_min_shrink_past_it():
+    """The shrink window is set when the failure is found: until the search's
+    budget, never under MIN_SHRINK, never over shrink_seconds. Computed when
+    the search started instead, a failure found at the end of a slow
+    function's budget shrank for as long again (a compile check's 8 s share
+    ran to 41 s)."""
+    import time
+
+    from fuzzdiff.fuzzing import MIN_SHRINK, _ShrinkBound
+
+    def window(seconds, budget_in):
+        bound = _ShrinkBound(seconds, None if budget_in is None else time.monotonic() + budget_in)
+        time.sleep(0.05)
+        found = time.monotonic()
+        bound.failed([], None, None)  # type: ignore[arg-type]
+        return None if bound.until is None else bound.until - found
+
+    assert window(None, None) is None
+    assert abs(window(10.0, None) - 10.0) < 0.01
+    assert abs(window(10.0, -5.0) - MIN_SHRINK) < 0.01  # the budget was spent before the failure
+    assert abs(window(10.0, 4.0) - 3.95) < 0.02  # the budget's end
+    assert abs(window(1.0, 4.0) - 1.0) < 0.01  # shrink_seconds is the most
