@@ -12,13 +12,18 @@ from collections.abc import Sequence
 
 from fuzzdiff.costs import example_cost
 
-__all__ = ["BUDGET", "MAX_WEIGHT", "WRAP_UP", "budget_seconds", "weight", "share"]
+__all__ = ["BUDGET", "MAX_WEIGHT", "MOST", "WRAP_UP", "budget_seconds", "weight", "share"]
 
 BUDGET = 30.0  # seconds a call answers in by default (2 cores), unless max_examples is given
 # A check's share of the time left is in proportion to its cost of an example
 # (fuzzdiff.costs) relative to grad's, between 1 and MAX_WEIGHT: compile and
 # forward2 get more time than grad, never the whole call.
 MAX_WEIGHT = 4.0
+# The most of the budget a check's share may be, as a fraction: compile, run
+# last, would otherwise fill whatever the others left (a cheap function's call
+# ran to its whole 30 s, 19 s of it compiling 108 cases) where its strata and a
+# few dozen cases of its mix answer.
+MOST = {"compile": 1 / 3}
 # The part of the budget the checks' shares leave for what follows a check's
 # last case: a failure's replay in a fresh process and its root cause, the
 # last case of a check that ran past its share, the report.
@@ -46,4 +51,5 @@ def share(started: float, seconds: float | None, names: Sequence[str]) -> float 
         return None
     now = time.monotonic()
     left = max(0.0, started + (1.0 - WRAP_UP) * seconds - now)
-    return now + left * weight(names[0]) / sum(weight(n) for n in names)
+    until = now + left * weight(names[0]) / sum(weight(n) for n in names)
+    return min(until, now + MOST.get(names[0], 1.0) * seconds)

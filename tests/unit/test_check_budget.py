@@ -54,3 +54,15 @@ def test_by_default_every_check_runs_and_compile_last():
     assert sorted(names) == sorted(CHECKS) and names[-1] == "compile"
     assert [n for n in names if n != "compile"] == [n for n in CHECKS if n != "compile"]
     assert _checks(("compile", "grad")) == ["compile", "grad"]
+
+
+def test_compile_run_last_gets_at_most_its_part_of_the_budget():
+    """Last, compile would fill whatever the other checks left."""
+    from fuzzdiff.check_budget import MOST
+
+    now = time.monotonic()
+    last = share(now, 30.0, ["compile"])
+    assert last is not None and last - now == pytest.approx(MOST["compile"] * 30.0, abs=0.5)
+    assert share(now, 30.0, ["grad"]) - now == pytest.approx((1 - WRAP_UP) * 30.0, abs=0.5)  # the others: all left
+    late = share(now - 25.0, 30.0, ["compile"])  # little left: that, not the cap
+    assert late is not None and late - now == pytest.approx((1 - WRAP_UP) * 30.0 - 25.0, abs=0.5)
