@@ -214,7 +214,7 @@ class Case(Materialization):
         a, values = self.args[i], self.args[i].values
         parts = torch.view_as_real(storage) if storage.dtype.is_complex else storage
         x = parts.detach().cpu().to(torch.float64).reshape(-1).numpy().copy()
-        x += values._step(x.size, amount, seed)
+        x += values._step(x.size, amount, seed, at=x)
         moved = numpy_tensor(values._pushed(x), parts.dtype).reshape(parts.shape)
         if storage.dtype.is_complex:
             moved = torch.view_as_complex(moved)

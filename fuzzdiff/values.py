@@ -218,9 +218,9 @@ class Values:
         own by the nudge (special positions keep their values)."""
         flat = x.reshape(-1)
         n = flat.size
-        moved = flat + self._step(n, self.nudge, self.nudge_seed)
+        moved = flat + self._step(n, self.nudge, self.nudge_seed, at=flat)
         if np.iscomplexobj(flat):
-            moved = moved + 1j * self._step(n, self.nudge, self.nudge_seed, 2 * n)
+            moved = moved + 1j * self._step(n, self.nudge, self.nudge_seed, 2 * n, at=flat)
         else:
             moved = self._pushed(moved)
         for pos, _ in self.specials:
@@ -260,21 +260,27 @@ class Values:
         x = structured(out.reshape(shape), self.structure, self.low, self.high, limit).reshape(-1)
         if nudged and self.nudge and not self.nudge_off and any(name == "ties" for name, _ in self.structure):
             # snapping to the tie levels undid the nudge: the levels move instead
-            x = level_moved(x, x + self._step(x.size, self.nudge, self.nudge_seed ^ _TIE_LEVELS))
+            x = level_moved(x, x + self._step(x.size, self.nudge, self.nudge_seed ^ _TIE_LEVELS, at=x))
         if nudged and self.nudge and self.nudge_off:
             n = x.size
-            x = x + self._step(n, self.nudge, self.nudge_seed)
+            x = x + self._step(n, self.nudge, self.nudge_seed, at=x)
             if np.iscomplexobj(x):
-                x = x + 1j * self._step(n, self.nudge, self.nudge_seed, 2 * n)
+                x = x + 1j * self._step(n, self.nudge, self.nudge_seed, 2 * n, at=x)
         return np.ascontiguousarray(x)
 
-    def _step(self, n: int, amount: float, seed: int, start: int = 0) -> np.ndarray:
+    def _step(self, n: int, amount: float, seed: int, start: int = 0, at: np.ndarray | None = None) -> np.ndarray:
         """A nudge of ``n`` values: at most ``amount`` of the span away, even
         for a one-point interval; a sampling interval keeps more than that
-        away from its domain's edges."""
+        away from its domain's edges. Values ``at`` past the span (a "large"
+        or "overflow" structure scaled them) move by ``amount`` of their own
+        magnitude: a float32-rounding nudge of 112.8 by a part of the span
+        [-2, 2] rounded back to 112.8, and a neighbour was the point itself."""
         step = draws.normal(draws.words(seed, 2 * n, draws.NUDGES, start))
         np.clip(step, -1.0, 1.0, out=step)
-        step *= amount * max(self.high - self.low, 1.0, shift(self.structure) if self.structure else 0.0)
+        span = max(self.high - self.low, 1.0, shift(self.structure) if self.structure else 0.0)
+        step *= amount * span
+        if at is not None:
+            step *= np.maximum(1.0, np.abs(at).reshape(-1) / span)
         return step
 
     def _pushed(self, x: np.ndarray) -> np.ndarray:

@@ -5,6 +5,9 @@ judged on its own scale.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -222,3 +225,28 @@ def test_rounding_noise_reaches_backward_forward_mode_and_vmap():
     for t in (noisy, tangent):
         assert not torch.equal(t, exact) and torch.allclose(t, exact, rtol=1e-6, atol=0)
     assert not torch.equal(batched, torch.sin(x.detach()).expand(3, 2))
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_a_float32_rounding_nudge_moves_values_a_large_structure_scaled_past_the_span(pinned):
+    """The conditioning estimate and the neighbours move every input by
+    float32 rounding; of a value scaled to about 112 a step that is a part of
+    the span [-2, 2] rounded back to the value itself, so a rank-1 point a
+    stride-0 layout made (where special_procrustes has no derivative) was
+    "confirmed" at neighbours that were the point itself."""
+    from fuzzdiff.layout import Layout
+    from fuzzdiff.low_precision import F32_NUDGE
+
+    values = Values(seed=3, low=-2.0, high=2.0, constant=(0,), structure=(("large", 1),))
+    case = Case("m", (Arg((3, 3), values, layout=Layout(4, (0, 1), 1)),), dtype="float32")
+    if pinned:  # a record's values
+        case = replace(case, data=case.storages())
+    x = case.materialize(requires_grad=False).args[0]
+    assert x.abs().max() > 16  # the structure took the values past the span
+    near = case.spread().nudged(F32_NUDGE, seed=5, keep_structure=False).materialize(requires_grad=False).args[0]
+    big = x.abs() > 16  # a step of a part of the span is below half their float32 spacing
+    assert big.sum() >= 3 and (near != x)[big].float().mean() >= 0.5  # most of them moved
+    assert not torch.equal(near[0], near[1])  # each repeated row on its own
+    assert ((near - x).abs() <= 4 * F32_NUDGE * x.abs()).all()  # by float32 rounding, no more
+    inside = Values(seed=3, low=-2.0, high=2.0)  # values within the span move as they did
+    assert inside._step(4, 0.01, 7, at=np.array([0.5, -1.0, 1.5, 2.0])).tolist() == inside._step(4, 0.01, 7).tolist()
