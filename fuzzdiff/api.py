@@ -1,7 +1,7 @@
 """``fuzzdiff.check`` and ``fuzzdiff.assert_ok``: fuzz the user's own code (docs/pages/design.md, contract 3).
 
-Here the call's arguments become a target and a session; the session's runs
-are fuzzdiff.check_session's, the time budget's shares fuzzdiff.check_budget's,
+Here the call's arguments become a target; its checks' runs are
+fuzzdiff.check_session's, the time budget's shares fuzzdiff.check_budget's,
 and what the call found is a fuzzdiff.check_report.Report.
 """
 
@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.errors import InvalidArgument
 
 from fuzzdiff import torch_state
-from fuzzdiff.check_budget import budget_seconds, share
+from fuzzdiff.check_budget import LAST, budget_seconds, share
 from fuzzdiff.check_progress import showing
 from fuzzdiff.check_report import Failure, Report
 from fuzzdiff.check_session import Session
@@ -45,13 +45,6 @@ MAX_EXAMPLES = 100
 VARIANTS = 2  # value-and-probe variants per drawn case
 SHRINK_SECONDS = 10.0  # per failure; the report says when shrinking was cut short
 
-# Run after the others within a time budget: a compile case's cost is the least
-# predictable (its first compiles, and a data-dependent loop breaks the graph at
-# every step: an adaptive ODE solver's took 6 s a case), so a check after it
-# would get only what it left, and the user's own bugs (second derivatives,
-# forward mode) are likelier in the checks before it.
-LAST = ("compile",)
-
 
 def _settings(max_examples: int, seed: int | None) -> settings:
     """Built from Hypothesis's own defaults, not from whatever profile the
@@ -74,7 +67,7 @@ def _settings(max_examples: int, seed: int | None) -> settings:
 
 def _checks(checks: Iterable[str] | str | None) -> list[str]:
     """The checks to run, in order: by default every registered one, compile
-    last (LAST)."""
+    last (check_budget.LAST)."""
     if checks is None:
         return sorted(CHECKS, key=lambda name: name in LAST)
     if isinstance(checks, str):

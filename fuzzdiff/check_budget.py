@@ -12,13 +12,24 @@ from collections.abc import Sequence
 
 from fuzzdiff.costs import example_cost
 
-__all__ = ["BUDGET", "MAX_WEIGHT", "MOST", "WRAP_UP", "budget_seconds", "weight", "share"]
+__all__ = ["BUDGET", "LAST", "MAX_WEIGHT", "MOST", "START_FLOOR", "WRAP_UP", "budget_seconds", "weight", "share"]
 
 BUDGET = 30.0  # seconds a call answers in by default (2 cores), unless max_examples is given
 # A check's share of the time left is in proportion to its cost of an example
 # (fuzzdiff.costs) relative to grad's, between 1 and MAX_WEIGHT: compile and
 # forward2 get more time than grad, never the whole call.
 MAX_WEIGHT = 4.0
+# Checks run after the others: a compile case's cost is the least predictable
+# (its first compiles, and a data-dependent loop breaks the graph at every
+# step: an adaptive ODE solver's took 6 s a case), so a check after it would
+# get only what it left, and the user's own bugs (second derivatives, forward
+# mode) are likelier in the checks before it.
+LAST = ("compile",)
+# Seconds of its share a check needs to start at all: compile's first case
+# compiles (a second for a small function, 15 s for an ODE solver's loop under
+# aot_eager), and a case is never cut in the middle. The others end at their
+# first case past the share anyway.
+START_FLOOR = {"compile": 5.0}
 # The most of the budget a check's share may be, as a fraction: compile, run
 # last, would otherwise fill whatever the others left (a cheap function's call
 # ran to its whole 30 s, 19 s of it compiling 108 cases) where its strata and a

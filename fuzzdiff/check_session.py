@@ -14,6 +14,7 @@ from hypothesis import settings
 from hypothesis.errors import Unsatisfiable
 
 from fuzzdiff.case import Case
+from fuzzdiff.check_budget import START_FLOOR
 from fuzzdiff.check_report import Report
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
@@ -29,7 +30,7 @@ from fuzzdiff.targets.target import Target
 from fuzzdiff.targets.user import per_sample_target
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Session", "COMPILE_STRATA", "STRATUM_EXAMPLES", "START_FLOOR", "MAX_FAILURES", "MAX_DOMAIN_ERRORS"]
+__all__ = ["Session", "COMPILE_STRATA", "STRATUM_EXAMPLES", "MAX_FAILURES", "MAX_DOMAIN_ERRORS"]
 
 # A check reports at most this many distinct failures (root causes), and the
 # whole call this many input-domain errors, each one rerun of a check.
@@ -55,12 +56,6 @@ COMPILE_STRATA = (
     (("inductor",), ("jvp", "vmap", "dual")),
 )
 STRATUM_EXAMPLES = 1
-
-# Seconds of its share a check needs to start at all within a time budget:
-# compile's first case compiles (a second for a small function, 15 s for an
-# ODE solver's loop under aot_eager), and a case is never cut in the middle.
-# The others end at their first case past the share anyway.
-START_FLOOR = {"compile": 5.0}
 
 
 @dataclass

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fuzzdiff.check_session import COMPILE_STRATA, START_FLOOR, STRATUM_EXAMPLES, Session
+from fuzzdiff.check_budget import START_FLOOR
+from fuzzdiff.check_session import COMPILE_STRATA, STRATUM_EXAMPLES, Session
 from fuzzdiff.checks import get_check
 from fuzzdiff.config import COMPILE_BACKENDS, COMPILE_TRANSFORMS, ConfigError, FuzzConfig
 from fuzzdiff.runner import case_strategy
