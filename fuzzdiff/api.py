@@ -127,7 +127,7 @@ def check(
     turns off aliasing between arguments, for one run. ``structured`` names
     the structured points drawn (fuzzdiff.structures: "ties", "zeros",
     "identity", "diagonal", "repeated_singular", "large", "offset",
-    "overflow"), each on
+    "overflow", "all_zero", "all_equal"), each on
     its own and shrinking toward none, as a Target's ``structured`` field
     does; by default every one that the declared ``domain`` holds (the values
     where hand-written derivatives break), ``()`` none. A Target passed as
@@ -304,7 +304,7 @@ def hard_values(domain: Mapping[str, tuple[float | None, float | None]]) -> tupl
             return (low is None or low < x) and (high is None or x < high)
 
         if not inside(0.0):
-            kept -= {"zeros", "identity", "diagonal"}
+            kept -= {"zeros", "identity", "diagonal", "all_zero"}
         if not inside(1.0):
             kept.discard("identity")
     return tuple(name for name in STRUCTURES if name in kept)

@@ -160,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--structured",
         nargs="*",
         metavar="POINT",
-        help="the structured points drawn (zeros ties identity diagonal repeated_singular large offset overflow; "
+        help="the structured points drawn (zeros ties identity diagonal repeated_singular large offset overflow "
+        "all_zero all_equal; "
         "default: every one the --domain holds; none: --structured with no names)",
     )
     chk.add_argument(

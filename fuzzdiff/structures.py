@@ -16,14 +16,29 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["STRUCTURES", "MATRIX_STRUCTURES", "structured", "restored", "shift", "exp_limit"]
+__all__ = ["STRUCTURES", "MATRIX_STRUCTURES", "WHOLE_STRUCTURES", "structured", "restored", "shift", "exp_limit"]
 
-STRUCTURES = ("zeros", "ties", "identity", "diagonal", "repeated_singular", "large", "offset", "overflow")
+STRUCTURES = (
+    "zeros",
+    "ties",
+    "identity",
+    "diagonal",
+    "repeated_singular",
+    "large",
+    "offset",
+    "overflow",
+    "all_zero",
+    "all_equal",
+)
 # log of the largest finite value, by NumPy dtype name: where exp overflows
 # (bfloat16 shares float32's exponent range; its values are float64 or float32 here)
 _LOG_MAX = {"float64": 709.78, "complex128": 709.78, "float32": 88.72, "complex64": 88.72, "float16": 11.09}
 # Applied to every matrix (the last two dims) of a tensor of rank 2 or more, a no-op below.
 MATRIX_STRUCTURES = ("identity", "diagonal", "repeated_singular")
+# The whole argument at one value: the identity rotation, a zero vector, a
+# constant signal, a matrix of equal entries. A single exact zero ("zeros")
+# misses them: a norm, an angle or a variance is zero only when every element is.
+WHOLE_STRUCTURES = ("all_zero", "all_equal")
 
 Structure = Sequence[tuple[str, int]]
 
@@ -45,7 +60,9 @@ def structured(x: np.ndarray, structure: Structure, low: float, high: float, exp
     - ``("overflow", k)``: values scaled so that the largest one (``k % 4 <
       3``) or the most negative is ``±exp_max * (1 + k // 4 % 8 / 8)``, past
       where ``exp`` overflows in the case's dtype (``exp_max``: log of its
-      largest value, ``exp_limit``).
+      largest value, ``exp_limit``);
+    - ``("all_zero", k)``: every element exactly zero;
+    - ``("all_equal", k)``: every element equal to element ``k % n`` (flat).
     """
     n = x.size
     if not n:
@@ -60,6 +77,10 @@ def structured(x: np.ndarray, structure: Structure, low: float, high: float, exp
             x = x * 2.0 ** (5 + k % 6)
         elif name == "offset":
             x = x + (-1.0 if k % 2 else 1.0) * 2.0 ** (8 + k // 2 % 10)
+        elif name == "all_zero":
+            x = np.zeros_like(x)
+        elif name == "all_equal":
+            x = np.full_like(x, x.reshape(-1)[k % n])
         elif name == "overflow":
             real = x.real if np.iscomplexobj(x) else x
             # the largest value (three k in four) or the most negative lands past the limit
@@ -98,11 +119,14 @@ def restored(moved: np.ndarray, original: np.ndarray, structure: Structure) -> n
     back (``original``: the pinned values before the move). Zeros and diagonals
     are projected back; tied values move level by level (``level_moved``);
     identities and repeated singular values cannot be moved while kept, and
-    stay where they were; scaled or shifted values keep their scale when
-    moved."""
+    stay where they were, and so does an all-zero argument; equal values
+    move together (``level_moved``); scaled or shifted values keep their
+    scale when moved."""
     names = {name for name, _ in structure}
-    if names & {"identity", "repeated_singular"}:
+    if names & {"identity", "repeated_singular", "all_zero"}:
         return original
+    if "all_equal" in names:  # the structures before it are overwritten: nothing else to put back
+        return level_moved(original, moved)
     x = level_moved(original, moved) if "ties" in names else moved
     for name, k in structure:
         if name == "zeros" and x.size:

@@ -166,6 +166,8 @@ STRUCTURE_PERCENT: dict[tuple[str, ...], tuple[int, ...]] = {
     ("ties",): (14,),
     ("identity", "diagonal", "repeated_singular"): (20, 6, 6),
     ("large", "overflow", "offset"): (10, 12, 6),
+    # last: the whole argument at one value overwrites the points above
+    ("all_zero", "all_equal"): (10, 6),
 }
 _WHERE = integers(0, 1 << 16)
 

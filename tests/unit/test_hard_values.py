@@ -141,9 +141,35 @@ def test_without_hard_values_the_same_bugs_go_unseen(bug, twin, spec, structure)
 def test_the_hard_values_are_those_the_declared_domain_holds():
     assert hard_values({}) == STRUCTURES
     assert hard_values({"x": (None, None)}) == STRUCTURES
-    assert hard_values({"x": (0.0, None)}) == ("ties",)  # log: no zero, no scaling out of bounds
-    assert hard_values({"x": (-1.0, 1.0)}) == ("zeros", "ties", "diagonal")  # asin: no one on the diagonal
-    assert hard_values({"x": (-1.0, 2.0)}) == ("zeros", "ties", "identity", "diagonal")
+    assert hard_values({"x": (0.0, None)}) == ("ties", "all_equal")  # log: no zero, no scaling out of bounds
+    # asin: no one on the diagonal
+    assert hard_values({"x": (-1.0, 1.0)}) == ("zeros", "ties", "diagonal", "all_zero", "all_equal")
+    assert hard_values({"x": (-1.0, 2.0)}) == ("zeros", "ties", "identity", "diagonal", "all_zero", "all_equal")
+
+
+def sinc_scale(x):
+    """``x sin|x| / |x|``, smooth everywhere, written with the where-trap: the
+    untaken branch's 0/0 makes the gradient nan where every element is zero
+    (a rotation's right Jacobian at the identity rotation), and only there."""
+    n = x.norm(dim=-1, keepdim=True)
+    return x * torch.where(n > 0, torch.sin(n) / n, torch.ones_like(n))
+
+
+def sinc_scale_twin(x):
+    n = x.norm(dim=-1, keepdim=True)
+    safe = torch.where(n > 0, n, torch.ones_like(n))
+    return x * torch.where(n > 0, torch.sin(safe) / safe, torch.ones_like(n))
+
+
+@pytest.mark.parametrize("seed", [1, 4, 6])
+def test_a_bug_only_where_every_element_is_zero_is_found_at_defaults(seed):
+    # a single exact zero ("zeros") leaves the norm nonzero: only "all_zero" reaches the point
+    report = fuzzdiff.check(sinc_scale, "x: 3", checks=("grad",), seed=seed, progress=False)
+    assert not report.ok, report.summary()
+    failure = report.failures[0]
+    assert "analytic nan" in failure.message, report.summary()
+    assert not failure.case.materialize().args[0].any(), failure.case
+    assert fuzzdiff.check(sinc_scale_twin, "x: 3", checks=("grad",), seed=seed, progress=False).ok
 
 
 class SquareWithJvpByDivision(torch.autograd.Function):

@@ -63,6 +63,26 @@ def test_each_structure_is_there(dtype, seed, k):
     assert _logical(Values(seed=seed, structure=(("large", k),)), shape, dtype).abs().max() >= 32 * plain.abs().max()
     shifted = _logical(Values(seed=seed, structure=(("offset", k),)), shape, dtype)
     assert shifted.abs().min() >= 250
+    # the whole argument at one value, whatever the structures before it did
+    assert not _logical(Values(seed=seed, structure=(("zeros", k), ("large", k), ("all_zero", k))), shape, dtype).any()
+    assert _logical(Values(seed=seed, structure=(("identity", k), ("all_equal", k))), shape, dtype).unique().numel() == 1
+    equal = _logical(Values(seed=seed, structure=(("all_equal", k),)), shape, dtype)
+    assert torch.equal(equal, plain.reshape(-1)[k % plain.numel()].expand(shape))
+
+
+@pytest.mark.parametrize("pin", [False, True])
+@pytest.mark.parametrize("name", ["all_zero", "all_equal"])
+def test_the_neighbours_of_a_whole_argument_point_keep_it(pin, name):
+    """The identity rotation's neighbours of the same structure are the identity
+    rotation: a nan there is confirmed at the point, not moved off it."""
+    case = Case("t", (Arg((2, 3), Values(seed=4, structure=(("zeros", 1), (name, 2)))),))
+    case = _pinned(case) if pin else case
+    x = case.materialize().args[0]
+    near = case.nudged(1e-3, seed=1).materialize().args[0]
+    assert near.unique().numel() == 1 and (near - x).abs().max() < 0.01
+    assert torch.equal(near, x) if name == "all_zero" else not torch.equal(near, x)
+    off = case.nudged(1e-3, seed=1, keep_structure=False).materialize().args[0]
+    assert off.unique().numel() == 6
 
 
 def test_structures_shrink_away():
@@ -158,7 +178,8 @@ def test_catalog_targets_with_structures_do_not_fail(name):
 def test_cases_draw_structures_only_when_opted_in():
     target = get_target("cumprod")
     drawn = find(cases(target), lambda c: any(a.values.structure for a in c.args))
-    assert drawn.args[0].values.structure == (("zeros", 0),)
+    ((name, k),) = drawn.args[0].values.structure  # one structure, at its plainest k
+    assert name in target.structured and k == 0
     with pytest.raises(NoSuchExample):
         find(cases(target, structured=False), lambda c: any(a.values.structure for a in c.args),
              settings=settings(max_examples=50))

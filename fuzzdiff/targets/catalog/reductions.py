@@ -87,7 +87,7 @@ register(
         torch.prod,
         "x: ...",
         FAMILY,
-        structured=("zeros",),
+        structured=("zeros", "all_zero"),
         kwargs={"dim": _kw.dim(), "keepdim": _kw.keepdim},
     ),
     # correction=1 over one value is 0/0 (nan): reduce over 2 values or more
@@ -115,7 +115,7 @@ register(
         "x: _ ...",
         FAMILY,
         kinks=(0.0,),
-        structured=("zeros",),  # a kink for ord=1, smooth for ord=2 unless the whole slice is zero
+        structured=("zeros", "all_zero"),  # a kink for ord=1, smooth for ord=2 unless the whole slice is zero
         kwargs={"ord": st.sampled_from([2, 1, 3, 1.5]), "dim": _kw.opt_dims(), "keepdim": _kw.keepdim},
         known=(REVERSE_OVER_FORWARD_INPLACE,),
     ),
@@ -176,7 +176,7 @@ register(
         torch.cumprod,
         "x: ...",
         FAMILY,
-        structured=("zeros",),
+        structured=("zeros", "all_zero"),
         kwargs={"dim": _kw.dim()},
         known=(CUMPROD_JVP_AT_ZERO,),
     ),

@@ -8,8 +8,9 @@ from fuzzdiff.targets.catalog import _kw
 from fuzzdiff.targets.discrepancies import REVERSE_OVER_FORWARD_INPLACE
 
 FAMILY = "softmax"
-# Scaled values saturate the softmax, shifted ones test the max subtracted first.
-LARGE = ("large", "offset")
+# Scaled values saturate the softmax, shifted ones test the max subtracted first,
+# equal ones tie every value with the max.
+LARGE = ("large", "offset", "all_equal")
 
 register(
     Target(
