@@ -1,7 +1,9 @@
 """Comparing lists of tensors, dtype-aware, with a readable error summary.
 
 Used by the checks whose two sides are whole tensors (layout, alias, dtype)
-rather than two numbers of a directional identity.
+rather than two numbers of a directional identity. Also what a dtype cannot
+hold: a float64 value beyond its largest finite one (``beyond_range``), which
+a low-precision result cannot be judged on (fuzzdiff.low_precision).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 from fuzzdiff.paths.result import Result
 from fuzzdiff.tolerance import Tolerance
 
-__all__ = ["Discrepancy", "worst_discrepancy", "max_abs", "mismatch"]
+__all__ = ["Discrepancy", "worst_discrepancy", "max_abs", "mismatch", "beyond_range", "holds", "out_of_range"]
 
 
 @dataclass(frozen=True)
@@ -98,3 +100,52 @@ def result_discrepancy(got: Result, want: Result, tol: Tolerance) -> Discrepancy
         if a.shape != b.shape:
             return Discrepancy(f"{name}: shape {list(a.shape)} vs {list(b.shape)}", math.inf, 0.0)
     return worst_discrepancy(want.names, got.tensors, want.tensors, tol)
+
+
+def beyond_range(t: torch.Tensor, dtype: torch.dtype, scaled: float = 1.0) -> torch.Tensor:
+    """Where the float64 values ``t`` are finite and beyond ``dtype``'s largest
+    finite value (for a complex value, either part): values ``dtype`` cannot
+    hold, so that a result computed in it overflows there. ``t`` may hold
+    the values times ``scaled``, a power of two below 1: so is float64's own
+    range seen past its end."""
+    parts = torch.view_as_real(t.detach()) if t.is_complex() else t.detach()
+    size = parts.abs()
+    beyond = torch.isfinite(size) & (size > torch.finfo(dtype).max * scaled)
+    return beyond.any(-1) if t.is_complex() else beyond
+
+
+def holds(dtype: torch.dtype, x: float) -> bool:
+    """Whether the number ``x`` is finite and within ``dtype``'s range."""
+    return math.isfinite(x) and abs(x) <= torch.finfo(dtype).max
+
+
+def out_of_range(
+    names: Sequence[str], tensors: Sequence[torch.Tensor], dtype: torch.dtype, scaled: float = 1.0
+) -> str | None:
+    """The first value of the float64 ``tensors`` (times ``scaled``, as in
+    ``beyond_range``) that ``dtype`` cannot hold, in words ("output 0 at
+    [0, 0]: float64 value 1.5e+111 is outside float32's finite range"); None
+    where every value fits."""
+    for name, t in zip(names, tensors):
+        if not (t.is_floating_point() or t.is_complex()) or not t.numel():
+            continue
+        beyond = beyond_range(t, dtype, scaled).cpu()
+        if bool(beyond.any()):
+            flat = int(beyond.reshape(-1).to(torch.uint8).argmax())
+            index = [int(i) for i in torch.unravel_index(torch.tensor(flat), t.shape)] if t.dim() else []
+            value = t.detach().cpu().reshape(-1)[flat]
+            shown = (
+                _shown(float(value.abs()), scaled) + " (in modulus)" if t.is_complex() else _shown(float(value), scaled)
+            )
+            at = f" at {index}" if index else ""
+            return f"{name}{at}: float64 value {shown} is outside {str(dtype).removeprefix('torch.')}'s finite range"
+    return None
+
+
+def _shown(x: float, scaled: float) -> str:
+    """``x / scaled`` to three digits, also where it is beyond float64's range."""
+    if math.isfinite(x / scaled):
+        return f"{x / scaled:.3g}"
+    tens = math.log10(abs(x)) - math.log10(scaled)
+    power = math.floor(tens)
+    return f"{'-' if x < 0 else ''}{10 ** (tens - power):.3g}e+{power}"

@@ -58,7 +58,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case import Case
-from fuzzdiff.compare import Discrepancy, max_abs
+from fuzzdiff.compare import Discrepancy, holds, max_abs
 from fuzzdiff.ladder import Doubt, Ladder, Step, Survived
 from fuzzdiff.low_precision import LowPrecision, against_float64
 from fuzzdiff.steps import (
@@ -145,11 +145,16 @@ def judge(
     eps: float = EPS,
     sided: Sided | None = None,
     second_order: bool = False,
+    point_out_of_range: Callable[[Case], str | None] | None = None,
 ) -> Verdict:
     """Pass, or climb FD_LADDER with the discrepancy of ``measure`` at ``case``.
 
     ``measure64`` is the same identity with the analytic side computed in
     float64 on the case's exact values; it is given for low-precision cases.
+    ``point_out_of_range`` says where the point's values or derivatives leave
+    the case's dtype's range (fuzzdiff.checks.grad): there an analytic side
+    that is not finite is out of range, not wrong (in low precision, where
+    float64's agrees: the float64 step).
     ``sided`` gives the one-sided differences of the finite-difference side,
     for the kink test at a structured point (see the module's docstring).
     ``second_order``: the identity differentiates a first derivative, which a
@@ -163,8 +168,18 @@ def judge(
     if not math.isfinite(first.reference):
         return _unsure(identity, "the reference is not finite here", first)
     if not first.defined:
-        # e.g. corrcoef of constant rows: nan at the point, finite around it
-        return _unsure(identity, "the function itself is not finite at this input: no derivative to check", first)
+        # e.g. corrcoef of constant rows: nan at the point, finite around it; in
+        # low precision, exp(100) in float32 (its derivatives: inf * 0 is nan)
+        beyond = point_out_of_range(case) if point_out_of_range is not None and measure64 is not None else None
+        where = f" in {case.dtype} (out of range for {case.dtype}: {beyond})" if beyond else ""
+        why = f"the function itself is not finite at this input{where}: no derivative to check"
+        return _unsure(identity, why, first)
+    if measure64 is None and point_out_of_range is not None and not holds(case.torch_dtype, first.analytic):
+        # no float64 step to ask: a derivative along the probes beyond float64's own range
+        # is inf, and inf times a zero entry of a probe is nan (sinh(709.78)'s second derivative)
+        beyond = point_out_of_range(case)
+        if beyond is not None:
+            return _unsure(identity, f"out of range for {case.dtype}: {beyond}", first)
 
     steps: dict[str, Step] = {
         # both sides: a reference that is another mode of autograd (forward vs
@@ -182,7 +197,7 @@ def judge(
         "neighbours": _neighbours(measure, case, tol, first, eps, sided, second_order),
     }
     if measure64 is not None:
-        steps["float64"] = _float64(measure64, case, tol, first, eps)
+        steps["float64"] = _float64(measure64, case, tol, first, eps, point_out_of_range)
     bound = f"allowed {allowed:.3g}" if math.isfinite(allowed) else f"no tolerance applies: {_not_finite(first)}"
     return FD_LADDER.climb(
         identity,
@@ -339,9 +354,18 @@ def _neighbours(
     return step
 
 
-def _float64(measure64: Measure, case: Case, tol: Tolerance, first: Measurement, eps: float) -> Step:
+def _float64(
+    measure64: Measure,
+    case: Case,
+    tol: Tolerance,
+    first: Measurement,
+    eps: float,
+    point_out_of_range: Callable[[Case], str | None] | None,
+) -> Step:
     """The float64 step of a low-precision identity: it fails in float64 on
-    the same values too, or its analytic side is wrong against float64's."""
+    the same values too, or its analytic side is wrong against float64's. An
+    analytic side the dtype does not hold (inf, nan or beyond its range)
+    where the point's values or derivatives leave that range is out of range."""
 
     def run64() -> tuple[bool, Measurement]:
         m64 = measure64(case, eps)
@@ -351,6 +375,10 @@ def _float64(measure64: Measure, case: Case, tol: Tolerance, first: Measurement,
         # The identity holds in float64 on the same values: whether the low-
         # precision analytic side is wrong is a question of precision, judged
         # against float64's analytic side and the problem's conditioning.
+        if point_out_of_range is not None and not holds(case.torch_dtype, first.analytic):
+            beyond = point_out_of_range(case)
+            if beyond is not None:
+                return Verdict("inconclusive", f"out of range for {case.dtype}: {beyond}")
         return against_float64(
             ["the analytic side"],
             [_scalar(first.analytic)],

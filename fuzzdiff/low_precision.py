@@ -8,6 +8,14 @@ what its float64 result does when the inputs move by float32 rounding, or
 when every intermediate result does (``RoundingNoise``: Monte Carlo
 arithmetic in float64). ``LowPrecision`` is that question put by a
 whole-result comparison (fuzzdiff.confirm.confirm_mismatch).
+
+A value whose float64 result lies beyond the dtype's finite range is out of
+range, not wrong: the dtype can only overflow there (fuzzdiff.compare.beyond_range),
+and that value is not judged. Nor, where the point leaves the dtype's range (an
+output or a derivative along the probes beyond it), is a derivative that is
+not finite in the dtype: an infinity met on the way makes it inf * 0 or
+inf - inf. Only values that are not finite are excused so: a finite wrong
+value, or a nan where every value the point has fits, is judged as ever.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from fuzzdiff import draws
 from fuzzdiff.case import Case
-from fuzzdiff.compare import Discrepancy, max_abs, mismatch, worst_discrepancy
+from fuzzdiff.compare import Discrepancy, beyond_range, max_abs, mismatch, out_of_range, worst_discrepancy
 from fuzzdiff.ladder import Doubt, Step
 from fuzzdiff.steps import float64_or_accuracy
 from fuzzdiff.tolerance import Tolerance
@@ -48,6 +56,8 @@ def against_float64(
     scales: Sequence[float] | None = None,
     replay: Step | None = None,
     unstable_fails: bool = False,
+    outputs: int | None = None,
+    point_out_of_range: Callable[[], str | None] | None = None,
 ) -> Verdict:
     """Low-precision results ``low`` against the same computation in float64 on
     the very same values: ``at(case)`` (or ``ref``, already computed). Each
@@ -67,12 +77,27 @@ def against_float64(
     that loses digits to its own intermediates is then a finding, and
     intermediate rounding only excuses a result it leaves without a
     significant digit (a gradient that is zero by cancellation).
+
+    Values the dtype cannot hold are not judged (``_unheld``): a float64
+    result beyond its range, and where the first ``outputs`` tensors are the
+    function's values and the rest its derivatives, a derivative that is not
+    finite where an output overflowed or ``point_out_of_range()`` says the
+    point's derivatives leave the range (fuzzdiff.checks.grad). Nothing else
+    wrong: "inconclusive", out of range.
     """
     dtype = case.dtype
     ref = at(case) if ref is None else ref
     d = worst_discrepancy(names, low, ref, tol, scales=scales)
     if d is None:
         return Verdict("pass", f"{dtype} is within tolerance of float64")
+    excused = _unheld(names, low, ref, case.torch_dtype, outputs, point_out_of_range)
+    if excused is not None:
+        keep, why = excused
+        low, ref = _kept(low, keep), _kept(ref, keep)
+        inside = worst_discrepancy(names, low, ref, tol, scales=scales)
+        if inside is None:
+            return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {why}", d.summary())
+        d, at = inside, _within(at, keep)
 
     def explained(by: str) -> Verdict:
         return Verdict(
@@ -89,10 +114,14 @@ def against_float64(
     slack = [CONDITIONING * mismatch(r, m)[0] for r, m in zip(ref, moved)]
     if worst_discrepancy(names, low, ref, tol, slack, scales=scales) is None:
         return explained("of the inputs")
-    unit = torch.finfo(case.torch_dtype).eps / 2
+    info = torch.finfo(case.torch_dtype)
+    # Below its smallest normal value the dtype rounds absolutely: rounding like
+    # any other to an identity of derivatives; to the dtype check an intermediate
+    # that underflows loses the formula's digits, its finding.
+    tiny = 0.0 if unstable_fails else info.tiny
     for seed in range(ROUNDING_SAMPLES):
         try:
-            with RoundingNoise(unit, seed=seed):
+            with RoundingNoise(info.eps / 2, seed=seed, tiny=tiny):
                 rounded = at(case)
         except Exception as e:  # noqa: BLE001 - e.g. an index from a float moved off its integer
             return Verdict(
@@ -119,12 +148,108 @@ def against_float64(
     )
 
 
+def _unheld(
+    names: Sequence[str],
+    low: Tensors,
+    ref: Tensors,
+    dtype: torch.dtype,
+    outputs: int | None = None,
+    point_out_of_range: Callable[[], str | None] | None = None,
+) -> tuple[list[torch.Tensor | None], str] | None:
+    """The values of ``low`` that ``dtype`` cannot be judged on, a mask per
+    tensor, and why, in words; None where there are none.
+
+    A value whose float64 result ``ref`` lies beyond the dtype's range, and
+    whose low-precision one shows the overflow: not finite, or saturated (in
+    the dtype's top binade, with the right sign). Where the first ``outputs``
+    tensors are the function's values and the rest its derivatives: the
+    derivatives' values that are not finite though their float64 results are,
+    once an output overflowed or the point leaves the range elsewhere
+    (``point_out_of_range()``, asked only then): inf * 0 or inf - inf, wherever the
+    infinity went."""
+    masks = [_overflowed(l, r, dtype) for l, r in zip(low, ref)]
+    why = next((_beyond(n, r, m, dtype) for n, r, m in zip(names, ref, masks) if m is not None and bool(m.any())), None)
+    if outputs is not None:
+        lost: dict[int, torch.Tensor] = {}  # derivatives' values not finite where their float64 results are
+        for k in range(outputs, len(masks)):
+            m = masks[k]
+            if m is not None:
+                n = ~torch.isfinite(low[k].detach()).to(m.device) & torch.isfinite(ref[k].detach())
+                if bool(n.any()):
+                    lost[k] = n
+        point = None
+        if lost and any(m is not None and bool(m.any()) for m in masks[:outputs]):
+            point = why  # an output overflowed
+        elif lost and point_out_of_range is not None:
+            point = point_out_of_range()
+        if point is not None:
+            for k, n in lost.items():
+                m = masks[k]
+                masks[k] = n if m is None else n | m
+            if why is None:
+                k, n = next(iter(lost.items()))
+                why = f"{_first(names[k], low[k], n)} where {point} (inf * 0)"
+    if why is None:
+        return None
+    return masks, f"out of range for {str(dtype).removeprefix('torch.')}: {why}"
+
+
+def _beyond(name: str, ref: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> str | None:
+    """The first value of ``ref`` that ``mask`` marks, beyond ``dtype``'s range, in words."""
+    return out_of_range(
+        [name], [torch.where(mask, ref.detach(), torch.zeros((), dtype=ref.dtype, device=ref.device))], dtype
+    )
+
+
+def _first(name: str, t: torch.Tensor, mask: torch.Tensor) -> str:
+    """The first value of ``t`` that ``mask`` marks, in words: "grad 0 at [1, 0] is nan"."""
+    flat = int(mask.reshape(-1).to(torch.uint8).argmax())
+    value = t.detach().reshape(-1)[flat]
+    index = [int(i) for i in torch.unravel_index(torch.tensor(flat), mask.shape)] if mask.dim() else []
+    at = f" at {index}" if index else ""
+    return f"{name}{at} is {float(value.abs() if value.is_complex() else value)!r}"
+
+
+def _within(at: Callable[[Case], Tensors], keep: Sequence[torch.Tensor | None]) -> Callable[[Case], Tensors]:
+    """``at`` with the values ``keep`` masks set to zero, wherever it is asked."""
+    return lambda c: _kept(at(c), keep)
+
+
+def _overflowed(low: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """Where ``ref`` is beyond ``dtype``'s range and ``low`` shows it (None:
+    the two are not comparable element by element)."""
+    if low.shape != ref.shape or not (ref.is_floating_point() or ref.is_complex()):
+        return None
+    r = ref.detach()
+    l = low.detach().to(r.device)
+    shown = ~torch.isfinite(l)
+    if not l.is_complex():
+        shown |= (l.abs() >= torch.finfo(dtype).max / 2) & (torch.sign(l.to(r.dtype)) == torch.sign(r))
+    return beyond_range(r, dtype) & shown
+
+
+def _kept(tensors: Tensors, keep: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
+    """``tensors`` with the values ``keep`` masks set to zero: what is left is
+    compared, scaled and moved as ever."""
+    return [
+        t
+        if m is None or m.shape != t.shape
+        else torch.where(m.to(t.device), torch.zeros((), dtype=t.dtype, device=t.device), t)
+        for t, m in zip(tensors, keep)
+    ] + list(tensors[len(keep) :])
+
+
 class RoundingNoise(TorchDispatchMode):
     """Low precision's rounding, emulated in float64 (Monte Carlo arithmetic):
     every fresh floating result of an op on floating tensors is moved by
     ``unit`` (float32's unit roundoff by default), relatively, up or down at
     random. How far that moves a float64 result is its conditioning in every
-    intermediate, which moving the inputs alone misses.
+    intermediate, which moving the inputs alone misses. Below ``tiny`` (the
+    dtype's smallest normal value) the dtype's rounding is absolute, not
+    relative: a value there moves by ``unit * tiny``, half the dtype's
+    smallest subnormal, and one that underflows to a subnormal or to zero is
+    off by a part of itself as large as that. Exact zeros stay: a zero is one
+    in every dtype.
 
     Views, in-place and out= results alias their inputs and are left alone, as
     are results of ops without floating tensor arguments (``arange``,
@@ -132,9 +257,14 @@ class RoundingNoise(TorchDispatchMode):
     replay moves everything the same way.
     """
 
-    def __init__(self, unit: float = torch.finfo(torch.float32).eps / 2, seed: int = 0):
+    def __init__(
+        self,
+        unit: float = torch.finfo(torch.float32).eps / 2,
+        seed: int = 0,
+        tiny: float = torch.finfo(torch.float32).tiny,
+    ):
         super().__init__()
-        self.unit = unit
+        self.unit, self.tiny = unit, tiny
         self.seed, self.drawn = seed, 0  # a counter-based stream (fuzzdiff.draws): replays exactly
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -159,7 +289,9 @@ class RoundingNoise(TorchDispatchMode):
         z = draws.words(self.seed, t.numel(), draws.ROUNDING, start=self.drawn)
         self.drawn += t.numel()
         signs = torch.from_numpy(draws.bits(z).astype(np.float64)).reshape(t.shape)
-        return t + t * (signs * (2 * self.unit) - self.unit).to(t.device)
+        # the size the dtype's rounding is relative to: |t|, or tiny below it (sgn(0) = 0: zeros stay)
+        size = torch.where(t.abs() < self.tiny, torch.sgn(t) * self.tiny, t)
+        return t + size * (signs * (2 * self.unit) - self.unit).to(t.device)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ from fuzzdiff.steps import float64_margin, identical_to, neighbours, replay
 from fuzzdiff.targets import discrepancies as known
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import Tolerance, tolerance
-from fuzzdiff.unsupported import unsupported_reason
+from fuzzdiff.unsupported import unsupported_reason, vmap_unsupported_reason
 from fuzzdiff.verdict import Verdict
 from strategies.aliasing import aliasing
 from strategies.cotangents import probes
@@ -248,7 +248,10 @@ def run(target: Target, case: Case) -> Verdict:
     except Exception as e:  # noqa: BLE001
         if target.rejects(e):
             reject()
-        reason = unsupported_reason(e) if transform != "none" else None
+        if transform == "vmap":
+            reason = vmap_unsupported_reason(e, lambda: path.run(target, case, None))
+        else:
+            reason = unsupported_reason(e) if transform != "none" else None
         if reason is not None:
             return Verdict("unsupported", f"eager {DESCRIBED[transform]}: {reason}")
         raise

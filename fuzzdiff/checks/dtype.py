@@ -7,6 +7,9 @@ float64 results' change when inputs move by float32 rounding
 derivatives and vmap in low precision). Each tensor is judged on its own scale.
 At a stride-0 input, a failure that vanishes where the repeated values move
 apart is the singular point the layout made (fuzzdiff.steps.neighbours).
+A value whose float64 result float32 cannot hold (``exp(100)``) is out of
+range, and so is a gradient that is not finite where an output overflowed or
+the point's derivatives leave float32's range (inf * 0): "inconclusive".
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.grad import point_out_of_range
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.ladder import Doubt
 from fuzzdiff.low_precision import against_float64
@@ -54,6 +58,8 @@ def _judged(target: Target, case: Case, tol: Tolerance, replays: bool = False) -
         tol,
         replay=replay(lambda: evaluate(target, case).tensors, same=identical_to(low)) if replays else None,
         unstable_fails=True,
+        outputs=sum(name.startswith("output ") for name in names),  # outputs first (paths.result.outputs_and)
+        point_out_of_range=lambda: point_out_of_range(target, case),
     )
 
 

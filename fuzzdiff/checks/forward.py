@@ -5,15 +5,20 @@ dot-product identity, exact up to rounding) and ``<v, D_u f>`` by central
 differences in float64. In low precision, where both hold in float64 on the
 same values, ``<v, J u>`` itself is judged against its float64 value
 (fuzzdiff.low_precision.against_float64): a tangent wrong only in float32 fails.
+At an output that is not finite the tangent is inf * 0 wherever u is zero:
+no derivative to check, as in grad; where the point's values or derivatives
+leave the dtype's range (float64's own included), it is out of range.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check
-from fuzzdiff.checks.grad import finite_difference, one_sided, reverse_dot
+from fuzzdiff.checks.grad import finite_difference, one_sided, point_out_of_range, reverse_dot
 from fuzzdiff.confirm import Measurement, judge, worst
 from fuzzdiff.directions import absdot, directions, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
@@ -26,29 +31,38 @@ from fuzzdiff.verdict import Verdict
 
 
 def forward_dot(target: Target, case: Case, cast=None):
+    """``<v, J u>`` by forward mode, its scale, the probes, and whether the
+    function's outputs are finite (asked only where ``<v, J u>`` is not: at an
+    infinite output its tangent is inf * 0 wherever u is zero, grad's rule)."""
     f = leaf_function(target, case, cast=cast, requires_grad=False)
     u = directions(case.params, f.leaves)
     outs, tangents = jvp(f, f.leaves, u)
     v = probes_like(case.params, "cotangent", outs)
-    return dot(v, tangents), absdot(v, tangents), v, u
+    value = dot(v, tangents)
+    defined = math.isfinite(value) or all(bool(torch.isfinite(o).all()) for o in outs)
+    return value, absdot(v, tangents), v, u, defined
 
 
 def vs_reverse(target: Target, case: Case, eps: float, cast=None) -> Measurement:
-    fwd, fscale, _, _ = forward_dot(target, case, cast)
+    fwd, fscale, _, _, defined = forward_dot(target, case, cast)
     rev, rscale, _, _ = reverse_dot(target, case, cast)
-    return Measurement(fwd, rev, fscale + rscale)
+    return Measurement(fwd, rev, fscale + rscale, defined=defined)
 
 
 def vs_numeric(target: Target, case: Case, eps: float, cast=None) -> Measurement:
-    fwd, scale, v, u = forward_dot(target, case, cast)
+    fwd, scale, v, u, defined = forward_dot(target, case, cast)
     numeric, noise = finite_difference(target, case, v, u, eps)
-    return Measurement(fwd, numeric, scale + abs(numeric), noise)
+    return Measurement(fwd, numeric, scale + abs(numeric), noise, defined)
 
 
 def run(target: Target, case: Case) -> Verdict:
     dtype = case.torch_dtype
     tol = tolerance(target, "forward", dtype)
     low = dtype != torch.float64
+
+    def beyond(c: Case) -> str | None:
+        return point_out_of_range(target, c)
+
     return worst(
         judge(
             "<v, J u> (forward) vs <J^T v, u> (reverse)",
@@ -59,6 +73,7 @@ def run(target: Target, case: Case) -> Verdict:
             # the function's one-sided differences say whether a structured point is a kink,
             # for this identity too: where it is not, the neighbours keep the structure
             sided=lambda c, eps, finite: one_sided(target, c, eps, finite),
+            point_out_of_range=beyond,
         ),
         judge(
             "<v, J u> (forward) vs finite differences",
@@ -67,6 +82,7 @@ def run(target: Target, case: Case) -> Verdict:
             tol,
             measure64=(lambda c, eps: vs_numeric(target, c, eps, torch.float64)) if low else None,
             sided=lambda c, eps, finite: one_sided(target, c, eps, finite),
+            point_out_of_range=beyond,
         ),
     )
 

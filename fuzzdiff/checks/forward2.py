@@ -31,8 +31,8 @@ import torch.autograd.forward_ad as fwAD
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, CiSample, probe_params
-from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs
-from fuzzdiff.checks.gradgrad import first_derivative_finite, once_differentiable
+from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs, point_out_of_range
+from fuzzdiff.checks.gradgrad import first_derivative_finite
 from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
@@ -42,6 +42,7 @@ from fuzzdiff.paths.numerical import directional_difference, one_sided_differenc
 from fuzzdiff.paths.reverse import first_derivative, vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
+from fuzzdiff.unsupported import ONCE_DIFFERENTIABLE, refuse_once_differentiable, through_once_differentiable
 from fuzzdiff.verdict import Verdict
 
 __all__ = [
@@ -63,6 +64,9 @@ JACOBIANS = ("hessian", "jacfwd(jacfwd)", "jacrev(jacrev)")
 # the identities built on nested torch.func.jvp, which reads a custom
 # autograd.Function's second derivatives as zero (pytorch/pytorch#197867)
 NESTED_JVP = ("forward-over-forward", "jacfwd(jacfwd)")
+# the identities that differentiate a backward (hessian is jacfwd(jacrev)):
+# through one marked once_differentiable they would read zero
+THROUGH_BACKWARD = ("forward-over-reverse", "reverse-over-reverse", "hessian", "jacrev(jacrev)")
 
 MODULE_IN_TRANSFORM = (
     "a module target builds its module in every call, here inside a torch.func transform, which "
@@ -122,6 +126,7 @@ def forward_over_reverse(f: LeafFn, leaves: Tensors, u: Tensors, u2: Tensors, w:
         duals = [fwAD.make_dual(l, same_layout(l, d)) for l, d in zip(leaves, u2)]
         # a cotangent that requires grad, as gradgradcheck's: see reverse_over_reverse
         grads = vjp(f(*duals), duals, [wi.detach().requires_grad_() for wi in w], create_graph=True)
+        refuse_once_differentiable(*grads)
         tangents = []
         for g in grads:
             t = fwAD.unpack_dual(g).tangent
@@ -132,8 +137,10 @@ def forward_over_reverse(f: LeafFn, leaves: Tensors, u: Tensors, u2: Tensors, w:
 def reverse_over_reverse(f: LeafFn, leaves: Tensors, u: Tensors, u2: Tensors, w: Tensors) -> tuple[float, float]:
     """``<grad <J^T w, u>, u'>``: reverse mode twice (leaves that require grad)."""
     # A cotangent that requires grad makes a backward marked once_differentiable
-    # raise, instead of silently reading its second derivative as zero.
+    # leave its error node in the graph, where the refusal finds it: torch
+    # would read its second derivative as zero.
     grads = vjp(f(*leaves), leaves, [wi.detach().requires_grad_() for wi in w], create_graph=True)
+    refuse_once_differentiable(*grads)
     h = sum((g * d.to(g.dtype)).sum() for g, d in zip(grads, u) if g.requires_grad)
     if isinstance(h, torch.Tensor) and h.requires_grad:
         second = vjp([h], leaves, [torch.ones_like(h)])
@@ -264,10 +271,8 @@ class _Refusals:
             )
         except Exception:  # noqa: BLE001 - the reverse identities meet it again, and are judged there
             grads = []
-        if any(once_differentiable(g) for g in grads):
-            # its error node hangs off detached copies: forward mode through it
-            # would silently read the second derivative as zero
-            why["forward-over-reverse"] = "a backward is marked @once_differentiable: no double backward"
+        if through_once_differentiable(*grads):
+            why.update(dict.fromkeys(THROUGH_BACKWARD, ONCE_DIFFERENTIABLE))
         n = sum(l.numel() for l in f.leaves)
         real = all(t.dtype.is_floating_point for t in (*outs, *f.leaves))
         if not (len(outs) == 1 and outs[0].numel() == 1 and n <= SMALL and real):
@@ -372,6 +377,7 @@ def run(target: Target, case: Case) -> Verdict:
             measure64=measure(name, torch.float64) if low else None,
             sided=lambda c, eps, finite: _kinks(target, c, eps, finite),
             second_order=True,
+            point_out_of_range=lambda c: point_out_of_range(target, c, second_order=True),
         )
 
     # Judged one by one: a custom Function without jvp still has its reverse
@@ -409,6 +415,10 @@ def script(ctx: ScriptContext) -> Fragment:
             f"    analytic, scale = {fn}leaves, U, along_stride0(leaves, W), V)",
             f"    results.append(judge({identity(name)!r},",
             "                         analytic, reference, scale + abs(reference), noise))",
+        ]
+        if name in ("forward-over-reverse", "reverse-over-reverse"):  # they refuse a once_differentiable backward
+            calls += ["except Unsupported as e:", f'    print(f"{name}: unsupported ({{e}})")']
+        calls += [
             "except (NotImplementedError, RuntimeError) as e:",
             f"    skip_missing_formula({name!r}, e)",
         ]

@@ -15,13 +15,21 @@ from torch.utils._pytree import tree_leaves
 from fuzzdiff import draws
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check
-from fuzzdiff.confirm import Measurement, judge
+from fuzzdiff.compare import out_of_range
+from fuzzdiff.confirm import EPS, Measurement, judge
 from fuzzdiff.directions import absdot, directions, dot, dot_and_scale, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.materialize import Inputs
 from fuzzdiff.paths.function import differentiable
-from fuzzdiff.paths.numerical import ROUNDOFF64, directional_difference, one_sided_differences, split_differences
-from fuzzdiff.paths.reverse import vjp
+from fuzzdiff.paths.numerical import (
+    ROUNDOFF64,
+    central_differences,
+    directional_difference,
+    one_sided_differences,
+    second_differences,
+    split_differences,
+)
+from fuzzdiff.paths.reverse import first_derivative, vjp
 from fuzzdiff.steps import DENSE_COTANGENT
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
@@ -143,6 +151,67 @@ def kink_pairs(
             )
 
 
+# The step of point_out_of_range's second differences: their rounding errs by
+# eps_mach / step**2 of |f|, their truncation by step**2 (a magnitude is asked of them).
+SECOND_STEP = 1e-4
+# point_out_of_range's derivatives are taken of the outputs times this (a power
+# of two: exact), so that those beyond float64's own range are seen, finite.
+SCALED = 2.0**-64
+
+
+def point_out_of_range(target: Target, case: Case, second_order: bool = False) -> str | None:
+    """Where the case's point leaves its dtype's finite range: the first of
+    its outputs and derivatives along the case's probes, in float64, that
+    the dtype cannot hold (fuzzdiff.compare.out_of_range), or None. They are
+    what a derivative computed in the dtype is made of: the outputs,
+    ``J^T v``, ``J u`` and ``J w`` (v the cotangent, u the direction, w the
+    second probe), and with ``second_order`` the derivatives of ``J^T v``
+    along u and w and ``d2f[u, w]``. One beyond the range overflows there,
+    and that infinity times a zero probe entry is nan where the derivative
+    asked is finite. The derivatives are taken of the outputs times SCALED,
+    so that a float64 case's are seen past float64's range too. Made lazily,
+    in that order: the first one found ends it. Where the function raises a
+    step away, nothing is known (None): the verdict stays what it was."""
+    dtype = case.torch_dtype
+    at = case.materialize(requires_grad=False, cast=torch.float64)
+    rebuild = at.rebuild
+
+    def f(*leaves: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return _outputs(target, case, rebuild(list(leaves)))
+
+    def small(*leaves: torch.Tensor) -> list[torch.Tensor]:
+        return [o * SCALED for o in f(*leaves)]
+
+    leaves = at.leaves
+    with torch.no_grad():
+        outs = f(*leaves)
+    v = [p * SCALED for p in probes_like(case.params, "cotangent", outs)]
+    u, w = directions(case.params, leaves), probes_like(case.params, "second", leaves)
+    grad = first_derivative(f, v)
+
+    def named(what: str, tensors: Sequence[torch.Tensor], of: str) -> tuple[list[str], Sequence[torch.Tensor]]:
+        return [f"{what} ({of} {k})" for k in range(len(tensors))], tensors
+
+    def scaled() -> Iterator[tuple[list[str], Sequence[torch.Tensor]]]:
+        yield named("J^T v", grad(*leaves), "leaf")
+        yield named("J u", central_differences(small, leaves, u, EPS), "output")
+        yield named("J w", central_differences(small, leaves, w, EPS), "output")
+        if second_order:
+            yield named("J^T v along u", central_differences(grad, leaves, u, EPS), "leaf")
+            yield named("J^T v along w", central_differences(grad, leaves, w, EPS), "leaf")
+            yield named("d2f[u, w]", second_differences(small, leaves, u, w, SECOND_STEP), "output")
+
+    found = out_of_range([f"output {k}" for k in range(len(outs))], outs, dtype)
+    try:
+        for names, tensors in () if found else scaled():
+            found = out_of_range(names, tensors, dtype, SCALED)
+            if found:
+                break
+    except Exception:  # noqa: BLE001 - a step away the function raises: the point's range is unknown
+        return None
+    return found
+
+
 def _reverse(target: Target, case: Case, cast, storages):
     inputs = case.materialize(cast=cast, storages=storages)
     leaves = inputs.leaves
@@ -186,14 +255,15 @@ def measure(target: Target, case: Case, eps: float, cast=None) -> Measurement:
 
 
 def run(target: Target, case: Case) -> Verdict:
-    dtype = case.torch_dtype
+    low = case.torch_dtype != torch.float64
     return judge(
         "<J^T v, u> vs finite differences",
         lambda c, eps: measure(target, c, eps),
         case,
-        tolerance(target, "grad", dtype),
-        measure64=None if dtype == torch.float64 else lambda c, eps: measure(target, c, eps, cast=torch.float64),
+        tolerance(target, "grad", case.torch_dtype),
+        measure64=(lambda c, eps: measure(target, c, eps, cast=torch.float64)) if low else None,
         sided=lambda c, eps, finite: one_sided(target, c, eps, finite),
+        point_out_of_range=lambda c: point_out_of_range(target, c),
     )
 
 

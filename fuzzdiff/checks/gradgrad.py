@@ -21,7 +21,7 @@ import torch.autograd.forward_ad as fwAD
 
 from fuzzdiff.case import Case
 from fuzzdiff.checks.check import Check, probe_params
-from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs
+from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs, point_out_of_range
 from fuzzdiff.confirm import Measurement, judge, judged, worst
 from fuzzdiff.directions import absdot, directions, dot, probes_like
 from fuzzdiff.fragment import Fragment, ScriptContext, lines
@@ -31,38 +31,19 @@ from fuzzdiff.paths.numerical import ROUNDOFF64, one_sided_differences
 from fuzzdiff.paths.reverse import first_derivative, vjp
 from fuzzdiff.targets.target import Target
 from fuzzdiff.tolerance import tolerance
-from fuzzdiff.verdict import Unsupported, Verdict
+from fuzzdiff.unsupported import refuse_once_differentiable
+from fuzzdiff.verdict import Verdict
 
 __all__ = ["CHECK", "reverse_over_reverse", "forward_over_reverse", "first_derivative_difference"]
 
 Function = Callable[..., Sequence[torch.Tensor]]
 
 
-def once_differentiable(t: torch.Tensor) -> bool:
-    """Whether ``t``'s graph passes through a backward marked once_differentiable:
-    its error node hangs off detached copies, so autograd would silently read
-    its second derivative as zero rather than raise."""
-    seen, stack = set(), [t.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if type(node).__name__ in ("Error", "DelayedError"):
-            return True
-        stack.extend(n for n, _ in node.next_functions)
-    return False
-
-
-def refuse_once_differentiable(t: torch.Tensor) -> None:
-    if once_differentiable(t):
-        raise Unsupported("a backward is marked @once_differentiable: no double backward")
-
-
 def differentiable_vjp(f: Function, leaves: Sequence[torch.Tensor], v: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """``J^T v`` with its graph kept. As gradgradcheck does, the cotangent
-    requires grad: a backward marked once_differentiable then raises instead
-    of silently returning a constant (whose derivative would read as zero)."""
+    requires grad: a backward marked once_differentiable then leaves its error
+    node in the graph, which ``refuse_once_differentiable`` finds (torch reads
+    its second derivative as zero, in gradgradcheck too, rather than raise)."""
     outs = f(*leaves)
     return vjp(outs, leaves, [t.detach().to(o.dtype).requires_grad_() for t, o in zip(v, outs)], create_graph=True)
 
@@ -88,8 +69,7 @@ def forward_over_reverse(
     with fwAD.dual_level():
         duals = [fwAD.make_dual(l, same_layout(l, ui)) for l, ui in zip(leaves, u)]
         g = differentiable_vjp(f, duals, v)
-        for gi in g:
-            refuse_once_differentiable(gi)
+        refuse_once_differentiable(*g)
         tangents = []
         for gi in g:
             t = fwAD.unpack_dual(gi).tangent
@@ -184,6 +164,7 @@ def run(target: Target, case: Case) -> Verdict:
             measure64=(lambda c, eps: m(target, c, eps, torch.float64)) if low else None,
             sided=lambda c, eps, finite: kinks(target, c, eps, finite),
             second_order=True,
+            point_out_of_range=lambda c: point_out_of_range(target, c, second_order=True),
         )
 
     # Judged one by one: a custom Function without jvp still has its

@@ -10,7 +10,9 @@ on its own scale. A mismatch is replayed and tried at a neighbouring point
 before it is a failure; in low precision it must also persist in float64 on
 the same values, or, where float64 agrees, the vmapped results must be wrong
 against their float64 run beyond what the problem's conditioning explains
-(fuzzdiff.low_precision.against_float64). Missing batching rules are "unsupported";
+(fuzzdiff.low_precision.against_float64). Missing batching rules and code vmap
+cannot batch (fuzzdiff.unsupported: ``.item()``, a tensor in an if,
+boolean-mask indexing, even where vmap does not say so) are "unsupported";
 ops vmap runs through its slow fallback are reported (``fallbacks``), never
 failed.
 Targets that draw random numbers are excluded: a loop and vmap consume the

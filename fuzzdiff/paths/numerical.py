@@ -10,7 +10,14 @@ import torch
 
 from fuzzdiff.directions import absdot, dot, widened
 
-__all__ = ["directional_difference", "one_sided_differences", "split_differences", "ROUNDOFF64"]
+__all__ = [
+    "directional_difference",
+    "one_sided_differences",
+    "split_differences",
+    "central_differences",
+    "second_differences",
+    "ROUNDOFF64",
+]
 
 ROUNDOFF64 = 2.0**-52  # float64's unit roundoff, doubled: the round-off of one difference
 
@@ -94,3 +101,36 @@ def split_differences(
     along, noise = directional_difference(f, leaves, directions, cotangents, eps, outs) if whole is None else whole
     (a, na), (b, nb) = [directional_difference(f, leaves, p, cotangents, eps, outs) for p in parts]
     return along, a + b, noise + na + nb
+
+
+def central_differences(
+    f: Callable[..., Sequence[torch.Tensor]],
+    leaves: Sequence[torch.Tensor],
+    directions: Sequence[torch.Tensor],
+    eps: float,
+) -> list[torch.Tensor]:
+    """``(f(x + eps u) - f(x - eps u)) / 2 eps`` for each output of ``f``:
+    the derivative ``J u`` itself, not contracted with a cotangent."""
+    us = [d if d.dtype == l.dtype else d.to(l.dtype) for l, d in zip(leaves, directions)]
+    points = [[torch.add(l, d, alpha=h) for l, d in zip(leaves, us)] for h in (eps, -eps)]
+    with torch.no_grad():
+        plus, minus = [f(*p) for p in points]
+    return [(p - m) / (2 * eps) for p, m in zip(plus, minus)]
+
+
+def second_differences(
+    f: Callable[..., Sequence[torch.Tensor]],
+    leaves: Sequence[torch.Tensor],
+    u: Sequence[torch.Tensor],
+    w: Sequence[torch.Tensor],
+    eps: float,
+) -> list[torch.Tensor]:
+    """``d2f[u, w]`` for each output of ``f``, by the four-point difference
+    ``(f(x + eps (u + w)) - f(x + eps (u - w)) - f(x - eps (u - w)) + f(x - eps (u + w))) / 4 eps^2``."""
+    us = [d if d.dtype == l.dtype else d.to(l.dtype) for l, d in zip(leaves, u)]
+    ws = [d if d.dtype == l.dtype else d.to(l.dtype) for l, d in zip(leaves, w)]
+    steps = ((1, 1), (1, -1), (-1, 1), (-1, -1))
+    points = [[l + eps * (a * ui + b * wi) for l, ui, wi in zip(leaves, us, ws)] for a, b in steps]
+    with torch.no_grad():
+        pp, pm, mp, mm = [f(*p) for p in points]
+    return [(a - b - c + d) / (4 * eps * eps) for a, b, c, d in zip(pp, pm, mp, mm)]

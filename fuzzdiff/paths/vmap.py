@@ -29,6 +29,7 @@ from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.target import Target
+from fuzzdiff.unsupported import VMAP_DATA_DEPENDENT_SHAPE, vmap_unsupported_reason
 from fuzzdiff.verdict import Unsupported
 
 __all__ = ["Level", "Plan", "run", "vmap_and_loop", "COMPOSITIONS", "recording_fallbacks", "stop_recording_fallbacks"]
@@ -307,7 +308,7 @@ def vmap_and_loop(
     indices = list(itertools.product(*(range(l.batch) for l in levels)))
     outs = {index: loop_f(*args_at(index)) for index in indices}
     if len({tuple(o.shape for o in out) for out in outs.values()}) > 1:
-        raise Unsupported("the examples' outputs differ in shape (data-dependent): no vmap can batch them")
+        raise Unsupported(f"{VMAP_DATA_DEPENDENT_SHAPE}: the examples' outputs differ in shape")
     count = len(outs[indices[0]])
     ranks = [o.dim() for o in outs[indices[0]]]
     level_dims = [list(l.in_dims) for l in levels]
@@ -378,7 +379,20 @@ def vmap_and_loop(
 
 
 def run(target: Target, case: Case, cast: torch.dtype | None = None) -> tuple[Result, Result]:
-    """The plan's composition, vmapped and looped, on the same examples."""
+    """The plan's composition, vmapped and looped, on the same examples. What
+    vmap refuses (fuzzdiff.unsupported), in words or not, raises Unsupported."""
+    try:
+        return _run(target, case, cast)
+    except Exception as e:
+        if target.rejects(e):
+            raise  # outside the target's domain: not vmap's
+        reason = vmap_unsupported_reason(e, lambda: _run(target, case, cast))
+        if reason is None or isinstance(e, Unsupported):
+            raise
+        raise Unsupported(reason) from e
+
+
+def _run(target: Target, case: Case, cast: torch.dtype | None) -> tuple[Result, Result]:
     b = Batch(target, case, cast)
     # A target that writes its inputs gets separate tensors on each side.
     loop = b if target.functional else Batch(target, case, cast)

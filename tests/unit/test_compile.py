@@ -5,6 +5,7 @@ lost view, a wrong stride) is caught."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -14,6 +15,7 @@ from hypothesis import HealthCheck, find, given, settings
 from torch.utils._pytree import tree_map
 
 import fuzzdiff
+from fuzzdiff.blame import PYTORCH
 from fuzzdiff.case import Case
 from fuzzdiff.checks import get_check
 from fuzzdiff.checks.compile import DESCRIBED
@@ -24,6 +26,7 @@ from fuzzdiff.runner import case_strategy, run_check
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.discrepancies import (
     DUAL_INDUCTOR_NO_TANGENTS,
+    FUNCTION_JVP_DROPPED_AT_DUALS,
     JVP_STRIDE0_AOT_FUNCTION,
     JVP_TANGENT_COPY_DYNAMIC,
     JVP_VIEW_AOT_FUNCTION,
@@ -449,9 +452,21 @@ def test_a_function_that_calls_numpy_fails_no_check_but_compiled_torch_func_grad
     autograd.grad, and a graph break without the Function are right):
     PyTorch's bug, found here and reported as a failure of that transform."""
     report = fuzzdiff.check(NumpySin.apply, "x: n m", seed=0, max_examples=12, corpus=tmp_path)
-    assert all(f.check == "compile" and f.case.params["transform"] in ("grad", "vjp") for f in report.failures), (
-        report.summary()
-    )
+    # torch.func.grad's zero gradient; or, at an input without elements (where the NumPy kernel
+    # traces), the Function's jvp dropped at dual inputs, a PyTorch bug of its own
+    assert all(
+        f.check == "compile"
+        and (
+            f.case.params["transform"] in ("grad", "vjp")
+            or (
+                re.search(FUNCTION_JVP_DROPPED_AT_DUALS.message, f.message)
+                and f.blame is not None
+                and f.blame.whose == PYTORCH
+                and not f.case.materialize().args[0].numel()
+            )
+        )
+        for f in report.failures
+    ), report.summary()
     assert report.row("compile")["unsupported"] > 0 and report.row("compile")["passed"] > 0, report.summary()
     assert report.row("grad")["passed"] > 0
 
@@ -488,22 +503,3 @@ def test_a_fake_kernel_that_calls_numpy_is_a_finding():
     target = Target("unit_numpy_sin_op", numpy_sin_op, "x: 3 4")
     verdict = run_check(CHECK, target, _hand_case(target, "aot_function", "none"))
     assert verdict.kind == "fail" and ".numpy() is not supported" in verdict.message, verdict
-
-
-def test_meanings_reword_refusals_and_refuse_nothing_more():
-    """A meaning only says what a refusal is; untraceable words are unsupported only under tracing."""
-    from fuzzdiff.unsupported import MEANINGS, UNSUPPORTED_PATTERNS, UNTRACEABLE, unsupported_reason
-
-    said = [
-        RuntimeError("Cannot access data pointer of Tensor that doesn't have storage"),
-        RuntimeError("Cannot access data pointer of Tensor (e.g. FakeTensor, FunctionalTensor). If you're using"),
-        RuntimeError("Could not guard on data-dependent expression Eq(u0, 1) (unhinted: Eq(u0, 1))"),
-    ]
-    for e, (_, meaning) in zip(said, MEANINGS):
-        text = f"RuntimeError: {e}"
-        assert any(p.search(text) for p in UNSUPPORTED_PATTERNS)
-        assert unsupported_reason(e) == f"{meaning}: {text}"
-    numpy = RuntimeError(".numpy() is not supported for tensor subclasses.")
-    assert unsupported_reason(numpy) is None
-    assert unsupported_reason(numpy, traced=True) == f"{UNTRACEABLE[0][1]}: RuntimeError: {numpy}"
-    assert unsupported_reason(RuntimeError("numpy() failed"), traced=True) is None
