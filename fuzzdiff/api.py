@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.errors import InvalidArgument
 
 from fuzzdiff import torch_state
-from fuzzdiff.check_budget import LAST, budget_seconds, share
+from fuzzdiff.check_budget import LAST, PROBE, SETTLING, Spent, budget_seconds, reaching, share
 from fuzzdiff.check_progress import showing
-from fuzzdiff.check_report import Failure, Report
+from fuzzdiff.check_report import Failure, Report, Thin
 from fuzzdiff.check_session import Session
 from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.config import FuzzConfig
@@ -36,7 +36,7 @@ from fuzzdiff.targets.user import definition, importable, module_definition, use
 from fuzzdiff.torch_logs import torch_logs
 from strategies.layouts import check_layout_features
 
-__all__ = ["check", "assert_ok", "Report", "Failure", "declared_tolerances", "hard_values"]
+__all__ = ["check", "assert_ok", "Report", "Failure", "Thin", "ThinWarning", "declared_tolerances", "hard_values"]
 
 # Drawn cases per check. 100 at 2 variants answers a cheap function in about
 # 3 s over the eager checks and 16 s with compile (bench/check.py); every
@@ -111,16 +111,28 @@ def check(
     each run at ``variants`` value-and-probe variants; a check stops at its
     first confirmed failure, shrunk for at most ``shrink_seconds``.
     ``budget`` is the call's time in seconds (default 30, or no limit when
-    ``max_examples`` is given; ``float("inf")``: none): each check, when it
-    starts, gets a share of the time left in proportion to its cost, and ends
-    at the first case past it (a failure found is shrunk within that share
-    too, for at least 2 s); the summary says which checks it cut. With ``corpus``
+    ``max_examples`` is given; ``float("inf")``: none), a ceiling: the call
+    returns within it and 2 s more. Each check, when it starts, gets a share
+    of the time left in proportion to its cost (its first case, which pays
+    one-off costs, counted only past a share's length), and begins no case
+    after it, nor one that the budget's end would stop at the cost of its
+    last; the case in flight when the budget ends is stopped, unjudged (in
+    the main thread). A failure found is shrunk within its check's share (for at least
+    2 s, but not past the budget) and confirmed in a fresh process within
+    1.5 s past the budget; one the budget leaves unconfirmed is no failure:
+    ``report.unconfirmed`` holds it. ``report.thin`` names each check that
+    judged fewer than 10 cases, and why (cut, not reached, most draws
+    rejected); the summary says so, and for a check not reached, the
+    ``budget=`` that would reach it. With ``corpus``
     each failure is written there as a record, and each example is journaled
     first, so a case that kills the process becomes a ``crash`` record.
     A function that raises in its plain call at some input is reported once,
     as an ``input-domain`` failure with that input, and the checks go on
-    without such inputs; ``invalid`` (exception types) declares them outside
-    its domain from the start.
+    without such inputs: rejected draws, not failures (the summary's
+    "rejected"), with the spec bound that leaves them out where every one had
+    a dim at size 0; ``invalid`` (exception types) declares them outside its
+    domain from the start (advised only where the function's own code raises,
+    never for an error raised inside a torch op).
     ``layouts`` narrows the memory layouts drawn (default: all of
     strategies.layouts.LAYOUT_FEATURES: permuted, sliced, offset, expanded
     (stride 0), channels_last; ``()``: contiguous only) and ``alias=False``
@@ -143,6 +155,7 @@ def check(
     """
     started = time.monotonic()
     seconds = budget_seconds(budget, max_examples)
+    end = None if seconds is None else started + seconds
     config = FuzzConfig.resolve(base=config or environ_config(), variants=variants, structures=1, corpus=corpus)
     target = user_target(fn, spec, dtypes=dtypes, domain=domain, kwargs=kwargs, sizes=sizes)
     if structured is not None:
@@ -153,7 +166,7 @@ def check(
     declared = declared_tolerances(names, rtol=rtol, atol=atol)
     if declared:
         target = replace(target, tolerances={**target.tolerances, **declared})
-    report = Report(target, tolerances=_tolerance_words(declared, names), budget=seconds)
+    report = Report(target, tolerances=_tolerance_words(declared, names), budget=seconds, max_examples=max_examples)
     session = Session(
         fn=fn,
         target=target,
@@ -166,6 +179,8 @@ def check(
         outside=tuple(invalid),
         drawn=_case_options(layouts, alias),
         alias=alias,
+        deadline=end,
+        settle_by=None if end is None else end + SETTLING,
     )
     with (
         showing(progress, names, target.name) as shown,
@@ -178,12 +193,15 @@ def check(
         # collected and summarized once in the report, not printed per run
         warnings.simplefilter("always")
         session.fresh = fresh if isolate else None
-        session.probe(names[0])
+        session.probe(names[0], None if seconds is None else started + PROBE * seconds)
+        probing = time.monotonic() - started
         for k, name in enumerate(names):
             shown.start(name)
             start = time.perf_counter()
-            report.tallies[name] = session.run(name, share(started, seconds, names[k:]))
+            tally = report.tallies[name] = session.run(name, share(started, seconds, names[k:]))
             report.seconds[name] = time.perf_counter() - start
+            if seconds is not None and tally.cut and not tally.drawn:  # not reached
+                report.reach[name] = reaching(name, names, _spent(report), probing, seconds)
             shown.done(name, report)
     report.warnings = Counter(
         f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]}"
@@ -194,6 +212,14 @@ def check(
     for tally in report.tallies.values():
         report.logs.update(tally.logs)
     return report
+
+
+def _spent(report: Report) -> dict[str, Spent]:
+    """What each check that ran took, for the budget that would reach one that did not."""
+    return {
+        name: Spent(report.seconds[name], tally.cut, report.seconds[name] / max(1, tally.cases + tally.rejected))
+        for name, tally in report.tallies.items()
+    }
 
 
 def environ_config(environ: Mapping[str, str] | None = None) -> FuzzConfig:
@@ -310,9 +336,19 @@ def hard_values(domain: Mapping[str, tuple[float | None, float | None]]) -> tupl
     return tuple(name for name in STRUCTURES if name in kept)
 
 
+class ThinWarning(UserWarning):
+    """A passing ``assert_ok`` whose answer rests on few cases (``Report.thin``)
+    or left a failure found unconfirmed: said, without failing the test."""
+
+
 def assert_ok(fn: Callable[..., Any] | Target, spec: str | None = None, **options: Any) -> Report:
-    """``check`` inside the user's own test: AssertionError with the shrunk repro on failure."""
+    """``check`` inside the user's own test: AssertionError with the shrunk repro
+    on failure (its summary names the thin checks too). A pass with thin checks
+    or an unconfirmed failure warns (ThinWarning): pytest lists it, the test passes."""
     report = check(fn, spec, **options)
     if not report.ok:
         raise AssertionError("fuzzdiff found a failure:\n" + report.summary())
+    said = report.warning()
+    if said:
+        warnings.warn(said, ThinWarning, stacklevel=2)
     return report

@@ -34,14 +34,16 @@ class Shown:
         if not self.lines:
             return
         tally, row = report.tallies[name], report.row(name)
-        outcome = ", ".join(f"{row[k]} {k}" for k in ("failed", "known", "inconclusive") if row[k])
+        outcome = ", ".join(f"{row[k]} {k}" for k in ("failed", "known", "inconclusive", "rejected") if row[k])
         if tally.only_unsupported:
             outcome = "unsupported"
-        elif tally.cut and not tally.cases:
-            outcome = "not run"
+        elif tally.cut and not tally.drawn:
+            outcome = "not reached"
+        thin = report.thin.get(name)
+        said = f", thin ({thin.reason})" if thin is not None and thin.reason != "not reached" else ""
         print(
-            f"fuzzdiff.check {self.target}: {name}: {tally.cases} cases, {outcome or 'passed'}, "
-            f"{report.seconds[name]:.1f} s" + (", cut by the time budget" if tally.cut and tally.cases else ""),
+            f"fuzzdiff.check {self.target}: {name}: {tally.cases} cases judged, {outcome or 'passed'}{said}, "
+            f"{report.seconds[name]:.1f} s" + (", cut by the time budget" if tally.cut and tally.drawn else ""),
             file=sys.stderr,
             flush=True,
         )

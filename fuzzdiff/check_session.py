@@ -1,6 +1,8 @@
 """One ``fuzzdiff.check`` call's runs: each check searched until it finds
 nothing new, the compile strata first within a time budget, and what the
-runs learn on the way (input-domain errors, whether the function is random)."""
+runs learn on the way (input-domain errors, whether the function is random).
+Within a time budget, the runs end by its ``deadline``: the case in flight
+there is stopped, and a failure found late is settled by ``settle_by``."""
 
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ from fuzzdiff.fuzzing import fuzz
 from fuzzdiff.input_domain import DOMAIN, domain_error, rejecting
 from fuzzdiff.journal import Journal
 from fuzzdiff.known import Known
-from fuzzdiff.outcome import FuzzFailure, Tally
+from fuzzdiff.outcome import AllRejected, FuzzFailure, Tally
 from fuzzdiff.random_probe import probed
 from fuzzdiff.root_cause import root_cause
 from fuzzdiff.targets.target import Target
 from fuzzdiff.targets.user import per_sample_target
+from fuzzdiff.timeout import OutOfTime, bounded
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["Session", "COMPILE_STRATA", "STRATUM_EXAMPLES", "MAX_FAILURES", "MAX_DOMAIN_ERRORS"]
@@ -77,10 +80,21 @@ class Session:
     alias: bool
     fresh: FreshProcess | None = None
     rules: list[tuple[str, str]] = field(default_factory=list)  # input-domain errors: (type, message pattern)
+    deadline: float | None = None  # time.monotonic() instant: the case in flight is stopped there
+    settle_by: float | None = None  # a failure found is settled (replayed afresh, blamed) by then, or unconfirmed
 
-    def probe(self, first_check: str) -> None:
-        """A function that draws random numbers is checked seeded alike, and replayed so."""
-        self.target = self.report.target = _probed(self.target, first_check, self.config)
+    def probe(self, first_check: str, until: float | None = None) -> None:
+        """A function that draws random numbers is checked seeded alike, and
+        replayed so. A probe not done by ``until`` answers nothing (the report says so)."""
+        start = time.monotonic()
+        try:
+            with bounded(until):
+                self.target = self.report.target = _probed(self.target, first_check, self.config)
+        except OutOfTime:
+            self.report.unprobed = (
+                f"not asked whether it draws random numbers: its probe's calls ran past "
+                f"{time.monotonic() - start:.1f} s, its part of the time budget"
+            )
         if self.target.random and self.recipe is not None:
             self.recipe = {**self.recipe, "random": True}
 
@@ -90,20 +104,26 @@ class Session:
         input where the function itself raises is reported once, and such
         inputs are rejected from then on, by every check."""
         tally = Tally()
-        if until is not None and until - time.monotonic() < START_FLOOR.get(name, 0.0):
-            tally.cut = True  # not run: too little of the budget left to start it
-            return tally
+        if until is not None:
+            left, floor = until - time.monotonic(), START_FLOOR.get(name, 0.0)
+            if left <= 0.0 or left < floor:  # not started: too little of the budget left
+                tally.cut = True
+                tally.cut_reason = _not_started(left, floor)
+                return tally
         seen: list[Known] = []
         for config, hypothesis in self.phases(name, until):
-            started, cases = time.monotonic(), tally.cases
+            started, drawn = time.monotonic(), tally.drawn
             if self.search(name, until, tally, seen, config, hypothesis):
                 break
             if until is not None:
                 # a phase's first case may cost what the last one did (compile: a new
                 # backend or transform compiles again): not started past the share
-                each = (time.monotonic() - started) / max(1, tally.cases - cases)
+                each = (time.monotonic() - started) / max(1, tally.drawn - drawn)
                 if time.monotonic() + each > until:
                     tally.cut = True
+                    tally.cut_reason = tally.cut_reason or (
+                        f"a case took {each:.1f} s, more than was left of its share"
+                    )
                     break
         return tally
 
@@ -135,26 +155,50 @@ class Session:
         """One phase of ``run``, into ``tally`` and ``seen``: whether the check is done."""
         for _ in range(MAX_FAILURES + MAX_DOMAIN_ERRORS):
             try:
-                tally.merge(self.attempt(name, tuple(seen), until, config, hypothesis))
+                done = self.attempt(name, tuple(seen), until, config, hypothesis)
+                for found in list(done.unconfirmed):  # the time budget ended before its replay afresh
+                    done.unconfirmed.remove(found)
+                    if not self._outside(found, done, counted="inconclusive"):
+                        self.report.add_unconfirmed(name, found)
+                tally.merge(done)
                 return tally.cut
             except FuzzFailure as failure:
-                tally.merge(failure.tally or Tally())
-                domain = domain_error(self.target, failure)
-                if domain is not None:
-                    rule, message = domain
-                    self.rules.append(rule)
-                    self.report.add_failure(DOMAIN, failure, message)
+                done = failure.tally or Tally()
+                outside = self._outside(failure, done)
+                tally.merge(done)
+                if outside:
                     continue
                 self.report.add_failure(name, failure)
                 if failure.verdict.kind != "fail":  # a hang or a crash: each further run could cost as much
                     return True
-                seen.append(root_cause(name, failure.case, failure.verdict, self.target))
-                if len(seen) >= MAX_FAILURES:
-                    return True
                 if until is not None and time.monotonic() > until:
                     tally.cut = True  # its share spent on this root cause: the next is not looked for
+                    tally.cut_reason = tally.cut_reason or "its share was spent on a failure found"
+                    return True
+                try:
+                    with bounded(self.deadline):  # it may run the check again (at a contiguous layout)
+                        seen.append(root_cause(name, failure.case, failure.verdict, self.target))
+                except OutOfTime:
+                    tally.cut = True
+                    tally.cut_reason = tally.cut_reason or "its share was spent on a failure found"
+                    return True
+                if len(seen) >= MAX_FAILURES:
                     return True
         return False
+
+    def _outside(self, failure: FuzzFailure, tally: Tally, counted: str | None = None) -> bool:
+        """Whether ``failure`` is the function raising at its input in plain
+        eager use: then reported once as an input-domain error, rejected from
+        then on, and its failing runs in ``tally`` are rejected draws, not
+        failures (``counted``: what they were counted as, if not failed)."""
+        domain = domain_error(self.target, failure)
+        if domain is None:
+            return False
+        rule, message = domain
+        self.rules.append(rule)
+        self.report.add_failure(DOMAIN, failure, message)
+        tally.set_aside(failure, "rejected", counted=counted)
+        return True
 
     def attempt(
         self,
@@ -188,11 +232,22 @@ class Session:
                 fresh=self.fresh,
                 seen=seen,
                 until=until,
+                deadline=self.deadline,
+                settle_by=self.settle_by,
                 **self.drawn,
             )
+        except AllRejected as every:  # each draw outside the function's domain: rejected, not judged
+            return every.tally
         except Unsatisfiable:
             raises = [e.__name__ for e in self.outside] + [k for k, _ in self.rules]
             return _unsupported(f"every input drawn lies outside the function's domain (it raises {', '.join(raises)})")
+
+
+def _not_started(left: float, floor: float) -> str:
+    """Why a check was not started, its ``left`` seconds of the budget under its ``floor``."""
+    if left <= 0.0:
+        return "no time was left for it"
+    return f"{left:.1f} s were left for it, under its {floor:g} s floor"
 
 
 def _unsupported(reason: str) -> Tally:

@@ -9,9 +9,11 @@ the very record that would be written: the same check, case, values and
 target recipe. That process also gathers the evidence of whose bug it is
 (fuzzdiff.blame), away from whatever the first one went through.
 
-The replaying process is started on the first failure and serves the
-following ones, until it is disturbed itself or its owner closes it; it ends
-by itself when its owner dies (its stdin closes).
+The replaying process is started on the first failure (``boot``: while
+that failure shrinks, so that its start costs the replay no time) and serves
+the following ones, until it is disturbed itself or its owner closes it; it
+ends by itself when its owner dies (its stdin closes). A replay bounded by a
+time budget that ends first is given up, the process stopped at once.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = ["FreshProcess", "Replayed", "REPLAY_SECONDS"]
 
 REPLAY_SECONDS = 600.0  # a replay that compiles (an inductor compile on busy cores) takes minutes at worst
 START_SECONDS = 120.0  # importing torch and fuzzdiff, on busy cores
+CLOSE_SECONDS = 0.2  # an idle process's own exit, before it is killed: it holds nothing to save
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class Replayed:
     blame: Blame | None = None
     evidence: Mapping[str, Any] | None = None
     failed: str | None = None
+    late: bool = False  # no answer within the seconds it was given
 
 
 class FreshProcess:
@@ -70,6 +74,7 @@ class FreshProcess:
         self._proc: subprocess.Popen | None = None
         self._answers: int | None = None  # the read end of the answers' pipe
         self._log: Any = None
+        self._ready = False  # it said "ready": idle between replays, it ends at once when its stdin closes
         self._folder = tempfile.TemporaryDirectory(prefix="fuzzdiff-fresh-")
         self.replays = 0
         self.seconds = 0.0
@@ -96,23 +101,39 @@ class FreshProcess:
             self.replays += 1
             self.seconds += time.monotonic() - start
 
-    def _ask(self, record: Path, seconds: float, confirmed: bool = False) -> Replayed:
+    def boot(self) -> None:
+        """Start the process now, without waiting for it: the next replay finds it ready sooner."""
         if self._proc is None or self._proc.poll() is not None:
-            failed = self._start()
+            self.close()
+            self._spawn()
+
+    def _ask(self, record: Path, seconds: float, confirmed: bool = False) -> Replayed:
+        end = time.monotonic() + seconds
+        if self._proc is None or self._proc.poll() is not None:
+            self.close()
+            failed = self._spawn()
             if failed is not None:
                 return Replayed(failed=failed)
+        if not self._ready:
+            failed = self._wait_ready(min(START_SECONDS, seconds))
+            if failed is not None:
+                return Replayed(failed=failed, late=time.monotonic() >= end)
         assert self._proc is not None and self._proc.stdin is not None and self._answers is not None
+        seconds = end - time.monotonic()
         try:
             self._proc.stdin.write(json.dumps({"record": str(record), "confirmed": confirmed}) + "\n")
             self._proc.stdin.flush()
         except OSError as e:
             self.close()
             return Replayed(failed=f"the replaying process is gone ({e}){self._tail()}")
+        self._ready = False  # busy: it reads its stdin again only once it has answered
         line = self._read_line(seconds)
         if line is None:
             tail = self._tail()
             self.close()
-            return Replayed(failed=f"no answer from the replaying process within {seconds:.0f} s{tail}")
+            late = time.monotonic() >= end
+            return Replayed(failed=f"no answer from the replaying process within {seconds:.1f} s{tail}", late=late)
+        self._ready = True
         answer = json.loads(line)
         if answer.get("disturbed"):
             self.close()  # its next replay would not be in a fresh process
@@ -125,7 +146,7 @@ class FreshProcess:
             answer.get("evidence"),
         )
 
-    def _start(self) -> str | None:
+    def _spawn(self) -> str | None:
         read, write = os.pipe()
         self._log = tempfile.TemporaryFile(mode="w+")
         try:
@@ -151,11 +172,15 @@ class FreshProcess:
         finally:
             os.close(write)
         self._answers = read
-        ready = self._read_line(START_SECONDS)
+        return None
+
+    def _wait_ready(self, seconds: float) -> str | None:
+        ready = self._read_line(seconds)
         if ready != "ready":
             tail = self._tail()
             self.close()
-            return f"the fresh process did not start{tail}"
+            return f"the fresh process did not start within {seconds:.1f} s{tail}"
+        self._ready = True
         return None
 
     def _read_line(self, seconds: float) -> str | None:
@@ -184,15 +209,21 @@ class FreshProcess:
         return f": {lines[-1][:300]}" if lines else ""
 
     def close(self) -> None:
+        """End the process: an idle one by closing its stdin (killed if it
+        takes longer than CLOSE_SECONDS to go: a time budget waits on it), one
+        still starting or replaying at once (it would not read its stdin in time)."""
         if self._proc is not None:
             try:
                 if self._proc.stdin is not None:
                     self._proc.stdin.close()
-                self._proc.wait(timeout=5)
+                if not self._ready:
+                    raise subprocess.TimeoutExpired(self._proc.args, 0)
+                self._proc.wait(timeout=CLOSE_SECONDS)
             except (OSError, subprocess.TimeoutExpired):
                 self._proc.kill()
                 self._proc.wait()
             self._proc = None
+            self._ready = False
         if self._answers is not None:
             os.close(self._answers)
             self._answers = None

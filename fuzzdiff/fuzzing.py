@@ -12,13 +12,14 @@ import gc
 import json
 import math
 import time
+from collections import Counter
 from typing import NoReturn
 
 import hypothesis
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from hypothesis.errors import FlakyFailure
+from hypothesis.errors import FlakyFailure, Unsatisfiable, UnsatisfiedAssumption
 
 from fuzzdiff import torch_state
 from fuzzdiff.case import Case
@@ -29,12 +30,13 @@ from fuzzdiff.features import case_features
 from fuzzdiff.fresh import FreshProcess
 from fuzzdiff.journal import Journal, recover
 from fuzzdiff.known import Known, crashing, matching
-from fuzzdiff.outcome import FuzzFailure, Tally
+from fuzzdiff.outcome import AllRejected, Empty, FuzzFailure, Tally
 from fuzzdiff.runner import case_strategy, verdict_at
 from fuzzdiff.settling import settle, stand_in_record
+from fuzzdiff.spec import empty_dims
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
-from fuzzdiff.timeout import ExampleTimeout, Watchdog
+from fuzzdiff.timeout import ExampleTimeout, OutOfTime, Watchdog
 from fuzzdiff.torch_logs import torch_logs
 from fuzzdiff.verdict import Verdict
 
@@ -102,8 +104,13 @@ def settle_heap() -> None:
         gc.set_threshold(young, middle, max(old, 100))
 
 
-# Seconds of shrinking a failure gets, even past the search's time budget.
+# Seconds of shrinking a failure gets, even past the search's time budget
+# (but not past its deadline).
 MIN_SHRINK = 2.0
+# Before a deadline, shrinking leaves the time of this many failing cases:
+# its last step, and the failure's replay in a fresh process with the
+# evidence of whose bug it is (fuzzdiff.settling), each about as dear.
+SETTLING_CASES = 3
 
 
 class _ShrinkBound:
@@ -115,18 +122,21 @@ class _ShrinkBound:
     instant), shrinking ends there too, but never sooner than MIN_SHRINK
     seconds after the failure: a failure found late is still made small, and
     one found at the end of a slow function's budget does not shrink for as
-    long again.
+    long again. Where it has a ``deadline`` (when a case in flight is
+    stopped), shrinking ends SETTLING_CASES failing cases' cost before it,
+    MIN_SHRINK or not: the failure is still to be settled.
 
     An example whose cases were seen failing fails again without running,
     at any time: many of Hypothesis's choice sequences draw the same cases,
     and on a slow function one confirmed failure costs seconds (an ODE
     solve's second derivative: about ten of them, each confirmed anew)."""
 
-    def __init__(self, seconds: float | None, budget: float | None = None):
+    def __init__(self, seconds: float | None, budget: float | None = None, deadline: float | None = None):
         if seconds is not None and not seconds >= 0:
             raise ValueError(f"shrink_seconds must be >= 0, got {seconds}")
         self.seconds = seconds
         self.budget = budget
+        self.deadline = deadline
         self.until: float | None = None
         self.failing: dict[str, tuple[Case, Verdict]] = {}
         self.cut = False
@@ -135,14 +145,22 @@ class _ShrinkBound:
     def _key(cases) -> str:
         return json.dumps([c.to_json() for c in cases], sort_keys=True)
 
-    def failed(self, cases, variant: Case, verdict: Verdict) -> None:
+    def failed(self, cases, variant: Case, verdict: Verdict, cost: float = 0.0) -> None:
+        """``cases`` failed, as ``variant`` with ``verdict``, after ``cost`` seconds of their run."""
         if not self.failing:
             now = time.monotonic()
             ends = [now + self.seconds] if self.seconds is not None else []
             if self.budget is not None:
                 ends.append(max(self.budget, now + MIN_SHRINK))
+            if self.deadline is not None:
+                ends.append(self.deadline - SETTLING_CASES * cost)
             self.until = min(ends, default=None)
         self.failing[self._key(cases)] = (variant, verdict)
+
+    def smallest(self) -> tuple[Case, Verdict] | None:
+        """The last failure seen: each one Hypothesis's shrinker met was
+        smaller than the best before it."""
+        return next(reversed(self.failing.values()), None)
 
     def seen_failing(self, cases) -> tuple[Case, Verdict] | None:
         """The failing variant and its verdict, where ``cases`` failed before."""
@@ -161,21 +179,40 @@ def _fail(check: str, target: str, variant: Case, verdict: Verdict) -> NoReturn:
     raise FuzzFailure(check, target, variant, verdict)
 
 
-class _OutOfTime(BaseException):
-    """Ends a run at its time budget (not an Exception: Hypothesis lets it through)."""
-
-
 class _TimeBudget:
     """Ends the search at ``until`` (time.monotonic()), before the next case
-    starts: a case is never cut in the middle. Disarmed by the first failure,
-    whose shrinking shrink_seconds bounds instead."""
+    starts (a case begun before it may end past it), and before a case that
+    would run past ``deadline`` at the cost of the last (``cost``, seconds):
+    it would be stopped there half-way. The first case of a run moves
+    ``until`` on by its cost, up to the share's length: it pays what a
+    check's first call costs once (torch sets forward-mode AD up at its first
+    dual tensor: a second on two busy cores, a whole share of a cheap
+    function's forward check), yet a function whose every case outlasts its
+    share still gets one case. Disarmed by the first failure, whose
+    shrinking shrink_seconds bounds instead."""
 
-    def __init__(self, until: float | None):
+    def __init__(self, until: float | None, deadline: float | None = None):
         self.until = until
+        self.deadline = deadline
+        self.cost = 0.0
+        self.length = 0.0 if until is None else max(0.0, until - time.monotonic())
 
     def check(self) -> None:
-        if self.until is not None and time.monotonic() > self.until:
-            raise _OutOfTime
+        if self.until is None:
+            return
+        now = time.monotonic()
+        if now > self.until:
+            took = f" (a case took {self.cost:.1f} s)" if self.cost >= 0.1 else ""
+            raise OutOfTime(f"its share was spent{took}")
+        if self.deadline is not None and now + self.cost > self.deadline:
+            raise OutOfTime(f"a case took {self.cost:.1f} s, more than was left of the budget")
+
+    def took(self, seconds: float) -> None:
+        """A case ran for ``seconds``."""
+        if self.until is not None and self.length:
+            self.until += min(seconds, self.length)
+            self.length = 0.0  # the first case's only
+        self.cost = seconds
 
     def disarm(self) -> None:
         self.until = None
@@ -208,6 +245,8 @@ def fuzz(
     seen: tuple[Known, ...] = (),
     capture_logs: bool = True,
     until: float | None = None,
+    deadline: float | None = None,
+    settle_by: float | None = None,
     **case_options,
 ) -> Tally:
     """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
@@ -261,8 +300,23 @@ def fuzz(
     during the run are counted into the tally (``Tally.logs``), not printed
     or handed to the caller's handlers (fuzzdiff.torch_logs).
     ``until`` (a time.monotonic() instant) ends the search there, before the
-    next case, with the tally so far (``Tally.cut``); a failure found before
-    it is shrunk until then (at least MIN_SHRINK seconds) and reported as always.
+    next case, with the tally so far (``Tally.cut``, ``Tally.cut_reason``);
+    a failure found before it is shrunk until then (at least MIN_SHRINK
+    seconds) and reported as always. ``deadline`` (an instant) stops the
+    case in flight when the clock passes it (fuzzdiff.timeout's soft layer,
+    where it can run: the main thread), unjudged; a case that would pass it
+    at the last case's cost is not begun, and shrinking ends SETTLING_CASES
+    failing cases' cost before it (the smallest failure so far is the one
+    settled). ``settle_by`` (an instant) bounds a failure's settling
+    (fuzzdiff.settling): one whose replay in a fresh process has not
+    answered by then is not confirmed, so not raised; it is returned in the
+    tally's ``unconfirmed``, its runs counted inconclusive.
+
+    Runs rejected as outside the target's domain (``Target.invalid``, a
+    ``reject()`` of the target's) are counted apart (``Tally.rejected``,
+    with their empty dims); ``Tally.cases`` counts the judged cases, those
+    with a run that was neither rejected nor unsupported. Where every run was
+    rejected, AllRejected (Hypothesis's Unsatisfiable) carries the tally.
     """
     config = FuzzConfig.resolve(base=config, variants=variants, structures=structures, corpus=corpus)
     variants, structures, corpus = config.variants, config.structures, config.corpus
@@ -284,8 +338,13 @@ def fuzz(
     journal: Journal | None = None
     watch: Watchdog | None = None
     inflight: list[Case | None] = [None]  # the variant running, for a soft timeout's report
-    shrink = _ShrinkBound(shrink_seconds, until)
-    budget = _TimeBudget(until)
+    shrink = _ShrinkBound(shrink_seconds, until, deadline)
+    budget = _TimeBudget(until, deadline)
+    failing: Counter[Empty] = Counter()  # the failure's own failing runs (FuzzFailure.failing)
+    failing_cases = [0]
+
+    def empty(case: Case) -> Empty:
+        return empty_dims(target.args, [a.shape for a in case.args])
 
     @given(example_structures(case_strategy(check, target, **case_options), structures))
     def property_(cases: list[Case]) -> None:
@@ -298,28 +357,42 @@ def fuzz(
         try:
             for i, case in enumerate(cases):
                 budget.check()
+                began = time.monotonic()
                 # Hypothesis's mutator copies structures within an example (about
                 # one in ten here): a copy runs the next variants, not the same ones.
                 first = variants * cases[:i].count(case)
+                judged = bool(first)  # a copy's case was counted with the first of its runs
                 if journal is not None:
                     journal.end()  # idle while the next case is written
                     journal.begin_case(case)
                 if not first:
-                    tally.cases += 1
+                    tally.drawn += 1
                     tally.features |= case_features(case)
                 for k in range(first, first + variants):
                     variant = inflight[0] = case.reseeded(k)
                     doomed = crashing(target.known, check.name, variant) if target.known else None
                     if doomed is not None:  # a known torch crash: not run, counted as known
                         tally.add_known(doomed, Verdict("crash", doomed.reason))
+                        tally.cases += not judged
+                        judged = True
                         continue
                     if journal is not None:
                         journal.begin(k)
                     if watch is not None:
                         watch.start()
-                    verdict = verdict_at(check, target, variant)
+                    try:
+                        verdict = verdict_at(check, target, variant)
+                    except UnsatisfiedAssumption:  # outside the target's domain: a draw rejected, not judged
+                        tally.rejected += 1
+                        tally.rejected_empty[empty(case)] += 1
+                        raise
                     if watch is not None:
                         watch.stop()
+                    newly = verdict.kind != "unsupported" and not judged  # the case's first judged run
+                    tally.cases += newly
+                    judged = judged or newly
+                    if verdict.kind != "unsupported" and not verdict.failed:
+                        tally.judged_empty.update(empty(case))  # sizes it takes (a failure may be a reject yet)
                     known = matching(target.known, check.name, variant, verdict) if target.known else None
                     if known is not None:
                         tally.add_known(known, verdict)
@@ -331,11 +404,16 @@ def fuzz(
                         continue
                     if verdict.failed:
                         budget.disarm()
-                        shrink.failed(cases, variant, verdict)
+                        if fresh is not None and not shrink.failing:
+                            fresh.boot()  # started while the failure shrinks: its replay waits less
+                        failing[empty(case)] += 1
+                        failing_cases[0] += newly
+                        shrink.failed(cases, variant, verdict, time.monotonic() - began)
                         _fail(check.name, target.name, variant, verdict)
                     score = _score(verdict)
                     if score is not None and (best is None or score > best):
                         best = score
+                budget.took(time.monotonic() - began)
         finally:
             # Idle once per example, not per variant: between variants only
             # this loop's bookkeeping runs, nothing that could kill the process.
@@ -364,14 +442,22 @@ def fuzz(
     try:
         if corpus is not None or journal_dir is not None:
             journal = Journal(corpus if corpus is not None else journal_dir, check.name, target.name, timeout)
-        if timeout > 0:
-            watch = Watchdog(timeout, None if journal is None else journal.hang_path)
+        if timeout > 0 or deadline is not None:
+            watch = Watchdog(timeout, None if journal is None else journal.hang_path, deadline=deadline)
         try:
             with torch_state.run(), torch_logs(capture_logs) as logs:
                 try:
                     property_()
-                except _OutOfTime:
-                    tally.cut = True
+                except OutOfTime as late:
+                    smallest = shrink.smallest()
+                    if smallest is not None:  # stopped while it shrank: the smallest failure so far
+                        shrink.cut = True
+                        _fail(check.name, target.name, *smallest)
+                    tally.cut, tally.cut_reason = True, str(late)
+                except Unsatisfiable:
+                    if tally.rejected:
+                        raise AllRejected(tally) from None
+                    raise
                 finally:
                     tally.logs.update(logs)
         except ExampleTimeout as stop:
@@ -384,6 +470,7 @@ def fuzz(
             tally.add(verdict)
             timed_out = inflight[0]
             assert timed_out is not None  # the watchdog runs only around a variant's run
+            failing[empty(timed_out)] += 1
             raise FuzzFailure(check.name, target.name, timed_out, verdict) from None
         except FlakyFailure as group:
             # The failure did not reproduce every time (e.g. a kernel reading
@@ -395,9 +482,20 @@ def fuzz(
     except FuzzFailure as failure:
         failure.tally = tally
         failure.shrink_cut = shrink.cut
+        failure.failing, failure.failing_cases = failing, failing_cases[0]
         if watch is not None:  # no example runs here any more: the replays elsewhere have limits of their own
             watch.close()
-        if not settle(failure, check, target, definition, fresh, timeout, seen):
+        try:
+            settled = settle(failure, check, target, definition, fresh, timeout, seen, settle_by)
+        except OutOfTime as late:
+            # Found, but not confirmed: no failure to report. Said, with its case, in the tally.
+            failure.tally, failure.unconfirmed = None, str(late)
+            tally.set_aside(failure, "inconclusive", "a failure found, not confirmed before the time budget ended")
+            tally.unconfirmed.append(failure)
+            tally.cut = True
+            tally.cut_reason = tally.cut_reason or "it ended while a failure found was settled"
+            return tally
+        if not settled:
             return tally  # this process's state, not the target's: an inconclusive run
         if corpus is not None:
             whose = None if failure.blame is None else failure.blame.to_json()

@@ -1,5 +1,7 @@
 """What one fuzzing run yields (fuzzdiff.fuzzing.fuzz): its ``Tally`` of
-verdicts, or a ``FuzzFailure`` that carries the tally with the shrunk case."""
+verdicts, or a ``FuzzFailure`` that carries the tally with the shrunk case,
+or ``AllRejected`` (no input drawn was inside the target's domain) with the
+tally of what was rejected."""
 
 from __future__ import annotations
 
@@ -8,12 +10,20 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hypothesis.errors import Unsatisfiable
+
 from fuzzdiff.blame import Blame
 from fuzzdiff.case import Case
 from fuzzdiff.known import Known
 from fuzzdiff.verdict import Verdict, short_reason
 
-__all__ = ["FuzzFailure", "Tally"]
+__all__ = ["AllRejected", "DOMAIN", "Empty", "FuzzFailure", "Tally"]
+
+DOMAIN = "input-domain"  # the check a finding is reported under where the function itself raises at its input
+
+# The dims of a case at size 0, by their names in the spec ("_" an anonymous
+# one), sorted: what says which spec bound would leave a rejected draw out.
+Empty = tuple[str, ...]
 
 
 class FuzzFailure(AssertionError):
@@ -28,6 +38,16 @@ class FuzzFailure(AssertionError):
         self.blame: Blame | None = None  # whose bug it is, with the evidence (fuzzdiff.blame)
         self.elsewhere = ""  # how it was confirmed outside the run's process (fuzzdiff.fresh)
         self.evidence: dict | None = None  # what the blame rests on, as JSON (fuzzdiff.blame.Evidence)
+        # The runs that failed as this failure (the first, and each shrink step
+        # that failed), by their empty dims; of them, those that were their
+        # case's first judged run. What the caller takes back where the failure
+        # turns out to be no finding of the check (an input outside the domain).
+        self.failing: Counter[Empty] = Counter()
+        self.failing_cases = 0
+        # Why it is not confirmed, where the time budget ended before its replay
+        # in a fresh process: then it is no failure, and fuzz() returns it in
+        # its tally's ``unconfirmed`` instead of raising it.
+        self.unconfirmed = ""
         super().__init__(
             f"{check} failed for {target}: {verdict.message}\ncase: {json.dumps(case.to_json(), sort_keys=True)}"
         )
@@ -46,7 +66,8 @@ class Tally:
     reasons: dict[str, str] = field(default_factory=dict)
     closest: float = 0.0
     features: set[str] = field(default_factory=set)
-    cases: int = 0  # drawn cases (structures); examples counts their runs (verdicts)
+    cases: int = 0  # judged cases (structures with a run neither rejected nor unsupported); examples: all runs
+    drawn: int = 0  # cases begun, judged or not (a check stopped at its first case drew one, judged none)
     # Confirmed failures that matched a known discrepancy's signature, by its
     # description: counted, never raised, so the search goes on for new ones.
     known: Counter = field(default_factory=Counter)
@@ -56,6 +77,15 @@ class Tally:
     repeats: Counter = field(default_factory=Counter)
     logs: Counter = field(default_factory=Counter)  # torch's log messages during the run, by text
     cut: bool = False  # stopped by its time budget (fuzz's ``until``) before max_examples
+    cut_reason: str = ""  # why, in words: the share spent, a case dearer than what was left, not started
+    # Draws rejected as outside the target's domain (Target.invalid, the
+    # caller's invalid=, an input-domain error found): neither judged nor
+    # failed. By their empty dims; and the names seen at size 0 in judged cases.
+    rejected: int = 0
+    rejected_empty: Counter = field(default_factory=Counter)
+    judged_empty: set[str] = field(default_factory=set)
+    # Failures found whose settling the time budget cut short (FuzzFailure.unconfirmed)
+    unconfirmed: list[FuzzFailure] = field(default_factory=list)
 
     def add(self, verdict: Verdict) -> None:
         self.counts[verdict.kind] += 1
@@ -76,11 +106,37 @@ class Tally:
         self.closest = max(self.closest, other.closest)
         self.features |= other.features
         self.cases += other.cases
+        self.drawn += other.drawn
         self.known.update(other.known)
         self.why.update(other.why)
         self.repeats.update(other.repeats)
         self.logs.update(other.logs)
         self.cut = self.cut or other.cut
+        self.cut_reason = self.cut_reason or other.cut_reason
+        self.rejected += other.rejected
+        self.rejected_empty.update(other.rejected_empty)
+        self.judged_empty |= other.judged_empty
+        self.unconfirmed += other.unconfirmed
+
+    def set_aside(self, failure: FuzzFailure, kind: str, why: str | None = None, counted: str | None = None) -> None:
+        """Count ``failure``'s own failing runs (FuzzFailure.failing), counted
+        as ``counted`` (default: its verdict's kind), as ``kind`` instead:
+        "rejected" (an input outside the domain after all: no longer judged
+        cases), or "inconclusive" for ``why``."""
+        runs = sum(failure.failing.values())
+        counted = counted or failure.verdict.kind
+        self.counts[counted] -= min(runs, self.counts[counted])
+        if self.counts[counted] <= 0:
+            del self.counts[counted]
+        if kind == "rejected":
+            self.rejected += runs
+            self.rejected_empty.update(failure.failing)
+            self.cases -= min(failure.failing_cases, self.cases)
+            return
+        self.counts[kind] += runs
+        if why is not None:
+            self.reasons.setdefault(kind, why)
+            self.why[(kind, why)] += runs
 
     @property
     def examples(self) -> int:
@@ -89,3 +145,17 @@ class Tally:
     @property
     def only_unsupported(self) -> bool:
         return self.examples > 0 and self.counts["unsupported"] == self.examples
+
+    @property
+    def judged(self) -> int:
+        """Runs with an answer: passed, failed, known or inconclusive (not unsupported)."""
+        return self.examples - self.counts["unsupported"]
+
+
+class AllRejected(Unsatisfiable):
+    """Every input drawn lay outside the target's domain: Hypothesis's
+    Unsatisfiable, with the tally of the rejected draws."""
+
+    def __init__(self, tally: Tally):
+        super().__init__(f"all {tally.rejected} inputs drawn lay outside the target's domain")
+        self.tally = tally

@@ -1,10 +1,14 @@
 """A failure found, settled before it is reported: replayed in a fresh
 process (this process's state, or the target's? a hang, or slow code?) and
 blamed, PyTorch's or the code's (fuzzdiff.blame), with a record of the
-plain-torch stand-in where the blame rests on it."""
+plain-torch stand-in where the blame rests on it. Within a time budget
+(``fuzzdiff.check``'s), by an instant: a failure whose replay does not
+answer by then is not confirmed (OutOfTime), and evidence gathered here is
+cut short there."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from fuzzdiff import torch_state
@@ -15,6 +19,7 @@ from fuzzdiff.fresh import FreshProcess
 from fuzzdiff.known import Known, matching
 from fuzzdiff.outcome import FuzzFailure
 from fuzzdiff.targets.target import Target
+from fuzzdiff.timeout import OutOfTime, bounded
 from fuzzdiff.verdict import Verdict, identity, mismatch
 
 __all__ = ["settle", "stand_in_record", "SLOW_FACTOR"]
@@ -30,15 +35,21 @@ def settle(
     fresh: FreshProcess | None,
     timeout: float = 0.0,
     seen: tuple[Known, ...] = (),
+    settle_by: float | None = None,
 ) -> bool:
     """Confirm ``failure`` outside this process and find whose bug it is;
     False when it is this process's state rather than the target's, or a
     time-out of an example that only takes long (then its tally says so, as
-    inconclusive runs)."""
+    inconclusive runs). OutOfTime where ``settle_by`` (a time.monotonic()
+    instant) comes before its replay in a fresh process has answered: not
+    confirmed, it is no failure to report."""
     verdict = failure.verdict
     if verdict.kind == "timeout" and fresh is not None and timeout > 0:
         # A hang, or slow code on busy cores? Given SLOW_FACTOR times as long in a fresh process.
-        replayed = fresh.replay(check.name, failure.case, verdict, definition, seconds=SLOW_FACTOR * timeout)
+        seconds, budgeted = _seconds(SLOW_FACTOR * timeout, settle_by)
+        replayed = fresh.replay(check.name, failure.case, verdict, definition, seconds=seconds)
+        if replayed.late and budgeted:
+            raise OutOfTime(f"the time budget ended before its replay in a fresh process finished ({seconds:.1f} s)")
         if replayed.verdict is not None:
             if replayed.verdict.failed:  # slow, and wrong: that failure is the finding, unless already counted
                 if _counted(failure, check, target, replayed.verdict, seen):
@@ -57,7 +68,10 @@ def settle(
         failure.blame = blame(check.name, target, verdict, Evidence())
         return True
     if fresh is not None:
-        replayed = fresh.replay(check.name, failure.case, verdict, definition, confirmed=True)
+        seconds, budgeted = _seconds(fresh.timeout, settle_by)
+        replayed = fresh.replay(check.name, failure.case, verdict, definition, seconds=seconds, confirmed=True)
+        if replayed.late and budgeted:
+            raise OutOfTime(f"the time budget ended before its replay in a fresh process answered ({seconds:.1f} s)")
         if replayed.verdict is not None and mismatch(verdict, replayed.verdict) is not None:
             before = torch_state.last_disturbance()
             what = verdict.errors.get("exception") or identity(verdict)
@@ -70,9 +84,26 @@ def settle(
             failure.blame, failure.evidence = replayed.blame, dict(replayed.evidence or {})
             return True
         failure.elsewhere = f"not replayed in a fresh process ({replayed.failed})"
-    evidence = gather(check, target, failure.case, verdict)
+    try:
+        with bounded(settle_by):
+            evidence = gather(check, target, failure.case, verdict)
+    except OutOfTime:
+        said = "whose bug it is is not settled: the time budget ended while the evidence was gathered"
+        failure.elsewhere = f"{failure.elsewhere}; {said}" if failure.elsewhere else said
+        return True
     failure.blame, failure.evidence = blame(check.name, target, verdict, evidence), evidence.to_json()
     return True
+
+
+def _seconds(wait: float, settle_by: float | None) -> tuple[float, bool]:
+    """How long a replay may take: ``wait``, or what is left before
+    ``settle_by`` where that is less (then True); OutOfTime where nothing is."""
+    if settle_by is None:
+        return wait, False
+    left = settle_by - time.monotonic()
+    if left <= 0:
+        raise OutOfTime("no time was left of the time budget to replay it in a fresh process")
+    return min(wait, left), left < wait
 
 
 def _counted(failure: FuzzFailure, check: Check, target: Target, verdict: Verdict, seen: tuple[Known, ...]) -> bool:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-__all__ = ["Dim", "ArgSpec", "SpecError", "parse_spec"]
+__all__ = ["Dim", "ArgSpec", "SpecError", "parse_spec", "empty_dims", "bounded_below"]
 
 
 class SpecError(ValueError):
@@ -176,4 +177,41 @@ def _shared_bounds(spec: str, args: tuple[ArgSpec, ...]) -> tuple[ArgSpec, ...]:
             ),
         )
         for a in args
+    )
+
+
+def empty_dims(args: Sequence[ArgSpec], shapes: Sequence[Sequence[int]]) -> tuple[str, ...]:
+    """The names of the dims that are 0 in ``shapes`` (one per argument, drawn
+    for ``args``), sorted: a variadic group's by the group's name, an
+    anonymous dim as "_". A shape whose rank does not fit its spec is passed over."""
+    empty: set[str] = set()
+    for arg, shape in zip(args, shapes):
+        if 0 not in shape:
+            continue
+        variadic = sum(d.variadic for d in arg.dims)
+        spread = len(shape) - (len(arg.dims) - variadic)
+        if spread < 0 or (not variadic and spread):
+            continue
+        sizes = iter(shape)
+        for dim in arg.dims:
+            for size in [next(sizes) for _ in range(spread if dim.variadic else 1)]:
+                if size == 0 and dim.kind != "fixed":
+                    empty.add(dim.name if dim.kind == "name" and dim.name is not None else "_")
+    return tuple(sorted(empty))
+
+
+def bounded_below(spec: str, names: Sequence[str], low: int = 1) -> str:
+    """``spec`` with each dim named in ``names`` bounded below by ``low`` (a
+    bound it has already kept where it is higher), as one writes it."""
+    chosen = set(names)
+    return ", ".join(
+        str(
+            ArgSpec(
+                a.name,
+                tuple(
+                    replace(d, low=max(low, d.low or 0)) if d.kind == "name" and d.name in chosen else d for d in a.dims
+                ),
+            )
+        )
+        for a in parse_spec(spec)
     )

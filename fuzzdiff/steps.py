@@ -39,6 +39,7 @@ from fuzzdiff.case import Case
 from fuzzdiff.compare import Discrepancy, mismatch, worst_discrepancy
 from fuzzdiff.ladder import Doubt, Step, Survived
 from fuzzdiff.paths.result import Result
+from fuzzdiff.rounding import RoundingNoise
 from fuzzdiff.tolerance import Tolerance
 from fuzzdiff.verdict import Verdict
 
@@ -237,24 +238,39 @@ def kink(
 
 
 def conditioning(
-    names: Sequence[str], run: Callable[[Case], Tensors], case: Case, here: Tensors, tol: Tolerance
+    names: Sequence[str], runs: Sequence[tuple[Callable[[Case], Tensors], Tensors]], case: Case, tol: Tolerance
 ) -> Step:
     """Two ways of one computation at a singular point (a rank-one matrix,
-    repeated eigenvalues: a stride-0 layout makes them): a rounding-sized move
-    of the inputs moves one way's results (``run(c)``; ``here`` at ``case``)
-    as far as the two ways differ, and which way rounds which way is then
-    noise, not a bug. Each repeated value moves on its own. (Compared with the
-    same values in the same layout, and an argument passed twice still passed
-    twice: neither a layout's own bug nor an aliasing bug must pass for the
-    function's conditioning.)"""
+    repeated eigenvalues: a stride-0 layout makes them) or through a sum of
+    large terms that cancel: a rounding-sized move of the inputs, or of every
+    intermediate result (RoundingNoise), moves one way's results (``run(c)``
+    of each ``(run, here)``; ``here`` at ``case``) beyond the tolerance, and
+    which way rounds which way is then noise, not a bug. Each repeated value
+    moves on its own. (Compared with the same values in the same layout, and
+    an argument passed twice still passed twice: neither a layout's own bug
+    nor an aliasing bug must pass for the function's conditioning.)"""
 
     def step() -> Doubt | None:
         spread = case.spread() if case.stride0 else case
-        at = run(spread) if case.stride0 else here
-        for k in (1, 2):
-            moved = run(spread.nudged(ROUNDING_NUDGE, seed=k, keep_structure=case.repeated))
-            if worst_discrepancy(names, moved, at, tol) is not None:
-                return Doubt("the results move as far when the inputs move by rounding: ill-conditioned here")
+        for run, here in runs:
+            at = run(spread) if case.stride0 else here
+            for k in (1, 2):
+                moved = run(spread.nudged(ROUNDING_NUDGE, seed=k, keep_structure=case.repeated))
+                if worst_discrepancy(names, moved, at, tol) is not None:
+                    return Doubt("the results move as far when the inputs move by rounding: ill-conditioned here")
+        unit = torch.finfo(case.torch_dtype).eps / 2
+        for run, here in runs:
+            for seed in (1, 2):
+                try:
+                    with RoundingNoise(unit, seed=seed, tiny=0.0):
+                        rounded = run(case)
+                except Exception:  # noqa: BLE001 - an index from a float moved off its integer: no answer
+                    break
+                if worst_discrepancy(names, rounded, here, tol) is not None:
+                    return Doubt(
+                        "the results move as far when every intermediate result moves by rounding: "
+                        "ill-conditioned here (large terms that cancel)"
+                    )
         return None
 
     return step

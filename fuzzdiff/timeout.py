@@ -19,18 +19,26 @@ hard
     next run). Re-armed lazily, at most every grace/2 seconds, so it costs
     nothing per example; a hung example is stopped between timeout + grace/2
     and timeout + grace after it started.
+
+A deadline (``fuzzdiff.check``'s time budget) rides on the soft layer: the
+example in flight when the clock passes it is interrupted with OutOfTime,
+which is no finding (the example is simply not judged). Never the hard
+layer: a C call that runs past a budget is let finish, not the process
+ended. ``bounded`` is the deadline alone, around work outside ``fuzz()``.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import gc
 import signal
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
-__all__ = ["ExampleTimeout", "Watchdog", "grace", "limited"]
+__all__ = ["ExampleTimeout", "OutOfTime", "Watchdog", "bounded", "grace", "limited"]
 
 
 class ExampleTimeout(BaseException):
@@ -42,6 +50,33 @@ class ExampleTimeout(BaseException):
     def __init__(self, seconds: float):
         super().__init__(f"the example did not finish within {seconds:g}s")
         self.seconds = seconds
+
+
+class OutOfTime(BaseException):
+    """The time budget ended: raised by the soft layer at a deadline, and by
+    the search before a case it has no time for. A BaseException for
+    ExampleTimeout's reasons: no ``except Exception`` of a target turns it into
+    a verdict, and Hypothesis lets it through without shrinking."""
+
+
+# Seconds between the soft layer's alarms when only a deadline is armed: the
+# alarm itself is set for the deadline, this only bounds how stale a re-arm gets.
+DEADLINE_TICK = 1.0
+
+
+# Seconds until the soft layer tries again where its alarm came inside code
+# that cannot pass an exception on (a garbage collector's callback, a __del__).
+AGAIN = 0.01
+
+
+def _swallowed(frame: FrameType | None) -> bool:
+    """Whether an exception raised in ``frame`` would be lost: Python prints
+    it as unraisable and goes on (Hypothesis times the collector with a
+    callback, which a periodic alarm often lands in)."""
+    if frame is None:
+        return False
+    code = frame.f_code
+    return code.co_name == "__del__" or any(getattr(cb, "__code__", None) is code for cb in gc.callbacks)
 
 
 def grace(timeout: float) -> float:
@@ -58,18 +93,22 @@ def _soft_possible() -> bool:
 class Watchdog:
     """Both layers for one fuzz() call: ``start()`` / ``stop()`` around each
     example, ``close()`` at the end. ``hang_path`` receives the hard layer's
-    tracebacks (standard error when None).
+    tracebacks (standard error when None). ``timeout`` 0 arms neither layer's
+    limit on an example; ``deadline`` (a time.monotonic() instant) interrupts
+    the example in flight when the clock passes it, with OutOfTime.
 
     No system call per example: the soft layer is a periodic SIGALRM every
     ``tick`` (timeout/8) whose handler compares the clock with the start of
     the example in flight, so a hang is caught between timeout and
-    timeout + tick; ``start`` and ``stop`` only set a float."""
+    timeout + tick; ``start`` and ``stop`` only set a float. With a deadline
+    the next alarm is set for it when it comes before the next tick."""
 
-    def __init__(self, timeout: float, hang_path: Path | None = None):
+    def __init__(self, timeout: float, hang_path: Path | None = None, deadline: float | None = None):
         self.timeout = float(timeout)
+        self.deadline = deadline
         self.grace = grace(self.timeout)
-        self.tick = min(self.timeout, max(0.05, self.timeout / 8))
-        self.soft = _soft_possible()
+        self.tick = min(self.timeout, max(0.05, self.timeout / 8)) if self.timeout > 0 else DEADLINE_TICK
+        self.soft = _soft_possible() and (self.timeout > 0 or deadline is not None)
         self._started: float | None = None
         self._armed_at = -1e300
         self._hang_path = hang_path
@@ -77,17 +116,37 @@ class Watchdog:
         self._hang = open(hang_path, "w") if hang_path is not None else 2
         if self.soft:
             self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, self.tick, self.tick)
+            self._arm(time.monotonic())
+
+    def _arm(self, now: float) -> None:
+        """The next alarm: a tick from now, or the deadline where it comes first."""
+        first = self.tick
+        if self.deadline is not None and self.deadline > now:
+            first = max(0.001, min(first, self.deadline - now))
+        signal.setitimer(signal.ITIMER_REAL, first, self.tick)
 
     def _on_alarm(self, signum, frame):
-        started = self._started
-        if started is not None and time.monotonic() - started >= self.timeout:
+        started, now = self._started, time.monotonic()
+        due: BaseException | None = None
+        if started is not None and self.deadline is not None and now >= self.deadline:
+            due = OutOfTime(f"stopped at the budget's end, an example {now - started:.1f} s in")
+        elif started is not None and self.timeout > 0 and now - started >= self.timeout:
+            due = ExampleTimeout(self.timeout)
+        if due is not None:
+            if _swallowed(frame):  # raised there, it would be printed and lost: again in a moment
+                signal.setitimer(signal.ITIMER_REAL, AGAIN, self.tick)
+                return
             self._started = None
-            raise ExampleTimeout(self.timeout)
+            raise due
+        if self.deadline is not None and now < self.deadline:
+            self._arm(now)
 
     def start(self) -> None:
-        now = self._started = time.monotonic()
-        if now - self._armed_at > self.grace / 2:
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
+            raise OutOfTime("the budget had ended before the example started")
+        self._started = now
+        if self.timeout > 0 and now - self._armed_at > self.grace / 2:
             faulthandler.dump_traceback_later(self.timeout + self.grace, exit=True, file=self._hang)
             self._armed_at = now
 
@@ -116,6 +175,26 @@ def limited(timeout: float, hang_path: Path | None = None):
         yield
         return
     watch = Watchdog(timeout, hang_path)
+    try:
+        watch.start()
+        yield
+    finally:
+        watch.close()
+
+
+@contextmanager
+def bounded(deadline: float | None):
+    """The soft layer's deadline alone around one piece of work outside
+    ``fuzz()`` (a probe, a failure's evidence): OutOfTime when the clock
+    passes ``deadline``, at once if it has passed already. Without a deadline,
+    or where the soft layer is not possible (not the main thread, SIGALRM
+    taken), the work runs unbounded."""
+    if deadline is None:
+        yield
+        return
+    if time.monotonic() >= deadline:
+        raise OutOfTime("the budget had ended before it started")
+    watch = Watchdog(0, deadline=deadline)
     try:
         watch.start()
         yield

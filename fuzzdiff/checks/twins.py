@@ -42,7 +42,9 @@ def judge_twins(identity: str, target: Target, case: Case, first: Run, second: R
 
     steps: dict[str, Step] = {
         "replay": replay(lambda: (_tensors(first(case)), _tensors(second(case))), same=identical_to((a, b))),
-        "conditioning": conditioning(names, lambda c: _tensors(first(c)), case, a, tol),
+        "conditioning": conditioning(
+            names, ((lambda c: _tensors(first(c)), a), (lambda c: _tensors(second(c)), b)), case, tol
+        ),
     }
     if dtype != torch.float64:
         # The two ways must agree in float64 on the same values; if they do,

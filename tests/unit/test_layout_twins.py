@@ -135,3 +135,33 @@ def test_a_twins_mismatch_where_rounding_moves_the_results_as_far_is_inconclusiv
     first, second, case = _twins(1.0)  # well conditioned: the 1e-3 is a real difference
     verdict = judge_twins("two ways", get_target("sin"), case, first, second, check="layout")
     assert verdict.kind == "fail", verdict
+
+
+def _exp_difference(a, b):
+    """exp(a) - exp(b), exp computed once when b is a itself (the same view)."""
+    ea = torch.exp(a)
+    return ea - (ea if b is a or (b.data_ptr(), b.stride()) == (a.data_ptr(), a.stride()) else torch.exp(b))
+
+
+def test_large_terms_that_cancel_in_one_way_only_are_no_alias_failure():
+    """At 112 (exp is 4e48) the clones' gradient e g - e g cancels to rounding
+    noise of 1e32 where the aliased run's single exp gets g - g = 0 exactly:
+    rounding every intermediate result moves the clones' result as far."""
+    from fuzzdiff.record import case_from_json
+    from fuzzdiff.runner import run_check
+    from fuzzdiff.targets.target import Target
+
+    probe = {"layout": "contiguous", "seed": 2302143302, "zeros": 0.0}
+    case = case_from_json({
+        "target": "exp_difference", "dtype": "float64", "device": "cpu", "kwargs": {},
+        "args": [
+            {"shape": [2], "grad": "view", "layout": {"offset": 0, "storage_size": 1, "strides": [0]},
+             "values": {"seed": 2302143302, "grid": 0.25, "constant": [0], "structure": [["large", 1]]}},
+            {"shape": [2], "alias": {"kind": "same", "of": 0}, "values": {"seed": 2302143302}},
+        ],
+        "params": {"cotangent": probe},
+    })
+    a, b = case.materialize().args
+    assert a.data_ptr() == b.data_ptr() and (a == 112).all()
+    verdict = run_check("alias", Target("exp_difference", _exp_difference, "a: n, b: n"), case)
+    assert verdict.kind == "inconclusive" and "ill-conditioned" in verdict.message, verdict
