@@ -14,7 +14,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from fuzzdiff.checks.forward2 import NEEDS_GRAD, SMALL
-from fuzzdiff.spec import parse_spec
+from fuzzdiff.case.spec import parse_spec
 from strategies.values import sampling_interval
 
 EPS = 1e-6
@@ -70,12 +70,12 @@ def _floating(out):
 
 
 def _dot(a, b) -> float:
-    """<a, b> on tensors already in float64, as fuzzdiff.directions.dot computes it."""
+    """<a, b> on tensors already in float64, as fuzzdiff.case.directions.dot computes it."""
     return sum(float(torch.sum(x * y)) for x, y in zip(a, b) if x.numel())
 
 
 def _absdot(a, b) -> float:
-    """<|a|, |b|>, as fuzzdiff.directions.absdot computes it for reals."""
+    """<|a|, |b|>, as fuzzdiff.case.directions.absdot computes it for reals."""
     return sum(float(torch.sum((x * y).abs())) for x, y in zip(a, b) if x.numel())
 
 
@@ -147,13 +147,13 @@ def _leaves(xs, cast=None, requires_grad: bool = True) -> list[torch.Tensor]:
 
 
 def _wide(ts) -> list[torch.Tensor]:
-    """Detached and in float64, as fuzzdiff.directions widens a dot's operands."""
+    """Detached and in float64, as fuzzdiff.case.directions widens a dot's operands."""
     return [_as(t.detach() if t.requires_grad else t, F64) for t in ts]
 
 
 def _dot_scale(a, b) -> tuple[float, float]:
     """``<a, b>`` and ``<|a|, |b|>`` as the second-order checks take them: two
-    calls (fuzzdiff.directions.dot, then absdot), each widening its operands."""
+    calls (fuzzdiff.case.directions.dot, then absdot), each widening its operands."""
     return _dot(_wide(a), _wide(b)), _absdot(_wide(a), _wide(b))
 
 

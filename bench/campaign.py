@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from fuzzdiff.root_cause import message_pattern  # noqa: E402
+from fuzzdiff.search.root_cause import message_pattern  # noqa: E402
 EAGER = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "per_sample")
 
 
@@ -49,7 +49,7 @@ def open_records(corpus: Path, checks) -> list[dict]:
 def root_causes(pairs: list[dict]) -> tuple[set[str], set[tuple[str, str]]]:
     """The distinct root causes a campaign hit, each counted once however many
     pairs hit it: the known signatures matched, and the new failures by check and
-    message with numbers and shapes left open (fuzzdiff.root_cause)."""
+    message with numbers and shapes left open (fuzzdiff.search.root_cause)."""
     known = {k for p in pairs for k in p.get("known_hits", {})}
     new = {(p["check"], message_pattern(p.get("message", ""))) for p in pairs if p.get("failed")}
     return known, new

@@ -11,7 +11,7 @@ Two figures:
   With ``--twins`` also each correct twin, which must pass.
 
 What isolation costs (``--isolation``): every failure is replayed in a fresh
-process before it is reported (fuzzdiff.fresh), which costs a Python start,
+process before it is reported (fuzzdiff.search.fresh), which costs a Python start,
 torch's import and the replay, once per ``fuzzdiff.check`` call that fails,
 and a replay per further failure. The zoo's bugs are timed with
 ``isolate=True`` (the default) and ``isolate=False``, pair by pair.

@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from throughput import PREFERRED, choose_ops  # noqa: E402 - the same op mix as the local throughput bench
 
-from fuzzdiff.campaign import run_campaign  # noqa: E402
+from fuzzdiff.campaign.loop import run_campaign  # noqa: E402
 from fuzzdiff.checks import get_check  # noqa: E402
-from fuzzdiff.cluster import connected, ray_pool  # noqa: E402
+from fuzzdiff.campaign.cluster import connected, ray_pool  # noqa: E402
 from fuzzdiff.targets import all_targets  # noqa: E402
-from fuzzdiff.worker import BatchSize  # noqa: E402
+from fuzzdiff.campaign.worker import BatchSize  # noqa: E402
 
 
 def driver_rate(workers: int, rounds: int, pairs: int, per_call: int) -> tuple[int, float, float]:

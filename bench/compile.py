@@ -1,6 +1,6 @@
 """Throughput and compile cost of the ``compile`` check, per backend.
 
-For aot_eager and for inductor: ``fuzzdiff.fuzzing.fuzz("compile", target)``
+For aot_eager and for inductor: ``fuzzdiff.search.fuzzing.fuzz("compile", target)``
 with the backend pinned (FuzzConfig.compile_backends), a fixed number of drawn
 cases per target (derandomized, no database) and the fuzz default of value
 variants, over a fixed set of catalog targets and program targets. Prints
@@ -30,9 +30,9 @@ from hypothesis import HealthCheck, given, settings
 from fuzzdiff.api import environ_config
 from fuzzdiff.checks import get_check
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.fuzzing import FuzzFailure, fuzz
+from fuzzdiff.search.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.paths import compiled as path
-from fuzzdiff.runner import case_strategy
+from fuzzdiff.search.runner import case_strategy
 from fuzzdiff.targets import get_target
 
 TARGETS = ("sin", "mul", "tanh", "softmax", "sum", "matmul", "program", "program_inplace2")

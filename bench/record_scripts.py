@@ -35,9 +35,9 @@ import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from fuzzdiff import repro
+from fuzzdiff.corpus import repro
 from fuzzdiff.config import default_corpus
-from fuzzdiff.corpus import iter_records
+from fuzzdiff.record.files import iter_records
 from fuzzdiff.script import standalone_script
 
 COLUMNS = ("records", "written", "reproduced", "passes", "needs device", "other")

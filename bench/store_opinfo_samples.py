@@ -4,7 +4,7 @@ A one-off step for records written before records stored their sample's call:
 each target is rebuilt from its sample index on the running torch, which must
 be the release the records were found with (the committed corpus: 2.13.0);
 records found with another release are left alone and listed. Every other
-field of a record stays as it is (fuzzdiff.corpus.store_opinfo_sample).
+field of a record stays as it is (fuzzdiff.record.files.store_opinfo_sample).
 
     python bench/store_opinfo_samples.py [CORPUS]   # default: ./corpus
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fuzzdiff.corpus import iter_records, read_record, store_opinfo_sample
-from fuzzdiff.record import OPINFO
+from fuzzdiff.record.files import iter_records, read_record, store_opinfo_sample
+from fuzzdiff.record.format import OPINFO
 
 
 def main(argv: list[str]) -> int:

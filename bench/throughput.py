@@ -2,11 +2,11 @@
 
 For each check of ``--checks`` (grad, forward2, gradgrad, vmap, compile):
 
-fuzzdiff side: ``fuzzdiff.fuzzing.fuzz(check, op)`` with a fixed number of
+fuzzdiff side: ``fuzzdiff.search.fuzzing.fuzz(check, op)`` with a fixed number of
 examples per op (Hypothesis derandomized, no database), over a fixed mix of
 catalog ops. Every example is a drawn Case (shapes, layout, aliasing, values,
 probes, the check's own draws), materialized and pushed through
-``fuzzdiff.runner.run_check``. The compile check draws its backend from
+``fuzzdiff.search.runner.run_check``. The compile check draws its backend from
 aot_eager alone (``FuzzConfig.compile_backends``), the backend its bare loop
 compiles with.
 
@@ -55,8 +55,8 @@ from hypothesis import strategies as st
 from fuzzdiff.api import environ_config
 from fuzzdiff.checks import get_check
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.fuzzing import example_structures, fuzz, settle_heap
-from fuzzdiff.runner import case_strategy, run_check
+from fuzzdiff.search.fuzzing import example_structures, fuzz, settle_heap
+from fuzzdiff.search.runner import case_strategy, run_check
 from fuzzdiff.targets import UnknownTarget, get_target
 
 # Preferred mix, in order; the first ``--ops`` that exist in the catalog and the

@@ -1,8 +1,8 @@
 """``fuzzdiff.check`` and ``fuzzdiff.assert_ok``: fuzz the user's own code (docs/pages/design.md, contract 3).
 
 Here the call's arguments become a target; its checks' runs are
-fuzzdiff.check_session's, the time budget's shares fuzzdiff.check_budget's,
-and what the call found is a fuzzdiff.check_report.Report.
+fuzzdiff.checking.session's, the time budget's shares fuzzdiff.checking.budget's,
+and what the call found is a fuzzdiff.checking.report.Report.
 """
 
 from __future__ import annotations
@@ -20,20 +20,20 @@ import torch
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.errors import InvalidArgument
 
-from fuzzdiff import torch_state
-from fuzzdiff.check_budget import LAST, PROBE, SETTLING, Spent, budget_seconds, reaching, share
-from fuzzdiff.check_progress import showing
-from fuzzdiff.check_report import Failure, Report, Thin
-from fuzzdiff.check_session import Session
+from fuzzdiff.case.structures import STRUCTURES
+from fuzzdiff.checking.budget import LAST, PROBE, SETTLING, Spent, budget_seconds, reaching, share
+from fuzzdiff.checking.progress import showing
+from fuzzdiff.checking.report import Failure, Report, Thin
+from fuzzdiff.checking.session import Session
 from fuzzdiff.checks import CHECKS, get_check
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.fresh import FreshProcess
+from fuzzdiff.guards import torch_state
+from fuzzdiff.guards.torch_logs import torch_logs
 from fuzzdiff.script.literals import ScriptError
 from fuzzdiff.script.source import target_code
-from fuzzdiff.structures import STRUCTURES
+from fuzzdiff.search.fresh import FreshProcess
 from fuzzdiff.targets.target import Target, Tol
 from fuzzdiff.targets.user import definition, importable, module_definition, user_target
-from fuzzdiff.torch_logs import torch_logs
 from strategies.layouts import check_layout_features
 
 __all__ = ["check", "assert_ok", "Report", "Failure", "Thin", "ThinWarning", "declared_tolerances", "hard_values"]
@@ -137,7 +137,7 @@ def check(
     strategies.layouts.LAYOUT_FEATURES: permuted, sliced, offset, expanded
     (stride 0), channels_last; ``()``: contiguous only) and ``alias=False``
     turns off aliasing between arguments, for one run. ``structured`` names
-    the structured points drawn (fuzzdiff.structures: "ties", "zeros",
+    the structured points drawn (fuzzdiff.case.structures: "ties", "zeros",
     "identity", "diagonal", "repeated_singular", "large", "offset",
     "overflow", "all_zero", "all_equal"), each on
     its own and shrinking toward none, as a Target's ``structured`` field
@@ -235,7 +235,7 @@ def declared_tolerances(
 ) -> dict[str, Tol]:
     """The caller's tolerances as per-check overrides: a number for every
     check, or a mapping check -> number. A declared tolerance loosens the
-    dtype's default, never tightens it (fuzzdiff.tolerance)."""
+    dtype's default, never tightens it (fuzzdiff.confirm.tolerance)."""
     names = list(names)
     per: dict[str, dict[str, float]] = {}
     for which, value in (("rtol", rtol), ("atol", atol)):

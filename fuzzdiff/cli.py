@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         # arguments parse, `fuzzdiff --help` and usage errors answer without it.
         from fuzzdiff import commands
         from fuzzdiff.commands.options import UsageError
-        from fuzzdiff.record import CorpusError
+        from fuzzdiff.record.format import CorpusError
 
         try:
             return getattr(commands, args.handler)(args)

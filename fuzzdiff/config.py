@@ -17,6 +17,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from fuzzdiff.errors import FuzzdiffError
+
 __all__ = ["FuzzConfig", "ConfigError", "ENVIRONMENT", "COMPILE_BACKENDS", "COMPILE_TRANSFORMS", "default_corpus"]
 
 # torch.compile backends and aot_function partitioners the compile check draws from
@@ -26,7 +28,7 @@ COMPILE_BACKENDS = ("aot_function", "aot_function_min_cut", "aot_eager", "induct
 COMPILE_TRANSFORMS = ("none", "grad", "vjp", "jvp", "vmap", "dual")
 
 
-class ConfigError(ValueError):
+class ConfigError(FuzzdiffError, ValueError):
     """A setting that cannot be used; the message names the setting and where it came from."""
 
 
@@ -97,7 +99,7 @@ class FuzzConfig:
 
     @property
     def example_dir(self) -> Path:
-        """The local directory of Hypothesis's example database (fuzzdiff.database)."""
+        """The local directory of Hypothesis's example database (fuzzdiff.campaign.database)."""
         return (self.hypothesis_storage or Path(".hypothesis")) / "examples"
 
     def environ(self) -> dict[str, str]:

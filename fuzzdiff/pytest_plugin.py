@@ -17,7 +17,7 @@ options) are resolved here once, into a FuzzConfig that the fuzz loops get in
 
 Crashed examples: at session start and finish (on the xdist controller, and
 whenever an xdist worker dies) journal entries of dead processes under the
-corpus become ``crash`` / ``timeout`` records (fuzzdiff.journal.recover); an
+corpus become ``crash`` / ``timeout`` records (fuzzdiff.record.journal.recover); an
 interrupted session's workers were stopped, and leave none.
 """
 
@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from fuzzdiff.campaign.database import example_database
 from fuzzdiff.config import FuzzConfig, default_corpus
-from fuzzdiff.database import example_database
-from fuzzdiff.journal import forget, recover
+from fuzzdiff.record.journal import forget, recover
 
 __all__ = ["PROFILES", "VARIANTS", "STRUCTURES", "profile_settings", "fuzz_options", "default_profile"]
 
@@ -43,7 +43,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "nightly": dict(max_examples=1000),
 }
 # Value-and-probe variants tried per drawn structure, and drawn structures per
-# Hypothesis example (fuzzdiff.fuzzing.fuzz). A profile's max_examples bounds
+# Hypothesis example (fuzzdiff.search.fuzzing.fuzz). A profile's max_examples bounds
 # the examples: more structures per example is more work per example, so the
 # bounded profiles draw one.
 VARIANTS = {"ci": 4, "dev": 8, "nightly": 16}
@@ -126,7 +126,7 @@ def pytest_report_header(config):
     return f"fuzzdiff: profile {getattr(config, '_fuzzdiff_profile', '?')!r}"
 
 
-# -- crashes: journal entries of dead processes become records (fuzzdiff.journal) ------
+# -- crashes: journal entries of dead processes become records (fuzzdiff.record.journal) ------
 
 
 def _corpus_root() -> str:
@@ -148,7 +148,7 @@ def pytest_sessionstart(session):
 def pytest_sessionfinish(session, exitstatus):
     """An interrupted session's workers were stopped, not crashed: a worker that
     did not unwind in time was killed by xdist, and its case in flight is
-    forgotten (fuzzdiff.journal.forget), not recorded."""
+    forgotten (fuzzdiff.record.journal.forget), not recorded."""
     if not hasattr(session.config, "workerinput"):
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             forget(_corpus_root(), children_of=os.getpid())

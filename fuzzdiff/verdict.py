@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from fuzzdiff.errors import FuzzdiffError
+
 __all__ = [
     "Verdict",
     "KINDS",
@@ -20,11 +22,11 @@ __all__ = [
 
 KINDS = ("pass", "fail", "unsupported", "inconclusive", "crash", "timeout")
 # "crash": the process died running the case (recorded from the in-flight
-# journal, fuzzdiff.journal); "timeout": the example did not finish in time.
+# journal, fuzzdiff.record.journal); "timeout": the example did not finish in time.
 FAILED = frozenset({"fail", "crash", "timeout"})
 
 
-class Unsupported(Exception):
+class Unsupported(FuzzdiffError):
     """Raised inside a check when the target cannot do what the check needs."""
 
 
@@ -99,7 +101,7 @@ def mismatch(recorded: Verdict, replayed: Verdict) -> str | None:
     if exception is not None and replayed.errors.get("exception") != exception:
         return f"recorded a raised {exception}, replayed {_first_line(replayed.message)[:300]}"
     if exception is not None and error_shape(replayed) != error_shape(recorded):
-        # the same type with another message is another error (fuzzdiff.record.signature)
+        # the same type with another message is another error (fuzzdiff.record.format.signature)
         return f"recorded {_first_line(recorded.message)[:300]!r}, replayed {_first_line(replayed.message)[:300]!r}"
     if exception is None and recorded.kind == "fail" and identity(replayed) != identity(recorded):
         return f"recorded {identity(recorded)!r}, replayed {_first_line(replayed.message)[:300]}"

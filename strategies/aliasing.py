@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
 
-from fuzzdiff.case import Arg
-from fuzzdiff.layout import Alias, Layout
+from fuzzdiff.case.case import Arg
+from fuzzdiff.case.layout import Alias, Layout
 from strategies._drawing import COIN, eager, integers
 from strategies.layouts import strided
 

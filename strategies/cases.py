@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
 
-from fuzzdiff.arguments import ArgKind, FromShapes, Index, Mask
-from fuzzdiff.case import Arg, Case
-from fuzzdiff.layout import Layout
-from fuzzdiff.spec import ArgSpec
-from fuzzdiff.structures import MATRIX_STRUCTURES
-from fuzzdiff.values import Values
+from fuzzdiff.case.arguments import ArgKind, FromShapes, Index, Mask
+from fuzzdiff.case.case import Arg, Case
+from fuzzdiff.case.layout import Layout
+from fuzzdiff.case.spec import ArgSpec
+from fuzzdiff.case.structures import MATRIX_STRUCTURES
+from fuzzdiff.case.values import Values
 from strategies._drawing import planned
 from strategies.aliasing import draw_aliasing
 from strategies.dtypes import dtypes as dtype_strategy
@@ -189,7 +189,7 @@ def case_plan(
 ) -> CasePlan:
     """The arguments of ``cases(...)``, declared once here: validated and
     resolved into the ``CasePlan`` that ``draw_case`` draws from with a
-    caller's ``draw`` (fuzzdiff.runner draws a case and a check's params in
+    caller's ``draw`` (fuzzdiff.search.runner draws a case and a check's params in
     one composite)."""
     if not isinstance(target, Signature):
         raise InvalidArgument(f"target must be a fuzzdiff Target, got {type(target).__name__}")

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
-from fuzzdiff.values import Probe
+from fuzzdiff.case.values import Probe
 from strategies._drawing import integers
 
 __all__ = ["probes", "probe_dicts", "draw_probe_dicts"]

@@ -1,7 +1,7 @@
 """Layouts: the same logical values in other memory arrangements.
 
 A layout is a recipe over a base storage (storage size, strides, offset); see
-fuzzdiff.layout.Layout. Every feature is drawn independently and shrinks to the
+fuzzdiff.case.layout.Layout. Every feature is drawn independently and shrinks to the
 plain contiguous layout, so a shrunk failure keeps only the feature that matters.
 """
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
 
-from fuzzdiff.layout import Layout
+from fuzzdiff.case.layout import Layout
 from strategies._drawing import integers
 from strategies._validation import check_int
 

@@ -1,4 +1,4 @@
-"""Small straight-line torch programs (fuzzdiff.programs) over given input shapes.
+"""Small straight-line torch programs (fuzzdiff.case.programs) over given input shapes.
 
 Each statement is drawn against the shapes of the values so far, tracked on
 the ``meta`` device, so every drawn program runs. Statements are drawn one at
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn, SearchStrategy
 
-from fuzzdiff.programs import FUNCTIONS, OPS, Program
+from fuzzdiff.case.programs import FUNCTIONS, OPS, Program
 from strategies._drawing import COIN
 from strategies._validation import check_int, check_range
 
@@ -32,7 +32,7 @@ __all__ = ["programs", "KINDS"]
 KINDS = ("view", "inplace", "functional")
 SCALARS = (0.5, -1.5, 2.0, -0.25)
 BOUNDS = (-1.0, -0.5, 0.0, 0.5, 1.0)
-Statement = dict[str, Any]  # one JSON statement (fuzzdiff.programs)
+Statement = dict[str, Any]  # one JSON statement (fuzzdiff.case.programs)
 _BY_KIND = {k: tuple(name for name, op in OPS.items() if op.kind == k) for k in KINDS}
 
 
@@ -47,7 +47,7 @@ def programs(
     """Programs (as ``Program``) over inputs of ``shapes``, with ``min_size`` to
     ``max_size`` statements, each of one of ``kinds`` ("view", "inplace",
     "functional"); ``functions`` restricts the functional ops (default: all of
-    fuzzdiff.programs.FUNCTIONS)."""
+    fuzzdiff.case.programs.FUNCTIONS)."""
     if isinstance(shapes, (str, bytes)) or not 1 <= len(shapes) <= 3:
         raise InvalidArgument(f"shapes must be a list of 1 to 3 shapes, got {shapes!r}")
     for s in shapes:

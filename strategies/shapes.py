@@ -10,7 +10,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.extra import numpy as hnp
 from hypothesis.strategies import DrawFn, SearchStrategy
 
-from fuzzdiff.spec import ArgSpec, Dim, SpecError, parse_spec
+from fuzzdiff.case.spec import ArgSpec, Dim, SpecError, parse_spec
 from strategies._drawing import COIN, eager, integers
 from strategies._validation import check_int, check_range
 

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn
 
-from fuzzdiff.case import Arg, Case
-from fuzzdiff.layout import Layout
+from fuzzdiff.case.case import Arg, Case
+from fuzzdiff.case.layout import Layout
 from strategies._drawing import eager
 from strategies._validation import check_int
 from strategies.aliasing import ALIAS_KINDS, aliasing

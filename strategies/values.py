@@ -2,7 +2,7 @@
 
 Drawing one Hypothesis value per element is ~10x slower than a random stream
 and shrinks poorly; instead a tensor's values are ``Values(seed, ...)`` sampled
-from fuzzdiff.draws' counter-based stream. Shrinking still goes somewhere simple: toward seed 0, a coarse grid
+from fuzzdiff.case.draws' counter-based stream. Shrinking still goes somewhere simple: toward seed 0, a coarse grid
 (values like 0.25 or -1.5), no specials and no structure.
 """
 
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import DrawFn
 
-from fuzzdiff.structures import STRUCTURES
-from fuzzdiff.values import FINITE_SPECIALS, SPECIALS, Values
+from fuzzdiff.case.structures import STRUCTURES
+from fuzzdiff.case.values import FINITE_SPECIALS, SPECIALS, Values
 from strategies._drawing import eager, integers, planned
 
 __all__ = ["values", "values_plan", "draw_values", "ValuesPlan", "sampling_interval", "GRIDS"]
@@ -100,9 +100,9 @@ def values(plan: ValuesPlan) -> st.SearchStrategy[Values]:
 
     ``specials=True`` means the finite ones (±0, tiny, subnormal, huge); pass names
     (e.g. ``("inf", "nan")``) for non-finite ones, which derivative checks cannot judge.
-    ``structures`` (names from ``fuzzdiff.structures.STRUCTURES``) may put the values
+    ``structures`` (names from ``fuzzdiff.case.structures.STRUCTURES``) may put the values
     at a structured point: ties, exact zeros, identity or diagonal matrices,
-    repeated singular values, large values (fuzzdiff.structures).
+    repeated singular values, large values (fuzzdiff.case.structures).
     Shrinks toward seed 0, the coarse grid, no specials and no structure.
     The keyword arguments are ``values_plan``'s.
     """

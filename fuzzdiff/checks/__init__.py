@@ -6,6 +6,7 @@ A new check is one module defining ``CHECK`` plus one line here.
 from __future__ import annotations
 
 from fuzzdiff.checks.check import Check
+from fuzzdiff.errors import FuzzdiffError
 from fuzzdiff.targets.target import Target
 
 __all__ = ["Check", "CHECKS", "get_check", "UnknownCheck", "validate"]
@@ -17,7 +18,7 @@ def _register(check: Check) -> None:
     CHECKS[check.name] = check
 
 
-class UnknownCheck(KeyError):
+class UnknownCheck(FuzzdiffError, KeyError):
     def __str__(self):
         return self.args[0]
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.directions import probes_like
+from fuzzdiff.case.materialize import Inputs
 from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.twins import judge_twins
-from fuzzdiff.directions import probes_like
-from fuzzdiff.fragment import Fragment, ScriptContext, lines
-from fuzzdiff.materialize import Inputs
 from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.paths.result import Result, outputs_and

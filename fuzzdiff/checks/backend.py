@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_leaves
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
 from fuzzdiff.checks.check import Check, probe_params
 from fuzzdiff.checks.twins import judge_twins
 from fuzzdiff.paths.result import Result, outputs_and

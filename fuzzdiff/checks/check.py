@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import torch
 from hypothesis.strategies import SearchStrategy
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
+from fuzzdiff.checks.fragment import Fragment, ScriptContext
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.fragment import Fragment, ScriptContext
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 from strategies.cotangents import probe_dicts
@@ -22,7 +22,7 @@ __all__ = ["Check", "CiSample", "ProbeParams", "probe_params"]
 @dataclass(frozen=True)
 class ProbeParams:
     """A check's params strategy that draws one Probe (as a dict) per key:
-    the cotangents and directions most checks need. fuzzdiff.runner sees this
+    the cotangents and directions most checks need. fuzzdiff.search.runner sees this
     class and makes the same draws inline, without a nested strategy."""
 
     keys: tuple[str, ...]
@@ -71,11 +71,11 @@ class Check:
               compile), not milliseconds: campaigns run it last and in fewer examples.
     configure: ``configure(check, config)`` -> the check under a FuzzConfig.
     script:   ``script(ctx) -> Fragment``: the check's standalone script
-              (fuzzdiff.fragment), written beside the identity it restates.
+              (fuzzdiff.checks.fragment), written beside the identity it restates.
     seeds_random: the check seeds a random target's generators itself
               (checkpoint: once per side, since a recomputation must see the
               draws checkpoint restores, not a reseeding). Otherwise every call
-              of a ``Target.random`` target is seeded alike (fuzzdiff.runner).
+              of a ``Target.random`` target is seeded alike (fuzzdiff.search.runner).
     """
 
     name: str

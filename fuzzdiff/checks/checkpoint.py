@@ -36,18 +36,18 @@ from hypothesis import strategies as st
 from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import checkpoint
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.directions import probes_like
 from fuzzdiff.checks.check import Check, CiSample
-from fuzzdiff.compare import worst_discrepancy
-from fuzzdiff.directions import probes_like
-from fuzzdiff.fragment import Fragment, ScriptContext, lines
-from fuzzdiff.ladder import Ladder, Step
+from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
+from fuzzdiff.confirm.compare import worst_discrepancy
+from fuzzdiff.confirm.ladder import Ladder, Step
+from fuzzdiff.confirm.steps import chain, identical, identical_to, neighbours, replay
+from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.function import differentiable, leaf_function
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.paths.seeded import run_seeded
-from fuzzdiff.steps import chain, identical, identical_to, neighbours, replay
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
 from strategies.cotangents import probes
 

@@ -45,20 +45,20 @@ import torch
 from hypothesis import reject
 from hypothesis import strategies as st
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.layout import Layout
 from fuzzdiff.checks.check import Check, CiSample
 from fuzzdiff.checks.opcheck import custom_op
-from fuzzdiff.compare import Discrepancy, result_discrepancy
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.known import Known
-from fuzzdiff.ladder import Ladder, Step
-from fuzzdiff.layout import Layout
+from fuzzdiff.confirm.compare import Discrepancy, result_discrepancy
+from fuzzdiff.confirm.ladder import Ladder, Step
+from fuzzdiff.confirm.steps import float64_margin, identical_to, neighbours, replay
+from fuzzdiff.confirm.tolerance import Tolerance, tolerance
+from fuzzdiff.guards.unsupported import unsupported_reason, vmap_unsupported_reason
 from fuzzdiff.paths import compiled as path
-from fuzzdiff.steps import float64_margin, identical_to, neighbours, replay
 from fuzzdiff.targets import discrepancies as known
+from fuzzdiff.targets.known import Known
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import Tolerance, tolerance
-from fuzzdiff.unsupported import unsupported_reason, vmap_unsupported_reason
 from fuzzdiff.verdict import Verdict
 from strategies.aliasing import aliasing
 from strategies.cotangents import probes

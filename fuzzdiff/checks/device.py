@@ -16,14 +16,14 @@ from dataclasses import replace
 
 import torch
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
 from fuzzdiff.checks.check import Check, probe_params
-from fuzzdiff.compare import max_abs, worst_discrepancy
-from fuzzdiff.ladder import Ladder, Step
+from fuzzdiff.confirm.compare import max_abs, worst_discrepancy
+from fuzzdiff.confirm.ladder import Ladder, Step
+from fuzzdiff.confirm.steps import float64_margin, identical_to, neighbours, replay
+from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.eager import evaluate
-from fuzzdiff.steps import float64_margin, identical_to, neighbours, replay
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["CHECK", "evaluate_on", "compare_devices", "LADDER"]

@@ -3,10 +3,10 @@
 Outputs and gradients in float32 (or a half type) must match float64 within
 the dtype's tolerance, plus what the problem's own conditioning explains: the
 float64 results' change when inputs move by float32 rounding
-(fuzzdiff.low_precision.against_float64, which also judges forward mode, second
+(fuzzdiff.confirm.low_precision.against_float64, which also judges forward mode, second
 derivatives and vmap in low precision). Each tensor is judged on its own scale.
 At a stride-0 input, a failure that vanishes where the repeated values move
-apart is the singular point the layout made (fuzzdiff.steps.neighbours).
+apart is the singular point the layout made (fuzzdiff.confirm.steps.neighbours).
 A value whose float64 result float32 cannot hold (``exp(100)``) is out of
 range, and so is a gradient that is not finite where an output overflowed or
 the point's derivatives leave float32's range (inf * 0): "inconclusive".
@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import torch
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
 from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.grad import point_out_of_range
-from fuzzdiff.fragment import Fragment, ScriptContext, lines
-from fuzzdiff.ladder import Doubt
-from fuzzdiff.low_precision import against_float64
+from fuzzdiff.confirm.ladder import Doubt
+from fuzzdiff.confirm.low_precision import against_float64
+from fuzzdiff.confirm.steps import identical_to, neighbours, replay
+from fuzzdiff.confirm.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.paths.reverse import vjp
-from fuzzdiff.steps import identical_to, neighbours, replay
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
 
 

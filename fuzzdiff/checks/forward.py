@@ -4,7 +4,7 @@
 dot-product identity, exact up to rounding) and ``<v, D_u f>`` by central
 differences in float64. In low precision, where both hold in float64 on the
 same values, ``<v, J u>`` itself is judged against its float64 value
-(fuzzdiff.low_precision.against_float64): a tangent wrong only in float32 fails.
+(fuzzdiff.confirm.low_precision.against_float64): a tangent wrong only in float32 fails.
 At an output that is not finite the tangent is inf * 0 wherever u is zero:
 no derivative to check, as in grad; where the point's values or derivatives
 leave the dtype's range (float64's own included), it is out of range.
@@ -16,17 +16,17 @@ import math
 
 import torch
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.directions import absdot, directions, dot, probes_like
 from fuzzdiff.checks.check import Check
+from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.grad import finite_difference, one_sided, point_out_of_range, reverse_dot
-from fuzzdiff.confirm import Measurement, judge, worst
-from fuzzdiff.directions import absdot, directions, dot, probes_like
-from fuzzdiff.fragment import Fragment, ScriptContext, lines
+from fuzzdiff.confirm.identities import Measurement, judge, worst
+from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.forward import jvp
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
 
 

@@ -10,7 +10,7 @@ with ``(u, u')``. Each is judged on its own against central differences along
 ``u'`` of the first derivative ``<J^T w, u>`` in float64, so that an identity
 torch cannot compute (no jvp, a backward marked once_differentiable) leaves
 the others judged. In low precision each is judged against float64 too
-(fuzzdiff.low_precision.against_float64).
+(fuzzdiff.confirm.low_precision.against_float64).
 
 Nested ``torch.func.jvp`` through a custom ``autograd.Function`` returns zero
 second derivatives (pytorch/pytorch#197867, docs/pages/discrepancies.md): for such targets
@@ -29,20 +29,20 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.directions import absdot, dot, probes_like
 from fuzzdiff.checks.check import Check, CiSample, probe_params
+from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs, point_out_of_range
 from fuzzdiff.checks.gradgrad import first_derivative_finite
-from fuzzdiff.confirm import Measurement, judge, judged, worst
-from fuzzdiff.directions import absdot, dot, probes_like
-from fuzzdiff.fragment import Fragment, ScriptContext, lines
+from fuzzdiff.confirm.identities import Measurement, judge, judged, worst
+from fuzzdiff.confirm.tolerance import tolerance
+from fuzzdiff.guards.unsupported import ONCE_DIFFERENTIABLE, refuse_once_differentiable, through_once_differentiable
 from fuzzdiff.paths.forward import NO_FORWARD_RULE, library_ops, same_layout
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.paths.numerical import directional_difference, one_sided_differences
 from fuzzdiff.paths.reverse import first_derivative, vjp
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import tolerance
-from fuzzdiff.unsupported import ONCE_DIFFERENTIABLE, refuse_once_differentiable, through_once_differentiable
 from fuzzdiff.verdict import Verdict
 
 __all__ = [
@@ -221,7 +221,7 @@ def _analytic(target: Target, case: Case, name: str, cast=None):
 
 
 def _kinks(target: Target, case: Case, eps: float, finite: bool = False) -> Iterator[tuple[str, float, float, float]]:
-    """fuzzdiff.steps.kink's pairs at a structured point: the kinks of the
+    """fuzzdiff.confirm.steps.kink's pairs at a structured point: the kinks of the
     first derivative ``J^T w`` along u', seen through u, in float64, and a
     jump of the outputs themselves along u', seen through w (gradgrad.kinks:
     a function that switches branch exactly at the point)."""
@@ -383,7 +383,7 @@ def run(target: Target, case: Case) -> Verdict:
     # Judged one by one: a custom Function without jvp still has its reverse
     # identities judged, a refused identity says why. Stage by stage
     # (_stage), each only when the ones before pass: a known torch bug in a
-    # jvp formula or in nested jvp (fuzzdiff.known), wrong value or
+    # jvp formula or in nested jvp (fuzzdiff.targets.known), wrong value or
     # exception, never hides a failure of an identity judged before it.
     refused = [Verdict("unsupported", f"{refusals.identity(name)}: {why}") for name, why in refusals.why.items()]
     verdicts: list[Verdict] = []

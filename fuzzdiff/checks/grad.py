@@ -12,14 +12,16 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch.utils._pytree import tree_leaves
 
-from fuzzdiff import draws
-from fuzzdiff.case import Case
+from fuzzdiff.case import draws
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.directions import absdot, directions, dot, dot_and_scale, probes_like
+from fuzzdiff.case.materialize import Inputs
 from fuzzdiff.checks.check import Check
-from fuzzdiff.compare import out_of_range
-from fuzzdiff.confirm import EPS, Measurement, judge
-from fuzzdiff.directions import absdot, directions, dot, dot_and_scale, probes_like
-from fuzzdiff.fragment import Fragment, ScriptContext, lines
-from fuzzdiff.materialize import Inputs
+from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
+from fuzzdiff.confirm.compare import out_of_range
+from fuzzdiff.confirm.identities import EPS, Measurement, judge
+from fuzzdiff.confirm.steps import DENSE_COTANGENT
+from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.numerical import (
     ROUNDOFF64,
@@ -30,9 +32,7 @@ from fuzzdiff.paths.numerical import (
     split_differences,
 )
 from fuzzdiff.paths.reverse import first_derivative, vjp
-from fuzzdiff.steps import DENSE_COTANGENT
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
 
 
@@ -77,7 +77,7 @@ _DENSE_COTANGENT = {"cotangent": DENSE_PROBE}
 def one_sided(
     target: Target, case: Case, eps: float, finite: bool = False
 ) -> Iterator[tuple[str, float, float, float]]:
-    """fuzzdiff.steps.kink's pairs at a structured point, for ``<v, J u>``:
+    """fuzzdiff.confirm.steps.kink's pairs at a structured point, for ``<v, J u>``:
     the kinks of the target's outputs at the case's values, in float64."""
     at = case.materialize(requires_grad=False, cast=torch.float64)
     rebuild = at.rebuild
@@ -162,7 +162,7 @@ SCALED = 2.0**-64
 def point_out_of_range(target: Target, case: Case, second_order: bool = False) -> str | None:
     """Where the case's point leaves its dtype's finite range: the first of
     its outputs and derivatives along the case's probes, in float64, that
-    the dtype cannot hold (fuzzdiff.compare.out_of_range), or None. They are
+    the dtype cannot hold (fuzzdiff.confirm.compare.out_of_range), or None. They are
     what a derivative computed in the dtype is made of: the outputs,
     ``J^T v``, ``J u`` and ``J w`` (v the cotangent, u the direction, w the
     second probe), and with ``second_order`` the derivatives of ``J^T v``

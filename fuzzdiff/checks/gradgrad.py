@@ -5,7 +5,7 @@ forward-over-reverse (the tangent of ``J^T v`` along ``u``, contracted with
 ``w``) must both equal ``(h(x + eps u) - h(x - eps u)) / 2 eps``, where ``h`` is
 evaluated by first-order autograd in float64. In low precision, where an
 identity holds in float64 on the same values, the second derivative itself is
-judged against its float64 value (fuzzdiff.low_precision.against_float64).
+judged against its float64 value (fuzzdiff.confirm.low_precision.against_float64).
 
 The three computations are torch-only functions of ``f``, its leaves and the
 probes, which the standalone script copies (``script`` below).
@@ -19,19 +19,19 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.directions import absdot, directions, dot, probes_like
 from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs, point_out_of_range
-from fuzzdiff.confirm import Measurement, judge, judged, worst
-from fuzzdiff.directions import absdot, directions, dot, probes_like
-from fuzzdiff.fragment import Fragment, ScriptContext, lines
+from fuzzdiff.confirm.identities import Measurement, judge, judged, worst
+from fuzzdiff.confirm.tolerance import tolerance
+from fuzzdiff.guards.unsupported import refuse_once_differentiable
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import LeafFunction, leaf_function
 from fuzzdiff.paths.numerical import ROUNDOFF64, one_sided_differences
 from fuzzdiff.paths.reverse import first_derivative, vjp
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import tolerance
-from fuzzdiff.unsupported import refuse_once_differentiable
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["CHECK", "reverse_over_reverse", "forward_over_reverse", "first_derivative_difference"]
@@ -122,7 +122,7 @@ def _measure(analytic: Analytic):
 
 
 def kinks(target: Target, case: Case, eps: float, finite: bool = False) -> Iterator[tuple[str, float, float, float]]:
-    """fuzzdiff.steps.kink's pairs at a structured point, for a second
+    """fuzzdiff.confirm.steps.kink's pairs at a structured point, for a second
     derivative: the kinks of the first derivative ``J^T v`` along u, seen
     through w, in float64. An exact zero inside cumprod is no kink of it (a
     nan there is a bug); the norm at zero is. And a jump of the outputs

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.features import relaid
 from fuzzdiff.checks.check import Check
+from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.twins import judge_twins
-from fuzzdiff.features import relaid
-from fuzzdiff.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target

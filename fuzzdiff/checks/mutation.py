@@ -11,10 +11,10 @@ from collections.abc import Mapping
 
 import torch
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.directions import probes_like
 from fuzzdiff.checks.check import Check, probe_params
-from fuzzdiff.directions import probes_like
-from fuzzdiff.fragment import Fragment, ScriptContext, lines
+from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.targets.target import Target

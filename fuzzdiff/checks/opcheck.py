@@ -18,7 +18,7 @@ import torch
 from hypothesis import strategies as st
 from torch._library.custom_ops import CustomOpDef
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
 from fuzzdiff.checks.check import Check
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict

@@ -7,12 +7,12 @@ taking one gradient per sample and (2) ``vmap(grad(loss))`` with
 ``functional_call``; the outputs, every parameter's ``grad_sample`` and the
 inputs' gradients are compared (fuzzdiff.paths.expanded). Applies to module
 targets (fuzzdiff.targets.catalog.modules). ExpandedWeights' own errors for an
-unsupported configuration are "unsupported" (fuzzdiff.unsupported); so is the
+unsupported configuration are "unsupported" (fuzzdiff.guards.unsupported); so is the
 vmap reference where vmap cannot run the module (nn.RNN has no batching rule).
 A mismatch is replayed and tried at a neighbouring point before it is a
 failure; in low precision it must also persist in float64 on the same values,
 or, where float64 agrees, the disagreeing path must be wrong against its own
-float64 run beyond what conditioning explains (fuzzdiff.low_precision.against_float64).
+float64 run beyond what conditioning explains (fuzzdiff.confirm.low_precision.against_float64).
 
 Tolerances: the three paths compute the same sums in different orders
 (ExpandedWeights forms per-sample weight gradients with einsum over unfolded
@@ -33,15 +33,15 @@ from contextlib import contextmanager
 import torch
 from hypothesis import strategies as st
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
 from fuzzdiff.checks.check import Check, CiSample
-from fuzzdiff.compare import Discrepancy, result_discrepancy
-from fuzzdiff.confirm import confirm_mismatch
-from fuzzdiff.low_precision import LowPrecision
+from fuzzdiff.confirm.compare import Discrepancy, result_discrepancy
+from fuzzdiff.confirm.identities import confirm_mismatch
+from fuzzdiff.confirm.low_precision import LowPrecision
+from fuzzdiff.confirm.steps import identical_to, replay
+from fuzzdiff.confirm.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.paths import expanded as path
-from fuzzdiff.steps import identical_to, replay
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.verdict import Verdict
 from strategies.batching import BATCHED_LAYOUT_FEATURES
 from strategies.cotangents import probes

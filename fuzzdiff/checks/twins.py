@@ -11,13 +11,13 @@ from collections.abc import Callable
 
 import torch
 
-from fuzzdiff.case import Case
-from fuzzdiff.compare import worst_discrepancy
-from fuzzdiff.ladder import Ladder, Step
+from fuzzdiff.case.case import Case
+from fuzzdiff.confirm.compare import worst_discrepancy
+from fuzzdiff.confirm.ladder import Ladder, Step
+from fuzzdiff.confirm.steps import conditioning, float64_persists, identical_to, replay
+from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.result import Result
-from fuzzdiff.steps import conditioning, float64_persists, identical_to, replay
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["judge_twins", "TWINS_LADDER"]

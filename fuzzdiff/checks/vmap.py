@@ -10,8 +10,8 @@ on its own scale. A mismatch is replayed and tried at a neighbouring point
 before it is a failure; in low precision it must also persist in float64 on
 the same values, or, where float64 agrees, the vmapped results must be wrong
 against their float64 run beyond what the problem's conditioning explains
-(fuzzdiff.low_precision.against_float64). Missing batching rules and code vmap
-cannot batch (fuzzdiff.unsupported: ``.item()``, a tensor in an if,
+(fuzzdiff.confirm.low_precision.against_float64). Missing batching rules and code vmap
+cannot batch (fuzzdiff.guards.unsupported: ``.item()``, a tensor in an if,
 boolean-mask indexing, even where vmap does not say so) are "unsupported";
 ops vmap runs through its slow fallback are reported (``fallbacks``), never
 failed.
@@ -24,15 +24,15 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
 from fuzzdiff.checks.check import Check, CiSample
-from fuzzdiff.compare import result_discrepancy
-from fuzzdiff.confirm import confirm_mismatch
-from fuzzdiff.low_precision import LowPrecision
+from fuzzdiff.confirm.compare import result_discrepancy
+from fuzzdiff.confirm.identities import confirm_mismatch
+from fuzzdiff.confirm.low_precision import LowPrecision
+from fuzzdiff.confirm.steps import identical_to, replay
+from fuzzdiff.confirm.tolerance import LOW_PRECISION, tolerance
 from fuzzdiff.paths import vmap as path
-from fuzzdiff.steps import identical_to, replay
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import LOW_PRECISION, tolerance
 from fuzzdiff.verdict import Verdict
 from strategies.batching import batching
 from strategies.cotangents import probes

@@ -7,6 +7,7 @@ from dataclasses import replace
 import torch
 
 from fuzzdiff import api
+from fuzzdiff.case.spec import SpecError
 from fuzzdiff.checks import CHECKS, UnknownCheck, get_check
 from fuzzdiff.commands.options import (
     UsageError,
@@ -18,8 +19,7 @@ from fuzzdiff.commands.options import (
     split,
 )
 from fuzzdiff.commands.signals import stops_interrupt
-from fuzzdiff.fuzzing import settle_heap
-from fuzzdiff.spec import SpecError
+from fuzzdiff.search.fuzzing import settle_heap
 from fuzzdiff.targets.user import user_target
 from fuzzdiff.targets.user_import import import_object
 

@@ -11,13 +11,13 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from fuzzdiff import repro
 from fuzzdiff.commands.options import UsageError, allowed_imports, corpus_root, record_path
-from fuzzdiff.corpus import iter_records, merge, read_record
-from fuzzdiff.corpus_causes import root_causes
-from fuzzdiff.corpus_replay import NEWS, mark_outcome, outcome
-from fuzzdiff.known_table import signatures
-from fuzzdiff.record import STATUSES, CorpusError
+from fuzzdiff.corpus import repro
+from fuzzdiff.corpus.causes import root_causes
+from fuzzdiff.corpus.discrepancies_page import signatures
+from fuzzdiff.corpus.replay import NEWS, mark_outcome, outcome
+from fuzzdiff.record.files import iter_records, merge, read_record
+from fuzzdiff.record.format import STATUSES, CorpusError
 from fuzzdiff.targets.recipe import references
 
 __all__ = [
@@ -114,7 +114,7 @@ def cmd_corpus_stats(args) -> int:
 
 
 def _print_root_causes(console: Console, records: list) -> None:
-    """The open records' root causes (fuzzdiff.corpus_causes), the largest first."""
+    """The open records' root causes (fuzzdiff.corpus.causes), the largest first."""
     # every declared signature, those no target lists too (the page's own list)
     causes = root_causes(records, [s.known for s in signatures()])
     kinds = Counter(c.kind for c in causes)

@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from fuzzdiff.checks import CHECKS
+from fuzzdiff.search.vmap_fallbacks import fallback_report
 from fuzzdiff.targets import all_targets
-from fuzzdiff.vmap_fallbacks import fallback_report
 
 __all__ = ["cmd_list"]
 

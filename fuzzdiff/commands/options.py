@@ -13,9 +13,10 @@ from pathlib import Path
 
 import torch
 
-from fuzzdiff.case import DTYPES
+from fuzzdiff.case.case import DTYPES
 from fuzzdiff.config import ConfigError, FuzzConfig
-from fuzzdiff.corpus import default_root, find_record
+from fuzzdiff.errors import FuzzdiffError
+from fuzzdiff.record.files import default_root, find_record
 from fuzzdiff.targets.user_import import is_module_name
 
 __all__ = [
@@ -32,7 +33,7 @@ __all__ = [
 ]
 
 
-class UsageError(Exception):
+class UsageError(FuzzdiffError):
     """Bad input from the command line: exit status 2, a message, no traceback."""
 
 
@@ -85,7 +86,7 @@ def dtypes_option(values: list[str] | None) -> list[torch.dtype] | None:
 
 def device_option(name: str | None, cluster: bool = False) -> str | None:
     """--device: cpu or cuda (cuda:N); cuda only where torch sees a GPU (with
-    --ray, the cluster's GPUs: fuzzdiff.cluster checks there are some)."""
+    --ray, the cluster's GPUs: fuzzdiff.campaign.cluster checks there are some)."""
     if name is None:
         return None
     if name == "cpu":

@@ -9,9 +9,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fuzzdiff import repro
-from fuzzdiff.bug_report import bug_report
 from fuzzdiff.commands.options import UsageError, allowed_imports, record_path
+from fuzzdiff.corpus import repro
+from fuzzdiff.corpus.bug_report import bug_report
 from fuzzdiff.script import ScriptError, standalone_script
 
 __all__ = ["cmd_report", "cmd_repro"]

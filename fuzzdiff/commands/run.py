@@ -17,11 +17,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from fuzzdiff.blame import Blame
-from fuzzdiff.campaign import case_options, round_one_order, run_campaign
-from fuzzdiff.campaign_results import Campaign
+from fuzzdiff.campaign.cluster import ClusterError, connected, preflight, ray_pool
+from fuzzdiff.campaign.heatmap import pair_rows, write_report
+from fuzzdiff.campaign.loop import case_options, round_one_order, run_campaign
+from fuzzdiff.campaign.plan import plan
+from fuzzdiff.campaign.results import Campaign
+from fuzzdiff.campaign.schedule import Shard
+from fuzzdiff.campaign.worker import BatchSize
 from fuzzdiff.checks import CHECKS
-from fuzzdiff.cluster import ClusterError, connected, preflight, ray_pool
 from fuzzdiff.commands.options import (
     UsageError,
     at_least_one,
@@ -33,18 +36,15 @@ from fuzzdiff.commands.options import (
 )
 from fuzzdiff.commands.run_display import LiveView, coverage_line, nodes_line, nodes_meta, run_table
 from fuzzdiff.commands.signals import stops_interrupt
-from fuzzdiff.corpus import default_root, read_record
-from fuzzdiff.corpus_causes import root_causes
-from fuzzdiff.journal import recover
-from fuzzdiff.plan import plan
-from fuzzdiff.record import CorpusError
-from fuzzdiff.report import pair_rows, write_report
-from fuzzdiff.schedule import Shard
+from fuzzdiff.corpus.causes import root_causes
+from fuzzdiff.record.files import default_root, read_record
+from fuzzdiff.record.format import CorpusError
+from fuzzdiff.record.journal import recover
+from fuzzdiff.search.blame import Blame
 from fuzzdiff.targets import all_targets
-from fuzzdiff.targets.opinfo import FAMILY as OPINFO
-from fuzzdiff.targets.opinfo import OpInfoError
-from fuzzdiff.targets.opinfo import select as select_opinfo
-from fuzzdiff.worker import BatchSize
+from fuzzdiff.targets.opinfo.adapter import FAMILY as OPINFO
+from fuzzdiff.targets.opinfo.adapter import OpInfoError
+from fuzzdiff.targets.opinfo.adapter import select as select_opinfo
 
 __all__ = ["cmd_run"]
 

@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from fuzzdiff.targets.opinfo import FAMILY as OPINFO
+from fuzzdiff.targets.opinfo.adapter import FAMILY as OPINFO
 
 __all__ = ["RUN_COLUMNS", "LiveView", "coverage_line", "nodes_line", "nodes_meta", "run_table"]
 

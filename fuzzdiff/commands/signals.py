@@ -17,7 +17,7 @@ def _interrupt(signum, frame):
 def stops_interrupt():
     """SIGTERM (a CI job cancelled, a cluster scheduler) and SIGHUP (the terminal
     gone) end the command as Ctrl-C does, where they would kill it on the spot:
-    the examples in flight unwind and are forgotten (fuzzdiff.journal), not
+    the examples in flight unwind and are forgotten (fuzzdiff.record.journal), not
     left behind to be recorded later as crashes. A signal already handled or
     ignored (nohup) is left as it is."""
     installed = {}

@@ -54,10 +54,10 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch.utils._pytree import tree_leaves
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.directions import directions, probes_like
+from fuzzdiff.case.layout import Alias, Layout
 from fuzzdiff.config import COMPILE_BACKENDS, COMPILE_TRANSFORMS
-from fuzzdiff.directions import directions, probes_like
-from fuzzdiff.layout import Alias, Layout
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import differentiable, leaf_function
 from fuzzdiff.paths.result import Result

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from fuzzdiff.case import Case
-from fuzzdiff.directions import probes_like
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.directions import probes_like
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.paths.result import Result, outputs_and
 from fuzzdiff.paths.reverse import vjp

@@ -34,13 +34,13 @@ import torch.nn.utils._per_sample_grad as per_sample_grad
 from torch.func import functional_call, grad, vmap
 from torch.utils._pytree import tree_leaves
 
-from fuzzdiff.case import Case
-from fuzzdiff.directions import probes_like
-from fuzzdiff.layout import Layout
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.directions import probes_like
+from fuzzdiff.case.layout import Layout
+from fuzzdiff.guards.unsupported import unsupported_reason
 from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.module import batch_dims, is_module_target, module_builder, one_sample
 from fuzzdiff.targets.target import Target
-from fuzzdiff.unsupported import unsupported_reason
 
 __all__ = ["Plan", "Sides", "run", "batch_dims", "one_sample", "is_module_target", "REDUCTIONS"]
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_leaves
 
-from fuzzdiff.case import Case
-from fuzzdiff.materialize import Inputs
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.materialize import Inputs
 from fuzzdiff.targets.target import Target
 
 __all__ = ["LeafFunction", "leaf_function", "differentiable"]

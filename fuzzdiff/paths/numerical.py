@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from fuzzdiff.directions import absdot, dot, widened
+from fuzzdiff.case.directions import absdot, dot, widened
 
 __all__ = [
     "directional_difference",

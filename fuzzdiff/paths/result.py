@@ -1,7 +1,7 @@
 """What a path computed: tensors by name, outputs first.
 
 Every path returns Results (one per side it computes), so that a check
-compares any two of them one way (fuzzdiff.compare.result_discrepancy) and a
+compares any two of them one way (fuzzdiff.confirm.compare.result_discrepancy) and a
 replay compares a Result with itself run again.
 """
 

@@ -22,14 +22,14 @@ from typing import NamedTuple
 import torch
 from torch.utils._pytree import tree_leaves
 
-from fuzzdiff.case import Case
-from fuzzdiff.directions import directions, probes_like
-from fuzzdiff.layout import Layout
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.directions import directions, probes_like
+from fuzzdiff.case.layout import Layout
+from fuzzdiff.guards.unsupported import VMAP_DATA_DEPENDENT_SHAPE, vmap_unsupported_reason
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.target import Target
-from fuzzdiff.unsupported import VMAP_DATA_DEPENDENT_SHAPE, vmap_unsupported_reason
 from fuzzdiff.verdict import Unsupported
 
 __all__ = ["Level", "Plan", "run", "vmap_and_loop", "COMPOSITIONS", "recording_fallbacks", "stop_recording_fallbacks"]
@@ -380,7 +380,7 @@ def vmap_and_loop(
 
 def run(target: Target, case: Case, cast: torch.dtype | None = None) -> tuple[Result, Result]:
     """The plan's composition, vmapped and looped, on the same examples. What
-    vmap refuses (fuzzdiff.unsupported), in words or not, raises Unsupported."""
+    vmap refuses (fuzzdiff.guards.unsupported), in words or not, raises Unsupported."""
     try:
         return _run(target, case, cast)
     except Exception as e:

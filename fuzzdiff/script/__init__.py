@@ -8,7 +8,7 @@ the check drew, runs the check's two computations and prints both, ending with
 ``OK: ...`` (exit status 0) or ``MISMATCH: ...`` (exit status 1). It is meant
 to be pasted into a PyTorch bug report.
 
-Each check contributes its computation as a ``fuzzdiff.fragment.Fragment``:
+Each check contributes its computation as a ``fuzzdiff.checks.fragment.Fragment``:
 its own ``Check.script`` (written in the check's module, calling the check's
 torch-only functions, which are copied here by source), or, for the checks
 whose scripts embed batched examples, modules, compiled runs and other backends (vmap,
@@ -26,11 +26,12 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.directions import directions, probes_like
+from fuzzdiff.case.features import relaid
 from fuzzdiff.checks import CHECKS
-from fuzzdiff.confirm import EPS
-from fuzzdiff.directions import directions, probes_like
-from fuzzdiff.features import relaid
+from fuzzdiff.confirm.identities import EPS
+from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.script import backend as _backend  # noqa: F401  (registers the backend fragment)
 from fuzzdiff.script import compile as _compile  # registers its fragment
@@ -51,7 +52,6 @@ from fuzzdiff.script.source import FORBIDDEN, TargetCode, target_code
 from fuzzdiff.targets import all_targets, get_target
 from fuzzdiff.targets.recipe import ModuleFunction
 from fuzzdiff.targets.target import Target
-from fuzzdiff.tolerance import tolerance
 from fuzzdiff.verdict import Verdict
 
 __all__ = ["standalone_script", "scripted_checks", "ScriptError", "FRAGMENTS", "register", "Fragment"]
@@ -447,7 +447,7 @@ def _definitions(code: TargetCode) -> str:
 
 
 def _seed(target: Target, check: str, case: Case) -> int | None:
-    """The seed every call of a random target runs from, as fuzzdiff.runner
+    """The seed every call of a random target runs from, as fuzzdiff.search.runner
     seeds it; None where the target draws nothing or the check seeds itself."""
     if not target.random or CHECKS[check].seeds_random:
         return None

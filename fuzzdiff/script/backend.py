@@ -11,7 +11,7 @@ called, so only theirs are written.
 
 from __future__ import annotations
 
-from fuzzdiff.fragment import lines
+from fuzzdiff.checks.fragment import lines
 from fuzzdiff.script.fragments import Fragment, register
 from fuzzdiff.script.literals import ScriptError
 

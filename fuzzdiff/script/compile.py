@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fuzzdiff.directions import probes_like
-from fuzzdiff.fragment import lines
+from fuzzdiff.case.directions import probes_like
+from fuzzdiff.checks.fragment import lines
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.script.fragments import Fragment, register
 from fuzzdiff.script.helpers import reserve

@@ -1,7 +1,7 @@
 """Scripts for the checks whose script needs the script generator itself.
 
 Most checks state their script beside their identity (``Check.script``,
-fuzzdiff.fragment). The vmap, per_sample and compile checks embed data only
+fuzzdiff.checks.fragment). The vmap, per_sample and compile checks embed data only
 this layer can write (batched examples, modules, compiled-run settings): their
 fragments register here, by check name, from their own modules in this package.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fuzzdiff.fragment import Fragment
+from fuzzdiff.checks.fragment import Fragment
 
 __all__ = ["Fragment", "FRAGMENTS", "KWARGS_IN_CLOSURE", "register"]
 

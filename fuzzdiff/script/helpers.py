@@ -16,14 +16,14 @@ from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fuzzdiff.compare import max_abs, mismatch
-from fuzzdiff.directions import absdot, dot
+from fuzzdiff.case.directions import absdot, dot
+from fuzzdiff.confirm.compare import max_abs, mismatch
+from fuzzdiff.guards.unsupported import UNSUPPORTED_PATTERNS
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.numerical import directional_difference
 from fuzzdiff.paths.reverse import vjp
 from fuzzdiff.script.literals import ScriptError
 from fuzzdiff.script.source import STANDARD_IMPORTS, target_code
-from fuzzdiff.unsupported import UNSUPPORTED_PATTERNS
 
 __all__ = ["HELPERS", "helper_source", "helper_names", "defines_helper", "COPIED", "copies", "reserve"]
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fuzzdiff.case import Case
-from fuzzdiff.layout import Layout
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.layout import Layout
 from fuzzdiff.script.literals import ON_DEVICE, storage_literal
 
 __all__ = ["InputsCode", "inputs_code"]

@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from fuzzdiff.layout import Layout
+from fuzzdiff.case.layout import Layout
+from fuzzdiff.errors import FuzzdiffError
 
 __all__ = [
     "ScriptError",
@@ -31,7 +32,7 @@ WIDTH = 88
 ON_DEVICE = ".to(DEVICE)"  # a CPU-built storage moved to the device a script runs on
 
 
-class ScriptError(ValueError):
+class ScriptError(FuzzdiffError, ValueError):
     """A case or target that cannot be written as a standalone torch-only script."""
 
 

@@ -1,7 +1,7 @@
-"""An OpInfo sample's call in a standalone script (fuzzdiff.targets.opinfo_build.SampleCall).
+"""An OpInfo sample's call in a standalone script (fuzzdiff.targets.opinfo.build.SampleCall).
 
 The script calls the op with the very class the target calls it with
-(fuzzdiff.targets.opinfo_call.OpInfoCall, copied by source): the sample's
+(fuzzdiff.targets.opinfo.call.OpInfoCall, copied by source): the sample's
 input, args and kwargs, with every constant written as a literal (tensors
 exactly, built afresh per call and cast to the fuzzed dtype, as the target's
 copies are) and the fuzzed arguments in their places (in near mode, the
@@ -25,8 +25,8 @@ from torch.utils._pytree import tree_unflatten
 
 from fuzzdiff.script.literals import ScriptError, tensor_literal, value_literal
 from fuzzdiff.script.source import SPECIAL, TargetCode, _torch_expression, objects_code, target_code
-from fuzzdiff.targets.opinfo_build import SampleCall
-from fuzzdiff.targets.opinfo_call import Differentiable, OpInfoCall, is_identity, unchanged, unwrapped_output
+from fuzzdiff.targets.opinfo.build import SampleCall
+from fuzzdiff.targets.opinfo.call import Differentiable, OpInfoCall, is_identity, unchanged, unwrapped_output
 
 __all__ = ["opinfo_code", "NAMES"]
 

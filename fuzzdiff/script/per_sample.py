@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from fuzzdiff.fragment import lines
+from fuzzdiff.checks.fragment import lines
 from fuzzdiff.paths import expanded as path
 from fuzzdiff.script.fragments import Fragment, register
 from fuzzdiff.script.literals import ScriptError, tensor_literal, value_literal

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from fuzzdiff.programs import Program
+from fuzzdiff.case.programs import Program
+from fuzzdiff.errors import FAMILY
 from fuzzdiff.script.literals import ScriptError, value_literal
 
 __all__ = ["TargetCode", "target_code", "objects_code", "SPECIAL"]
@@ -136,6 +137,10 @@ class _Emitter:
         if _constant(obj):
             if self.bind(name, obj):
                 self.code.definitions.append(f"{name} = {value_literal(obj)}")
+            return
+        if obj in FAMILY:  # fuzzdiff's exception family: a script needs only the builtin base below it
+            if self.bind(name, obj):
+                self.code.definitions.append(f"{name} = {obj.__mro__[1].__name__}")
             return
         if callable(obj) or isinstance(obj, type):
             self.callable(name, obj, module)
@@ -316,11 +321,11 @@ def _lambda_source(fn) -> str:
 
 
 def _program_code(fn, kwargs, arg_names, numbers_as_kwargs: bool = False) -> TargetCode | None:
-    """A program target (fuzzdiff.programs.run_program): the drawn program as torch code.
+    """A program target (fuzzdiff.case.programs.run_program): the drawn program as torch code.
     ``numbers_as_kwargs``: its statements' numbers are keyword-only parameters, which
     the call passes (the compile check's script holds them in a closure, as the
     compiled program reads them from its statements)."""
-    if getattr(fn, "__module__", None) != "fuzzdiff.programs" or getattr(fn, "__name__", "") != "run_program":
+    if getattr(fn, "__module__", None) != "fuzzdiff.case.programs" or getattr(fn, "__name__", "") != "run_program":
         return None
     program = Program.from_json(kwargs["program"])
     numbers: dict[str, object] = {}
@@ -434,7 +439,7 @@ def target_code(fn, what: str, kwargs=None, arg_names=(), *, numbers_as_kwargs: 
             module = sys.modules[cls.__module__]
             emitter.callable(cls.__name__, cls, module)
             emitter.code.call = f"{cls.__name__}.{fn.__name__}"
-        elif inspect.isclass(fn):  # a class a script's copied functions use (fuzzdiff.fragment)
+        elif inspect.isclass(fn):  # a class a script's copied functions use (fuzzdiff.checks.fragment)
             emitter.callable(fn.__name__, fn, sys.modules[fn.__module__])
             emitter.code.call = fn.__name__
         elif inspect.isfunction(fn):

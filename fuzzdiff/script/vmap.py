@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from fuzzdiff.fragment import lines
+from fuzzdiff.checks.fragment import lines
 from fuzzdiff.paths.vmap import Batch, Level, vmap_and_loop
 from fuzzdiff.script.fragments import Fragment, register
 from fuzzdiff.script.literals import tensor_literal

@@ -6,6 +6,7 @@ import difflib
 import fnmatch
 from collections.abc import Iterable
 
+from fuzzdiff.errors import FuzzdiffError
 from fuzzdiff.targets.target import FromShapes, Index, Mask, NoGrad, Only, Target, Tol
 from fuzzdiff.targets.user import resolve_user_target
 
@@ -28,7 +29,7 @@ _REGISTRY: dict[str, Target] = {}
 _LOADED = False
 
 
-class UnknownTarget(KeyError):
+class UnknownTarget(FuzzdiffError, KeyError):
     def __init__(self, name: str):
         close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -63,7 +64,7 @@ def get_target(name: str) -> Target:
     if name.startswith("opinfo/"):
         # startup time and an optional dependency: torch's OpInfo database needs
         # expecttest and seconds to import
-        from fuzzdiff.targets.opinfo import get_opinfo_target
+        from fuzzdiff.targets.opinfo.adapter import get_opinfo_target
 
         return get_opinfo_target(name)
     if ":" in name:
@@ -78,7 +79,7 @@ def all_targets(include_opinfo: bool = False) -> list[Target]:
     out = sorted(_REGISTRY.values(), key=lambda t: (t.family, t.name))
     if include_opinfo:
         # startup time and an optional dependency, as in get_target
-        from fuzzdiff.targets.opinfo import opinfo_targets
+        from fuzzdiff.targets.opinfo.adapter import opinfo_targets
 
         out += opinfo_targets()
     return out

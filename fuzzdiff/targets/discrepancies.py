@@ -1,12 +1,12 @@
 """Torch discrepancies that targets of several families hit, declared once.
 
 A catalog target and an OpInfo target of the same op reach the same torch bug;
-each lists the one signature here among its ``known`` (fuzzdiff.known).
+each lists the one signature here among its ``known`` (fuzzdiff.targets.known).
 """
 
 from __future__ import annotations
 
-from fuzzdiff.known import NOT_NONE, Known
+from fuzzdiff.targets.known import NOT_NONE, Known
 
 __all__ = [
     "EAGER_CHECKS",
@@ -462,5 +462,5 @@ DUAL_LEVEL_LERP_INPLACE_COMPILE = Known(
 
 # Discrepancies in how torch runs code's own derivative rules (an autograd.Function's
 # jvp, a custom op's fake kernel): they apply to any code that brings such rules, a
-# user's included (fuzzdiff.blame), not to one op.
+# user's included (fuzzdiff.search.blame), not to one op.
 OWN_RULES: tuple[Known, ...] = (FUNCTION_JVP_DROPPED_AT_DUALS,)

@@ -1,6 +1,6 @@
 """A target found to draw random numbers, and what it can still be asked.
 
-Seeded alike before every call (``Target.random``, fuzzdiff.runner), a random
+Seeded alike before every call (``Target.random``, fuzzdiff.search.runner), a random
 function is a deterministic one, so its derivatives can be checked. Some
 comparisons stay unfair even then: they compare two calls that consume the
 generators differently. The catalog's random layers skip those one by one,

@@ -18,7 +18,7 @@ plain attributes, submodule by submodule; otherwise there is no recipe and
 ``NoRecipe`` says what is missing.
 
 Building runs the constructors, so whoever builds says which modules may be
-imported (fuzzdiff.repro's import policy, over ``references``); torch's own
+imported (fuzzdiff.corpus.repro's import policy, over ``references``); torch's own
 module classes and functions need no permission. A class must be an
 ``nn.Module`` before it is called.
 """
@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fuzzdiff.case import DTYPES
+from fuzzdiff.case.case import DTYPES
+from fuzzdiff.errors import FuzzdiffError
 
 __all__ = [
     "NoRecipe",
@@ -54,7 +55,7 @@ __all__ = [
 Resolve = Callable[[str], Any]  # module:qualname -> the object (fuzzdiff.targets.user_import.import_object)
 
 
-class NoRecipe(ValueError):
+class NoRecipe(FuzzdiffError, ValueError):
     """Why a module cannot be built again from what a record can store."""
 
 

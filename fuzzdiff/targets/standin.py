@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch.utils._pytree import tree_leaves
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
 from fuzzdiff.targets.target import Target
 
 __all__ = ["StandIn", "stand_in"]

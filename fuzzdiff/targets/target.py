@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from fuzzdiff.arguments import ArgKind, FromShapes, Index, Mask, NoGrad
-from fuzzdiff.known import Known
-from fuzzdiff.spec import ArgSpec, parse_spec
-from fuzzdiff.structures import STRUCTURES
+from fuzzdiff.case.arguments import ArgKind, FromShapes, Index, Mask, NoGrad
+from fuzzdiff.case.spec import ArgSpec, parse_spec
+from fuzzdiff.case.structures import STRUCTURES
+from fuzzdiff.targets.known import Known
 
 __all__ = ["Target", "Tol", "Only", "Index", "Mask", "NoGrad", "FromShapes", "ArgKind"]
 
@@ -63,15 +63,15 @@ class Target:
     only:      an allow-list of the checks that may apply (Only), when most do not.
     skip:      check name -> why it does not apply to this target.
     known:     the PyTorch discrepancies it is known to hit, each a precise
-               signature with its evidence (fuzzdiff.known), never a whole check.
+               signature with its evidence (fuzzdiff.targets.known), never a whole check.
     functional: False for targets that mutate their inputs.
     specials:  opt in to special values (±0, ±inf, nan, tiny, huge, subnormal).
     random:    the target draws random numbers (dropout, a module in training
                mode): the checks call it with torch's generators and Python's
-               ``random`` seeded alike before every call (fuzzdiff.runner), or
+               ``random`` seeded alike before every call (fuzzdiff.search.runner), or
                seed it themselves (checkpoint); vmap and compile do not apply.
     structured: the structured points that are valid inputs, drawn for every
-               floating argument (fuzzdiff.structures): "ties", "zeros",
+               floating argument (fuzzdiff.case.structures): "ties", "zeros",
                "identity", "diagonal", "repeated_singular", "large", "offset".
                Only where the target is defined there: its derivative may be
                a kink (a tie of max), which confirmation tells from a wrong
@@ -130,7 +130,8 @@ class Target:
                 )
         if not all(isinstance(k, Known) for k in self.known):
             raise ValueError(
-                f"target {self.name!r}: known must be a tuple of fuzzdiff.known.Known signatures, got {self.known!r}"
+                f"target {self.name!r}: known must be a tuple of fuzzdiff.targets.known.Known signatures, got "
+                f"{self.known!r}"
             )
         if isinstance(self.structured, str) or not set(self.structured) <= set(STRUCTURES):
             raise ValueError(

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from fuzzdiff.case import DTYPES
-from fuzzdiff.spec import parse_spec
+from fuzzdiff.case.case import DTYPES
+from fuzzdiff.case.spec import parse_spec
 from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
 from fuzzdiff.targets.module import one_sample
 from fuzzdiff.targets.randomness import seeded_alike
@@ -317,7 +317,7 @@ def _from_recipe(data, spec: str) -> ModuleFunction:
     """The function of a record's module, built from its recipe; its spec must be the record's."""
     if not isinstance(data, dict) or not isinstance(data.get("inputs"), str):
         raise ValueError("field 'definition.module' needs a string 'inputs' (the spec of the module's inputs)")
-    module = build(data, import_object)  # what it imports: fuzzdiff.repro's policy
+    module = build(data, import_object)  # what it imports: fuzzdiff.corpus.repro's policy
     fn, rebuilt = module_function(module, data["inputs"])
     if rebuilt != spec:
         raise ValueError(f"the module built has the spec {rebuilt!r}; the record's is {spec!r}")

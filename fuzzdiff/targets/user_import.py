@@ -4,7 +4,7 @@ corpus record may import it at all, told without running any of it.
 A record names the function it was found on; rebuilding it imports that
 module, which runs its code. ``plan_import`` says beforehand where that code
 lives, and refuses (``ImportRefused``) what is not the project's own unless
-the caller allows the module by name (fuzzdiff.repro's policy).
+the caller allows the module by name (fuzzdiff.corpus.repro's policy).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import sysconfig
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from fuzzdiff.errors import FuzzdiffError
 
 __all__ = ["import_object", "ImportRefused", "PlannedImport", "plan_import", "is_module_name", "is_installed"]
 
@@ -55,7 +57,7 @@ def import_object(ref: str):
 # -- which modules a corpus record may have imported --------------------------------------
 
 
-class ImportRefused(ValueError):
+class ImportRefused(FuzzdiffError, ValueError):
     """A record names a module that is not the project's code and that nobody allowed."""
 
 

@@ -1,4 +1,4 @@
-"""The fuzz suite over torch's OpInfo database (fuzzdiff.targets.opinfo).
+"""The fuzz suite over torch's OpInfo database (fuzzdiff.targets.opinfo.adapter).
 
 CI runs a bounded sample that rotates from run to run: ``OPS_PER_RUN`` OpInfos
 (all their targets) drawn with the seed ``$FUZZDIFF_ROTATION``, by default
@@ -14,7 +14,7 @@ target with every check. Ids read
 ``test_opinfo[grad-opinfo/add@0-rot20261122]``. A check that does not apply
 (the OpInfo's own flags and skips) is skipped with its reason; a run whose
 only failures match a known torch discrepancy's signature
-(fuzzdiff.targets.opinfo_known) is an xfail, and any other failure fails.
+(fuzzdiff.targets.opinfo.known) is an xfail, and any other failure fails.
 """
 
 import datetime
@@ -26,7 +26,7 @@ import pytest
 from verdicts import fuzz_pair
 
 from fuzzdiff.checks import CHECKS
-from fuzzdiff.targets import opinfo
+from fuzzdiff.targets.opinfo import adapter as opinfo
 
 OPS_PER_RUN = int(os.environ.get("FUZZDIFF_OPINFO_OPS", 5))
 # compile costs a dynamo compilation per drawn structure: CI runs it on fewer targets

@@ -5,13 +5,13 @@ import os
 import pytest
 
 from fuzzdiff.config import default_corpus
-from fuzzdiff.fuzzing import fuzz
+from fuzzdiff.search.fuzzing import fuzz
 
 
 def fuzz_pair(check, target, profile: dict, **options) -> None:
     """Skip what cannot apply or ran only unsupported; fail on any failure,
     whatever its pair; xfail a run whose only failures matched one of the
-    target's known discrepancies (fuzzdiff.known: fuzz() counts those and
+    target's known discrepancies (fuzzdiff.targets.known: fuzz() counts those and
     searches on). Every shrunk failure is written to the corpus
     ($FUZZDIFF_CORPUS). ``profile``: the session's fuzz_options; ``options``
     override them."""

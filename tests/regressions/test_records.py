@@ -1,8 +1,8 @@
 """Every corpus record, replayed without Hypothesis, judged by its status on
-this torch (fuzzdiff.corpus_replay, as ``fuzzdiff corpus replay`` does).
+this torch (fuzzdiff.corpus.replay, as ``fuzzdiff corpus replay`` does).
 
 - ``open``: a failure still present upstream; the replay must be the same
-  failure (kind, exception type and message or identity: fuzzdiff.repro.mismatch),
+  failure (kind, exception type and message or identity: fuzzdiff.corpus.repro.mismatch),
   or match the signature of the known discrepancy that lists the record. A
   replay that passes means upstream fixed it: ``fuzzdiff corpus replay --mark``
   marks it ``fixed`` in this release; any other outcome, an error included,
@@ -17,8 +17,8 @@ import os
 import pytest
 
 from fuzzdiff.config import default_corpus
-from fuzzdiff.corpus import iter_records, read_record
-from fuzzdiff.corpus_replay import outcome
+from fuzzdiff.record.files import iter_records, read_record
+from fuzzdiff.corpus.replay import outcome
 
 RECORDS = list(iter_records(default_corpus(os.environ)))
 GOOD = ("still failing", "still fixed", "as expected")

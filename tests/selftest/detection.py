@@ -21,11 +21,11 @@ from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, Phase, settings
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
 from fuzzdiff.checks import get_check
-from fuzzdiff.fuzzing import FuzzFailure, fuzz
-from fuzzdiff.layout import Layout
-from fuzzdiff.runner import run_check
+from fuzzdiff.search.fuzzing import FuzzFailure, fuzz
+from fuzzdiff.case.layout import Layout
+from fuzzdiff.search.runner import run_check
 from tests.selftest.zoo import ZOO, Planted
 
 __all__ = ["Detection", "detect", "fuzz_settings", "describe", "main", "VARIANTS", "STRUCTURES"]

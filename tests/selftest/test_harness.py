@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from fuzzdiff.case import Arg, Case
+from fuzzdiff.case.case import Arg, Case
 from fuzzdiff.checks import Check, get_check
-from fuzzdiff.fuzzing import fuzz
-from fuzzdiff.runner import run_check
+from fuzzdiff.search.fuzzing import fuzz
+from fuzzdiff.search.runner import run_check
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 from tests.selftest.detection import fuzz_settings

@@ -12,7 +12,7 @@ import pytest
 
 import fuzzdiff
 from fuzzdiff.cli import main
-from fuzzdiff.repro import replay
+from fuzzdiff.corpus.repro import replay
 from tests.selftest.zoo import ZOO
 
 pytestmark = pytest.mark.selftest

@@ -19,15 +19,15 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzzdiff.case import Case
+from fuzzdiff.case.case import Case
 from fuzzdiff.checks import CHECKS, Check, get_check
-from fuzzdiff.directions import probes_like
-from fuzzdiff.fuzzing import FuzzFailure, Tally, fuzz
-from fuzzdiff.known import matching
-from fuzzdiff.layout import Layout
+from fuzzdiff.case.directions import probes_like
+from fuzzdiff.search.fuzzing import FuzzFailure, Tally, fuzz
+from fuzzdiff.targets.known import matching
+from fuzzdiff.case.layout import Layout
 from fuzzdiff.paths.function import leaf_function
-from fuzzdiff.record import case_from_json
-from fuzzdiff.runner import run_check
+from fuzzdiff.record.format import case_from_json
+from fuzzdiff.search.runner import run_check
 from fuzzdiff.targets import all_targets
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict

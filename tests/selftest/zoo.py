@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd import Function
 
-from fuzzdiff.layout import Layout
+from fuzzdiff.case.layout import Layout
 from fuzzdiff.targets.discrepancies import FUNCTION_JVP_DROPPED_AT_DUALS, NESTED_JVP_FUNCTION
 from fuzzdiff.targets.target import Target
 

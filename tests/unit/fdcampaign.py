@@ -10,13 +10,13 @@ import contextlib
 import textwrap
 
 import pytest
-from fdhelpers import WRONG_SQUARE
+from tests.unit.fdhelpers import WRONG_SQUARE
 
 ZOO = WRONG_SQUARE + textwrap.dedent('''
     import os
     import time
     from hypothesis.configuration import storage_directory
-    from fuzzdiff.known import Known
+    from fuzzdiff.targets.known import Known
     from fuzzdiff.targets.target import Target
 
     def slow(x):
@@ -45,7 +45,7 @@ ZOO = WRONG_SQUARE + textwrap.dedent('''
 
     def leaky(x):
         # once per process, leaves inference mode on for good (its guard lives on), which
-        # fuzzdiff.torch_state cannot put back: only a fresh process is whole again
+        # fuzzdiff.guards.torch_state cannot put back: only a fresh process is whole again
         if not LEAKED:
             LEAKED.append(torch.inference_mode())
             LEAKED[-1].__enter__()

@@ -10,10 +10,10 @@ import fuzzdiff
 from fuzzdiff.api import ThinWarning
 from fuzzdiff.checks import UnknownCheck
 from fuzzdiff.cli import main
-from fuzzdiff.corpus import read_record
-from fuzzdiff.repro import replay
-from fuzzdiff.spec import SpecError
-from fdhelpers import WrongSquare
+from fuzzdiff.record.files import read_record
+from fuzzdiff.corpus.repro import replay
+from fuzzdiff.case.spec import SpecError
+from tests.unit.fdhelpers import WrongSquare
 
 USER_MODULE = '''
 import torch
@@ -249,8 +249,8 @@ def test_a_not_implemented_error_of_the_function_itself_is_a_failure_not_unsuppo
 
 
 def test_an_exception_of_eager_under_the_compile_check_is_a_failure():
-    from fuzzdiff.case import Arg, Case
-    from fuzzdiff.runner import run_check
+    from fuzzdiff.case.case import Arg, Case
+    from fuzzdiff.search.runner import run_check
     from fuzzdiff.targets.target import Target
 
     target = Target("raises_in_eager", _raises_in_eager, "x: n m")
@@ -280,7 +280,7 @@ def test_a_module_is_fuzzed_in_its_inputs_and_its_parameters():
 
     bad = fuzzdiff.check(Broken(), "x: 3", checks=["grad"], dtypes=[torch.float64], max_examples=20, seed=0)
     assert not bad.ok and bad.failures[0].check == "grad"
-    # dropout in training mode: checked with every call seeded alike (tests/unit/test_randomness.py)
+    # dropout in training mode: checked with every call seeded alike (tests/unit/search/test_randomness.py)
     assert fuzzdiff.check(torch.nn.Dropout(0.5), "x: n", checks=["grad"], max_examples=5).target.random
 
 
@@ -347,7 +347,7 @@ def test_a_crash_in_the_users_function_leaves_a_crash_record(tmp_path):
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
     assert run.returncode != 0
-    from fuzzdiff.journal import recover
+    from fuzzdiff.record.journal import recover
     (path,) = recover(tmp_path / "corpus")
     record = read_record(path)
     assert record.verdict.kind == "crash" and record.check == "grad"

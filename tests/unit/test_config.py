@@ -5,14 +5,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fdhelpers import WrongSquare
+from tests.unit.fdhelpers import WrongSquare
 from hypothesis import settings
 
 from fuzzdiff import pytest_plugin
 from fuzzdiff.api import environ_config
 from fuzzdiff.checks import get_check
 from fuzzdiff.config import COMPILE_BACKENDS, ConfigError, FuzzConfig
-from fuzzdiff.fuzzing import FuzzFailure, fuzz
+from fuzzdiff.search.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 

@@ -159,8 +159,8 @@ def _paths(text: str) -> set[str]:
 
 
 def test_the_path_pattern_reads_paths_and_skips_placeholders():
-    found = _paths("`fuzzdiff/costs.py`, bench/check.py. tests/unit/test_<name>.py /tmp/fuzzdiff/x docs/pages/a.md#b")
-    assert found == {"fuzzdiff/costs.py", "bench/check.py", "docs/pages/a.md"}
+    found = _paths("`fuzzdiff/checks/costs.py`, bench/check.py. tests/unit/test_<name>.py /tmp/fuzzdiff/x docs/pages/a.md#b")
+    assert found == {"fuzzdiff/checks/costs.py", "bench/check.py", "docs/pages/a.md"}
 
 
 def test_every_path_the_docs_write_exists():
@@ -192,11 +192,10 @@ def _resolves(dotted: str) -> bool:
     return True
 
 
-# The docs also name things relative to fuzzdiff (`confirm.FD_LADDER`, `checks.twins.judge_twins`); a
-# name that starts like one of these modules is taken for such a name. Left out: modules whose names the
-# docs also give to values (`case.params`, `report.ok`, `blame.whose`).
-RELATIVE = "checks compare confirm costs draws features fuzzing known ladder paths plan runner steps structures"
-RELATIVE += " targets tolerance verdict"
+# The docs also name things relative to fuzzdiff (`confirm.steps.kink`, `checks.twins.judge_twins`); a
+# name that starts like one of these packages is taken for such a name. Left out: packages whose names
+# the docs also give to values (`case.params`).
+RELATIVE = "campaign checking checks confirm corpus guards paths search script targets verdict"
 
 
 def _dotted_names(text: str) -> set[str]:
@@ -223,9 +222,9 @@ def test_the_extending_page_names_the_registration_and_the_benchmarks():
         "fuzzdiff/checks/__init__.py",
         "_register(",
         "Check.script",
-        "fuzzdiff/costs.py",
+        "fuzzdiff/checks/costs.py",
         "fuzzdiff/targets/catalog/",
-        "fuzzdiff/known.py",
+        "fuzzdiff/targets/known.py",
         "docs/pages/checks.md",
         "docs/pages/discrepancies.md",
         "python bench/campaign.py --budget 600 --seed 1",

@@ -12,7 +12,7 @@ import torch
 
 import fuzzdiff
 from fuzzdiff.api import hard_values
-from fuzzdiff.structures import STRUCTURES
+from fuzzdiff.case.structures import STRUCTURES
 
 
 class SquareByDivision(torch.autograd.Function):
@@ -230,8 +230,8 @@ def _normalized_product(x):
 @pytest.mark.parametrize("check", ["gradgrad", "forward2"])
 @pytest.mark.parametrize("grad", ["leaf", "view"])  # a view's leaf holds other values around it
 def test_a_function_that_changes_below_the_step_at_zero_is_no_failure(check, grad):
-    from fuzzdiff.record import case_from_json
-    from fuzzdiff.runner import run_check
+    from fuzzdiff.record.format import case_from_json
+    from fuzzdiff.search.runner import run_check
     from fuzzdiff.targets.target import Target
 
     probe = {"layout": "contiguous", "seed": 0, "zeros": 0.0}
@@ -263,8 +263,8 @@ def test_float32_at_tied_large_values_is_judged_by_their_conditioning():
     implementation; tied, shifted values once kept the conditioning nudge
     from moving them at all (snapped back to their levels), and that was
     reported as a failure."""
-    from fuzzdiff.record import case_from_json
-    from fuzzdiff.runner import run_check
+    from fuzzdiff.record.format import case_from_json
+    from fuzzdiff.search.runner import run_check
     from fuzzdiff.targets.target import Target
 
     case = case_from_json({

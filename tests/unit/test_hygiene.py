@@ -118,13 +118,13 @@ def test_every_function_level_import_says_why():
 # The drivers resolve one FuzzConfig, from their flags and the environment, and
 # hand it down (to a campaign's workers too); every module below them is handed
 # its settings, and neither reads nor writes its process's environment.
-DRIVERS = {"fuzzdiff.__main__", "fuzzdiff.cli", "fuzzdiff.rerecord", "fuzzdiff.commands", "fuzzdiff.api",
+DRIVERS = {"fuzzdiff.__main__", "fuzzdiff.cli", "fuzzdiff.commands", "fuzzdiff.api",
            "fuzzdiff.pytest_plugin"}
 # Programs a module runs in a child process it starts itself (``python -c``),
 # named by the module-level string that holds them: they run in the child, and
 # may set the child's own environment (fresh.py gives its child compile caches
 # of its own) but never touch this process's.
-CHILD_PROGRAMS = {("fuzzdiff/fresh.py", "_BOOT")}
+CHILD_PROGRAMS = {("fuzzdiff/search/fresh.py", "_BOOT")}
 ENVIRONMENT = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
 WRITES = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
 
@@ -203,7 +203,7 @@ def test_nothing_below_the_drivers_touches_the_environment():
     # every other module: those of the other layers, and any a layer does not name yet
     below = {m: path for m, path in modules.items() if not _is_driver(m)}
     layered = {m for m in below if any(m == l or m.startswith(l + ".") for l in layers)}
-    assert {"fuzzdiff.campaign", "fuzzdiff.cluster", "fuzzdiff.fuzzing", "fuzzdiff.corpus"} <= layered
+    assert {"fuzzdiff.campaign.loop", "fuzzdiff.campaign.cluster", "fuzzdiff.search.fuzzing", "fuzzdiff.record.files"} <= layered
     touching = {f"{path.relative_to(REPO)}:{line}" for path in below.values()
                 for line in _environment_uses(ast.parse(path.read_text()))}
     assert not touching, f"the environment, read or written below the drivers: {sorted(touching)}"
@@ -212,7 +212,7 @@ def test_nothing_below_the_drivers_touches_the_environment():
 def test_the_drivers_read_the_environment_and_never_write_it():
     modules = _modules()
     drivers = [m for m in modules if _is_driver(m)]
-    assert "fuzzdiff.commands.options" in drivers and "fuzzdiff.campaign" not in drivers
+    assert "fuzzdiff.commands.options" in drivers and "fuzzdiff.campaign.loop" not in drivers
     writes = {f"{modules[m].relative_to(REPO)}:{line}" for m in drivers
               for line in _environment_writes(ast.parse(modules[m].read_text()))}
     assert not writes, f"a driver writes its process's environment: {sorted(writes)}"

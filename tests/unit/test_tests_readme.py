@@ -121,8 +121,8 @@ def test_a_rows_test_files_exist_and_import_or_name_its_modules(row):
 def test_a_stale_map_is_caught(tmp_path, monkeypatch):
     """The checks above fail on a module without a row, a row for a module
     that is gone, and a test file that does not touch its row's module."""
-    (tmp_path / "test_x.py").write_text("import fuzzdiff.case\n")
-    stale = [Row(("fuzzdiff.no_such_module",), (), ("fuzzdiff.case",)), Row(("fuzzdiff.spec",), ("test_x.py",), ())]
+    (tmp_path / "test_x.py").write_text("import fuzzdiff.case.case\n")
+    stale = [Row(("fuzzdiff.no_such_module",), (), ("fuzzdiff.case.case",)), Row(("fuzzdiff.case.spec",), ("test_x.py",), ())]
     here = sys.modules[__name__]
     monkeypatch.setattr(here, "TESTS", tmp_path)
     monkeypatch.setattr(here, "rows", lambda: tuple(stale))
@@ -133,4 +133,4 @@ def test_a_stale_map_is_caught(tmp_path, monkeypatch):
     ):
         with pytest.raises(AssertionError):
             test()
-    assert refers(tmp_path / "test_x.py", frozenset({"fuzzdiff.case"}))
+    assert refers(tmp_path / "test_x.py", frozenset({"fuzzdiff.case.case"}))

@@ -9,9 +9,9 @@ broadcast dims, the classic place for a missing reduction.
 import torch
 from hypothesis import strategies as st
 
-from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.discrepancies import JVP_TANGENT_COPY_DYNAMIC
+from fuzzdiff.targets.known import Known
 
 FAMILY = "binary"
 SAME_RANK = "x: *#b, y: *#b"

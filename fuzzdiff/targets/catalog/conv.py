@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from fuzzdiff.known import Known
 from fuzzdiff.targets import FromShapes, Target, register
 from fuzzdiff.targets.catalog import _kw
 from fuzzdiff.targets.discrepancies import EAGER_CHECKS, JVP_VIEW_AOT_FUNCTION
+from fuzzdiff.targets.known import Known
 
 FAMILY = "conv"
 STRIDE = st.sampled_from([1, 2])

@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from fuzzdiff.known import Known
 from fuzzdiff.targets import Index, Mask, Target, register
 from fuzzdiff.targets.catalog import _kw
 from fuzzdiff.targets.discrepancies import (
@@ -19,6 +18,7 @@ from fuzzdiff.targets.discrepancies import (
     JVP_VIEW_AOT_FUNCTION,
     VMAP_SYMBOLIC_SIZES_DYNAMIC,
 )
+from fuzzdiff.targets.known import Known
 
 FAMILY = "indexing"
 ALONG = "x: *b n, i: *b k"

@@ -16,9 +16,9 @@ it is well defined:
 import torch
 from hypothesis import strategies as st
 
-from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.discrepancies import DET_GRAD_TRANSPOSED_STRIDE0, EAGER_CHECKS, NESTED_JVP_LINALG
+from fuzzdiff.targets.known import Known
 
 FAMILY = "linalg"
 UNIT = {"a": (-1.0, 1.0)}

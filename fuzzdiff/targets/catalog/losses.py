@@ -9,10 +9,10 @@ formula). Class targets are ``Index`` arguments; probability targets are
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from fuzzdiff.known import Known
 from fuzzdiff.targets import Index, NoGrad, Target, register
 from fuzzdiff.targets.catalog import _kw
 from fuzzdiff.targets.discrepancies import NESTED_VMAP_LOSSES, REVERSE_OVER_FORWARD_INPLACE
+from fuzzdiff.targets.known import Known
 
 FAMILY = "losses"
 PAIR = "x: *b, y: *b"

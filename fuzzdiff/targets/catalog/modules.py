@@ -24,10 +24,10 @@ import torch
 from hypothesis import strategies as st
 from torch import nn
 
-from fuzzdiff.known import NOT_NONE, Known
 from fuzzdiff.targets import FromShapes, Index, Target, register
 from fuzzdiff.targets.catalog import _kw
 from fuzzdiff.targets.discrepancies import NESTED_JVP_NORMS
+from fuzzdiff.targets.known import NOT_NONE, Known
 from fuzzdiff.targets.module import one_sample
 
 FAMILY = "modules"
@@ -77,7 +77,7 @@ def seeded(module, like, seed):
 
 
 _MASK64 = 0xFFFF_FFFF_FFFF_FFFF
-_PARAMETERS = 3 << 56  # fuzzdiff.draws.PARAMETERS's offset of the seed
+_PARAMETERS = 3 << 56  # fuzzdiff.case.draws.PARAMETERS's offset of the seed
 
 
 def grid_parameters(seed: int, start: int, n: int) -> list[float]:

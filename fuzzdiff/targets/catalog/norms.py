@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
 from fuzzdiff.targets.discrepancies import (
@@ -21,6 +20,7 @@ from fuzzdiff.targets.discrepancies import (
     REVERSE_OVER_FORWARD_INPLACE,
     VMAP_SYMBOLIC_SIZES_DYNAMIC,
 )
+from fuzzdiff.targets.known import Known
 
 FAMILY = "norms"
 EPS = st.sampled_from([1e-5, 0.1])

@@ -10,9 +10,9 @@ runs (the others differentiate with respect to leaves, which torch forbids
 writing in place; ``compile`` passes non-leaf copies).
 """
 
-from fuzzdiff.known import NOT_NONE, Known
-from fuzzdiff.programs import run_program
+from fuzzdiff.case.programs import run_program
 from fuzzdiff.targets import FromShapes, Target, register
+from fuzzdiff.targets.known import NOT_NONE, Known
 from fuzzdiff.targets.target import Only
 from strategies.programs import programs
 

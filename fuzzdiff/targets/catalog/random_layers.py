@@ -1,7 +1,7 @@
 """Layers that draw random numbers while training: dropout and RReLU.
 
 They are ``random=True`` targets: every check calls them with torch's
-generators seeded alike before each call (fuzzdiff.runner), so each is a
+generators seeded alike before each call (fuzzdiff.search.runner), so each is a
 deterministic function of its input there; the checkpoint check seeds them
 once per side instead, so that its recomputation must draw what
 ``preserve_rng_state`` restores.
@@ -10,8 +10,8 @@ once per side instead, so that its recomputation must draw what
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
+from fuzzdiff.targets.known import Known
 from fuzzdiff.targets.randomness import SEEDED_SKIPS
 
 FAMILY = "random"

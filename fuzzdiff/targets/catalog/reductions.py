@@ -8,10 +8,10 @@ put exact zeros into prod and cumprod, whose backward has special cases there.
 import torch
 from hypothesis import strategies as st
 
-from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
 from fuzzdiff.targets.discrepancies import REVERSE_OVER_FORWARD_INPLACE
+from fuzzdiff.targets.known import Known
 
 FAMILY = "reductions"
 

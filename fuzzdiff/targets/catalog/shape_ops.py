@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from fuzzdiff.known import Known
 from fuzzdiff.targets import FromShapes, Mask, Target, register
 from fuzzdiff.targets.catalog import _kw
 from fuzzdiff.targets.discrepancies import EAGER_CHECKS
+from fuzzdiff.targets.known import Known
 
 FAMILY = "shape"
 

@@ -17,9 +17,9 @@ import tensorly as tl
 from hypothesis import strategies as st
 from tensorly import tenalg
 
-from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.discrepancies import EAGER_CHECKS
+from fuzzdiff.targets.known import Known
 
 __all__ = ["TensorlyCall", "backend"]
 

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from fuzzdiff.known import Known
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.discrepancies import DUAL_INDUCTOR_NO_TANGENTS
+from fuzzdiff.targets.known import Known
 
 FAMILY = "unary"
 

@@ -1,0 +1,245 @@
+"""What runs in a worker process: one batch of one (target, check) pair.
+
+A batch (``Job``) is plain data, to a process or a machine: a pair, a seed,
+a size (``BatchSize``) and a deadline. ``start_worker`` makes a process a
+worker once, before its first batch; ``run_batch`` runs one and returns its
+``PairResult``, whatever happened: a failure shrunk, a framework error, a
+batch cut by its deadline. The process is the pool's (fuzzdiff.campaign.pool's forked
+processes, fuzzdiff.campaign.cluster's Ray actors); ``serve`` is a local worker's loop.
+
+A running batch stops at its own deadline with what it has tallied, unless it
+has found a failure: that is still shrunk (only the campaign's hard stop ends
+that). What a batch leaves behind in torch's state is put back after it, and
+what cannot be is said (``PairResult.disturbed``): the pool then replaces the
+worker.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+import warnings
+from dataclasses import dataclass, replace
+
+import torch
+from hypothesis import HealthCheck, Phase, Verbosity
+from hypothesis import settings as hsettings
+from hypothesis.configuration import set_hypothesis_home_dir
+
+from fuzzdiff.campaign.database import example_database
+from fuzzdiff.campaign.results import Found, PairResult
+from fuzzdiff.case.case import Case
+from fuzzdiff.checks import Check, get_check
+from fuzzdiff.config import FuzzConfig
+from fuzzdiff.errors import FuzzdiffInterrupt
+from fuzzdiff.guards import torch_state
+from fuzzdiff.guards.unsupported import unsupported_reason
+from fuzzdiff.paths.vmap import stop_recording_fallbacks
+from fuzzdiff.search.fresh import FreshProcess
+from fuzzdiff.search.fuzzing import FuzzFailure, Tally, fuzz, settle_heap
+from fuzzdiff.targets import get_target
+from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Verdict
+
+__all__ = ["BatchSize", "Job", "campaign_config", "run_batch", "serve", "start_worker"]
+
+
+@dataclass(frozen=True)
+class BatchSize:
+    """One batch: ``examples`` Hypothesis examples of ``structures`` drawn cases,
+    each run at ``variants`` value-and-probe seeds (fuzzdiff.search.fuzzing.fuzz).
+
+    ``for_pair`` narrows it to ``examples // NARROW`` (at least 2, at most
+    ``examples``) where more examples buy little: a target whose spec fixes
+    every size (an OpInfo sample) has few distinct structures, and a check
+    that compiles pays seconds per example for what an eager check gets in
+    milliseconds.
+    """
+
+    examples: int = 48
+    structures: int = 1
+    variants: int = 2
+
+    def __post_init__(self):
+        for name in ("examples", "structures", "variants"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"a batch's {name} must be at least 1, got {getattr(self, name)}")
+
+    def for_pair(self, target: Target, check: Check) -> BatchSize:
+        fixed = all(d.kind == "fixed" for a in target.args for d in a.dims)
+        if fixed or check.compiles:
+            return replace(self, examples=min(self.examples, max(2, self.examples // NARROW)))
+        return self
+
+
+NARROW = 8
+
+
+class _Stop(FuzzdiffInterrupt):
+    """Ends a batch's Hypothesis run at its deadline (not an Exception: nothing catches it)."""
+
+
+class _Deadline:
+    """Stops a batch at its deadline, keeping its tally: the check's verdicts are
+    mirrored here (fuzz() keeps its own tally to itself), exactly so while the
+    deadline is armed. Disarmed by the first failure or error, so that
+    shrinking it is not cut short (only the campaign's hard stop ends that)."""
+
+    def __init__(self, seconds: float | None):
+        self.at = None if seconds is None else time.monotonic() + seconds
+        self.tally = Tally()
+
+    def wrap(self, check: Check) -> Check:
+        real = check.run
+
+        def run(target: Target, case: Case) -> Verdict:
+            if self.at is not None and time.monotonic() > self.at:
+                raise _Stop
+            try:
+                verdict = real(target, case)
+            except Exception as e:  # noqa: BLE001 - run_check judges it; mirror its verdict
+                reason = unsupported_reason(e)
+                if reason is None:
+                    self.at = None  # a finding (or inconclusive): let it replay and shrink
+                else:
+                    self.tally.add(Verdict("unsupported", reason))
+                raise
+            self.tally.add(verdict)
+            if verdict.failed:
+                self.at = None
+            return verdict
+
+        return replace(check, run=run)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One batch, as a worker receives it: plain data, to a process or a machine."""
+
+    key: tuple[int, int]  # (pair index, batch number)
+    target: str  # the target's ref
+    check: str
+    deadline: float | None  # seconds from the batch's start
+    cases: dict
+    seed: int
+    size: BatchSize
+    until: float | None = None  # seconds left of the budget when it was sent (a worker with a queue needs it)
+    backends: tuple[str, ...] | None = None  # the compile backends to draw from (None: the configured ones)
+
+
+def run_batch(job: Job, opts: dict) -> PairResult:
+    """Run one batch in a worker (``opts``: the campaign's, as ``start_worker``
+    set them; its settings are ``opts["config"]``, the campaign's FuzzConfig)."""
+    t0 = time.monotonic()
+    result = PairResult(job.target, job.check, Tally(), ref=job.target)
+    clock = _Deadline(job.deadline)
+    disturbed = torch_state.disturbances()
+    try:
+        target, check = get_target(job.target), get_check(job.check)
+        result.target = target.name
+        settings = hsettings(
+            max_examples=job.size.examples,
+            deadline=None,
+            database=opts["database"],
+            print_blob=False,
+            verbosity=Verbosity.quiet,
+            suppress_health_check=list(HealthCheck),
+            phases=[p for p in Phase if p != Phase.explain],
+        )
+        config = campaign_config(opts)
+        if job.backends is not None:
+            config = replace(config, compile_backends=job.backends)
+        result.tally = fuzz(
+            clock.wrap(check),
+            target,
+            settings=settings,
+            config=config,
+            seed=job.seed,
+            variants=job.size.variants,
+            structures=job.size.structures,
+            timeout=opts["timeout"],
+            recover_crashes=False,
+            journal_dir=opts.get("journal"),
+            fresh=_fresh_process(opts),
+            **job.cases,
+        )
+    except _Stop:
+        result.tally, result.cut = clock.tally, True
+    except FuzzFailure as failure:
+        result.failure = Found(
+            failure.check,
+            failure.target,
+            failure.case,
+            failure.verdict,
+            None if failure.record_path is None else str(failure.record_path),
+            failure.record_created,
+            None if failure.blame is None else failure.blame.to_json(),
+            failure.elsewhere,
+        )
+        result.tally = failure.tally or result.tally
+    except Exception as e:  # noqa: BLE001 - a framework error must not end the campaign
+        result.error = f"{type(e).__name__}: {e}"
+    torch_state.repaired()  # what the batch's leftovers changed after its runs, back to the worker's start
+    if torch_state.disturbances() > disturbed:
+        result.disturbed = torch_state.last_disturbance()
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+_FRESH: list[FreshProcess] = []  # the worker's own replaying process, once it has one
+
+
+def _fresh_process(opts: dict) -> FreshProcess | None:
+    """The worker's process that replays its failures afresh (fuzzdiff.search.fresh),
+    started on its first failure; None where the campaign does without."""
+    if not opts.get("isolate", True):
+        return None
+    if not _FRESH:
+        _FRESH.append(FreshProcess())
+    return _FRESH[0]
+
+
+def campaign_config(opts: dict) -> FuzzConfig:
+    """The campaign's settings, as its driver resolved them (the defaults where it gave none)."""
+    return opts.get("config") or FuzzConfig()
+
+
+def start_worker(opts: dict) -> None:
+    """Make this process a campaign worker, once, before its first batch."""
+    # A worker starts with the parent's sys.path and environment of some earlier
+    # moment (the forkserver's start, a cluster node's): its sys.path is brought
+    # up to date (user targets are imported from there), its environment never.
+    # Its settings came resolved, in opts["config"]: fuzz() reads no variable,
+    # and of Hypothesis's, what a worker needs is where its storage is (the
+    # constants it caches, the example database): the driver's, said here.
+    sys.path[:0] = [p for p in opts["sys_path"] if p not in sys.path]
+    config = campaign_config(opts)
+    if config.hypothesis_storage is not None:
+        set_hypothesis_home_dir(config.hypothesis_storage)  # a process of fuzzdiff's own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    warnings.simplefilter("ignore")  # torch's UserWarnings would tear the live display
+    # and so would its C++ warnings, printed by the hundred: vmap's fallback warns on every call of an
+    # op without a batching rule (the catalog's custom op) while the vmap check records fallbacks
+    stop_recording_fallbacks()
+    torch.set_num_threads(1)  # one core per worker: the campaign runs one worker per core
+    settle_heap()  # a process of fuzzdiff's own
+    torch_state.settle()  # the state every batch starts from, and comes back to
+    if opts["database_url"] is not None:
+        opts["database"] = example_database(opts["database_url"] or None, local=config.example_dir)
+
+
+def serve(conn, opts: dict) -> None:
+    """A local worker process (fuzzdiff.campaign.pool.ForkPool): run the batches the
+    parent sends on ``conn``, one at a time, until it sends None."""
+    start_worker(opts)
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            break
+        if job is None:
+            break
+        conn.send((job.key, run_batch(job, opts)))
+    for fresh in _FRESH:
+        fresh.close()

@@ -1,0 +1,275 @@
+"""One ``fuzzdiff.check`` call's runs: each check searched until it finds
+nothing new, the compile strata first within a time budget, and what the
+runs learn on the way (input-domain errors, whether the function is random).
+Within a time budget, the runs end by its ``deadline``: the case in flight
+there is stopped, and a failure found late is settled by ``settle_by``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from hypothesis import settings
+from hypothesis.errors import Unsatisfiable
+
+from fuzzdiff.case.case import Case
+from fuzzdiff.checking.budget import START_FLOOR
+from fuzzdiff.checking.input_domain import DOMAIN, domain_error, rejecting
+from fuzzdiff.checking.report import Report
+from fuzzdiff.checks import CHECKS
+from fuzzdiff.config import FuzzConfig
+from fuzzdiff.guards.timeout import OutOfTime, bounded
+from fuzzdiff.record.journal import Journal
+from fuzzdiff.search.fresh import FreshProcess
+from fuzzdiff.search.fuzzing import fuzz
+from fuzzdiff.search.outcome import AllRejected, FuzzFailure, Tally
+from fuzzdiff.search.random_probe import probed
+from fuzzdiff.search.root_cause import root_cause
+from fuzzdiff.targets.known import Known
+from fuzzdiff.targets.target import Target
+from fuzzdiff.targets.user import per_sample_target
+from fuzzdiff.verdict import Verdict
+
+__all__ = ["Session", "COMPILE_STRATA", "STRATUM_EXAMPLES", "MAX_FAILURES", "MAX_DOMAIN_ERRORS"]
+
+# A check reports at most this many distinct failures (root causes), and the
+# whole call this many input-domain errors, each one rerun of a check.
+MAX_FAILURES = 3
+MAX_DOMAIN_ERRORS = 3
+
+# Within a time budget the compile check gets a handful of cases, and its draws
+# weigh f alone at three in eight over four backends: a bug of compile(grad(f))
+# under one backend family would be met by chance. So its first cases go to
+# these strata of (backends, transforms), STRATUM_EXAMPLES each: a Dynamo
+# backend on f and on reverse mode first, then the aot_function partitioners
+# (no Dynamo: the cheapest compiles), inductor's codegen (the dearest) last of
+# each kind. One case each lets all eight fit in the few seconds a 30 s call
+# gives compile (about 14 s for the eight on a small module); then its whole mix.
+COMPILE_STRATA = (
+    (("aot_eager",), ("none",)),
+    (("aot_eager",), ("grad", "vjp")),
+    (("aot_function", "aot_function_min_cut"), ("none", "grad", "vjp")),
+    (("aot_function", "aot_function_min_cut"), ("jvp", "vmap", "dual")),
+    (("inductor",), ("none",)),
+    (("aot_eager",), ("jvp", "vmap", "dual")),
+    (("inductor",), ("grad", "vjp")),
+    (("inductor",), ("jvp", "vmap", "dual")),
+)
+STRATUM_EXAMPLES = 1
+
+
+@dataclass
+class Session:
+    """One ``check`` call's runs, and what they learn on the way: input-domain
+    errors found (``rules``: rejected from then on, by every check), whether
+    the function is random, and the process that replays failures afresh."""
+
+    fn: Callable[..., Any]
+    target: Target
+    report: Report
+    hypothesis: settings
+    seed: int | None
+    config: FuzzConfig
+    shrink_seconds: float | None
+    recipe: dict[str, Any] | None
+    outside: tuple[type[BaseException], ...]  # exceptions of the plain call that mean "not in the domain"
+    drawn: dict[str, Any]
+    alias: bool
+    fresh: FreshProcess | None = None
+    rules: list[tuple[str, str]] = field(default_factory=list)  # input-domain errors: (type, message pattern)
+    deadline: float | None = None  # time.monotonic() instant: the case in flight is stopped there
+    settle_by: float | None = None  # a failure found is settled (replayed afresh, blamed) by then, or unconfirmed
+
+    def probe(self, first_check: str, until: float | None = None) -> None:
+        """A function that draws random numbers is checked seeded alike, and
+        replayed so. A probe not done by ``until`` answers nothing (the report says so)."""
+        start = time.monotonic()
+        try:
+            with bounded(until):
+                self.target = self.report.target = _probed(self.target, first_check, self.config)
+        except OutOfTime:
+            self.report.unprobed = (
+                f"not asked whether it draws random numbers: its probe's calls ran past "
+                f"{time.monotonic() - start:.1f} s, its part of the time budget"
+            )
+        if self.target.random and self.recipe is not None:
+            self.recipe = {**self.recipe, "random": True}
+
+    def run(self, name: str, until: float | None = None) -> Tally:
+        """The check's runs until it finds nothing new: a failure's root cause is
+        reported once and the search goes on, up to MAX_FAILURES of them; an
+        input where the function itself raises is reported once, and such
+        inputs are rejected from then on, by every check."""
+        tally = Tally()
+        if until is not None:
+            left, floor = until - time.monotonic(), START_FLOOR.get(name, 0.0)
+            if left <= 0.0 or left < floor:  # not started: too little of the budget left
+                tally.cut = True
+                tally.cut_reason = _not_started(left, floor)
+                return tally
+        seen: list[Known] = []
+        for config, hypothesis in self.phases(name, until):
+            started, drawn = time.monotonic(), tally.drawn
+            if self.search(name, until, tally, seen, config, hypothesis):
+                break
+            if until is not None:
+                # a phase's first case may cost what the last one did (compile: a new
+                # backend or transform compiles again): not started past the share
+                each = (time.monotonic() - started) / max(1, tally.drawn - drawn)
+                if time.monotonic() + each > until:
+                    tally.cut = True
+                    tally.cut_reason = tally.cut_reason or (
+                        f"a case took {each:.1f} s, more than was left of its share"
+                    )
+                    break
+        return tally
+
+    def phases(self, name: str, until: float | None) -> list[tuple[FuzzConfig, settings]]:
+        """The check's runs in order, each a config and its Hypothesis settings:
+        within a time budget, compile first gives each of COMPILE_STRATA a few
+        cases, then draws from its whole mix for the rest of its share."""
+        whole = [(self.config, self.hypothesis)]
+        if name != "compile" or until is None:
+            return whole
+        first = settings(self.hypothesis, max_examples=STRATUM_EXAMPLES)
+        strata = []
+        for backends, transforms in COMPILE_STRATA:
+            chosen = tuple(b for b in backends if b in self.config.compile_backends)
+            allowed = tuple(t for t in transforms if t in self.config.compile_transforms)
+            if chosen and allowed:
+                strata.append((replace(self.config, compile_backends=chosen, compile_transforms=allowed), first))
+        return strata + whole
+
+    def search(
+        self,
+        name: str,
+        until: float | None,
+        tally: Tally,
+        seen: list[Known],
+        config: FuzzConfig,
+        hypothesis: settings,
+    ) -> bool:
+        """One phase of ``run``, into ``tally`` and ``seen``: whether the check is done."""
+        for _ in range(MAX_FAILURES + MAX_DOMAIN_ERRORS):
+            try:
+                done = self.attempt(name, tuple(seen), until, config, hypothesis)
+                for found in list(done.unconfirmed):  # the time budget ended before its replay afresh
+                    done.unconfirmed.remove(found)
+                    if not self._outside(found, done, counted="inconclusive"):
+                        self.report.add_unconfirmed(name, found)
+                tally.merge(done)
+                return tally.cut
+            except FuzzFailure as failure:
+                done = failure.tally or Tally()
+                outside = self._outside(failure, done)
+                tally.merge(done)
+                if outside:
+                    continue
+                self.report.add_failure(name, failure)
+                if failure.verdict.kind != "fail":  # a hang or a crash: each further run could cost as much
+                    return True
+                if until is not None and time.monotonic() > until:
+                    tally.cut = True  # its share spent on this root cause: the next is not looked for
+                    tally.cut_reason = tally.cut_reason or "its share was spent on a failure found"
+                    return True
+                try:
+                    with bounded(self.deadline):  # it may run the check again (at a contiguous layout)
+                        seen.append(root_cause(name, failure.case, failure.verdict, self.target))
+                except OutOfTime:
+                    tally.cut = True
+                    tally.cut_reason = tally.cut_reason or "its share was spent on a failure found"
+                    return True
+                if len(seen) >= MAX_FAILURES:
+                    return True
+        return False
+
+    def _outside(self, failure: FuzzFailure, tally: Tally, counted: str | None = None) -> bool:
+        """Whether ``failure`` is the function raising at its input in plain
+        eager use: then reported once as an input-domain error, rejected from
+        then on, and its failing runs in ``tally`` are rejected draws, not
+        failures (``counted``: what they were counted as, if not failed)."""
+        domain = domain_error(self.target, failure)
+        if domain is None:
+            return False
+        rule, message = domain
+        self.rules.append(rule)
+        self.report.add_failure(DOMAIN, failure, message)
+        tally.set_aside(failure, "rejected", counted=counted)
+        return True
+
+    def attempt(
+        self,
+        name: str,
+        seen: tuple[Known, ...],
+        until: float | None = None,
+        config: FuzzConfig | None = None,
+        hypothesis: settings | None = None,
+    ) -> Tally:
+        """One run of the check, ``seen`` root causes counted, not raised."""
+        if not self.alias and CHECKS[name].aliasing == "required":
+            return _unsupported("aliasing is switched off for this run (alias=False)")
+        fuzzed = replace(self.target, invalid=self.target.invalid + tuple(self.rules))
+        if name == "per_sample" and isinstance(self.fn, torch.nn.Module):
+            # per-sample gradients need the module itself, on one sample's shapes
+            try:
+                fuzzed = replace(per_sample_target(self.target, self.fn), invalid=fuzzed.invalid)
+            except ValueError as e:  # the spec names no batch dim to take samples along
+                return _unsupported(str(e))
+        if self.outside:
+            fuzzed = replace(fuzzed, fn=rejecting(fuzzed.fn, self.outside))
+        try:
+            return fuzz(
+                name,
+                fuzzed,
+                settings=self.hypothesis if hypothesis is None else hypothesis,
+                seed=self.seed,
+                config=self.config if config is None else config,
+                shrink_seconds=self.shrink_seconds,
+                definition=self.recipe,
+                fresh=self.fresh,
+                seen=seen,
+                until=until,
+                deadline=self.deadline,
+                settle_by=self.settle_by,
+                **self.drawn,
+            )
+        except AllRejected as every:  # each draw outside the function's domain: rejected, not judged
+            return every.tally
+        except Unsatisfiable:
+            raises = [e.__name__ for e in self.outside] + [k for k, _ in self.rules]
+            return _unsupported(f"every input drawn lies outside the function's domain (it raises {', '.join(raises)})")
+
+
+def _not_started(left: float, floor: float) -> str:
+    """Why a check was not started, its ``left`` seconds of the budget under its ``floor``."""
+    if left <= 0.0:
+        return "no time was left for it"
+    return f"{left:.1f} s were left for it, under its {floor:g} s floor"
+
+
+def _unsupported(reason: str) -> Tally:
+    tally = Tally()
+    tally.add(Verdict("unsupported", reason))
+    return tally
+
+
+def _probed(target: Target, first_check: str, config: FuzzConfig) -> Target:
+    """``target``, checked for randomness by calling it (fuzzdiff.search.random_probe);
+    with a corpus, each probing call is journaled as the first check's, so that
+    an input that kills the process leaves a crash record."""
+    if config.corpus is None:
+        return probed(target, config.timeout)
+    journal = Journal(config.corpus, first_check, target.name, config.timeout)
+
+    def calling(case: Case) -> None:
+        journal.end()
+        journal.begin_case(case)
+        journal.begin(0)
+
+    try:
+        return probed(target, config.timeout, calling)
+    finally:
+        journal.close()

@@ -1,0 +1,263 @@
+"""Low precision judged against float64 on the very same values.
+
+Where a derivative identity holds in float64 but not in float32 (or half),
+the low-precision computation itself is the question: is it wrong, or does
+rounding, amplified by the problem's conditioning, explain the difference?
+``against_float64`` answers it, allowing each result CONDITIONING times
+what its float64 result does when the inputs move by float32 rounding, or
+when every intermediate result does (``RoundingNoise``: Monte Carlo
+arithmetic in float64). ``LowPrecision`` is that question put by a
+whole-result comparison (fuzzdiff.confirm.identities.confirm_mismatch).
+
+A value whose float64 result lies beyond the dtype's finite range is out of
+range, not wrong: the dtype can only overflow there (fuzzdiff.confirm.compare.beyond_range),
+and that value is not judged. Nor, where the point leaves the dtype's range (an
+output or a derivative along the probes beyond it), is a derivative that is
+not finite in the dtype: an infinity met on the way makes it inf * 0 or
+inf - inf. Only values that are not finite are excused so: a finite wrong
+value, or a nan where every value the point has fits, is judged as ever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from fuzzdiff.case.case import Case
+from fuzzdiff.confirm.compare import Discrepancy, beyond_range, max_abs, mismatch, out_of_range, worst_discrepancy
+from fuzzdiff.confirm.ladder import Doubt, Step
+from fuzzdiff.confirm.rounding import RoundingNoise
+from fuzzdiff.confirm.steps import float64_or_accuracy
+from fuzzdiff.confirm.tolerance import Tolerance
+from fuzzdiff.verdict import Verdict
+
+__all__ = ["against_float64", "RoundingNoise", "LowPrecision", "F32_NUDGE", "CONDITIONING", "Tensors"]
+
+F32_NUDGE = 2.0**-22  # input perturbation at float32 rounding level, for conditioning
+ROUNDING_SAMPLES = 3  # runs under RoundingNoise: one can cancel out by chance
+CONDITIONING = 100.0  # low precision may be off by this many times float64's move under rounding
+
+Tensors = Sequence[torch.Tensor]
+
+
+def against_float64(
+    names: Sequence[str],
+    low: Tensors,
+    at: Callable[[Case], Tensors],
+    case: Case,
+    tol: Tolerance,
+    *,
+    ref: Tensors | None = None,
+    scales: Sequence[float] | None = None,
+    replay: Step | None = None,
+    unstable_fails: bool = False,
+    outputs: int | None = None,
+    point_out_of_range: Callable[[], str | None] | None = None,
+) -> Verdict:
+    """Low-precision results ``low`` against the same computation in float64 on
+    the very same values: ``at(case)`` (or ``ref``, already computed). Each
+    tensor is judged on its own float64 magnitude (or ``scales``).
+
+    Within ``tol``: "pass". Beyond it, rounding amplified by conditioning may
+    explain the difference ("inconclusive"): each tensor is allowed
+    CONDITIONING times what its float64 result does when every input moves by
+    float32 rounding (``at`` at a nudged case), or when every intermediate
+    result moves by the dtype's rounding (``at`` under RoundingNoise: a
+    saturated tanh before a normalization is ill-conditioned in its
+    intermediates, not in its inputs). What is left must survive ``replay``
+    (fuzzdiff.confirm.steps.replay; unless the caller has replayed) to be a "fail".
+
+    ``unstable_fails`` is the dtype check's question (is the target as
+    accurate in low precision as its inputs' conditioning allows?): a formula
+    that loses digits to its own intermediates is then a finding, and
+    intermediate rounding only excuses a result it leaves without a
+    significant digit (a gradient that is zero by cancellation).
+
+    Values the dtype cannot hold are not judged (``_unheld``): a float64
+    result beyond its range, and where the first ``outputs`` tensors are the
+    function's values and the rest its derivatives, a derivative that is not
+    finite where an output overflowed or ``point_out_of_range()`` says the
+    point's derivatives leave the range (fuzzdiff.checks.grad). Nothing else
+    wrong: "inconclusive", out of range.
+    """
+    dtype = case.dtype
+    ref = at(case) if ref is None else ref
+    d = worst_discrepancy(names, low, ref, tol, scales=scales)
+    if d is None:
+        return Verdict("pass", f"{dtype} is within tolerance of float64")
+    excused = _unheld(names, low, ref, case.torch_dtype, outputs, point_out_of_range)
+    if excused is not None:
+        keep, why = excused
+        low, ref = _kept(low, keep), _kept(ref, keep)
+        inside = worst_discrepancy(names, low, ref, tol, scales=scales)
+        if inside is None:
+            return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {why}", d.summary())
+        d, at = inside, _within(at, keep)
+
+    def explained(by: str) -> Verdict:
+        return Verdict(
+            "inconclusive",
+            f"{dtype} vs float64 on the same values: {d}, within what rounding {by} explains (ill-conditioned)",
+            d.summary(),
+        )
+
+    # At a stride-0 input the inputs' rounding moves each repeated value on its
+    # own (Case.spread): the repetition is the drawn layout's, not the values'
+    # own, and a singular point it made is ill-conditioned in exactly that way.
+    around = case.spread().nudged(F32_NUDGE, seed=5, keep_structure=False) if case.stride0 else None
+    moved = at(case.nudged(F32_NUDGE, seed=5) if around is None else around)
+    slack = [CONDITIONING * mismatch(r, m)[0] for r, m in zip(ref, moved)]
+    if worst_discrepancy(names, low, ref, tol, slack, scales=scales) is None:
+        return explained("of the inputs")
+    info = torch.finfo(case.torch_dtype)
+    # Below its smallest normal value the dtype rounds absolutely: rounding like
+    # any other to an identity of derivatives; to the dtype check an intermediate
+    # that underflows loses the formula's digits, its finding.
+    tiny = 0.0 if unstable_fails else info.tiny
+    for seed in range(ROUNDING_SAMPLES):
+        try:
+            with RoundingNoise(info.eps / 2, seed=seed, tiny=tiny):
+                rounded = at(case)
+        except Exception as e:  # noqa: BLE001 - e.g. an index from a float moved off its integer
+            return Verdict(
+                "inconclusive",
+                f"{dtype} vs float64 on the same values: {d}; float64 "
+                f"with rounding noise raised {type(e).__name__}: its conditioning is "
+                "unknown",
+                d.summary(),
+            )
+        for k, (r, p) in enumerate(zip(ref, rounded)):
+            noise = mismatch(r, p)[0]
+            if not unstable_fails or max_abs(r) <= noise:
+                slack[k] = max(slack[k], CONDITIONING * noise)
+    far = worst_discrepancy(names, low, ref, tol, slack, scales=scales)
+    if far is None:
+        return explained("of intermediate results")
+    doubt = replay() if replay is not None else None
+    if isinstance(doubt, Doubt):
+        return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {far}; {doubt.why}", far.summary())
+    return Verdict(
+        "fail",
+        f"{dtype} vs float64 on the same values: {far}; confirmed by replay and a conditioning estimate",
+        far.summary(),
+    )
+
+
+def _unheld(
+    names: Sequence[str],
+    low: Tensors,
+    ref: Tensors,
+    dtype: torch.dtype,
+    outputs: int | None = None,
+    point_out_of_range: Callable[[], str | None] | None = None,
+) -> tuple[list[torch.Tensor | None], str] | None:
+    """The values of ``low`` that ``dtype`` cannot be judged on, a mask per
+    tensor, and why, in words; None where there are none.
+
+    A value whose float64 result ``ref`` lies beyond the dtype's range, and
+    whose low-precision one shows the overflow: not finite, or saturated (in
+    the dtype's top binade, with the right sign). Where the first ``outputs``
+    tensors are the function's values and the rest its derivatives: the
+    derivatives' values that are not finite though their float64 results are,
+    once an output overflowed or the point leaves the range elsewhere
+    (``point_out_of_range()``, asked only then): inf * 0 or inf - inf, wherever the
+    infinity went."""
+    masks = [_overflowed(l, r, dtype) for l, r in zip(low, ref)]
+    why = next((_beyond(n, r, m, dtype) for n, r, m in zip(names, ref, masks) if m is not None and bool(m.any())), None)
+    if outputs is not None:
+        lost: dict[int, torch.Tensor] = {}  # derivatives' values not finite where their float64 results are
+        for k in range(outputs, len(masks)):
+            m = masks[k]
+            if m is not None:
+                n = ~torch.isfinite(low[k].detach()).to(m.device) & torch.isfinite(ref[k].detach())
+                if bool(n.any()):
+                    lost[k] = n
+        point = None
+        if lost and any(m is not None and bool(m.any()) for m in masks[:outputs]):
+            point = why  # an output overflowed
+        elif lost and point_out_of_range is not None:
+            point = point_out_of_range()
+        if point is not None:
+            for k, n in lost.items():
+                m = masks[k]
+                masks[k] = n if m is None else n | m
+            if why is None:
+                k, n = next(iter(lost.items()))
+                why = f"{_first(names[k], low[k], n)} where {point} (inf * 0)"
+    if why is None:
+        return None
+    return masks, f"out of range for {str(dtype).removeprefix('torch.')}: {why}"
+
+
+def _beyond(name: str, ref: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> str | None:
+    """The first value of ``ref`` that ``mask`` marks, beyond ``dtype``'s range, in words."""
+    return out_of_range(
+        [name], [torch.where(mask, ref.detach(), torch.zeros((), dtype=ref.dtype, device=ref.device))], dtype
+    )
+
+
+def _first(name: str, t: torch.Tensor, mask: torch.Tensor) -> str:
+    """The first value of ``t`` that ``mask`` marks, in words: "grad 0 at [1, 0] is nan"."""
+    flat = int(mask.reshape(-1).to(torch.uint8).argmax())
+    value = t.detach().reshape(-1)[flat]
+    index = [int(i) for i in torch.unravel_index(torch.tensor(flat), mask.shape)] if mask.dim() else []
+    at = f" at {index}" if index else ""
+    return f"{name}{at} is {float(value.abs() if value.is_complex() else value)!r}"
+
+
+def _within(at: Callable[[Case], Tensors], keep: Sequence[torch.Tensor | None]) -> Callable[[Case], Tensors]:
+    """``at`` with the values ``keep`` masks set to zero, wherever it is asked."""
+    return lambda c: _kept(at(c), keep)
+
+
+def _overflowed(low: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """Where ``ref`` is beyond ``dtype``'s range and ``low`` shows it (None:
+    the two are not comparable element by element)."""
+    if low.shape != ref.shape or not (ref.is_floating_point() or ref.is_complex()):
+        return None
+    r = ref.detach()
+    l = low.detach().to(r.device)
+    shown = ~torch.isfinite(l)
+    if not l.is_complex():
+        shown |= (l.abs() >= torch.finfo(dtype).max / 2) & (torch.sign(l.to(r.dtype)) == torch.sign(r))
+    return beyond_range(r, dtype) & shown
+
+
+def _kept(tensors: Tensors, keep: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
+    """``tensors`` with the values ``keep`` masks set to zero: what is left is
+    compared, scaled and moved as ever."""
+    return [
+        t
+        if m is None or m.shape != t.shape
+        else torch.where(m.to(t.device), torch.zeros((), dtype=t.dtype, device=t.device), t)
+        for t, m in zip(tensors, keep)
+    ] + list(tensors[len(keep) :])
+
+
+@dataclass(frozen=True)
+class LowPrecision:
+    """A low-precision mismatch's float64 question, for confirm_mismatch:
+    ``run64(c)`` reruns the identity in float64 on case ``c``'s very same values
+    and returns its mismatch there (None: it holds) and the float64 results to
+    set against ``low``, the low-precision side that disagreed (``names``)."""
+
+    case: Case
+    tol: Tolerance
+    names: Sequence[str]
+    low: Tensors
+    run64: Callable[[Case], tuple[Discrepancy | None, Tensors]]
+
+    def step(self) -> Step:
+        """fuzzdiff.confirm.identities.MISMATCH_LADDER's float64 step: the mismatch persists in float64,
+        or the low-precision side is wrong against float64 (against_float64)."""
+
+        def run64() -> tuple[bool, Tensors]:
+            d64, ref = self.run64(self.case)
+            return d64 is not None, ref
+
+        return float64_or_accuracy(
+            run64,
+            lambda ref: against_float64(self.names, self.low, lambda c: self.run64(c)[1], self.case, self.tol, ref=ref),
+        )

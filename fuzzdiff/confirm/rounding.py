@@ -1,0 +1,71 @@
+"""Rounding emulated in float64 (Monte Carlo arithmetic): how far a result
+moves when every intermediate result is rounded, which moving the inputs
+alone misses (a saturated tanh before a normalization, a sum of large terms
+that cancel). fuzzdiff.confirm.low_precision asks it of low precision, and
+fuzzdiff.confirm.steps of two ways of one computation in float64 itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
+
+from fuzzdiff.case import draws
+
+__all__ = ["RoundingNoise"]
+
+
+class RoundingNoise(TorchDispatchMode):
+    """Low precision's rounding, emulated in float64 (Monte Carlo arithmetic):
+    every fresh floating result of an op on floating tensors is moved by
+    ``unit`` (float32's unit roundoff by default), relatively, up or down at
+    random. How far that moves a float64 result is its conditioning in every
+    intermediate, which moving the inputs alone misses. Below ``tiny`` (the
+    dtype's smallest normal value) the dtype's rounding is absolute, not
+    relative: a value there moves by ``unit * tiny``, half the dtype's
+    smallest subnormal, and one that underflows to a subnormal or to zero is
+    off by a part of itself as large as that. Exact zeros stay: a zero is one
+    in every dtype.
+
+    Views, in-place and out= results alias their inputs and are left alone, as
+    are results of ops without floating tensor arguments (``arange``,
+    ``ones``; an integer cast): constants, not rounded values. Seeded, so a
+    replay moves everything the same way.
+    """
+
+    def __init__(
+        self,
+        unit: float = torch.finfo(torch.float32).eps / 2,
+        seed: int = 0,
+        tiny: float = torch.finfo(torch.float32).tiny,
+    ):
+        super().__init__()
+        self.unit, self.tiny = unit, tiny
+        self.seed, self.drawn = seed, 0  # a counter-based stream (fuzzdiff.case.draws): replays exactly
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if any(r.alias_info is not None for r in func._schema.returns):
+            return out
+        if not any(
+            isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())
+            for a in tree_leaves((args, kwargs))
+        ):
+            return out
+        return tree_map(self._round, out)
+
+    def _round(self, t):
+        if (
+            not isinstance(t, torch.Tensor)
+            or t.dtype not in (torch.float64, torch.complex128)
+            or t.layout != torch.strided
+            or not t.numel()
+        ):
+            return t
+        z = draws.words(self.seed, t.numel(), draws.ROUNDING, start=self.drawn)
+        self.drawn += t.numel()
+        signs = torch.from_numpy(draws.bits(z).astype(np.float64)).reshape(t.shape)
+        # the size the dtype's rounding is relative to: |t|, or tiny below it (sgn(0) = 0: zeros stay)
+        size = torch.where(t.abs() < self.tiny, torch.sgn(t) * self.tiny, t)
+        return t + size * (signs * (2 * self.unit) - self.unit).to(t.device)

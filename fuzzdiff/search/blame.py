@@ -1,0 +1,273 @@
+"""Whose bug a failure is: PyTorch's, or the code under test's, with the evidence.
+
+A user who points fuzzdiff at their library must not be sent to debug
+torch's compiler, nor a torch maintainer sent a library's wrong backward. The
+evidence, strongest first:
+
+1. the target is torch's own (a catalog op, an OpInfo sample);
+2. torch failed an internal assert ("please report a bug to PyTorch");
+3. the failing run left torch's thread-local state changed (fuzzdiff.guards.torch_state);
+3a. the code defines no derivative rule of its own, calls a torch function
+   whose known discrepancy (the catalog's ``Target.known``) the failure
+   matches: ``lambda x: torch.cumprod(x, -1)`` fails where torch.cumprod's
+   recorded bug does;
+3b. the code defines rules of its own, and the failure matches a known
+   discrepancy in how torch runs such rules (fuzzdiff.targets.discrepancies.
+   OWN_RULES: compiled code at dual inputs dropping a Function's jvp);
+4. the error was raised inside torch's machinery (Dynamo, Inductor,
+   AOTAutograd, FX, fake tensors, functorch, the code Inductor generates:
+   fuzzdiff.guards.raised), unless the code brings rules of its own that this
+   machinery runs (an autograd.Function's jvp under a transform, a custom
+   op's fake kernel under compile): then the stand-in decides;
+5. a plain-torch stand-in of the same shape fails the same way at the same
+   inputs, layouts and check parameters (fuzzdiff.targets.standin): then the
+   stand-in is the torch-only repro;
+6. the check compares two of torch's ways of running the very same code
+   (compiled and eager, batched and looped, two memory layouts...), and the
+   code defines no derivative or batching rule of its own, nor asks which
+   way runs it (fuzzdiff.search.inspection): whatever differs is torch's.
+
+Otherwise the failure is the code's own: a derivative rule it defines, an
+error raised in it, or a mismatch that needs it, shown at the shrunk input.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from fuzzdiff.case.case import Case
+from fuzzdiff.checks import Check
+from fuzzdiff.search.inspection import BATCHING, COMPILING, LAYOUT, RANDOM, inspect_call
+from fuzzdiff.search.runner import verdict_at
+from fuzzdiff.targets.discrepancies import OWN_RULES
+from fuzzdiff.targets.known import Known, matching
+from fuzzdiff.targets.standin import StandIn, stand_in
+from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Verdict, mismatch
+
+__all__ = ["Blame", "Evidence", "gather", "blame", "PYTORCH", "USER", "VIA", "MECHANISMS", "torchs_own"]
+
+PYTORCH, USER = "pytorch", "user"
+# The evidence that decided, in the order it is asked (see the module's docstring).
+VIA = (
+    "torch's target",
+    "internal assert",
+    "torch state",
+    "torch machinery",
+    "known discrepancy",
+    "stand-in",
+    "mechanism",
+    "user",
+)
+
+# Checks that run the target's own code on both sides, through two of torch's
+# mechanisms; what differs between the sides is the mechanism, unless the code
+# asks which one runs it (fuzzdiff.search.inspection).
+MECHANISMS = {
+    "compile": ("compiler", COMPILING),
+    "vmap": ("vmap", BATCHING),
+    "layout": ("handling of memory layouts", LAYOUT),
+    "alias": ("handling of aliased inputs", LAYOUT),
+    "device": ("CUDA kernels", None),
+    "checkpoint": ("activation checkpointing", RANDOM),
+}
+# Catalog families whose functions are not torch's: another library's code.
+LIBRARIES = ("tensorly",)
+
+
+def torchs_own(target: Target) -> bool:
+    """Whether ``target`` is torch's own code: an OpInfo sample, or a catalog
+    target of torch ops (registered by name, with no ``origin`` elsewhere)."""
+    return target.family == "opinfo" or (
+        target.origin is None and target.family not in ("user", "selftest", *LIBRARIES)
+    )
+
+
+@dataclass(frozen=True)
+class Blame:
+    """``whose``: PYTORCH or USER; ``evidence``: why, in one sentence;
+    ``via``: which piece of evidence decided (one of VIA)."""
+
+    whose: str
+    evidence: str
+    via: str = "user"
+
+    @property
+    def headline(self) -> str:
+        return "likely a PyTorch bug, not your code" if self.whose == PYTORCH else "in your code"
+
+    def to_json(self) -> dict:
+        return {"whose": self.whose, "evidence": self.evidence, "via": self.via}
+
+    @staticmethod
+    def from_json(data) -> Blame | None:
+        if isinstance(data, dict) and data.get("whose") in (PYTORCH, USER) and isinstance(data.get("evidence"), str):
+            via = data.get("via")
+            return Blame(data["whose"], data["evidence"], via if via in VIA else "user")
+        return None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What running things found: the stand-in's verdict (None: none could be
+    built), the derivative rules the target defines itself and what it asks
+    about how it is run."""
+
+    stand_in: StandIn | None = None
+    stand_in_verdict: Verdict | None = None
+    rules: tuple[str, ...] = ()
+    asks: tuple[tuple[str, str], ...] = ()  # what the code asks about its run (fuzzdiff.search.inspection)
+    # a known torch discrepancy of a torch function the code calls, which the
+    # failure matches: (the function's name, Known.describe())
+    torch_known: tuple[str, str] | None = None
+    # a known torch discrepancy in running code's own rules, which the failure matches (Known.describe())
+    rules_known: str | None = None
+
+    def to_json(self) -> dict:
+        out: dict = {"rules": list(self.rules), "asks": [list(a) for a in self.asks]}
+        if self.torch_known is not None:
+            out["torch_known"] = {"function": self.torch_known[0], "discrepancy": self.torch_known[1]}
+        if self.rules_known is not None:
+            out["rules_known"] = self.rules_known
+        if self.stand_in is not None and self.stand_in_verdict is not None:
+            v = self.stand_in_verdict
+            out["stand_in"] = {
+                "description": self.stand_in.description,
+                "source": self.stand_in.source,
+                "verdict": {"kind": v.kind, "message": v.message, "errors": v.errors},
+            }
+        return out
+
+
+def gather(check: Check, target: Target, case: Case, verdict: Verdict | None = None) -> Evidence:
+    """Run what the blame needs beyond the failure itself, for user code only.
+    With the ``verdict``, also whether it is a known discrepancy of a torch
+    function the code calls."""
+    if torchs_own(target):
+        return Evidence()
+    seen = inspect_call(target, case)
+    known = None if verdict is None or seen.rules else torch_known(seen.calls, check.name, case, verdict)
+    if known is not None:
+        return Evidence(rules=seen.rules, asks=seen.asks, torch_known=known)
+    running = matching(OWN_RULES, check.name, case, verdict) if verdict is not None and seen.rules else None
+    if running is not None:
+        return Evidence(rules=seen.rules, asks=seen.asks, rules_known=running.describe())
+    if target.module is not None:  # per-sample gradients need the module itself
+        return Evidence(rules=seen.rules, asks=seen.asks)
+    standin = stand_in(target, case)
+    if standin is None:
+        return Evidence(rules=seen.rules, asks=seen.asks)
+    try:
+        verdict = verdict_at(check, standin.target, case)
+    except Exception as e:  # noqa: BLE001 - e.g. the case's params do not fit the stand-in: no evidence
+        verdict = Verdict("unsupported", f"the stand-in could not run this case: {type(e).__name__}: {e}")
+    return Evidence(standin, verdict, seen.rules, seen.asks)
+
+
+def torch_known(calls: Sequence[str], check: str, case: Case, verdict: Verdict) -> tuple[str, str] | None:
+    """The known discrepancy of a torch function among ``calls`` (by name)
+    that the failure matches, as (the function, Known.describe()): code that
+    only calls ``torch.cumprod`` fails where torch.cumprod's own recorded bug
+    does, with the same signature."""
+    table = _known_by_function()
+    for name in calls:
+        for known in table.get(name, ()):
+            if known.matches(check, case, verdict):
+                return name, known.describe()
+    return None
+
+
+@functools.cache
+def _known_by_function() -> dict[str, tuple[Known, ...]]:
+    """The catalog's known discrepancies by the name of the torch function its
+    target is (``torch.cumprod``; a target that wraps one is not indexed)."""
+    from fuzzdiff.targets import all_targets  # the catalog, built once and only when a blame needs it
+
+    found: dict[str, list[Known]] = {}
+    for t in all_targets():
+        name = getattr(t.fn, "__name__", None)
+        if not t.known or not isinstance(name, str) or not torchs_own(t):
+            continue
+        if any(getattr(space, name, None) is t.fn for space in _TORCH_SPACES):
+            found.setdefault(name, []).extend(t.known)
+    return {name: tuple(ks) for name, ks in found.items()}
+
+
+_TORCH_SPACES = (torch, torch.nn.functional, torch.linalg, torch.special, torch.fft)
+
+
+def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> Blame:
+    """Whose bug the failure ``verdict`` of ``check`` on ``target`` is (see the module's docstring)."""
+    errors = verdict.errors if isinstance(verdict.errors, dict) else {}
+    if torchs_own(target):
+        return Blame(PYTORCH, f"the target is torch's own ({target.family} {target.name})", "torch's target")
+    if errors.get("internal_assert"):
+        return Blame(
+            PYTORCH, f"torch failed an internal assert ({errors.get('raised_in', 'in C++')})", "internal assert"
+        )
+    if errors.get("torch_state"):
+        return Blame(PYTORCH, f"the failing run left torch broken: {errors['torch_state']}", "torch state")
+    if evidence.torch_known is not None and not evidence.rules:
+        function, discrepancy = evidence.torch_known
+        return Blame(
+            PYTORCH,
+            f"your function calls torch's {function}, and the failure matches that function's known "
+            f"discrepancy: {discrepancy}",
+            "known discrepancy",
+        )
+    if evidence.rules_known is not None:
+        return Blame(
+            PYTORCH,
+            f"torch runs your own rule(s) ({', '.join(evidence.rules)}) wrongly here, as on record: "
+            f"{evidence.rules_known}",
+            "known discrepancy",
+        )
+    part = errors.get("torch_part")
+    if part and not evidence.rules:  # with rules of the code's own, the stand-in decides
+        return Blame(
+            PYTORCH,
+            f"raised inside torch's {part} ({errors.get('raised_in')}), not in your code",
+            "torch machinery",
+        )
+    if evidence.stand_in is not None and evidence.stand_in_verdict is not None:
+        if mismatch(verdict, evidence.stand_in_verdict) is None:
+            return Blame(
+                PYTORCH,
+                f"{evidence.stand_in.description} fails the same way at the same inputs, layouts and check "
+                "parameters: no code of yours is needed",
+                "stand-in",
+            )
+    if check in MECHANISMS:
+        mechanism, kind = MECHANISMS[check]
+        asked = [name for name, k in evidence.asks if k == kind]
+        if not evidence.rules and not asked:
+            return Blame(
+                PYTORCH,
+                f"the {check} check runs your function's own code on both sides, which differ only in torch's "
+                f"{mechanism}; your function defines no derivative rule of its own and does not ask which runs it",
+                "mechanism",
+            )
+        if asked:
+            return Blame(
+                USER,
+                f"your function asks {', '.join(asked)}: {kind} is what tells the {check} check's two runs "
+                "apart, and your code chooses what to do by it",
+            )
+    return Blame(USER, _why_user(errors, evidence))
+
+
+def _why_user(errors: dict, evidence: Evidence) -> str:
+    parts: list[str] = []
+    if errors.get("exception"):
+        parts.append(f"raised in {errors.get('raised_in', 'your code')}")
+    if evidence.rules:
+        parts.append(f"your own derivative rule(s) take part: {', '.join(evidence.rules)}")
+    if evidence.stand_in is not None and evidence.stand_in_verdict is not None:
+        kind = evidence.stand_in_verdict.kind
+        outcome = "passes" if kind == "pass" else f"is {kind}"
+        parts.append(f"{evidence.stand_in.description} {outcome} at the same inputs and check parameters")
+    return "; ".join(parts) or "the failure needs your function: nothing points at torch"

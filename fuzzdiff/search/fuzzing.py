@@ -1,0 +1,514 @@
+"""Fuzzing one check over one target with Hypothesis.
+
+This is what the pytest suite, ``fuzzdiff run`` and ``fuzzdiff.check`` share:
+draw cases, run the check, let Hypothesis shrink a failure to a minimal case,
+settle it (fuzzdiff.search.settling: a fresh process's replay, whose bug it is) and
+report it with the case as JSON so it can be replayed without Hypothesis.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import time
+from collections import Counter
+from typing import NoReturn
+
+import hypothesis
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from hypothesis.errors import FlakyFailure, Unsatisfiable, UnsatisfiedAssumption
+
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.features import case_features
+from fuzzdiff.case.spec import empty_dims
+from fuzzdiff.checks import Check, get_check, validate
+from fuzzdiff.config import FuzzConfig
+from fuzzdiff.guards import torch_state
+from fuzzdiff.guards.timeout import ExampleTimeout, OutOfTime, Watchdog
+from fuzzdiff.guards.torch_logs import torch_logs
+from fuzzdiff.record.files import write_record
+from fuzzdiff.record.journal import Journal, recover
+from fuzzdiff.search.fresh import FreshProcess
+from fuzzdiff.search.outcome import AllRejected, Empty, FuzzFailure, Tally
+from fuzzdiff.search.runner import case_strategy, verdict_at
+from fuzzdiff.search.settling import settle, stand_in_record
+from fuzzdiff.targets import get_target
+from fuzzdiff.targets.known import Known, crashing, matching
+from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Verdict
+
+__all__ = [
+    "fuzz",
+    "Tally",  # with FuzzFailure, what fuzz yields (fuzzdiff.search.outcome), handed on with it
+    "FuzzFailure",
+    "example_structures",
+    "settle_heap",
+]
+
+
+# A passing verdict steers Hypothesis only once its error uses this much of
+# the allowed error. Ordinary examples stay far below (median 0, 99.9th
+# percentile 1%, over 2240 grad examples of 14 catalog ops): steering on their
+# round-off sent half of every run's examples hill-climbing on noise, and
+# structures a layout bug needs went unexplored (a permuted-matrix bug was
+# missed in 2 of 8 seeds at 200 examples; found in all 8 without).
+STEER_FROM = 0.05
+COMPILE_TIMEOUT_FACTOR = 5  # a compiling check's examples get this many times the per-example time
+
+
+def _score(verdict: Verdict) -> float | None:
+    """How close a verdict came to failing, for Hypothesis's targeted search
+    (None: not close enough to steer). Without an allowed error (inconclusive
+    verdicts: suspicious already), the error relative to its scale."""
+    errors = verdict.errors
+    err = errors.get("abs_error")
+    if not (isinstance(err, float) and math.isfinite(err)):
+        return None
+    allowed = errors.get("allowed")
+    if isinstance(allowed, float) and allowed > 0:
+        closeness = err / allowed
+        return closeness if closeness >= STEER_FROM else None
+    scale = errors.get("scale")
+    if isinstance(scale, float) and scale > 0:
+        return min(err / scale, 1e6)
+    return None
+
+
+_HEAP_SETTLED = False
+
+
+def settle_heap() -> None:
+    """Take what is alive before the first run out of the cyclic collector's way.
+
+    torch, Hypothesis and the catalog leave a quarter of a million objects
+    that live as long as the process. Every full collection walks them all
+    (about 0.1 s each, several per minute of fuzzing: a twentieth of the run)
+    and can never free them. Frozen once per process, they stay managed by
+    reference counting; only a cycle among them would no longer be collected.
+    A process-wide change: only for processes fuzzdiff owns (the command line,
+    campaign workers, benchmarks), never inside a user's ``fuzzdiff.check``.
+    """
+    global _HEAP_SETTLED
+    if not _HEAP_SETTLED:
+        _HEAP_SETTLED = True
+        gc.collect()
+        gc.freeze()
+        # A full collection still walks what the runs keep alive after this
+        # (Hypothesis's example trees, the value caches): a tenth of a second
+        # every few seconds at the default threshold. Ten times rarer here; the
+        # young generations, where a run's cyclic garbage dies, keep their pace.
+        young, middle, old = gc.get_threshold()
+        gc.set_threshold(young, middle, max(old, 100))
+
+
+# Seconds of shrinking a failure gets, even past the search's time budget
+# (but not past its deadline).
+MIN_SHRINK = 2.0
+# Before a deadline, shrinking leaves the time of this many failing cases:
+# its last step, and the failure's replay in a fresh process with the
+# evidence of whose bug it is (fuzzdiff.search.settling), each about as dear.
+SETTLING_CASES = 3
+
+
+class _ShrinkBound:
+    """Ends shrinking ``seconds`` after the first failure: from then on an
+    example not seen failing passes without running, so every shrink step
+    Hypothesis still tries is rejected at once, and the smallest failure so
+    far (which still fails, for Hypothesis's final replay) is the result.
+    Where the search has a time budget (``budget``, a time.monotonic()
+    instant), shrinking ends there too, but never sooner than MIN_SHRINK
+    seconds after the failure: a failure found late is still made small, and
+    one found at the end of a slow function's budget does not shrink for as
+    long again. Where it has a ``deadline`` (when a case in flight is
+    stopped), shrinking ends SETTLING_CASES failing cases' cost before it,
+    MIN_SHRINK or not: the failure is still to be settled.
+
+    An example whose cases were seen failing fails again without running,
+    at any time: many of Hypothesis's choice sequences draw the same cases,
+    and on a slow function one confirmed failure costs seconds (an ODE
+    solve's second derivative: about ten of them, each confirmed anew)."""
+
+    def __init__(self, seconds: float | None, budget: float | None = None, deadline: float | None = None):
+        if seconds is not None and not seconds >= 0:
+            raise ValueError(f"shrink_seconds must be >= 0, got {seconds}")
+        self.seconds = seconds
+        self.budget = budget
+        self.deadline = deadline
+        self.until: float | None = None
+        self.failing: dict[str, tuple[Case, Verdict]] = {}
+        self.cut = False
+
+    @staticmethod
+    def _key(cases) -> str:
+        return json.dumps([c.to_json() for c in cases], sort_keys=True)
+
+    def failed(self, cases, variant: Case, verdict: Verdict, cost: float = 0.0) -> None:
+        """``cases`` failed, as ``variant`` with ``verdict``, after ``cost`` seconds of their run."""
+        if not self.failing:
+            now = time.monotonic()
+            ends = [now + self.seconds] if self.seconds is not None else []
+            if self.budget is not None:
+                ends.append(max(self.budget, now + MIN_SHRINK))
+            if self.deadline is not None:
+                ends.append(self.deadline - SETTLING_CASES * cost)
+            self.until = min(ends, default=None)
+        self.failing[self._key(cases)] = (variant, verdict)
+
+    def smallest(self) -> tuple[Case, Verdict] | None:
+        """The last failure seen: each one Hypothesis's shrinker met was
+        smaller than the best before it."""
+        return next(reversed(self.failing.values()), None)
+
+    def seen_failing(self, cases) -> tuple[Case, Verdict] | None:
+        """The failing variant and its verdict, where ``cases`` failed before."""
+        return self.failing.get(self._key(cases)) if self.failing else None
+
+    def skips(self, cases) -> bool:
+        if self.until is None or time.monotonic() < self.until or self._key(cases) in self.failing:
+            return False
+        self.cut = True
+        return True
+
+
+def _fail(check: str, target: str, variant: Case, verdict: Verdict) -> NoReturn:
+    """Raise the failure, from one place: Hypothesis tells bugs apart by where
+    they are raised, and a failure seen again (``_ShrinkBound``) is the same bug."""
+    raise FuzzFailure(check, target, variant, verdict)
+
+
+class _TimeBudget:
+    """Ends the search at ``until`` (time.monotonic()), before the next case
+    starts (a case begun before it may end past it), and before a case that
+    would run past ``deadline`` at the cost of the last (``cost``, seconds):
+    it would be stopped there half-way. The first case of a run moves
+    ``until`` on by its cost, up to the share's length: it pays what a
+    check's first call costs once (torch sets forward-mode AD up at its first
+    dual tensor: a second on two busy cores, a whole share of a cheap
+    function's forward check), yet a function whose every case outlasts its
+    share still gets one case. Disarmed by the first failure, whose
+    shrinking shrink_seconds bounds instead."""
+
+    def __init__(self, until: float | None, deadline: float | None = None):
+        self.until = until
+        self.deadline = deadline
+        self.cost = 0.0
+        self.length = 0.0 if until is None else max(0.0, until - time.monotonic())
+
+    def check(self) -> None:
+        if self.until is None:
+            return
+        now = time.monotonic()
+        if now > self.until:
+            took = f" (a case took {self.cost:.1f} s)" if self.cost >= 0.1 else ""
+            raise OutOfTime(f"its share was spent{took}")
+        if self.deadline is not None and now + self.cost > self.deadline:
+            raise OutOfTime(f"a case took {self.cost:.1f} s, more than was left of the budget")
+
+    def took(self, seconds: float) -> None:
+        """A case ran for ``seconds``."""
+        if self.until is not None and self.length:
+            self.until += min(seconds, self.length)
+            self.length = 0.0  # the first case's only
+        self.cost = seconds
+
+    def disarm(self) -> None:
+        self.until = None
+
+
+def example_structures(cases: st.SearchStrategy[Case], structures: int) -> st.SearchStrategy[list[Case]]:
+    """One Hypothesis example's drawn cases: ``structures // 2`` (at least 1)
+    to ``structures``. The minimum matters: Hypothesis's lists average at most
+    min_size + 5 elements, and from 1 they averaged 3.1 in the throughput
+    bench's mix, from 4 5.4."""
+    return st.lists(cases, min_size=max(1, structures // 2), max_size=structures)
+
+
+def fuzz(
+    check: Check | str,
+    target: Target | str,
+    *,
+    settings: hsettings | None = None,
+    seed: int | None = None,
+    corpus=None,
+    variants: int | None = None,
+    structures: int | None = None,
+    timeout: float | None = None,
+    shrink_seconds: float | None = None,
+    definition=None,
+    recover_crashes: bool = True,
+    journal_dir=None,
+    config: FuzzConfig | None = None,
+    fresh: FreshProcess | None = None,
+    seen: tuple[Known, ...] = (),
+    capture_logs: bool = True,
+    until: float | None = None,
+    deadline: float | None = None,
+    settle_by: float | None = None,
+    **case_options,
+) -> Tally:
+    """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
+
+    Each drawn case is run at ``variants`` value-and-probe seeds
+    (Case.reseeded): Hypothesis's cost is in the structure, and bugs that
+    depend on values get more tries for it. Each Hypothesis example is a
+    list of ``structures // 2`` (at least 1) to ``structures`` drawn cases: an
+    example costs a fixed amount beyond its draws (the engine's bookkeeping,
+    and the caches Hypothesis and torch evict from each other), which several
+    structures share. Shrinking deletes the cases a failure does not need,
+    down to that minimum; the others shrink to the plainest case, and the
+    failure reported is the one failing case. A structure Hypothesis copied
+    within an example runs the next variants. ``seed`` makes the run
+    reproducible; the failure carries the run's tally. With ``corpus`` (a
+    directory) the shrunk failure is written there as a record, and each
+    example is journaled first (fuzzdiff.record.journal): a case that kills the
+    process becomes a "crash" record at the next ``recover(corpus)``, which
+    this function runs first.
+
+    ``timeout`` (seconds per example, COMPILE_TIMEOUT_FACTOR times that for a
+    check that compiles; 0 disables) stops a hanging example: reported at
+    once, unshrunk, as a FuzzFailure of kind "timeout" (fuzzdiff.guards.timeout says
+    what is covered).
+
+    ``config`` (a FuzzConfig; default ``FuzzConfig()``, the defaults: the
+    environment is the drivers' to read) gives every setting that is not
+    passed here: ``variants``, ``structures`` and ``corpus`` are folded into
+    it, and override it; ``timeout`` given here is the examples' limit itself,
+    where ``config.timeout`` is the base a compiling check multiplies.
+
+    ``shrink_seconds`` bounds shrinking: that long after the first failure,
+    examples not yet seen failing pass unrun, so Hypothesis ends with the
+    smallest failure found so far; the failure's ``shrink_cut`` says so.
+    ``definition`` goes into the corpus record (a user target's recipe,
+    fuzzdiff.targets.user.definition). ``recover_crashes=False`` leaves dead
+    processes' journal entries to the caller (a campaign's parent records them
+    with how its worker died). ``journal_dir`` journals the examples there when
+    there is no corpus (a campaign worker on a machine without it, whose
+    crash the campaign records elsewhere: fuzzdiff.campaign.cluster).
+
+    ``fresh`` (a fuzzdiff.search.fresh.FreshProcess) replays the shrunk failure in
+    a process that has run nothing else, before it is reported or recorded:
+    one that passes there is this process's state, not the target's, and
+    ends the run as "inconclusive" (naming what disturbed this process)
+    rather than as a failure. The failure carries whose bug it is
+    (fuzzdiff.search.blame), found there, or here without ``fresh``.
+    ``seen``: signatures of failures already reported by the caller
+    (``root_cause``): a failure that matches one is counted, not raised, so
+    that the run looks for another. ``capture_logs``: torch's log messages
+    during the run are counted into the tally (``Tally.logs``), not printed
+    or handed to the caller's handlers (fuzzdiff.guards.torch_logs).
+    ``until`` (a time.monotonic() instant) ends the search there, before the
+    next case, with the tally so far (``Tally.cut``, ``Tally.cut_reason``);
+    a failure found before it is shrunk until then (at least MIN_SHRINK
+    seconds) and reported as always. ``deadline`` (an instant) stops the
+    case in flight when the clock passes it (fuzzdiff.guards.timeout's soft layer,
+    where it can run: the main thread), unjudged; a case that would pass it
+    at the last case's cost is not begun, and shrinking ends SETTLING_CASES
+    failing cases' cost before it (the smallest failure so far is the one
+    settled). ``settle_by`` (an instant) bounds a failure's settling
+    (fuzzdiff.search.settling): one whose replay in a fresh process has not
+    answered by then is not confirmed, so not raised; it is returned in the
+    tally's ``unconfirmed``, its runs counted inconclusive.
+
+    Runs rejected as outside the target's domain (``Target.invalid``, a
+    ``reject()`` of the target's) are counted apart (``Tally.rejected``,
+    with their empty dims); ``Tally.cases`` counts the judged cases, those
+    with a run that was neither rejected nor unsupported. Where every run was
+    rejected, AllRejected (Hypothesis's Unsatisfiable) carries the tally.
+    """
+    config = FuzzConfig.resolve(base=config, variants=variants, structures=structures, corpus=corpus)
+    variants, structures, corpus = config.variants, config.structures, config.corpus
+    check = (get_check(check) if isinstance(check, str) else check).configured(config)
+    if timeout is None:
+        # A first inductor compile of a three-input op took 25-35 s on two busy
+        # cores (opinfo/diff@63): slowness, not a hang, must not be a time-out.
+        timeout = config.timeout * (COMPILE_TIMEOUT_FACTOR if check.compiles else 1)
+    timeout = float(timeout)
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be >= 0 seconds (0 disables), got {timeout}")
+    target = validate(get_target(target) if isinstance(target, str) else target)
+    tally = Tally()
+    why = check.why_not(target)
+    if why is not None:
+        tally.add(Verdict("unsupported", why))
+        return tally
+
+    journal: Journal | None = None
+    watch: Watchdog | None = None
+    inflight: list[Case | None] = [None]  # the variant running, for a soft timeout's report
+    shrink = _ShrinkBound(shrink_seconds, until, deadline)
+    budget = _TimeBudget(until, deadline)
+    failing: Counter[Empty] = Counter()  # the failure's own failing runs (FuzzFailure.failing)
+    failing_cases = [0]
+
+    def empty(case: Case) -> Empty:
+        return empty_dims(target.args, [a.shape for a in case.args])
+
+    @given(example_structures(case_strategy(check, target, **case_options), structures))
+    def property_(cases: list[Case]) -> None:
+        if shrink.skips(cases):
+            return
+        seen_failing = shrink.seen_failing(cases)
+        if seen_failing is not None:  # the same cases, drawn by another choice sequence: not run again
+            _fail(check.name, target.name, *seen_failing)
+        best: float | None = None  # the closest call of the example, for hypothesis.target
+        try:
+            for i, case in enumerate(cases):
+                budget.check()
+                began = time.monotonic()
+                # Hypothesis's mutator copies structures within an example (about
+                # one in ten here): a copy runs the next variants, not the same ones.
+                first = variants * cases[:i].count(case)
+                judged = bool(first)  # a copy's case was counted with the first of its runs
+                if journal is not None:
+                    journal.end()  # idle while the next case is written
+                    journal.begin_case(case)
+                if not first:
+                    tally.drawn += 1
+                    tally.features |= case_features(case)
+                for k in range(first, first + variants):
+                    variant = inflight[0] = case.reseeded(k)
+                    doomed = crashing(target.known, check.name, variant) if target.known else None
+                    if doomed is not None:  # a known torch crash: not run, counted as known
+                        tally.add_known(doomed, Verdict("crash", doomed.reason))
+                        tally.cases += not judged
+                        judged = True
+                        continue
+                    if journal is not None:
+                        journal.begin(k)
+                    if watch is not None:
+                        watch.start()
+                    try:
+                        verdict = verdict_at(check, target, variant)
+                    except UnsatisfiedAssumption:  # outside the target's domain: a draw rejected, not judged
+                        tally.rejected += 1
+                        tally.rejected_empty[empty(case)] += 1
+                        raise
+                    if watch is not None:
+                        watch.stop()
+                    newly = verdict.kind != "unsupported" and not judged  # the case's first judged run
+                    tally.cases += newly
+                    judged = judged or newly
+                    if verdict.kind != "unsupported" and not verdict.failed:
+                        tally.judged_empty.update(empty(case))  # sizes it takes (a failure may be a reject yet)
+                    known = matching(target.known, check.name, variant, verdict) if target.known else None
+                    if known is not None:
+                        tally.add_known(known, verdict)
+                        continue
+                    tally.add(verdict)
+                    again = matching(seen, check.name, variant, verdict) if seen else None
+                    if again is not None:  # a failure the caller has reported: look for another
+                        tally.repeats[again.reason] += 1
+                        continue
+                    if verdict.failed:
+                        budget.disarm()
+                        if fresh is not None and not shrink.failing:
+                            fresh.boot()  # started while the failure shrinks: its replay waits less
+                        failing[empty(case)] += 1
+                        failing_cases[0] += newly
+                        shrink.failed(cases, variant, verdict, time.monotonic() - began)
+                        _fail(check.name, target.name, variant, verdict)
+                    score = _score(verdict)
+                    if score is not None and (best is None or score > best):
+                        best = score
+                budget.took(time.monotonic() - began)
+        finally:
+            # Idle once per example, not per variant: between variants only
+            # this loop's bookkeeping runs, nothing that could kill the process.
+            if watch is not None:
+                watch.stop()
+            if journal is not None:
+                journal.end()
+            if best is not None:
+                tally.closest = max(tally.closest, best)
+                # Once per example: a second hypothesis.target() with the same label raises.
+                hypothesis.target(best, label="normalized error")
+
+    # One example-database key per (check, target): every fuzz() call shares the
+    # source of property_, and saved failures must replay only where they failed.
+    # (``.hypothesis`` is the handle @given attaches; hypothesis types the test as a plain callable)
+    property_.hypothesis.inner_test._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]
+        f"{check.name}/{target.ref}".encode()
+    )
+    # No deadline unless asked for: an example runs several structures at every
+    # variant, and a hang is the per-example timeout's job.
+    property_ = (hsettings(deadline=None) if settings is None else settings)(property_)
+    if seed is not None:
+        property_ = hypothesis.seed(seed)(property_)
+    if corpus is not None and recover_crashes:
+        recover(corpus)
+    try:
+        if corpus is not None or journal_dir is not None:
+            journal = Journal(corpus if corpus is not None else journal_dir, check.name, target.name, timeout)
+        if timeout > 0 or deadline is not None:
+            watch = Watchdog(timeout, None if journal is None else journal.hang_path, deadline=deadline)
+        try:
+            with torch_state.run(), torch_logs(capture_logs) as logs:
+                try:
+                    property_()
+                except OutOfTime as late:
+                    smallest = shrink.smallest()
+                    if smallest is not None:  # stopped while it shrank: the smallest failure so far
+                        shrink.cut = True
+                        _fail(check.name, target.name, *smallest)
+                    tally.cut, tally.cut_reason = True, str(late)
+                except Unsatisfiable:
+                    if tally.rejected:
+                        raise AllRejected(tally) from None
+                    raise
+                finally:
+                    tally.logs.update(logs)
+        except ExampleTimeout as stop:
+            # Not shrunk: every shrink step of a hang would cost a full timeout.
+            verdict = Verdict(
+                "timeout",
+                f"{stop}: stopped by the per-example timeout (timeout=, FuzzConfig.timeout or $FUZZDIFF_TIMEOUT)",
+                {"timeout": timeout},
+            )
+            tally.add(verdict)
+            timed_out = inflight[0]
+            assert timed_out is not None  # the watchdog runs only around a variant's run
+            failing[empty(timed_out)] += 1
+            raise FuzzFailure(check.name, target.name, timed_out, verdict) from None
+        except FlakyFailure as group:
+            # The failure did not reproduce every time (e.g. a kernel reading
+            # uninitialized memory): still a confirmed failure of one case.
+            inner = next((e for e in group.exceptions if isinstance(e, FuzzFailure)), None)
+            if inner is None:
+                raise
+            raise inner from group
+    except FuzzFailure as failure:
+        failure.tally = tally
+        failure.shrink_cut = shrink.cut
+        failure.failing, failure.failing_cases = failing, failing_cases[0]
+        if watch is not None:  # no example runs here any more: the replays elsewhere have limits of their own
+            watch.close()
+        try:
+            settled = settle(failure, check, target, definition, fresh, timeout, seen, settle_by)
+        except OutOfTime as late:
+            # Found, but not confirmed: no failure to report. Said, with its case, in the tally.
+            failure.tally, failure.unconfirmed = None, str(late)
+            tally.set_aside(failure, "inconclusive", "a failure found, not confirmed before the time budget ended")
+            tally.unconfirmed.append(failure)
+            tally.cut = True
+            tally.cut_reason = tally.cut_reason or "it ended while a failure found was settled"
+            return tally
+        if not settled:
+            return tally  # this process's state, not the target's: an inconclusive run
+        if corpus is not None:
+            whose = None if failure.blame is None else failure.blame.to_json()
+            standin = stand_in_record(corpus, failure, target)
+            if standin is not None and whose is not None:
+                whose["stand_in_record"] = standin  # its script is torch-only
+            failure.record_path, failure.record_created = write_record(
+                corpus, failure.check, failure.case, failure.verdict, definition=definition, blame=whose
+            )
+        raise
+    finally:
+        if watch is not None:
+            watch.close()
+        if journal is not None:
+            journal.close()
+    return tally

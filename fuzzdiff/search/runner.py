@@ -1,0 +1,215 @@
+"""Running one check on one case, and turning exceptions into verdicts.
+
+An op that lacks a forward-mode formula, double backward or complex support
+raises; that is "unsupported", never a failure. Any other exception from the
+target at a valid input is a finding, reported as a failure once it replays.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import UnsatisfiedAssumption
+
+from fuzzdiff.case.case import Case
+from fuzzdiff.case.layout import CaseError
+from fuzzdiff.checks import Check, get_check
+from fuzzdiff.checks.check import ProbeParams
+from fuzzdiff.confirm.ladder import Ladder
+from fuzzdiff.confirm.steps import replay
+from fuzzdiff.guards import cuda_context, torch_state
+from fuzzdiff.guards.precision import cuda_present, ieee_float32
+from fuzzdiff.guards.raised import Raised, raised
+from fuzzdiff.guards.torch_state import Left, kept
+from fuzzdiff.guards.unsupported import unsupported_reason
+from fuzzdiff.paths.seeded import reseeding, run_seeded
+from fuzzdiff.targets import get_target
+from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Verdict
+from strategies.cases import CasePlan, case_plan, draw_case
+from strategies.cotangents import draw_probe_dicts
+
+__all__ = ["run_check", "verdict_at", "case_strategy", "EXCEPTION_LADDER"]
+
+# A target's exception at a valid input is confirmed by a replay that raises
+# it again. Its verdict keeps the exception's own words ("raised T: message"),
+# which known discrepancies and root causes match, so the runner words it.
+EXCEPTION_LADDER = Ladder(("replay",))
+
+
+RANDOM_LOW_PRECISION_ON_CUDA = (
+    "the target draws random numbers, and on CUDA a float64 run draws other numbers than a "
+    "lower-precision one from the same seed, so the float64 reference would be another function"
+)
+RANDOM_STRIDED_ON_CUDA = (
+    "the target draws random numbers, and on CUDA its kernels draw in their input's memory layout: "
+    "the finite differences, made at dense copies of a strided leaf, would see other draws"
+)
+
+
+def _unfair_on_cuda(case: Case) -> str | None:
+    """Why a random target's calls at ``case`` cannot be compared on CUDA, where
+    one seed gives other draws for another dtype or memory layout (the CPU's
+    generators draw in logical order, in double precision)."""
+    if not case.device.startswith("cuda"):
+        return None
+    if case.dtype != "float64":
+        return RANDOM_LOW_PRECISION_ON_CUDA
+    if any(a.grad == "leaf" and a.layout is not None and not a.layout.is_contiguous(a.shape) for a in case.args):
+        return RANDOM_STRIDED_ON_CUDA
+    return None
+
+
+def run_check(check: Check | str, target: Target | str, case: Case) -> Verdict:
+    """The check's verdict at ``case``; never raises for the target's own errors."""
+    check = get_check(check) if isinstance(check, str) else check
+    target = get_target(target) if isinstance(target, str) else target
+    why = check.why_not(target)
+    if why is not None:
+        return Verdict("unsupported", why)
+    return verdict_at(check, target, case)
+
+
+def verdict_at(check: Check, target: Target, case: Case) -> Verdict:
+    """``run_check`` for a check already known to apply: ``fuzz()`` asks
+    ``why_not`` once per run rather than once per example. With a GPU present
+    it runs in IEEE float32 (fuzzdiff.guards.precision: no TF32). A random target
+    has its generators seeded alike before every call (fuzzdiff.paths.seeded),
+    unless the check seeds them itself."""
+    if target.random and not check.seeds_random:
+        unfair = _unfair_on_cuda(case)
+        if unfair is not None:
+            return Verdict("unsupported", unfair)
+        seed = sum(a.values.seed for a in case.args) % 2**32
+        devices = [torch.device(case.device).index or 0] if case.device.startswith("cuda") else []
+        fixed = replace(target, fn=reseeding(target.fn, seed, devices))
+        return run_seeded(seed, lambda: _precise_verdict(check, fixed, case), devices)
+    return _precise_verdict(check, target, case)
+
+
+def _precise_verdict(check: Check, target: Target, case: Case) -> Verdict:
+    if not cuda_present():
+        return _verdict(check, target, case)
+    with ieee_float32():
+        return _verdict(check, target, case)
+
+
+def _verdict(check: Check, target: Target, case: Case) -> Verdict:
+    outcome, left = _attempt(check, target, case)
+    if isinstance(outcome, Verdict):
+        if left:
+            return replace(outcome, errors={**outcome.errors, "torch_state": str(left)})
+        return outcome
+    first = outcome.error
+    if cuda_present():
+        lost = cuda_context.verdict_after(first)
+        if lost is not None:
+            return lost
+    reason = unsupported_reason(first)
+    if reason is not None:
+        return Verdict("unsupported", reason)
+    if target.rejects(first):
+        raise UnsatisfiedAssumption(f"outside the target's domain: {type(first).__name__}: {first}")
+    if outcome.origin.internal or outcome.origin.part is not None:
+        torch_state.note(f"{check.name} on {target.name} raised {type(first).__name__} in {outcome.origin.where}")
+    finding = f"raised {type(first).__name__}: {first}"
+    climbed = EXCEPTION_LADDER.ascend(
+        {
+            "replay": replay(
+                lambda: _attempt(check, target, case)[0],
+                same=lambda again: isinstance(again, _Raised) and _same_error(again.error, first),
+                why=_replayed,
+            )
+        }
+    )
+    if climbed.doubt is not None:
+        return Verdict("inconclusive", f"{finding} once; {climbed.doubt.why}")
+    errors = {"exception": type(first).__name__, "traceback": outcome.tail, **outcome.origin.as_errors()}
+    if left:
+        errors["torch_state"] = str(left)
+    return Verdict("fail", finding, errors)
+
+
+def _same_error(again: Exception, first: Exception) -> bool:
+    return type(again) is type(first) and str(again) == str(first)
+
+
+def _replayed(again: Verdict | _Raised) -> str:
+    """What the replay of an exception did instead of raising it again."""
+    if isinstance(again, Verdict):
+        return "the replay passed"
+    return f"the replay raised {type(again.error).__name__}: {again.error}"
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """A run's exception, its frames let go (``_let_go``), with what the
+    verdict needs of them: where it came from and the traceback's tail."""
+
+    error: Exception
+    origin: Raised
+    tail: list[str]
+
+
+def _attempt(check: Check, target: Target, case: Case) -> tuple[Verdict | _Raised, Left]:
+    """One run of the check: its verdict or the target's exception, and what
+    the run left changed of torch's thread-local state (put back already:
+    the runs after it are not its victims; fuzzdiff.guards.torch_state)."""
+    with kept() as left:
+        try:
+            outcome: Verdict | _Raised = check.run(target, case)
+        except (CaseError, UnsatisfiedAssumption):
+            raise  # a malformed case is the caller's error; a rejected one, outside the target's domain
+        except Exception as e:  # noqa: BLE001 - the target's errors are findings
+            outcome = _Raised(e, raised(e), traceback.format_exception(e)[-3:])
+            _let_go(e)
+    if left:
+        torch_state.note(f"{check.name} on {target.name}: {left}")
+    return outcome, left
+
+
+def _let_go(error: BaseException) -> None:
+    """Free the frames of ``error``'s traceback (and of the errors it chains)
+    now, within ``kept()``: a dispatch-key guard that torch created inside a
+    call that raised lives on in those frames, and when it is freed it sets
+    the thread's dispatch keys back to what it saw, long after the run, in
+    whatever runs then (aot_function of jvp over a captured constant leaves
+    every later backward of the process without autograd that way)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        e.__traceback__ = None
+        todo += [e.__cause__, e.__context__]
+
+
+def case_strategy(check: Check, target: Target, **case_options) -> st.SearchStrategy[Case]:
+    """Cases for ``target`` with the check's own params drawn and stored."""
+    options: dict[str, Any] = dict(
+        dtypes=target.dtypes if check.dtypes is None else tuple(d for d in target.dtypes if d in check.dtypes),
+        alias=check.aliasing != "never",
+        require_alias=check.aliasing == "required",
+    )
+    options.update(case_options)  # the caller's word wins, e.g. alias=False
+    return _case_with_params(case_plan(target, **options), check, target)
+
+
+# Every nested strategy draw costs Hypothesis time of its own (more than the
+# torch work of a small example), so the case and its params are drawn in one
+# composite, with plain drawing functions rather than nested strategies.
+@st.composite
+def _case_with_params(draw, plan: CasePlan, check: Check, target: Target) -> Case:
+    case = draw_case(draw, plan)
+    if isinstance(check.params, ProbeParams):  # the same draws, without a nested strategy
+        params = draw_probe_dicts(draw, check.params.keys)
+    else:
+        params = draw(check.params(target, case))
+    return replace(case, params=params)

@@ -1,0 +1,165 @@
+"""A failure found, settled before it is reported: replayed in a fresh
+process (this process's state, or the target's? a hang, or slow code?) and
+blamed, PyTorch's or the code's (fuzzdiff.search.blame), with a record of the
+plain-torch stand-in where the blame rests on it. Within a time budget
+(``fuzzdiff.check``'s), by an instant: a failure whose replay does not
+answer by then is not confirmed (OutOfTime), and evidence gathered here is
+cut short there."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from fuzzdiff.checks import Check
+from fuzzdiff.guards import torch_state
+from fuzzdiff.guards.timeout import OutOfTime, bounded
+from fuzzdiff.record.files import write_record
+from fuzzdiff.search.blame import Evidence, blame, gather
+from fuzzdiff.search.fresh import FreshProcess
+from fuzzdiff.search.outcome import FuzzFailure
+from fuzzdiff.targets.known import Known, matching
+from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Verdict, identity, mismatch
+
+__all__ = ["settle", "stand_in_record", "SLOW_FACTOR"]
+
+SLOW_FACTOR = 5  # a timed-out example gets this many times its time in a fresh process, to tell slow from hung
+
+
+def settle(
+    failure: FuzzFailure,
+    check: Check,
+    target: Target,
+    definition,
+    fresh: FreshProcess | None,
+    timeout: float = 0.0,
+    seen: tuple[Known, ...] = (),
+    settle_by: float | None = None,
+) -> bool:
+    """Confirm ``failure`` outside this process and find whose bug it is;
+    False when it is this process's state rather than the target's, or a
+    time-out of an example that only takes long (then its tally says so, as
+    inconclusive runs). OutOfTime where ``settle_by`` (a time.monotonic()
+    instant) comes before its replay in a fresh process has answered: not
+    confirmed, it is no failure to report."""
+    verdict = failure.verdict
+    if verdict.kind == "timeout" and fresh is not None and timeout > 0:
+        # A hang, or slow code on busy cores? Given SLOW_FACTOR times as long in a fresh process.
+        seconds, budgeted = _seconds(SLOW_FACTOR * timeout, settle_by)
+        replayed = fresh.replay(check.name, failure.case, verdict, definition, seconds=seconds)
+        if replayed.late and budgeted:
+            raise OutOfTime(f"the time budget ended before its replay in a fresh process finished ({seconds:.1f} s)")
+        if replayed.verdict is not None:
+            if replayed.verdict.failed:  # slow, and wrong: that failure is the finding, unless already counted
+                if _counted(failure, check, target, replayed.verdict, seen):
+                    return False
+                failure.verdict, failure.blame = replayed.verdict, replayed.blame
+                failure.elsewhere = f"found in a fresh process, where the example ran past the {timeout:.0f} s time-out"
+                return True
+            why = (
+                f"slow, not hung: past the per-example time-out of {timeout:.0f} s, but it finishes in a fresh "
+                f"process ({replayed.verdict.kind}); timeout= (FuzzConfig.timeout) gives it longer"
+            )
+            _not_the_targets(failure, why)
+            return False
+        failure.elsewhere = f"it does not finish in a fresh process either ({replayed.failed})"
+    if verdict.kind != "fail":  # a crash is not replayed here: the journal's record replays it in a child
+        failure.blame = blame(check.name, target, verdict, Evidence())
+        return True
+    if fresh is not None:
+        seconds, budgeted = _seconds(fresh.timeout, settle_by)
+        replayed = fresh.replay(check.name, failure.case, verdict, definition, seconds=seconds, confirmed=True)
+        if replayed.late and budgeted:
+            raise OutOfTime(f"the time budget ended before its replay in a fresh process answered ({seconds:.1f} s)")
+        if replayed.verdict is not None and mismatch(verdict, replayed.verdict) is not None:
+            before = torch_state.last_disturbance()
+            what = verdict.errors.get("exception") or identity(verdict)
+            kind = replayed.verdict.kind
+            why = f"process-state dependent: {what} fails here, but replays as {kind} in a fresh process"
+            _not_the_targets(failure, why, f" (this process was disturbed before: {before})" if before else "")
+            return False
+        if replayed.verdict is not None:
+            failure.elsewhere = "reproduced in a fresh process"
+            failure.blame, failure.evidence = replayed.blame, dict(replayed.evidence or {})
+            return True
+        failure.elsewhere = f"not replayed in a fresh process ({replayed.failed})"
+    try:
+        with bounded(settle_by):
+            evidence = gather(check, target, failure.case, verdict)
+    except OutOfTime:
+        said = "whose bug it is is not settled: the time budget ended while the evidence was gathered"
+        failure.elsewhere = f"{failure.elsewhere}; {said}" if failure.elsewhere else said
+        return True
+    failure.blame, failure.evidence = blame(check.name, target, verdict, evidence), evidence.to_json()
+    return True
+
+
+def _seconds(wait: float, settle_by: float | None) -> tuple[float, bool]:
+    """How long a replay may take: ``wait``, or what is left before
+    ``settle_by`` where that is less (then True); OutOfTime where nothing is."""
+    if settle_by is None:
+        return wait, False
+    left = settle_by - time.monotonic()
+    if left <= 0:
+        raise OutOfTime("no time was left of the time budget to replay it in a fresh process")
+    return min(wait, left), left < wait
+
+
+def _counted(failure: FuzzFailure, check: Check, target: Target, verdict: Verdict, seen: tuple[Known, ...]) -> bool:
+    """Whether a timed-out example's failure, found in a fresh process, is a known
+    discrepancy or one the caller has reported: then the run's time-out counts
+    as that, as the same failure here would have."""
+    tally = failure.tally
+    assert tally is not None
+    known = matching(target.known, check.name, failure.case, verdict) if target.known else None
+    again = None if known is not None or not seen else matching(seen, check.name, failure.case, verdict)
+    if known is None and again is None:
+        return False
+    tally.counts["timeout"] -= 1
+    if tally.counts["timeout"] <= 0:
+        del tally.counts["timeout"]
+    if known is not None:
+        tally.add_known(known, verdict)
+    elif again is not None:
+        tally.repeats[again.reason] += 1
+    return True
+
+
+def _not_the_targets(failure: FuzzFailure, why: str, detail: str = "") -> None:
+    """Count the run's failing examples as inconclusive, for ``why``."""
+    tally = failure.tally
+    assert tally is not None
+    for kind in ("fail", "timeout"):
+        tally.counts["inconclusive"] += tally.counts.pop(kind, 0)
+    tally.reasons["inconclusive"] = why + detail
+    tally.why[("inconclusive", why)] += 1
+
+
+def stand_in_record(corpus, failure: FuzzFailure, target: Target) -> str | None:
+    """Where the blame rests on the stand-in (fuzzdiff.search.blame), its failure as a
+    record of its own, whose script is the torch-only repro to file; its path."""
+    if failure.blame is None or failure.blame.via != "stand-in" or not failure.evidence:
+        return None
+    shown = failure.evidence.get("stand_in") or {}
+    source, verdict = shown.get("source"), shown.get("verdict")
+    if not isinstance(source, dict) or not isinstance(verdict, dict):
+        return None
+    name = f"{target.name}.stand_in"
+    definition = {
+        "fn": name,
+        "spec": target.spec,
+        "domain": {k: list(v) for k, v in target.domain.items()},
+        "dtypes": [str(d).removeprefix("torch.") for d in target.dtypes],
+        "functional": True,
+        "source": source,
+    }
+    path, _ = write_record(
+        corpus,
+        failure.check,
+        replace(failure.case, target=name),
+        Verdict(verdict["kind"], verdict["message"], verdict.get("errors") or {}),
+        definition=definition,
+        blame={"whose": "pytorch", "evidence": shown.get("description", "a plain-torch stand-in"), "via": "stand-in"},
+    )
+    return str(path)

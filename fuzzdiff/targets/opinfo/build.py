@@ -1,0 +1,325 @@
+"""One OpInfo sample as a fuzz target (family ``opinfo``).
+
+Each chosen ``SampleInput`` of an OpInfo gives a target: its floating tensors
+that require grad become the case's arguments, with the sample's shapes as a
+fixed spec (``"a0: 5 5, a1: 5"``); everything else (integer index tensors,
+masks, scalars, dims, flags) stays exactly as in the sample. So layouts
+(noncontiguous, offsets, stride 0, channels_last), aliasing, values, dtype and
+cotangents are fuzzed while the call stays the valid one the OpInfo's author
+wrote. The call is a ``SampleCall`` (fuzzdiff.targets.opinfo.call).
+
+Values. An OpInfo states a domain only for unary ufuncs, so values come from
+the sample itself:
+
+- ``range`` (the default): each argument's values are drawn from the
+  interval its own sample values span (intersected with ``op.domain`` with a
+  margin, for unary ufuncs). The sign, a [0, 1] probability, a positive scale
+  survive; arguments of one class share an interval, so they can alias.
+- ``near``: each argument is ``sample + x`` with ``x`` within 1e-3 of the
+  sample's scale. For ops whose samples carry structure a random point lacks
+  (positive definite, well conditioned, sorted, ...): the ``NEAR`` table
+  names them with the reason, and any op that raises or gives non-finite
+  results or gradients at a random point of its ranges is moved here
+  automatically when its target is built. ``x + s`` keeps ``x``'s dim order,
+  so a permuted or channels_last ``x`` still reaches the op as such; offsets,
+  slices, stride 0 and aliasing do not (the ``alias`` check is skipped).
+
+Samples are drawn under a fixed seed (``samples``), so a target names its call
+by the op and the sample's index on the torch it was built with.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._pytree import tree_flatten
+
+from fuzzdiff.case import draws
+from fuzzdiff.targets.opinfo.call import Differentiable, OpInfoCall
+from fuzzdiff.targets.opinfo.known import known_for
+from fuzzdiff.targets.opinfo.sample import StoredSample
+from fuzzdiff.targets.opinfo.skips import float32_skip, skips_for
+from fuzzdiff.targets.opinfo.tables import (
+    CHECKS,
+    CONSTANTS,
+    CONTRACTS,
+    DISTINCT,
+    FAMILY,
+    MAX_NUMEL,
+    NEAR,
+    NEAR_SCALE,
+    NEAR_TOL,
+    OUTSIDE,
+    PREFIX,
+    SAMPLES_PER_OP,
+    SEED,
+    listed,
+    match,
+    op_key,
+)
+from fuzzdiff.targets.target import Only, Target
+from strategies.values import sampling_interval
+
+__all__ = [
+    "SampleCall",
+    "samples",
+    "fuzzable",
+    "sample_targets",
+    "build",
+    "differentiable_outputs",
+    "INVALID_AT_RANDOM",
+]
+
+
+def samples(op) -> list:
+    """The op's float64 CPU samples, the same on every call: sample_inputs draw from
+    torch's, Python's and NumPy's generators, so all three are seeded (and restored)."""
+    state, np_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(SEED)
+            random.seed(SEED)
+            np.random.seed(SEED)
+            return list(op.sample_inputs("cpu", torch.float64, requires_grad=True))
+    finally:
+        random.setstate(state)
+        np.random.set_state(np_state)
+
+
+def fuzzable(t: Any) -> bool:
+    return (
+        isinstance(t, torch.Tensor)
+        and t.dtype == torch.float64
+        and t.requires_grad
+        and t.layout == torch.strided
+        and not t.is_conj()
+        and not t.is_neg()
+    )
+
+
+def _usable(sample) -> bool:
+    leaves, _ = tree_flatten((sample.input, sample.args, sample.kwargs))
+    tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+    fuzzed = [t for t in tensors if fuzzable(t)]
+    return (
+        bool(fuzzed)
+        and all(t.layout == torch.strided and t.device.type == "cpu" for t in tensors)
+        and sum(t.numel() for t in fuzzed) <= MAX_NUMEL
+        and all(torch.isfinite(t).all() for t in fuzzed)
+    )  # -inf masks are values we cannot draw
+
+
+class SampleCall(OpInfoCall):
+    """The ``OpInfoCall`` of an OpInfo target: the op as OpInfo's tests call it
+    (through its ``gradcheck_wrapper``), with what a record stores besides
+    (``stored_sample``): the OpInfo, the sample's own values of the fuzzed
+    arguments (``values``) and the sample's index. ``near[i]`` is None in range
+    mode, else the sample tensor that argument ``i`` perturbs."""
+
+    def __init__(self, op, spec, leaves, positions, near, output_fn, values=(), index=-1):
+        super().__init__(functools.partial(op.gradcheck_wrapper, op.op), spec, leaves, positions, near, output_fn)
+        self.op = op
+        self.values = tuple(values)
+        self.index = index
+
+
+def _interval_class(lo: float, hi: float) -> str:
+    return "unit" if 0.0 <= lo and hi <= 1.0 else "positive" if lo > 0.0 else "any"
+
+
+def _range_intervals(op, fuzzed: list[torch.Tensor]) -> list[tuple[float, float]]:
+    """Per argument, the interval its values are drawn from: its class's union of
+    the sample's own ranges (so arguments of one class can alias), inside
+    ``op.domain`` with a margin for unary ufuncs."""
+    own = [(t.min().item(), t.max().item()) if t.numel() else (-1.0, 1.0) for t in fuzzed]
+    union: dict[str, tuple[float, float]] = {}
+    for lo, hi in own:
+        c = _interval_class(lo, hi)
+        a, b = union.get(c, (lo, hi))
+        union[c] = (min(a, lo), max(b, hi))
+    domain = getattr(op, "domain", None)
+    out = []
+    for lo, hi in own:
+        lo, hi = union[_interval_class(lo, hi)]
+        if domain is not None:
+            dlo, dhi = sampling_interval(tuple(domain))
+            if domain[0] is not None:
+                lo = max(lo, dlo)
+            if domain[1] is not None:
+                hi = min(hi, dhi)
+        out.append((float(lo), float(max(lo, hi))))
+    return out
+
+
+def _finite(value) -> bool:
+    leaves, _ = tree_flatten(value)
+    return all(torch.isfinite(t).all().item() for t in leaves if isinstance(t, torch.Tensor) and t.is_floating_point())
+
+
+def _valid_at(call: SampleCall, points: list[torch.Tensor]) -> bool:
+    """The call runs, and its outputs and gradients are finite, at ``points``."""
+    xs = [p.detach().requires_grad_() for p in points]
+    try:
+        out = call(*xs)
+        outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not _finite(out):
+            return False
+        if outs:
+            total = sum((torch.view_as_real(o) if o.is_complex() else o).sum() for o in outs)
+            assert isinstance(total, torch.Tensor)  # a sum of one or more tensors
+            grads = torch.autograd.grad(total, xs, allow_unused=True)
+            return _finite([g for g in grads if g is not None])
+        return True
+    except Exception:  # noqa: BLE001 - any error means the points are not valid inputs
+        return False
+
+
+def differentiable_outputs(call: SampleCall, fuzzed: list[torch.Tensor]) -> tuple[bool, ...] | None:
+    """Which output leaves to keep (see ``Differentiable``): every one but the
+    floating leaves that do not require grad while another does. None: all."""
+    xs = [p.detach().requires_grad_() for p in fuzzed]
+    outs = tree_flatten(call(*xs))[0]
+    floating = [isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex()) for o in outs]
+    if not any(f and o.requires_grad for f, o in zip(floating, outs)):
+        return None  # no output requires grad (e.g. zeros_like): nothing to tell apart
+    keep = tuple(not f or o.requires_grad for f, o in zip(floating, outs))
+    return None if all(keep) else keep
+
+
+def _random_points(intervals, fuzzed, seed: int) -> list[torch.Tensor]:
+    """Uniform points of the intervals, one stream of fuzzdiff.case.draws for all
+    arguments: the same target under every torch that gives the same samples."""
+    points, start = [], 0
+    for (lo, hi), t in zip(intervals, fuzzed):
+        z = draws.words(seed, t.numel(), draws.POINTS, start)
+        points.append(torch.from_numpy(draws.uniform(z, lo, hi)).reshape(t.shape))
+        start += t.numel()
+    return points
+
+
+def _deterministic(call: SampleCall, fuzzed) -> bool:
+    """Two runs at the sample, under different global seeds, agree bit for bit."""
+    outs = []
+    for seed in (1, 2):
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(seed)
+            outs.append(tree_flatten(call(*fuzzed))[0])
+    return all(not isinstance(a, torch.Tensor) or _same(a, b) for a, b in zip(*outs))
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit, NaN equal to NaN, any dtype (complex half included)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_complex():
+        a, b = torch.view_as_real(a.to(torch.complex128)), torch.view_as_real(b.to(torch.complex128))
+    if a.is_floating_point():
+        return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return torch.equal(a, b)
+
+
+def _chosen(usable: list[int]) -> list[int]:
+    """The first and the last usable sample: usually the plainest call and one
+    with the most options (broadcasting, keyword arguments)."""
+    return sorted({usable[0], usable[-1]})[:SAMPLES_PER_OP] if usable else []
+
+
+INVALID_AT_RANDOM = "invalid (error or non-finite) at random points of the sample's ranges"
+
+
+def _target(op, index: int, sample) -> Target | None:
+    flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    positions = tuple(k for k, t in enumerate(flat) if fuzzable(t))
+    return build(op, index, spec, flat, positions, sample.output_process_fn_grad)
+
+
+def build(
+    op,
+    index: int,
+    spec,
+    flat: list,
+    positions: tuple[int, ...],
+    output_fn: Callable,
+    stored: StoredSample | None = None,
+) -> Target | None:
+    """The target of one sample's call (None: the call is not valid at the sample).
+
+    With ``stored`` (a record's sample), whether the arguments perturb the
+    sample (near mode) and which outputs are kept are the record's: they give
+    its stored values their meaning. Everything else is found as for any sample.
+    """
+    key = op_key(op)
+    fuzzed = [flat[k].detach() for k in positions]
+    leaves = tuple(
+        None if k in positions else t.detach() if isinstance(t, torch.Tensor) else t for k, t in enumerate(flat)
+    )
+    constants = any(isinstance(t, torch.Tensor) for t in leaves)
+    values = tuple(fuzzed)
+
+    def make(output_fn: Callable, near: tuple) -> SampleCall:
+        return SampleCall(op, spec, leaves, positions, near, output_fn, values, index)
+
+    call = make(output_fn, (None,) * len(positions))
+    if not _valid_at(call, fuzzed) or not _deterministic(call, fuzzed):
+        return None
+    keep = differentiable_outputs(call, fuzzed) if stored is None else stored.keep
+    if keep is not None:
+        output_fn = Differentiable(output_fn, keep)
+        call = make(output_fn, (None,) * len(positions))
+    near = match(key, NEAR)
+    intervals = _range_intervals(op, fuzzed)
+    if stored is not None:
+        near = (near or INVALID_AT_RANDOM) if stored.near else None
+    elif near is None and not all(_valid_at(call, _random_points(intervals, fuzzed, s)) for s in (1, 2)):
+        near = INVALID_AT_RANDOM
+    if near is not None:
+        call = make(output_fn, values)
+        intervals = [
+            (-d, d) for d in (NEAR_SCALE * max(1.0, t.abs().max().item() if t.numel() else 1.0) for t in fuzzed)
+        ]
+    with torch.no_grad():
+        complex_out = any(isinstance(o, torch.Tensor) and o.is_complex() for o in tree_flatten(call(*fuzzed))[0])
+    names = [f"a{i}" for i in range(len(fuzzed))]
+    no32 = float32_skip(op, near is not None, intervals)
+    refused, contract_checks = CONTRACTS.get(key, ((), ()))
+    name = f"{key}@{index}"
+    return Target(
+        name,
+        call,
+        ", ".join(f"{n}: {' '.join(map(str, t.shape))}".rstrip() for n, t in zip(names, fuzzed)),
+        FAMILY,
+        sample=dict(zip(names, intervals)),
+        dtypes=(torch.float64,) if no32 else (torch.float64, torch.float32),
+        distinct=listed(key, DISTINCT),
+        tolerances={c: NEAR_TOL for c in ("grad", "forward", "gradgrad", "layout", "alias", "vmap")} if near else {},
+        only=Only(CHECKS, OUTSIDE),
+        skip={
+            check: why
+            for check, why in {
+                **skips_for(op, near is not None, complex_out),
+                **(CONSTANTS if constants else {}),
+                **({"dtype": no32} if no32 else {}),
+            }.items()
+            if check not in contract_checks
+        },
+        known=known_for(PREFIX + name),
+        origin=PREFIX + name,
+        invalid=refused,
+    )
+
+
+def sample_targets(op) -> tuple[Target, ...]:
+    """The targets of an OpInfo's chosen samples (``_chosen``), each where its call is valid."""
+    all_samples = samples(op)
+    usable = [k for k, s in enumerate(all_samples) if _usable(s)]
+    out = []
+    for k in _chosen(usable):
+        t = _target(op, k, all_samples[k])
+        if t is not None:
+            out.append(t)
+    return tuple(out)

@@ -1,0 +1,178 @@
+"""fuzzdiff.campaign.loop: the loop of a campaign in worker processes, its rounds, budget and batch sizes.
+
+The targets (tests/unit/fdcampaign.py) live in a module written to a
+temporary directory, importable by the workers. ``fuzzdiff run`` itself, its
+table and flags, is test_run.py's; the worker's batch is test_worker.py's,
+the pool's processes test_pool.py's.
+"""
+
+import pytest
+from tests.unit.fdcampaign import installed
+
+from fuzzdiff.campaign.loop import run_campaign
+from fuzzdiff.checks import get_check
+from fuzzdiff.campaign.worker import BatchSize
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    with installed(tmp_path_factory.mktemp("zoo")) as module:
+        yield module
+
+
+def test_the_budget_stops_new_batches_and_cuts_the_running_one(zoo):
+    grad = get_check("grad")
+    results = []
+    campaign = run_campaign([(zoo.SIN, grad), (zoo.EXP, grad), (zoo.TANH, grad)],
+                            size=BatchSize(examples=100_000), budget=1.0, jobs=1,
+                            on_batch=lambda campaign, pair, batch: results.append(batch))
+    assert campaign.skipped_for_budget == 2
+    assert len(results) == 1 and len(campaign.results) == 1
+    first = campaign.results[0]
+    assert first.cut and not first.failed and first.target == "cheap_sin" and first.batches == 1
+    assert 0 < first.tally.examples == first.tally.counts["pass"]
+    assert first.seconds < 30  # stopped at its deadline, not after 100000 examples
+
+
+def test_a_slow_pair_cannot_starve_the_others(zoo):
+    """Its batch stops at the batch deadline; every other pair still gets its batches."""
+    grad = get_check("grad")
+    pairs = [(zoo.SLUGGISH, grad), (zoo.SIN, grad), (zoo.EXP, grad), (zoo.TANH, grad)]
+    campaign = run_campaign(pairs, size=BatchSize(examples=50, variants=1), rounds=2, seed=1, jobs=1,
+                            batch_seconds=1.0, database_url=None, device="cpu")  # CUDA's first cases cost seconds
+    by_name = {r.target: r for r in campaign.results}
+    assert set(by_name) == {"sluggish", "cheap_sin", "cheap_exp", "cheap_tanh"}
+    slow = by_name["sluggish"]
+    # each of its batches stopped about a second in (50 examples would take a minute)
+    assert slow.cut and slow.seconds / slow.batches < 1.0 + 3.0 and campaign.seconds < 30
+    assert sum(r.batches for r in campaign.results) == 2 * len(pairs)  # round 2: as many batches as pairs
+    for name in ("cheap_sin", "cheap_exp", "cheap_tanh"):
+        assert by_name[name].tally.examples > 0 and not by_name[name].cut
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
+def test_a_cuda_campaign_runs_its_cases_on_the_gpu_in_forked_workers(zoo):
+    grad = get_check("grad")
+    campaign = run_campaign([(zoo.SIN, grad), (zoo.EXP, grad)], size=BatchSize(examples=4, variants=1), jobs=2,
+                            seed=1, device="cuda", database_url=None)
+    assert len(campaign.results) == 2
+    for result in campaign.results:
+        assert not result.failed and result.tally.counts["pass"] > 0, result
+
+
+def test_every_pair_starts_once_before_any_starts_twice(zoo):
+    grad, layout = get_check("grad"), get_check("layout")
+    pairs = [(t, c) for c in (grad, layout) for t in (zoo.SIN, zoo.EXP, zoo.TANH)]
+    started = []
+    campaign = run_campaign(pairs, size=BatchSize(examples=2, variants=1), rounds=3, seed=5, jobs=2,
+                            database_url=None, on_start=lambda k, t, c: t and started.append((t, c)))
+    assert campaign.rounds == 3 and len(started) == 3 * len(pairs) == campaign.batches
+    # the score after each of a pair's batches, the last round's included
+    assert all(len(r.scores) == r.batches for r in campaign.results)
+    assert len(set(started[:len(pairs)])) == len(pairs)
+    assert {(t.name, c.name) for t, c in pairs} == set(started[:len(pairs)])
+
+
+def test_dtypes_and_device_become_case_options(zoo):
+    import torch
+
+    from fuzzdiff.campaign.loop import case_options
+    grad, dtype = get_check("grad"), get_check("dtype")
+    assert case_options(zoo.SIN, grad) == {}
+    assert case_options(zoo.SIN, grad, [torch.float32], "cuda") == {"dtypes": (torch.float32,),
+                                                                     "devices": ("cuda",)}
+    assert case_options(zoo.SIN, dtype, [torch.float64]) is None  # dtype takes low precision only
+
+
+def test_the_first_round_is_a_fair_sample_wherever_a_budget_cuts_it(zoo):
+    from fuzzdiff.campaign.loop import round_one_order
+    from fuzzdiff.targets.target import Target
+    grad, vmap, compiled = get_check("grad"), get_check("vmap"), get_check("compile")
+    catalog = [Target(f"unit_c{k}", zoo.SIN.fn, "x: n", "catalog_family") for k in range(10)]
+    opinfo = [Target(f"unit_o{k}", zoo.SIN.fn, "x: n", "opinfo") for k in range(40)]
+    pairs = [(t, c) for c in (compiled, grad, vmap) for t in catalog + opinfo]
+    order = round_one_order(pairs)
+    assert sorted((t.name, c.name) for t, c in order) == sorted((t.name, c.name) for t, c in pairs)
+    eager = [p for p in order if not p[1].compiles]
+    assert all(c.compiles for _, c in order[len(eager):])  # a first compile costs seconds: last
+    for cut in (0.1, 0.25, 0.5, 0.8):
+        head = eager[: round(cut * len(eager))]
+        for family, n in (("catalog_family", 10), ("opinfo", 40)):
+            for check in ("grad", "vmap"):
+                swept = sum(t.family == family and c.name == check for t, c in head)
+                assert abs(swept - cut * n) <= 1, (cut, family, check, swept)
+
+
+def test_a_hang_in_a_pair_with_a_known_discrepancy_is_news_not_the_known_one(zoo):
+    campaign = run_campaign([(zoo.KNOWN_BUT_HANGS, get_check("grad"))], size=BatchSize(examples=2),
+                            jobs=1, timeout=1.0, database_url=None)
+    (r,) = campaign.results
+    assert r.failure is not None and r.failure.verdict.kind == "timeout"
+    assert not r.known and r.failed and campaign.failures == [r]
+
+
+def test_a_compile_pairs_first_batch_draws_the_cheap_backends_only():
+    """Round 1 must reach every compile pair: its first batch compiles without
+    code generation; later batches draw every configured backend (the worker
+    draws what its job names: test_worker.py)."""
+    from fuzzdiff.campaign.loop import CHEAP_BACKENDS, first_backends
+    from fuzzdiff.config import COMPILE_BACKENDS
+
+    assert set(first_backends(COMPILE_BACKENDS) or ()) == set(CHEAP_BACKENDS)
+    assert set(CHEAP_BACKENDS) == {"aot_eager", "aot_function", "aot_function_min_cut"}
+    assert "inductor" not in CHEAP_BACKENDS  # code generation waits for the later batches
+    assert first_backends(("inductor",)) is None  # the user's choice stands
+    assert first_backends(("aot_eager",)) is None  # nothing to narrow
+    assert first_backends(("aot_eager", "inductor")) == ("aot_eager",)
+
+
+
+def test_the_campaign_sends_its_workers_one_config_and_no_environment(zoo, tmp_path):
+    """What a pool is given: the config, with the campaign's corpus folded in; it pickles."""
+    import pickle
+    from dataclasses import replace
+
+    from fuzzdiff.campaign.results import PairResult
+    from fuzzdiff.config import FuzzConfig
+    from fuzzdiff.search.fuzzing import Tally
+    from fuzzdiff.campaign.pool import Done
+
+    sent, started = [], []
+
+    class Recording:
+        slots, retries = 1, 0
+
+        def __init__(self, opts, jobs, pairs):
+            sent.append(opts)
+            self.done = []
+
+        def start(self, k, job):
+            started.append(job)
+            self.done.append(Done(k, PairResult(job.target, job.check, Tally())))
+
+        def wait(self, timeout):
+            done, self.done = self.done, []
+            return done
+
+        def kill(self, k): ...
+
+        def record(self, died):
+            return []
+
+        def usable(self, k):
+            return True
+
+        def node(self, k):
+            return "here"
+
+        def close(self): ...
+
+    config = FuzzConfig(timeout=7.0, compile_backends=("aot_eager", "inductor"), hypothesis_storage=tmp_path)
+    run_campaign([(zoo.SIN, get_check("grad")), (zoo.SIN, get_check("compile"))], config=config,
+                 corpus=tmp_path / "corpus", pool=Recording, database_url=None)
+    (opts,) = sent
+    assert opts["config"] == replace(config, corpus=tmp_path / "corpus")
+    assert pickle.loads(pickle.dumps(opts["config"])) == opts["config"]
+    assert not [k for k in opts if "environ" in k or k == "corpus"]
+    # the compile pair's first batch narrows the configured backends, not the environment's
+    assert {job.check: job.backends for job in started} == {"grad": None, "compile": ("aot_eager",)}

@@ -1,0 +1,289 @@
+"""One table of refusals (fuzzdiff.guards.unsupported), and every check that meets a
+refusal saying so alike: unsupported with the entry's reason, never a failure;
+the same code is judged where no transform refuses it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import DynamicOutputShapeException
+from torch.autograd.function import once_differentiable
+
+from fuzzdiff.case.case import Arg, Case
+from fuzzdiff.checks import forward2
+from fuzzdiff.search.runner import run_check
+from fuzzdiff.targets.target import Target
+from fuzzdiff.guards.unsupported import (
+    ONCE_DIFFERENTIABLE,
+    REFUSALS,
+    UNSUPPORTED_PATTERNS,
+    indexes_by_batched_mask,
+    refusal,
+    refusal_of,
+    through_once_differentiable,
+    unsupported_reason,
+)
+from fuzzdiff.case.values import Values
+from fuzzdiff.verdict import Unsupported
+
+PROBE = {"seed": 1, "layout": "contiguous", "zeros": 0.0}
+PROBES = {"cotangent": PROBE, "direction": {**PROBE, "seed": 2}, "second": {**PROBE, "seed": 3}}
+
+
+# -- the tiny targets, one or more per refusal ---------------------------------------------
+
+
+class OnceSquare(torch.autograd.Function):
+    """x * x, its backward marked once_differentiable, no jvp (the old style)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * g * x
+
+
+class OnceSquareWithJvp(torch.autograd.Function):
+    """x * x for torch.func: a jvp, a vmap rule, a backward marked once_differentiable."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * g * x
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return 2 * x * t
+
+
+def positive_squares(x):
+    """A boolean mask: an output shape that depends on the values under vmap."""
+    return (x[x > 0] ** 2).sum()
+
+
+def branches(x):
+    if x.sum() > 0:
+        return x.sin()
+    return x.cos()
+
+
+def checks_finite(x):
+    if not torch.isfinite(x).all().item():
+        raise ValueError("not finite")
+    return x.sin()
+
+
+ONCE = Target("unit_once_square", OnceSquare.apply, "x: n m")
+MASK = Target("unit_positive_squares", positive_squares, "x: n m")
+BRANCH = Target("unit_branches", branches, "x: n m")
+ITEM = Target("unit_checks_finite", checks_finite, "x: n m")
+
+
+def eager_case(target: Target, shape=(3, 4)) -> Case:
+    return Case(target.ref, (Arg(shape, Values(seed=1)),), "float64", params=PROBES)
+
+
+def vmap_case(target: Target, composition: str, shape=(3, 4), batch=2) -> Case:
+    level = {"batch": batch, "in_dims": [0], "out_dims": [0]}
+    plan = {
+        "composition": composition,
+        "levels": [level, level] if composition == "vmap_vmap" else [level],
+        "batched_layouts": [None],
+    }
+    return Case(target.ref, (Arg(shape, Values(seed=1)),), "float64", params={**PROBES, **plan})
+
+
+def compile_case(target: Target, transform: str, shape=(3, 4)) -> Case:
+    """aot_function: it traces the whole function, so it meets what cannot be traced (no graph break)."""
+    params = {"backend": "aot_function", "transform": transform, "cotangent": PROBE, "direction": PROBE, "batch": 2}
+    return Case(target.ref, (Arg(shape, Values(seed=1)),), "float64", params=params)
+
+
+def assert_refused(verdict, name: str) -> None:
+    assert verdict.kind == "unsupported", verdict
+    assert refusal(name).reason in verdict.message, verdict.message
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+# torch 2.13's words for each entry (one example each), as raised
+SAID = {
+    "torch.func memory read": RuntimeError("Cannot access data pointer of Tensor that doesn't have storage"),
+    "traced memory read": RuntimeError("Cannot access data pointer of Tensor (e.g. FakeTensor, FunctionalTensor)."),
+    "traced data-dependent value": RuntimeError("Could not guard on data-dependent expression Eq(u0, 1)"),
+    "traced data-dependent shape": DynamicOutputShapeException(torch.ops.aten.nonzero.default),
+    "traced .numpy()": RuntimeError(".numpy() is not supported for tensor subclasses."),
+    "traced .tolist()": RuntimeError(".tolist() is not supported for tensor subclasses."),
+    "vmap data-dependent value": RuntimeError(
+        "vmap: It looks like you're either (1) calling .item() on a Tensor or (2) attempting to use a Tensor in "
+        "some data-dependent control flow or (3) encountering this error in PyTorch internals."
+    ),
+    "vmap data-dependent shape": RuntimeError(
+        "vmap: We do not support batching operators that can support dynamic shape. Attempting to batch over "
+        "indexing with a boolean mask."
+    ),
+    "vmap random": RuntimeError("vmap: called random operation while in randomness error mode."),
+    "no batching rule": RuntimeError("Batching rule not implemented for aten::foo"),
+    "custom Function under torch.func": RuntimeError(
+        "In order to use an autograd.Function with functorch transforms (vmap, grad, jvp, jacrev, ...), "
+        "it must override the setup_context staticmethod."
+    ),
+    "saved tensor hooks under torch.func": RuntimeError("torch.func transforms don't yet support saved tensor hooks."),
+    "once_differentiable": RuntimeError(
+        "trying to differentiate twice a function that was marked with @once_differentiable"
+    ),
+    "no double backward": RuntimeError("the derivative of foo: double backward not supported"),
+    "no forward-mode formula": NotImplementedError(
+        "Trying to use forward AD with foo that does not support it because it has not been implemented yet."
+    ),
+    "no derivative formula": RuntimeError("the derivative for 'foo' is not implemented."),
+    "no kernel": RuntimeError("\"foo\" not implemented for 'ComplexDouble'"),
+    "nothing to differentiate": RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn"),
+    "dynamo": RuntimeError("torch._dynamo.exc.Unsupported: call_function foo"),
+    "traced closure": RuntimeError("Please convert all Tensors to FakeTensors first or instantiate FakeTensorMode"),
+    "ExpandedWeights": RuntimeError("Expanded Weights encountered but cannot handle function foo"),
+}
+
+
+def test_every_entry_has_its_words_and_no_entry_before_it_takes_them():
+    assert set(SAID) == {r.name for r in REFUSALS}
+    for name, e in SAID.items():
+        assert refusal_of(e, traced=True) is refusal(name), name
+        assert unsupported_reason(e, traced=True) == f"{refusal(name).reason}: {type(e).__name__}: {e}"
+
+
+def test_the_refusals_torch_does_not_say_name_their_detectors():
+    detected = {r.name: r.detector for r in REFUSALS if r.detector is not None}
+    assert detected == {
+        "once_differentiable": through_once_differentiable,
+        "vmap data-dependent shape": indexes_by_batched_mask,
+    }
+
+
+def test_the_words_of_a_tracer_refuse_only_under_tracing():
+    """Said outside tracing, they come from the user's own subclass or a custom
+    op's fake kernel reading data: a finding."""
+    numpy = SAID["traced .numpy()"]
+    assert unsupported_reason(numpy) is None
+    assert not any(p.search(f"RuntimeError: {numpy}") for p in UNSUPPORTED_PATTERNS)
+    assert unsupported_reason(RuntimeError("numpy() failed"), traced=True) is None
+
+
+def test_an_error_no_entry_has_is_a_finding():
+    assert unsupported_reason(NotImplementedError("my own op is not done")) is None
+    assert unsupported_reason(IndexError("The shape of the mask [2] at index 0 does not match")) is None
+
+
+# -- once_differentiable: every identity that differentiates a backward ---------------------------
+
+
+def test_once_differentiable_is_refused_alike_by_gradgrad_and_forward2():
+    """torch reads the dropped second derivative as zero (gradgradcheck too):
+    both checks refuse, with one reason; the first derivative is judged."""
+    case = eager_case(ONCE)
+    for check in ("gradgrad", "forward2"):
+        assert_refused(run_check(check, ONCE, case), "once_differentiable")
+    assert run_check("grad", ONCE, case).kind == "pass"
+
+
+def test_forward2_refuses_every_identity_through_the_backward_and_judges_the_forward_ones():
+    """hessian (jacfwd(jacrev)) and jacrev(jacrev) run inside torch.func, where
+    no graph can be walked: the eager graph decides for them."""
+    target = Target("unit_once_square_sum", lambda x: OnceSquareWithJvp.apply(x).sum(), "x: n m")
+    refusals = forward2._Refusals.at(target, eager_case(target))
+    assert {name: refusals.why[name] for name in forward2.THROUGH_BACKWARD} == dict.fromkeys(
+        forward2.THROUGH_BACKWARD, ONCE_DIFFERENTIABLE
+    )
+    assert set(refusals.paths()) == {"forward-over-forward", "reverse-over-forward", "jacfwd(jacfwd)"}
+
+
+@pytest.mark.parametrize("path", [forward2.reverse_over_reverse, forward2.forward_over_reverse])
+def test_forward2s_reverse_paths_refuse_by_themselves(path):
+    """What a standalone script copies never reads the dropped term as zero."""
+    x = torch.rand(3, dtype=torch.float64, requires_grad=True)
+    u, u2, w = torch.rand(3, dtype=torch.float64), torch.rand(3, dtype=torch.float64), torch.rand(3)
+    with pytest.raises(Unsupported, match="once_differentiable"):
+        path(lambda x: [OnceSquareWithJvp.apply(x)], [x], [u], [u2], [w.double()])
+
+
+# -- vmap: data-dependent shape, value ----------------------------------------------------------
+
+COMPOSITIONS = ("vmap", "vmap_vjp", "vjp_vmap", "vmap_jvp", "jvp_vmap", "vmap_vmap", "vmap_grad")
+
+
+@pytest.mark.parametrize("composition", COMPOSITIONS)
+@pytest.mark.parametrize("shape", [(3, 4), (0, 4)], ids=["values", "empty"])
+def test_boolean_mask_indexing_is_refused_by_vmap_in_every_composition(composition, shape):
+    """At an empty example vmap raises an IndexError of its own instead of its refusal."""
+    assert_refused(run_check("vmap", MASK, vmap_case(MASK, composition, shape)), "vmap data-dependent shape")
+
+
+def test_outputs_of_other_shapes_per_example_are_the_same_refusal():
+    target = Target("unit_positive", lambda x: x[x > 0], "x: n")
+    assert_refused(run_check("vmap", target, vmap_case(target, "vmap", (6,), 4)), "vmap data-dependent shape")
+
+
+def test_only_a_mask_that_varies_over_the_batch_is_refused():
+    mask = torch.tensor([True, False, True, True])
+    target = Target("unit_constant_mask", lambda x: x[:, mask].sin(), "x: n 4")
+    assert run_check("vmap", target, vmap_case(target, "vmap")).kind == "pass"
+
+
+def test_an_error_raised_before_the_mask_is_still_a_finding():
+    def wrong_then_masked(x):
+        y = x @ torch.ones(2, 2, dtype=x.dtype)  # x has 4 columns
+        return y[y > 0]
+
+    target = Target("unit_wrong_then_masked", wrong_then_masked, "x: n 4")
+    verdict = run_check("vmap", target, vmap_case(target, "vmap", (0, 4)))
+    assert verdict.kind == "fail" and "cannot be multiplied" in verdict.message, verdict
+
+
+@pytest.mark.parametrize("target", [BRANCH, ITEM], ids=["control flow", ".item()"])
+@pytest.mark.parametrize("composition", ["vmap", "vmap_grad", "jvp_vmap"])
+def test_a_value_read_into_python_is_refused_by_vmap_alike(target, composition):
+    """Under grad inside vmap torch cannot tell .item() from control flow: one entry, one reason."""
+    assert_refused(run_check("vmap", target, vmap_case(target, composition)), "vmap data-dependent value")
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (0, 4)], ids=["values", "empty"])
+def test_compiles_eager_vmap_refuses_boolean_mask_indexing_alike(shape):
+    assert_refused(run_check("compile", MASK, compile_case(MASK, "vmap", shape)), "vmap data-dependent shape")
+
+
+@pytest.mark.parametrize(
+    ("target", "name"),
+    [
+        (MASK, "traced data-dependent shape"),
+        (BRANCH, "traced data-dependent value"),
+        (ITEM, "traced data-dependent value"),
+    ],
+    ids=["boolean mask", "control flow", ".item()"],
+)
+def test_compile_refuses_what_aot_function_cannot_trace(target, name):
+    assert_refused(run_check("compile", target, compile_case(target, "none")), name)
+
+
+@pytest.mark.parametrize("target", [MASK, BRANCH, ITEM], ids=["boolean mask", "control flow", ".item()"])
+@pytest.mark.parametrize("check", ["grad", "forward", "gradgrad", "forward2"])
+def test_the_same_code_is_judged_in_eager(target, check):
+    verdict = run_check(check, target, eager_case(target))
+    assert verdict.kind == "pass", verdict
