@@ -18,6 +18,7 @@ import dis
 import functools
 import linecache
 import os
+import re
 import traceback
 from collections.abc import Callable
 from types import FrameType, TracebackType
@@ -50,6 +51,9 @@ def domain_error(target: Target, failure: FuzzFailure) -> tuple[tuple[str, str],
     kind = type(error).__name__
     text = str(error).strip()
     first = text.splitlines()[0] if text else ""
+    if BROKEN_RULE.search(first):
+        _release(error)
+        return None  # a derivative rule that breaks autograd's contract: a bug at every input, no domain
     origin, call = raised_where(error)
     _release(error)
     message = f"the function raises {kind} at this input, {where}: {first[:300]}"
@@ -91,6 +95,13 @@ def raised_where(error: BaseException) -> tuple[str, str | None]:
 
 
 _TORCH = os.sep + "torch" + os.sep
+# autograd's engine refusing what a custom Function's backward returned (too
+# many or too few gradients, one of another shape or dtype): the rule breaks
+# autograd's contract whatever the input, a finding of the check that met it
+BROKEN_RULE = re.compile(
+    r"returned an incorrect number of gradients|returned an invalid gradient at index|"
+    r"Function \w+ returned an invalid gradient"
+)
 _UNKNOWN = object()
 
 

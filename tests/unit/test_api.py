@@ -617,6 +617,28 @@ def test_an_error_raised_inside_a_torch_op_gets_a_spec_bound_not_invalid():
     assert 'advice: the spec "x: n>=1' in text and report.row("grad")["failed"] == 0
 
 
+class _OneGradientForTwo(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        return x * k
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2  # the bug: one gradient for two inputs, at every input
+
+
+def _scaled(x):
+    return _OneGradientForTwo.apply(x, 2.0)
+
+
+def test_a_backward_that_breaks_autogradss_contract_is_a_failure_not_an_input_domain():
+    """Rejecting such inputs (or advising invalid=) would hide the bug at every input."""
+    report = fuzzdiff.check(_scaled, "x: n", checks=("grad",), seed=1, max_examples=10)
+    assert [f.check for f in report.failures] == ["grad"], report.summary()
+    assert "incorrect number of gradients" in report.failures[0].message
+    assert report.row("grad")["rejected"] == 0
+
+
 def test_assert_ok_passes_a_thin_check_and_warns_of_it():
     with pytest.warns(ThinWarning, match=r"thin: grad judged 3 cases .*max_examples=3"):
         fuzzdiff.assert_ok(torch.sin, "x: n", checks=("grad",), max_examples=3, seed=0)
