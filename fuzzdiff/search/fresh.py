@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import select
 import subprocess
@@ -63,7 +64,7 @@ class Replayed:
     blame: Blame | None = None
     evidence: Mapping[str, Any] | None = None
     failed: str | None = None
-    late: bool = False  # no answer within the seconds it was given
+    late: bool = False  # no answer before the instant it was given (``by``)
 
 
 class FreshProcess:
@@ -87,16 +88,19 @@ class FreshProcess:
         definition: Mapping | None = None,
         seconds: float | None = None,
         confirmed: bool = False,
+        by: float | None = None,
     ) -> Replayed:
         """The verdict of ``check`` at ``case`` in a fresh process, with the
         blame; ``definition`` rebuilds a user target there (its recipe).
-        ``seconds`` bounds the wait (default: ``timeout``). A failure
-        ``confirmed`` here already is replayed there without its
-        confirmation ladder (fuzzdiff.confirm.ladder.replay_only)."""
+        ``seconds`` bounds the replay's own wait (default: ``timeout``), once
+        the process has started; ``by`` (a time.monotonic() instant) bounds
+        the whole, its start included. A failure ``confirmed`` here already
+        is replayed there without its confirmation ladder
+        (fuzzdiff.confirm.ladder.replay_only)."""
         start = time.monotonic()
         try:
             path, _ = write_record(self._folder.name, check, case, verdict, definition=definition)
-            return self._ask(path, self.timeout if seconds is None else seconds, confirmed)
+            return self._ask(path, self.timeout if seconds is None else seconds, confirmed, by)
         finally:
             self.replays += 1
             self.seconds += time.monotonic() - start
@@ -107,18 +111,21 @@ class FreshProcess:
             self.close()
             self._spawn()
 
-    def _ask(self, record: Path, seconds: float, confirmed: bool = False) -> Replayed:
-        end = time.monotonic() + seconds
+    def _ask(self, record: Path, seconds: float, confirmed: bool = False, by: float | None = None) -> Replayed:
+        # the process's start (importing torch, seconds on busy cores) counts
+        # against ``by`` only: the replay itself gets its ``seconds`` in full
+        end = math.inf if by is None else by
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             failed = self._spawn()
             if failed is not None:
                 return Replayed(failed=failed)
         if not self._ready:
-            failed = self._wait_ready(min(START_SECONDS, seconds))
+            failed = self._wait_ready(min(START_SECONDS, end - time.monotonic()))
             if failed is not None:
-                return Replayed(failed=failed, late=time.monotonic() >= end)
+                return Replayed(failed=failed, late=by is not None and time.monotonic() >= by)
         assert self._proc is not None and self._proc.stdin is not None and self._answers is not None
+        end = min(end, time.monotonic() + seconds)
         seconds = end - time.monotonic()
         try:
             self._proc.stdin.write(json.dumps({"record": str(record), "confirmed": confirmed}) + "\n")
@@ -131,7 +138,7 @@ class FreshProcess:
         if line is None:
             tail = self._tail()
             self.close()
-            late = time.monotonic() >= end
+            late = by is not None and time.monotonic() >= by
             return Replayed(failed=f"no answer from the replaying process within {seconds:.1f} s{tail}", late=late)
         self._ready = True
         answer = json.loads(line)

@@ -46,9 +46,9 @@ def settle(
     verdict = failure.verdict
     if verdict.kind == "timeout" and fresh is not None and timeout > 0:
         # A hang, or slow code on busy cores? Given SLOW_FACTOR times as long in a fresh process.
-        seconds, budgeted = _seconds(SLOW_FACTOR * timeout, settle_by)
-        replayed = fresh.replay(check.name, failure.case, verdict, definition, seconds=seconds)
-        if replayed.late and budgeted:
+        seconds = _seconds(SLOW_FACTOR * timeout, settle_by)
+        replayed = fresh.replay(check.name, failure.case, verdict, definition, seconds=seconds, by=settle_by)
+        if replayed.late:
             raise OutOfTime(f"the time budget ended before its replay in a fresh process finished ({seconds:.1f} s)")
         if replayed.verdict is not None:
             if replayed.verdict.failed:  # slow, and wrong: that failure is the finding, unless already counted
@@ -68,9 +68,11 @@ def settle(
         failure.blame = blame(check.name, target, verdict, Evidence())
         return True
     if fresh is not None:
-        seconds, budgeted = _seconds(fresh.timeout, settle_by)
-        replayed = fresh.replay(check.name, failure.case, verdict, definition, seconds=seconds, confirmed=True)
-        if replayed.late and budgeted:
+        seconds = _seconds(fresh.timeout, settle_by)
+        replayed = fresh.replay(
+            check.name, failure.case, verdict, definition, seconds=seconds, confirmed=True, by=settle_by
+        )
+        if replayed.late:
             raise OutOfTime(f"the time budget ended before its replay in a fresh process answered ({seconds:.1f} s)")
         if replayed.verdict is not None and mismatch(verdict, replayed.verdict) is not None:
             before = torch_state.last_disturbance()
@@ -95,15 +97,15 @@ def settle(
     return True
 
 
-def _seconds(wait: float, settle_by: float | None) -> tuple[float, bool]:
+def _seconds(wait: float, settle_by: float | None) -> float:
     """How long a replay may take: ``wait``, or what is left before
-    ``settle_by`` where that is less (then True); OutOfTime where nothing is."""
+    ``settle_by`` where that is less; OutOfTime where nothing is."""
     if settle_by is None:
-        return wait, False
+        return wait
     left = settle_by - time.monotonic()
     if left <= 0:
         raise OutOfTime("no time was left of the time budget to replay it in a fresh process")
-    return min(wait, left), left < wait
+    return min(wait, left)
 
 
 def _counted(failure: FuzzFailure, check: Check, target: Target, verdict: Verdict, seen: tuple[Known, ...]) -> bool:
