@@ -19,7 +19,6 @@ import functools
 import linecache
 import os
 import re
-import traceback
 from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
@@ -29,6 +28,7 @@ from hypothesis import reject
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case.case import Case
+from fuzzdiff.guards.torch_state import let_go
 from fuzzdiff.search.outcome import DOMAIN, FuzzFailure
 from fuzzdiff.search.root_cause import message_pattern
 from fuzzdiff.targets.target import Target
@@ -52,10 +52,10 @@ def domain_error(target: Target, failure: FuzzFailure) -> tuple[tuple[str, str],
     text = str(error).strip()
     first = text.splitlines()[0] if text else ""
     if BROKEN_RULE.search(first):
-        _release(error)
+        let_go(error)
         return None  # a derivative rule that breaks autograd's contract: a bug at every input, no domain
     origin, call = raised_where(error)
-    _release(error)
+    let_go(error)
     message = f"the function raises {kind} at this input, {where}: {first[:300]}"
     if origin == "own":
         message += f" (invalid=({kind},) declares such inputs outside its domain)"
@@ -160,20 +160,6 @@ def _torchs(fn: Any) -> bool:
         return True
     module = getattr(fn, "__module__", None) or getattr(getattr(fn, "__self__", None), "__name__", None) or ""
     return isinstance(module, str) and (module == "torch" or module.startswith("torch."))
-
-
-def _release(error: BaseException) -> None:
-    """Free the frames of ``error``'s tracebacks now: a guard torch created
-    inside the call lives on in them (fuzzdiff.search.runner lets go of a run's alike)."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [error]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        traceback.clear_frames(e.__traceback__)
-        todo += [e.__cause__, e.__context__]
 
 
 def _eager_error(target: Target, case: Case) -> tuple[Exception, str] | None:

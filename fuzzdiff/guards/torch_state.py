@@ -17,6 +17,7 @@ process: its later failures are not believed until they replay elsewhere.
 
 from __future__ import annotations
 
+import traceback
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from torch.utils._python_dispatch import _pop_mode as _pop_dispatch_mode
 
 __all__ = [
+    "let_go",
     "TorchState",
     "Left",
     "snapshot",
@@ -274,3 +276,22 @@ def disturbances() -> int:
 
 def last_disturbance() -> str | None:
     return _DISTURBANCES[-1] if _DISTURBANCES else None
+
+
+def let_go(error: BaseException) -> None:
+    """Free the frames of ``error``'s traceback (and of the errors it chains)
+    now, within ``kept()``: a dispatch-key guard that torch created inside a
+    call that raised lives on in those frames, and when it is freed it sets
+    the thread's dispatch keys back to what it saw, long after the run, in
+    whatever runs then (aot_function of jvp over a captured constant leaves
+    every later backward of the process without autograd that way)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        e.__traceback__ = None
+        todo += [e.__cause__, e.__context__]

@@ -24,7 +24,7 @@ from fuzzdiff.confirm.steps import replay
 from fuzzdiff.guards import cuda_context, torch_state
 from fuzzdiff.guards.precision import cuda_present, ieee_float32
 from fuzzdiff.guards.raised import Raised, raised
-from fuzzdiff.guards.torch_state import Left, kept
+from fuzzdiff.guards.torch_state import Left, kept, let_go
 from fuzzdiff.guards.unsupported import unsupported_reason
 from fuzzdiff.paths.seeded import reseeding, run_seeded
 from fuzzdiff.targets import get_target
@@ -147,7 +147,7 @@ def _replayed(again: Verdict | _Raised) -> str:
 
 @dataclass(frozen=True)
 class _Raised:
-    """A run's exception, its frames let go (``_let_go``), with what the
+    """A run's exception, its frames let go (``let_go``), with what the
     verdict needs of them: where it came from and the traceback's tail."""
 
     error: Exception
@@ -166,29 +166,10 @@ def _attempt(check: Check, target: Target, case: Case) -> tuple[Verdict | _Raise
             raise  # a malformed case is the caller's error; a rejected one, outside the target's domain
         except Exception as e:  # noqa: BLE001 - the target's errors are findings
             outcome = _Raised(e, raised(e), traceback.format_exception(e)[-3:])
-            _let_go(e)
+            let_go(e)
     if left:
         torch_state.note(f"{check.name} on {target.name}: {left}")
     return outcome, left
-
-
-def _let_go(error: BaseException) -> None:
-    """Free the frames of ``error``'s traceback (and of the errors it chains)
-    now, within ``kept()``: a dispatch-key guard that torch created inside a
-    call that raised lives on in those frames, and when it is freed it sets
-    the thread's dispatch keys back to what it saw, long after the run, in
-    whatever runs then (aot_function of jvp over a captured constant leaves
-    every later backward of the process without autograd that way)."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [error]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        traceback.clear_frames(e.__traceback__)
-        e.__traceback__ = None
-        todo += [e.__cause__, e.__context__]
 
 
 def case_strategy(check: Check, target: Target, **case_options) -> st.SearchStrategy[Case]:
