@@ -23,6 +23,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -33,7 +34,10 @@ from fuzzdiff.campaign.loop import run_campaign  # noqa: E402
 from fuzzdiff.checks import get_check  # noqa: E402
 from fuzzdiff.campaign.cluster import connected, ray_pool  # noqa: E402
 from fuzzdiff.targets import all_targets  # noqa: E402
-from fuzzdiff.campaign.worker import BatchSize  # noqa: E402
+from fuzzdiff.config import FuzzConfig  # noqa: E402
+
+# as `fuzzdiff run` runs a batch: 48 examples of one drawn case, each at two variants
+CAMPAIGN = FuzzConfig(structures=1, variants=2, batch_examples=48)
 
 
 def driver_rate(workers: int, rounds: int, pairs: int, per_call: int) -> tuple[int, float, float]:
@@ -41,16 +45,15 @@ def driver_rate(workers: int, rounds: int, pairs: int, per_call: int) -> tuple[i
     grad = get_check("grad")
     targets = [t for t in all_targets() if grad.why_not(t) is None][:pairs]
     cpu = time.process_time()
-    campaign = run_campaign([(t, grad) for t in targets], pool=ray_pool(noop=True, per_call=per_call), jobs=workers, rounds=rounds,
-                            seed=0, database_url=None)
+    campaign = run_campaign([(t, grad) for t in targets], replace(CAMPAIGN, jobs=workers, rounds=rounds, seed=0),
+                            pool=ray_pool(noop=True, per_call=per_call))
     return campaign.batches, campaign.seconds, time.process_time() - cpu
 
 
 def throughput(pairs, jobs: int, budget: float, seed: int, pool) -> tuple[int, float, float, float]:
     """(examples, seconds, examples/s, seconds outside the budget: the workers' start and stop) of one campaign."""
     wall = time.monotonic()
-    campaign = run_campaign(pairs, pool=pool, jobs=jobs, budget=budget, seed=seed, database_url=None,
-                            size=BatchSize(examples=48, variants=2), grace=budget)
+    campaign = run_campaign(pairs, replace(CAMPAIGN, jobs=jobs, budget=budget, seed=seed, grace=budget), pool=pool)
     wall = time.monotonic() - wall
     return campaign.examples, campaign.seconds, campaign.examples / campaign.seconds, wall - campaign.seconds
 

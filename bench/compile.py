@@ -49,7 +49,7 @@ def fuzzdiff_side(targets, cases: int, config: FuzzConfig) -> tuple[int, float, 
     examples, compiles, start = 0, path.compiles(), time.perf_counter()
     for t in targets:
         try:
-            examples += fuzz("compile", t, settings=_settings(cases), seed=SEED, config=config).examples
+            examples += fuzz("compile", t, replace(config, seed=SEED), settings=_settings(cases)).examples
         except FuzzFailure as failure:  # a finding: counted, reported, and the bench goes on
             examples += failure.tally.examples
             print(f"  found: {str(failure).splitlines()[0][:200]}")
@@ -118,7 +118,7 @@ def main() -> None:
     for backend in args.backends:
         config = replace(environ_config(), compile_backends=(backend,))
         warm = get_target("sin")  # the process's first compile, outside the timing
-        fuzz("compile", warm, settings=_settings(1), seed=SEED, config=config)
+        fuzz("compile", warm, replace(config, seed=SEED), settings=_settings(1))
         n, seconds, compiles = fuzzdiff_side(targets, args.cases, config)
         bare_n, bare_seconds = bare_side(drawn_cases(targets, args.cases, config))
         rate, bare_rate = n / seconds, bare_n / bare_seconds

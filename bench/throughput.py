@@ -142,7 +142,7 @@ def fuzz_config(check: str) -> FuzzConfig:
 def fuzzdiff_op(
     check: str, target, n: int, kinds: Counter, max_side: int | None = None, config: FuzzConfig | None = None
 ) -> int:
-    tally = fuzz(check, target, settings=hyp_settings(n), max_side=max_side, config=config)
+    tally = fuzz(check, target, replace(config, case_options={"max_side": max_side}), settings=hyp_settings(n))
     kinds.update(tally.counts)
     return tally.examples
 

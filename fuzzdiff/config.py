@@ -13,19 +13,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from fuzzdiff.errors import FuzzdiffError
 
-__all__ = ["FuzzConfig", "ConfigError", "ENVIRONMENT", "COMPILE_BACKENDS", "COMPILE_TRANSFORMS", "default_corpus"]
+__all__ = [
+    "FuzzConfig",
+    "ConfigError",
+    "BATCH_SECONDS",
+    "ENVIRONMENT",
+    "COMPILE_BACKENDS",
+    "COMPILE_TRANSFORMS",
+    "default_corpus",
+]
 
 # torch.compile backends and aot_function partitioners the compile check draws from
 COMPILE_BACKENDS = ("aot_function", "aot_function_min_cut", "aot_eager", "inductor")
 # what the compile check compiles besides f itself ("none"): torch.func transforms of f,
 # and f at dual inputs (fuzzdiff.paths.compiled)
 COMPILE_TRANSFORMS = ("none", "grad", "vjp", "jvp", "vmap", "dual")
+
+
+# a campaign batch's own deadline, in seconds: one slow pair cannot hold a worker for long
+BATCH_SECONDS = 10.0
 
 
 class ConfigError(FuzzdiffError, ValueError):
@@ -46,6 +58,36 @@ class FuzzConfig:
     hypothesis_storage: Hypothesis's storage directory (None: its default,
                       ./.hypothesis), as this process's Hypothesis finds it: a
                       campaign worker, maybe on another machine, is told it.
+    seed:             makes a run reproducible (None: Hypothesis's own seeding).
+    shrink_seconds:   how long a failure may shrink after it is found (None:
+                      until Hypothesis is done).
+    journal_dir:      where examples are journaled when there is no corpus (a
+                      campaign worker on a machine without it,
+                      fuzzdiff.campaign.cluster).
+    recover_crashes:  turn dead processes' journal entries into crash records
+                      when a run starts (False: a campaign's parent records
+                      them, with how its worker died).
+    capture_logs:     count torch's log messages into the tally, rather than
+                      print them (fuzzdiff.guards.torch_logs).
+    case_options:     how cases are drawn, beside what the check and target
+                      say (strategies.cases.case_plan: ``max_side``,
+                      ``alias``, ``layout_features``, ``dtypes``, ...).
+
+    A campaign's own (``fuzzdiff run``, fuzzdiff.campaign.loop.run_campaign):
+
+    jobs:             worker processes (None: every core; on Ray, every CPU).
+    budget:           seconds after which no batch starts (None: rounds decide).
+    rounds:           rounds of batches (None: one round without a budget).
+    grace:            how long after the budget a busy worker may finish
+                      shrinking (None: a fifth of the budget, at least 30 s).
+    batch_examples:   Hypothesis examples per batch, before a pair's own narrowing.
+    batch_seconds:    a batch's own deadline (None: no bound).
+    dtypes:           the dtypes cases are drawn at, by name (None: each
+                      target's own).
+    device:           the device cases run on (None: each target's own).
+    database_url:     Hypothesis's example database for the campaign's
+                      workers: None for none, "" for the local directory
+                      (``example_dir``), or a Redis URL shared beside it.
     """
 
     corpus: Path | None = None
@@ -56,9 +98,30 @@ class FuzzConfig:
     compile_backends: tuple[str, ...] = COMPILE_BACKENDS
     compile_transforms: tuple[str, ...] = COMPILE_TRANSFORMS
     hypothesis_storage: Path | None = None
+    seed: int | None = None
+    shrink_seconds: float | None = None
+    journal_dir: Path | None = None
+    recover_crashes: bool = True
+    capture_logs: bool = True
+    case_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    jobs: int | None = None
+    budget: float | None = None
+    rounds: int | None = None
+    grace: float | None = None
+    batch_examples: int = 48
+    batch_seconds: float | None = BATCH_SECONDS
+    dtypes: tuple[str, ...] | None = None
+    device: str | None = None
+    database_url: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("variants", "structures"):
+        for name in _PATHS:  # a directory given as a string is a Path
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                object.__setattr__(self, name, Path(value))
+        if self.shrink_seconds is not None and not self.shrink_seconds >= 0:
+            raise ConfigError(f"shrink_seconds must be >= 0, got {self.shrink_seconds!r}")
+        for name in ("variants", "structures", "batch_examples"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
@@ -145,12 +208,16 @@ def _parse(name: str, raw: str, where: str) -> Any:
     return _coerce(name, raw)
 
 
+_PATHS = ("corpus", "hypothesis_storage", "journal_dir")
+_NAMES = ("compile_backends", "compile_transforms", "dtypes")
+
+
 def _coerce(name: str, value: Any) -> Any:
-    if name in ("corpus", "hypothesis_storage"):
+    if name in _PATHS:
         return Path(value)
-    if name in ("compile_backends", "compile_transforms") and isinstance(value, str):
+    if name in _NAMES and isinstance(value, str):
         return tuple(b.strip() for b in value.split(",") if b.strip())
-    if name in ("compile_backends", "compile_transforms"):
+    if name in _NAMES:
         return tuple(value)
     return value
 

@@ -7,9 +7,9 @@ projects' test sessions never see it.
 A guest in the session: it loads no Hypothesis profile and writes no
 environment variable. The profile it picks (``--fuzzdiff-profile NAME`` or
 ``$FUZZDIFF_PROFILE``; ``ci`` when ``$CI`` is set, else ``dev``) is a plain
-settings object plus how many value variants and structures an example runs,
-handed to fuzz loops explicitly: ``fuzz_options(config)`` or the
-``fuzz_options`` fixture, as ``fuzz(check, target, **fuzz_options)``.
+settings object plus how many value variants and structures an example runs
+(in a FuzzConfig), handed to fuzz loops explicitly: ``fuzz_options(config)``
+or the ``fuzz_options`` fixture, as ``fuzz(check, target, **fuzz_options)``.
 
 The session's settings (the profile's sizes, then ``$FUZZDIFF_*``, then its
 options) are resolved here once, into a FuzzConfig that the fuzz loops get in
@@ -75,7 +75,7 @@ def profile_settings(name: str, redis_url: str | None = None) -> settings:
 
 
 def fuzz_options(config) -> dict:
-    """``fuzz()``'s keyword arguments for this session's profile."""
+    """``fuzz()``'s ``config`` and ``settings`` for this session's profile."""
     return config._fuzzdiff_options
 
 
@@ -108,11 +108,9 @@ def pytest_configure(config):
     config._fuzzdiff_config = session
     config._fuzzdiff_profile = name + ("+shared" if session.redis_url else "")
     config._fuzzdiff_options = {
-        "settings": profile_settings(name, session.redis_url),
-        "variants": session.variants,
-        "structures": session.structures,
-        # every other setting (timeout, compile backends); a record is written where a loop asks
+        # the profile's sizes and every other setting; a record is written where a loop asks
         "config": replace(session, corpus=None),
+        "settings": profile_settings(name, session.redis_url),
     }
 
 

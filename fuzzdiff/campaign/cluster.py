@@ -42,8 +42,7 @@ from typing import Any
 
 from fuzzdiff.campaign.pool import ClusterLost, Died, Done, Event, Lost, Stopped, preload
 from fuzzdiff.campaign.results import PairResult
-from fuzzdiff.campaign.worker import Job, run_batch, start_worker
-from fuzzdiff.config import FuzzConfig
+from fuzzdiff.campaign.worker import Job, WorkerSetup, run_batch, start_worker
 from fuzzdiff.errors import FuzzdiffError
 from fuzzdiff.record.files import write_record
 from fuzzdiff.record.journal import Inflight, record_inflight, take
@@ -127,11 +126,13 @@ class _Worker:
     """A campaign worker on a Ray node: a process of fuzzdiff's own, which
     imports torch once and runs the batches sent to it."""
 
-    def __init__(self, opts: dict):
-        self.opts = dict(opts)
-        start_worker(self.opts)
-        self.opts["journal"] = str(_journal_folder(opts["token"]))
-        for module in preload(opts):  # before the budget starts, as the forkserver does
+    def __init__(self, setup: WorkerSetup):
+        assert setup.token is not None  # RayPool's
+        self.journal = _journal_folder(setup.token)
+        # journaled on this node's disk, where the driver reads a dead worker's case
+        self.setup = replace(setup, config=replace(setup.config, journal_dir=self.journal))
+        self.database = start_worker(self.setup)
+        for module in preload(setup):  # before the budget starts, as the forkserver does
             importlib.import_module(module)
 
     def ready(self) -> tuple[int, str, str]:
@@ -141,7 +142,7 @@ class _Worker:
 
     def clean(self) -> None:
         """Remove this node's journal of the campaign, at its end."""
-        shutil.rmtree(self.opts["journal"], ignore_errors=True)
+        shutil.rmtree(self.journal, ignore_errors=True)
 
     def run(self, jobs: list[Job]) -> list[PairResult]:
         """Run the batches one after the other, each within what is left of the
@@ -149,7 +150,7 @@ class _Worker:
         arrived = time.monotonic()
         results = []
         for job in jobs:
-            if self.opts["noop"]:  # the driver's own cost, measured (bench/cluster.py)
+            if self.setup.noop:  # the driver's own cost, measured (bench/cluster.py)
                 results.append(PairResult(job.target, job.check, Tally()))
                 continue
             if job.until is not None:
@@ -158,7 +159,7 @@ class _Worker:
                     results.append(PairResult(job.target, job.check, Tally(), cut=True))
                     continue
                 job = replace(job, deadline=left if job.deadline is None else min(job.deadline, left))
-            results.append(run_batch(job, self.opts))
+            results.append(run_batch(job, self.setup, self.database))
         return results
 
 
@@ -192,21 +193,23 @@ class RayPool:
 
     retries = 1  # a worker's death may be its node's: the batch runs once more before its case is a crash
 
-    def __init__(self, opts: dict, jobs: int | None, pairs: int, *, per_call: int | None = None, noop: bool = False):
+    def __init__(
+        self, setup: WorkerSetup, jobs: int | None, pairs: int, *, per_call: int | None = None, noop: bool = False
+    ):
         ray = self.ray = _ray()
         if not ray.is_initialized():
             raise ClusterError("RayPool needs a Ray connection: fuzzdiff.campaign.cluster.connected()")
         if per_call is not None and per_call < 1:
             raise ValueError(f"per_call must be at least 1, got {per_call}")
-        config = opts.get("config") or FuzzConfig()
+        config = setup.config
         self.corpus = config.corpus
         token = secrets.token_hex(6)
         self.folder = str(_journal_folder(token))
         # The workers get the campaign's settings as the driver resolved them (a
         # node's environment is its own), but never the corpus: the driver writes every record.
-        self.opts = dict(opts, config=replace(config, corpus=None), token=token, noop=noop)
+        self.setup = replace(setup, config=replace(config, corpus=None), token=token, noop=noop)
         resources = ray.cluster_resources()
-        gpu = str(opts.get("device") or "").startswith("cuda")
+        gpu = str(config.device or "").startswith("cuda")
         have = int(resources.get("GPU" if gpu else "CPU", 0))
         if not have:
             raise ClusterError("--device cuda: the Ray cluster has no GPU" if gpu else "the Ray cluster has no CPU")
@@ -243,7 +246,7 @@ class RayPool:
         options: dict[str, Any] = dict(self.per_worker, max_restarts=0, max_task_retries=0)
         if node_id is not None:
             options["scheduling_strategy"] = self._pinned(node_id)
-        return self.cls.options(**options).remote(self.opts)
+        return self.cls.options(**options).remote(self.setup)
 
     def _pinned(self, node_id: str) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # optional, as in _ray()
@@ -451,7 +454,7 @@ def _cause(error: Exception) -> str:
 def ray_pool(*, per_call: int | None = None, noop: bool = False) -> Any:
     """``run_campaign``'s ``pool=``: the workers on the connected Ray cluster."""
 
-    def make(opts: dict, jobs: int | None, pairs: int) -> RayPool:
-        return RayPool(opts, jobs, pairs, per_call=per_call, noop=noop)
+    def make(setup: WorkerSetup, jobs: int | None, pairs: int) -> RayPool:
+        return RayPool(setup, jobs, pairs, per_call=per_call, noop=noop)
 
     return make

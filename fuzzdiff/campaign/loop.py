@@ -18,7 +18,7 @@ caches are reused. The loop here (scheduling, budget, grace, results) is the
 same for every pool; what it yields is fuzzdiff.campaign.results's.
 
 Time: no batch starts after the budget. A running batch stops at its own
-deadline (``batch_seconds``, and the budget's end) with what it has tallied,
+deadline (``FuzzConfig.batch_seconds``, and the budget's end) with what it has tallied,
 unless it has found a failure: that is still shrunk; a worker still busy
 ``grace`` seconds after the budget is killed and its batch reported as cut.
 """
@@ -41,9 +41,10 @@ import torch
 from fuzzdiff.campaign.pool import ClusterLost, Died, Done, Event, Lost, Pool, PoolFactory, Stopped, fork_pool
 from fuzzdiff.campaign.results import Campaign, PairResult
 from fuzzdiff.campaign.schedule import Scheduler, batch_seed
-from fuzzdiff.campaign.worker import BatchSize, Job
+from fuzzdiff.campaign.worker import BatchSize, Job, WorkerSetup
+from fuzzdiff.case.case import DTYPES
 from fuzzdiff.checks import Check
-from fuzzdiff.config import FuzzConfig
+from fuzzdiff.config import BATCH_SECONDS, FuzzConfig
 from fuzzdiff.record.files import _safe
 from fuzzdiff.record.journal import recover
 from fuzzdiff.search.fuzzing import Tally
@@ -57,8 +58,6 @@ __all__ = [
     "round_one_order",
     "run_campaign",
 ]
-
-BATCH_SECONDS = 10.0  # a batch's own deadline: one slow pair cannot hold a worker for long
 
 
 # The backends a compiling check's first batch of a pair draws from, where they
@@ -351,75 +350,61 @@ class _Loop:
 
 def run_campaign(
     pairs: Iterable[tuple[Target, Check]],
-    *,
     config: FuzzConfig | None = None,
-    size: BatchSize = BatchSize(),  # noqa: B008 - frozen: one default shared by every call is safe
-    budget: float | None = None,
-    rounds: int | None = None,
-    seed: int | None = None,
-    corpus=None,
-    jobs: int | None = None,
-    dtypes: Sequence[torch.dtype] | None = None,
-    device: str | None = None,
-    batch_seconds: float | None = BATCH_SECONDS,
-    grace: float | None = None,
-    timeout: float | None = None,
-    database_url: str | None = None,
+    *,
+    sizing: Callable[[Target, Check], BatchSize] | None = None,
     pool: PoolFactory | None = None,
     on_batch: Callable[[Campaign, PairResult, PairResult], None] | None = None,
     on_start: Callable[[int, str | None, str | None], None] | None = None,
-    sizing: Callable[[Target, Check], BatchSize] | None = None,
 ) -> Campaign:
-    """Fuzz the pairs in batches of ``size`` in ``jobs`` worker processes
-    (default: every core), round by round (fuzzdiff.campaign.schedule), in the order
-    given for the first round; stop starting batches after ``budget``
-    seconds or ``rounds`` rounds (default: one round without a budget).
+    """Fuzz the pairs at ``config`` (a FuzzConfig; default: the defaults, as
+    the driver resolved them from its flags and environment: the workers are
+    sent it, and read no environment variable).
 
-    ``batch_seconds`` bounds one batch's new examples (None: no bound);
-    ``grace`` is how long after the budget a busy worker may finish shrinking
-    (default: a fifth of the budget, at least 30 s). ``database_url``: None
-    for no Hypothesis example database, "" for the local directory, or a
-    Redis URL shared beside it. ``pool(opts, jobs, pairs)`` makes the workers
-    (default ``fork_pool``, this machine's cores; fuzzdiff.campaign.cluster: a Ray
-    cluster's). ``on_start(slot, target, check)`` (None, None: the worker has
-    nothing left to do) and ``on_batch(campaign, pair, batch)`` report progress.
-    ``sizing(target, check)`` is a pair's batch size (default:
-    ``size.for_pair``; fuzzdiff.campaign.plan makes one from the budget).
+    The pairs run in batches of ``config.batch_examples`` examples in
+    ``config.jobs`` worker processes (default: every core), round by round
+    (fuzzdiff.campaign.schedule), in the order given for the first round;
+    no batch starts after ``config.budget`` seconds or ``config.rounds``
+    rounds (default: one round without a budget). ``config.batch_seconds``
+    bounds one batch's new examples (None: no bound); ``config.grace`` is
+    how long after the budget a busy worker may finish shrinking (default: a
+    fifth of the budget, at least 30 s). ``config.dtypes`` and
+    ``config.device`` narrow the pairs' cases, and leave out a pair that
+    cannot take them; ``config.database_url`` is the workers' example
+    database; ``config.seed`` seeds every batch (default: a fresh seed, said
+    in ``Campaign.seed``); records are written to ``config.corpus``.
 
-    ``config`` (a FuzzConfig; default: the defaults) is the settings every
-    worker's fuzz() runs at, as the driver resolved them from its flags and
-    environment: the workers are sent it, and read no environment variable.
-    ``corpus`` (where records are written) is folded into it, and overrides
-    it; ``timeout``, where given, is every example's limit itself (fuzz()'s).
+    ``sizing(target, check)`` is a pair's batch size (default: the
+    configured size narrowed by ``BatchSize.for_pair``;
+    fuzzdiff.campaign.plan makes one from the budget). ``pool(setup, jobs,
+    pairs)`` makes the workers (default ``fork_pool``, this machine's cores;
+    fuzzdiff.campaign.cluster: a Ray cluster's). ``on_start(slot, target,
+    check)`` (None, None: the worker has nothing left to do) and
+    ``on_batch(campaign, pair, batch)`` report progress.
     """
+    config = config or FuzzConfig()
+    budget, rounds, grace = config.budget, config.rounds, config.grace
     if budget is not None and grace is None:
         grace = max(30.0, budget / 5)
     if budget is None and rounds is None:
         rounds = 1
+    seed = config.seed
     campaign = Campaign(seed=random.SystemRandom().randrange(2**32) if seed is None else seed)
-    config = FuzzConfig.resolve(base=config, corpus=corpus)
-    todo = _runnable(pairs, config, size, sizing, dtypes, device)
+    dtypes = None if config.dtypes is None else [DTYPES[name] for name in config.dtypes]
+    todo = _runnable(pairs, config, BatchSize(config.batch_examples), sizing, dtypes, config.device)
     for pair in todo:
         campaign.applicable[pair.family] += 1
         campaign.applicable_checks[pair.check] += 1
     scheduler = Scheduler(len(todo), seed=campaign.seed, rounds=rounds, known=[p.known for p in todo])
-    opts = dict(
-        config=config,
-        timeout=timeout,
-        database=None,
-        database_url=database_url,
-        sys_path=list(sys.path),
-        opinfo=any(p.ref.startswith("opinfo/") for p in todo),
-        device=device,
-    )
-    workers = (pool or fork_pool)(opts, jobs, len(todo))
+    setup = WorkerSetup(config, tuple(sys.path), opinfo=any(p.ref.startswith("opinfo/") for p in todo))
+    workers = (pool or fork_pool)(setup, config.jobs, len(todo))
     try:
-        campaign.jobs = max(1, workers.slots if pool else (jobs or os.cpu_count() or 1))
+        campaign.jobs = max(1, workers.slots if pool else (config.jobs or os.cpu_count() or 1))
         for k in range(workers.slots):
             campaign.nodes[workers.node(k)].slots += 1
         # The budget is fuzzing time: it starts once the workers are up (the
         # forkserver's first start imports torch, seconds on a busy machine).
-        loop = _Loop(campaign, todo, scheduler, workers, time.monotonic(), batch_seconds, on_batch, on_start)
+        loop = _Loop(campaign, todo, scheduler, workers, time.monotonic(), config.batch_seconds, on_batch, on_start)
         loop.run(budget, grace)
         fuzzing = time.monotonic() - loop.start  # the workers' shutdown is not fuzzing time
     finally:

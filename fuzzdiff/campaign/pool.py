@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import torch
 
 from fuzzdiff.campaign.results import PairResult
-from fuzzdiff.campaign.worker import Job, campaign_config, serve
+from fuzzdiff.campaign.worker import Job, WorkerSetup, serve
 from fuzzdiff.errors import FuzzdiffError
 from fuzzdiff.record.journal import STOPS, forget, recover
 
@@ -162,9 +162,9 @@ class ForkPool:
 
     retries = 0  # a crash is the case's: the local machine is not lost under it
 
-    def __init__(self, opts: dict, slots: int, preload: Sequence[str]):
-        self.opts, self.slots = opts, slots
-        self.corpus = campaign_config(opts).corpus
+    def __init__(self, setup: WorkerSetup, slots: int, preload: Sequence[str]):
+        self.setup, self.slots = setup, slots
+        self.corpus = setup.config.corpus
         self.ctx = mp.get_context("forkserver")
         self.ctx.set_forkserver_preload(list(preload))
         self.replaced = 0  # workers replaced because something disturbed their process
@@ -174,7 +174,7 @@ class ForkPool:
 
     def _spawn(self) -> _Process:
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=serve, args=(child, self.opts), daemon=True)
+        proc = self.ctx.Process(target=serve, args=(child, self.setup), daemon=True)
         proc.start()
         child.close()
         return _Process(proc, parent)
@@ -263,10 +263,10 @@ class ForkPool:
 
 HOST = socket.gethostname()
 
-PoolFactory = Callable[[dict, "int | None", int], Pool]
+PoolFactory = Callable[[WorkerSetup, "int | None", int], Pool]
 
 
-def preload(opts: dict) -> list[str]:
+def preload(setup: WorkerSetup) -> list[str]:
     """What a worker imports before its first batch, once, in the forkserver:
     the module it runs (``serve``'s, and through it torch, the checks and the
     paths) and the targets'. Not torch's OpInfo database where a GPU is visible: importing it asks the
@@ -274,11 +274,11 @@ def preload(opts: dict) -> list[str]:
     process forked from there can use CUDA again ("Cannot re-initialize CUDA in
     forked subprocess"); each worker imports it for itself then."""
     modules = [serve.__module__, "fuzzdiff.targets.catalog"]
-    if opts["opinfo"] and not torch.cuda.is_available():
+    if setup.opinfo and not torch.cuda.is_available():
         modules.append("torch.testing._internal.common_methods_invocations")  # op_db: seconds, once
     return modules
 
 
-def fork_pool(opts: dict, jobs: int | None, pairs: int) -> ForkPool:
+def fork_pool(setup: WorkerSetup, jobs: int | None, pairs: int) -> ForkPool:
     """The local pool: ``jobs`` workers (default: every core), no more than pairs."""
-    return ForkPool(opts, min(jobs or os.cpu_count() or 1, pairs), preload(opts))
+    return ForkPool(setup, min(jobs or os.cpu_count() or 1, pairs), preload(setup))

@@ -2,7 +2,9 @@
 
 A batch (``Job``) is plain data, to a process or a machine: a pair, a seed,
 a size (``BatchSize``) and a deadline. ``start_worker`` makes a process a
-worker once, before its first batch; ``run_batch`` runs one and returns its
+worker once, before its first batch, from the campaign's ``WorkerSetup``
+(frozen plain data: it pickles alike to a forked process and to a Ray actor,
+and no worker changes what it was told); ``run_batch`` runs one and returns its
 ``PairResult``, whatever happened: a failure shrunk, a framework error, a
 batch cut by its deadline. The process is the pool's (fuzzdiff.campaign.pool's forked
 processes, fuzzdiff.campaign.cluster's Ray actors); ``serve`` is a local worker's loop.
@@ -26,6 +28,7 @@ import torch
 from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis import settings as hsettings
 from hypothesis.configuration import set_hypothesis_home_dir
+from hypothesis.database import ExampleDatabase
 
 from fuzzdiff.campaign.database import example_database
 from fuzzdiff.campaign.results import Found, PairResult
@@ -37,18 +40,19 @@ from fuzzdiff.guards import torch_state
 from fuzzdiff.guards.unsupported import unsupported_reason
 from fuzzdiff.paths.vmap import stop_recording_fallbacks
 from fuzzdiff.search.fresh import FreshProcess
-from fuzzdiff.search.fuzzing import FuzzFailure, Tally, fuzz, settle_heap
+from fuzzdiff.search.fuzzing import FuzzFailure, Search, Tally, fuzz, settle_heap
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["BatchSize", "Job", "campaign_config", "run_batch", "serve", "start_worker"]
+__all__ = ["BatchSize", "Job", "WorkerSetup", "run_batch", "serve", "start_worker"]
 
 
 @dataclass(frozen=True)
 class BatchSize:
-    """One batch: ``examples`` Hypothesis examples of ``structures`` drawn cases,
-    each run at ``variants`` value-and-probe seeds (fuzzdiff.search.fuzzing.fuzz).
+    """One batch: ``examples`` Hypothesis examples, each of the campaign's
+    ``FuzzConfig.structures`` drawn cases run at its ``variants``
+    value-and-probe seeds (fuzzdiff.search.fuzzing.fuzz).
 
     ``for_pair`` narrows it to ``examples // NARROW`` (at least 2, at most
     ``examples``) where more examples buy little: a target whose spec fixes
@@ -58,13 +62,10 @@ class BatchSize:
     """
 
     examples: int = 48
-    structures: int = 1
-    variants: int = 2
 
     def __post_init__(self):
-        for name in ("examples", "structures", "variants"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"a batch's {name} must be at least 1, got {getattr(self, name)}")
+        if self.examples < 1:
+            raise ValueError(f"a batch's examples must be at least 1, got {self.examples}")
 
     def for_pair(self, target: Target, check: Check) -> BatchSize:
         fixed = all(d.kind == "fixed" for a in target.args for d in a.dims)
@@ -128,9 +129,30 @@ class Job:
     backends: tuple[str, ...] | None = None  # the compile backends to draw from (None: the configured ones)
 
 
-def run_batch(job: Job, opts: dict) -> PairResult:
-    """Run one batch in a worker (``opts``: the campaign's, as ``start_worker``
-    set them; its settings are ``opts["config"]``, the campaign's FuzzConfig)."""
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What every worker of a campaign is told once, before its first batch.
+
+    ``config`` is the campaign's FuzzConfig, as its driver resolved it (a
+    worker reads no environment variable); ``sys_path`` the driver's, where
+    user targets are imported from; ``opinfo`` says whether OpInfo's targets
+    are fuzzed (their database is imported once, before the budget starts);
+    ``isolate=False`` does without the process that replays failures afresh.
+    ``token`` and ``noop`` are a Ray pool's (fuzzdiff.campaign.cluster): its
+    workers' journal folder, and workers that run nothing (bench/cluster.py).
+    """
+
+    config: FuzzConfig
+    sys_path: tuple[str, ...] = ()
+    opinfo: bool = False
+    isolate: bool = True
+    token: str | None = None
+    noop: bool = False
+
+
+def run_batch(job: Job, setup: WorkerSetup, database: ExampleDatabase | None = None) -> PairResult:
+    """Run one batch in a worker made by ``start_worker(setup)``, with the
+    example ``database`` it opened."""
     t0 = time.monotonic()
     result = PairResult(job.target, job.check, Tally(), ref=job.target)
     clock = _Deadline(job.deadline)
@@ -141,28 +163,21 @@ def run_batch(job: Job, opts: dict) -> PairResult:
         settings = hsettings(
             max_examples=job.size.examples,
             deadline=None,
-            database=opts["database"],
+            database=database,
             print_blob=False,
             verbosity=Verbosity.quiet,
             suppress_health_check=list(HealthCheck),
             phases=[p for p in Phase if p != Phase.explain],
         )
-        config = campaign_config(opts)
-        if job.backends is not None:
-            config = replace(config, compile_backends=job.backends)
-        result.tally = fuzz(
-            clock.wrap(check),
-            target,
-            settings=settings,
-            config=config,
+        config = replace(
+            setup.config,
             seed=job.seed,
-            variants=job.size.variants,
-            structures=job.size.structures,
-            timeout=opts["timeout"],
-            recover_crashes=False,
-            journal_dir=opts.get("journal"),
-            fresh=_fresh_process(opts),
-            **job.cases,
+            recover_crashes=False,  # the campaign's parent records a dead worker's case, with how it died
+            case_options={**setup.config.case_options, **job.cases},
+            compile_backends=job.backends or setup.config.compile_backends,
+        )
+        result.tally = fuzz(
+            clock.wrap(check), target, config, settings=settings, search=Search(fresh=_fresh_process(setup))
         )
     except _Stop:
         result.tally, result.cut = clock.tally, True
@@ -190,31 +205,27 @@ def run_batch(job: Job, opts: dict) -> PairResult:
 _FRESH: list[FreshProcess] = []  # the worker's own replaying process, once it has one
 
 
-def _fresh_process(opts: dict) -> FreshProcess | None:
+def _fresh_process(setup: WorkerSetup) -> FreshProcess | None:
     """The worker's process that replays its failures afresh (fuzzdiff.search.fresh),
     started on its first failure; None where the campaign does without."""
-    if not opts.get("isolate", True):
+    if not setup.isolate:
         return None
     if not _FRESH:
         _FRESH.append(FreshProcess())
     return _FRESH[0]
 
 
-def campaign_config(opts: dict) -> FuzzConfig:
-    """The campaign's settings, as its driver resolved them (the defaults where it gave none)."""
-    return opts.get("config") or FuzzConfig()
-
-
-def start_worker(opts: dict) -> None:
-    """Make this process a campaign worker, once, before its first batch."""
+def start_worker(setup: WorkerSetup) -> ExampleDatabase | None:
+    """Make this process a campaign worker, once, before its first batch; the
+    example database its batches share (None: the campaign keeps none)."""
     # A worker starts with the parent's sys.path and environment of some earlier
     # moment (the forkserver's start, a cluster node's): its sys.path is brought
     # up to date (user targets are imported from there), its environment never.
-    # Its settings came resolved, in opts["config"]: fuzz() reads no variable,
+    # Its settings came resolved, in setup.config: fuzz() reads no variable,
     # and of Hypothesis's, what a worker needs is where its storage is (the
     # constants it caches, the example database): the driver's, said here.
-    sys.path[:0] = [p for p in opts["sys_path"] if p not in sys.path]
-    config = campaign_config(opts)
+    sys.path[:0] = [p for p in setup.sys_path if p not in sys.path]
+    config = setup.config
     if config.hypothesis_storage is not None:
         set_hypothesis_home_dir(config.hypothesis_storage)  # a process of fuzzdiff's own
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -225,14 +236,15 @@ def start_worker(opts: dict) -> None:
     torch.set_num_threads(1)  # one core per worker: the campaign runs one worker per core
     settle_heap()  # a process of fuzzdiff's own
     torch_state.settle()  # the state every batch starts from, and comes back to
-    if opts["database_url"] is not None:
-        opts["database"] = example_database(opts["database_url"] or None, local=config.example_dir)
+    if config.database_url is None:
+        return None
+    return example_database(config.database_url or None, local=config.example_dir)
 
 
-def serve(conn, opts: dict) -> None:
+def serve(conn, setup: WorkerSetup) -> None:
     """A local worker process (fuzzdiff.campaign.pool.ForkPool): run the batches the
     parent sends on ``conn``, one at a time, until it sends None."""
-    start_worker(opts)
+    database = start_worker(setup)
     while True:
         try:
             job = conn.recv()
@@ -240,6 +252,6 @@ def serve(conn, opts: dict) -> None:
             break
         if job is None:
             break
-        conn.send((job.key, run_batch(job, opts)))
+        conn.send((job.key, run_batch(job, setup, database)))
     for fresh in _FRESH:
         fresh.close()

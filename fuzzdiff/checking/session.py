@@ -24,7 +24,7 @@ from fuzzdiff.config import FuzzConfig
 from fuzzdiff.guards.timeout import OutOfTime, bounded
 from fuzzdiff.record.journal import Journal
 from fuzzdiff.search.fresh import FreshProcess
-from fuzzdiff.search.fuzzing import fuzz
+from fuzzdiff.search.fuzzing import Search, fuzz
 from fuzzdiff.search.outcome import AllRejected, FuzzFailure, Tally
 from fuzzdiff.search.random_probe import probed
 from fuzzdiff.search.root_cause import root_cause
@@ -224,17 +224,21 @@ class Session:
             return fuzz(
                 name,
                 fuzzed,
+                replace(
+                    self.config if config is None else config,
+                    seed=self.seed,
+                    shrink_seconds=self.shrink_seconds,
+                    case_options=self.drawn,
+                ),
                 settings=self.hypothesis if hypothesis is None else hypothesis,
-                seed=self.seed,
-                config=self.config if config is None else config,
-                shrink_seconds=self.shrink_seconds,
-                definition=self.recipe,
-                fresh=self.fresh,
-                seen=seen,
-                until=until,
-                deadline=self.deadline,
-                settle_by=self.settle_by,
-                **self.drawn,
+                search=Search(
+                    definition=self.recipe,
+                    fresh=self.fresh,
+                    seen=seen,
+                    until=until,
+                    deadline=self.deadline,
+                    settle_by=self.settle_by,
+                ),
             )
         except AllRejected as every:  # each draw outside the function's domain: rejected, not judged
             return every.tally

@@ -75,10 +75,24 @@ def cmd_run(args) -> int:
     for note in notes:
         console.print(note)
     families = Counter(OPINFO if t.family == OPINFO else "catalog" for t, _ in pairs)
-    size = BatchSize(args.max_examples, 1, args.variants)
+    size = BatchSize(args.max_examples)
     seed = args.seed
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
+    config = replace(
+        config,
+        variants=args.variants,
+        structures=1,  # one drawn case per example: a batch's examples are its cases
+        seed=seed,
+        jobs=args.jobs if cluster else jobs,
+        budget=args.budget,
+        rounds=args.rounds,
+        batch_examples=args.max_examples,
+        batch_seconds=args.batch_seconds,
+        dtypes=None if dtypes is None else tuple(split(args.dtypes) or ()),
+        device=device,
+        database_url=config.redis_url or "",
+    )
     budget_plan = plan(pairs, size, args.budget, jobs) if args.budget and pairs else None
     console.print(
         f"fuzzdiff run: {len(pairs)} (target, check) pairs ("
@@ -89,7 +103,7 @@ def cmd_run(args) -> int:
             if budget_plan is None
             else f"batches of at most {budget_plan.examples} examples"
         )
-        + f" x {size.variants} variants, "
+        + f" x {config.variants} variants, "
         + (f"{jobs} worker(s)" if not cluster else f"Ray {args.ray or '(a local instance)'}")
         + f", seed {seed}"
         + (f", budget {args.budget:g}s" if args.budget else "")
@@ -100,7 +114,7 @@ def cmd_run(args) -> int:
     )
     if budget_plan is not None:
         console.print(f"plan: {budget_plan.describe()}")
-    campaign = _campaign(args, console, config, pairs, size, seed, jobs, dtypes, device, budget_plan)
+    campaign = _campaign(args, console, config, pairs, size, budget_plan)
     _print_campaign(console, campaign, cluster)
     _print_new_root_causes(campaign)
     if args.report:
@@ -188,7 +202,7 @@ def _select_pairs(args, notes: list[str] | None = None):
     return [(t, CHECKS[c]) for c in checks for t in targets if CHECKS[c].why_not(t) is None]
 
 
-def _campaign(args, console, config, pairs, size, seed, jobs, dtypes, device, budget_plan=None) -> Campaign:
+def _campaign(args, console, config, pairs, size, budget_plan=None) -> Campaign:
     """The campaign of ``fuzzdiff run``, on this machine's cores or on Ray, under
     its live display. Its workers run at ``config``, the command's settings.
     Interrupted, the campaign kills its busy workers and forgets their cases in flight."""
@@ -197,7 +211,7 @@ def _campaign(args, console, config, pairs, size, seed, jobs, dtypes, device, bu
     with contextlib.ExitStack() as stack:
         if cluster:
             try:
-                stack.enter_context(connected(args.ray or None, cpus=jobs))
+                stack.enter_context(connected(args.ray or None, cpus=args.jobs or os.cpu_count() or 1))
             except ClusterError as e:
                 raise UsageError(str(e)) from None
         stack.enter_context(stops_interrupt())
@@ -215,16 +229,7 @@ def _campaign(args, console, config, pairs, size, seed, jobs, dtypes, device, bu
         try:
             return run_campaign(
                 pairs,
-                config=config,
-                size=size,
-                budget=args.budget,
-                rounds=args.rounds,
-                seed=seed,
-                jobs=args.jobs if cluster else jobs,
-                dtypes=dtypes,
-                device=device,
-                batch_seconds=args.batch_seconds,
-                database_url=config.redis_url or "",
+                config,
                 pool=ray_pool() if cluster else None,
                 on_batch=live.on_batch,
                 on_start=live.on_start,

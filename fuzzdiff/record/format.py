@@ -282,39 +282,46 @@ def record_from_json(data: Any, path: Path) -> Record:
     storage's data file lies."""
     if not isinstance(data, dict):
         raise CorpusError(f"{path}: a record is a JSON object, got {type(data).__name__}")
-    fmt = _field(data, "format", path, int)
+    try:
+        return _record(data, path)
+    except CaseError as e:
+        # the field's name as the record spells it: its cases' ``args`` are its ``inputs``
+        name, _, why = str(e).partition(": ")
+        name = name.replace("record.args", "inputs").removeprefix("record.")
+        raise CorpusError(f"{path}: field {name!r}: {why}") from None
+
+
+def _record(data: dict, path: Path) -> Record:
+    fmt = _field(data, "format", "record", int)
     if fmt not in (1, FORMAT):
         raise CorpusError(f"{path}: field 'format' is {fmt}; this fuzzdiff reads formats 1 to {FORMAT}")
-    draws = TORCH_DRAWS if fmt == 1 else _field(data, "draws", path, str)
+    draws = TORCH_DRAWS if fmt == 1 else _field(data, "draws", "record", str)
     if fmt != 1 and draws != SCHEME:
         raise CorpusError(
             f"{path}: field 'draws' is {draws!r}; this fuzzdiff draws with {SCHEME!r} "
             f"and cannot replay the record's probes"
         )
-    check = _field(data, "check", path, str)
-    status = _field(data, "status", path, str)
+    check = _field(data, "check", "record", str)
+    status = _field(data, "status", "record", str)
     if status not in STATUSES:
         raise CorpusError(f"{path}: field 'status' is {status!r}; expected one of {STATUSES}")
-    verdict = _field(data, "verdict", path, dict)
+    verdict = _field(data, "verdict", "record", dict)
     kind = verdict.get("kind")
     if kind not in KINDS:
         raise CorpusError(f"{path}: field 'verdict.kind' is {kind!r}; expected one of {KINDS}")
-    inputs = _field(data, "inputs", path, list)
+    inputs = _field(data, "inputs", "record", list)
     pinned = _pinned(path, inputs)
-    try:
-        case = case_from_json(
-            {
-                "target": _field(data, "target", path, str),
-                "args": inputs,
-                "dtype": _field(data, "dtype", path, str),
-                "device": data.get("device", "cpu"),
-                "kwargs": data.get("kwargs", {}),
-                "params": data.get("params", {}),
-            },
-            where="record",
-        )
-    except CaseError as e:
-        raise CorpusError(f"{path}: field {str(e).replace('record.args', 'inputs').replace('record.', '')}") from None
+    case = case_from_json(
+        {
+            "target": _field(data, "target", "record", str),
+            "args": inputs,
+            "dtype": _field(data, "dtype", "record", str),
+            "device": data.get("device", "cpu"),
+            "kwargs": data.get("kwargs", {}),
+            "params": data.get("params", {}),
+        },
+        where="record",
+    )
     for i, t in pinned.items():
         lay, dtype = case.args[i].strided, case.arg_dtype(i)
         if case.owner(i) != i:
@@ -343,7 +350,7 @@ def record_from_json(data: Any, path: Path) -> Record:
     if reason is not None and status != "expected":
         raise CorpusError(f"{path}: field 'reason' belongs to an 'expected' record; this one is {status!r}")
     return Record(
-        _field(data, "id", path, str),
+        _field(data, "id", "record", str),
         check,
         replace(case, data=pinned),
         Verdict(kind, str(verdict.get("message", "")), dict(verdict.get("errors") or {})),
@@ -359,18 +366,6 @@ def record_from_json(data: Any, path: Path) -> Record:
     )
 
 
-def _field(data: Mapping, key: str, path: Path, types: type | tuple[type, ...], where: str = "") -> Any:
-    name = f"{where}.{key}" if where else key
-    if not isinstance(data, Mapping):
-        raise CorpusError(f"{path}: field {where!r} must be an object")
-    if key not in data:
-        raise CorpusError(f"{path}: missing field {name!r}")
-    value = data[key]
-    if not isinstance(value, types) or isinstance(value, bool) and types is int:
-        raise CorpusError(f"{path}: field {name!r} has the wrong type ({type(value).__name__})")
-    return value
-
-
 def _pinned(path: Path, inputs: list) -> dict[int, torch.Tensor]:
     """The stored storages, by argument index (popped from ``inputs``)."""
     data: dict[int, torch.Tensor] = {}
@@ -379,11 +374,11 @@ def _pinned(path: Path, inputs: list) -> dict[int, torch.Tensor]:
             continue
         where = f"inputs[{i}].storage"
         stored = arg.pop("storage")
-        name = _field(stored, "dtype", path, str, where)
+        name = _field(stored, "dtype", where, str)
         dtype = DTYPES.get(name)
         if dtype is None:
             raise CorpusError(f"{path}: field '{where}.dtype' is {name!r}; expected one of {sorted(DTYPES)}")
-        numel = _field(stored, "numel", path, int, where)
+        numel = _field(stored, "numel", where, int)
         data[i] = _stored_tensor(path, stored, where, dtype, numel)
     return data
 
@@ -391,9 +386,9 @@ def _pinned(path: Path, inputs: list) -> dict[int, torch.Tensor]:
 def _stored_tensor(path: Path, stored: Mapping, where: str, dtype: torch.dtype, numel: int) -> torch.Tensor:
     """A flat tensor stored inline (``data``) or in a data file beside the record (``file``, ``key``)."""
     if "data" in stored:
-        return _decode(_field(stored, "data", path, list, where), dtype, numel, f"{path}: field '{where}.data'")
-    file = path.parent / Path(_field(stored, "file", path, str, where)).name
-    key = _field(stored, "key", path, str, where)
+        return _decode(_field(stored, "data", where, list), dtype, numel, f"{path}: field '{where}.data'")
+    file = path.parent / Path(_field(stored, "file", where, str)).name
+    key = _field(stored, "key", where, str)
     if not file.exists():
         raise CorpusError(f"{path}: field '{where}.file': {file.name} is missing beside the record")
     try:
@@ -418,11 +413,11 @@ def _stored_state(path: Path, definition: dict) -> dict:
     state = {}
     for name, entry in stored.items():
         where = f"definition.module.state.{name}"
-        dtype_name = _field(entry, "dtype", path, str, where)
+        dtype_name = _field(entry, "dtype", where, str)
         dtype = DTYPES.get(dtype_name)
         if dtype is None:
             raise CorpusError(f"{path}: field '{where}.dtype' is {dtype_name!r}; expected one of {sorted(DTYPES)}")
-        shape = _field(entry, "shape", path, list, where)
+        shape = _field(entry, "shape", where, list)
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
             raise CorpusError(f"{path}: field '{where}.shape' must be a list of sizes")
         state[name] = _stored_tensor(path, entry, where, dtype, math.prod(shape)).reshape(shape)
@@ -470,7 +465,11 @@ def decode_floats(x: Any) -> Any:
     return x
 
 
-def _get(data: Mapping[str, Any], key: str, where: str, types: Any, default: Any = ...) -> Any:
+def _field(data: Any, key: str, where: str, types: Any, default: Any = ...) -> Any:
+    """``data[key]``, one of ``types`` (None: any; an int is a float too, a
+    bool neither), or ``default`` where it is absent (none given: required).
+    ``where`` names ``data``: a CaseError names the field ``where.key``, and
+    a record's reader adds its file."""
     if not isinstance(data, Mapping):
         raise CaseError(f"{where}: expected an object, got {type(data).__name__}")
     if key not in data:
@@ -499,32 +498,32 @@ def _floats(value: list[Any], where: str) -> tuple[float, ...]:
 
 def _values(d: Mapping[str, Any], where: str) -> Values:
     specials = []
-    for k, item in enumerate(_get(d, "specials", where, list, [])):
+    for k, item in enumerate(_field(d, "specials", where, list, [])):
         if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], int) or item[1] not in SPECIALS:
             raise CaseError(f"{where}.specials[{k}]: expected [position, one of {SPECIALS}], got {item!r}")
         specials.append((item[0], item[1]))
-    kind = _get(d, "kind", where, str, "float")
+    kind = _field(d, "kind", where, str, "float")
     if kind not in ("float", "int", "bool"):
         raise CaseError(f"{where}.kind: expected 'float', 'int' or 'bool', got {kind!r}")
-    grid = _get(d, "grid", where, (int, float, type(None)), None)
-    low, high = _get(d, "low", where, float, -2.0), _get(d, "high", where, float, 2.0)
+    grid = _field(d, "grid", where, (int, float, type(None)), None)
+    low, high = _field(d, "low", where, float, -2.0), _field(d, "high", where, float, 2.0)
     if not (math.isfinite(low) and math.isfinite(high) and low <= high):
         raise CaseError(f"{where}: need finite low <= high, got [{low}, {high}]")
     return Values(
-        seed=_get(d, "seed", where, int, 0),
+        seed=_field(d, "seed", where, int, 0),
         low=low,
         high=high,
         grid=None if grid is None else float(grid),
         specials=tuple(specials),
-        avoid=_floats(_get(d, "avoid", where, list, []), f"{where}.avoid"),
-        margin=_get(d, "margin", where, float, 0.0),
-        distinct=_get(d, "distinct", where, bool, False),
+        avoid=_floats(_field(d, "avoid", where, list, []), f"{where}.avoid"),
+        margin=_field(d, "margin", where, float, 0.0),
+        distinct=_field(d, "distinct", where, bool, False),
         kind=kind,
-        nudge=_get(d, "nudge", where, float, 0.0),
-        nudge_seed=_get(d, "nudge_seed", where, int, 0),
-        constant=_ints(_get(d, "constant", where, list, []), f"{where}.constant"),
-        structure=_structure(_get(d, "structure", where, list, []), f"{where}.structure"),
-        nudge_off=_get(d, "nudge_off", where, bool, False),
+        nudge=_field(d, "nudge", where, float, 0.0),
+        nudge_seed=_field(d, "nudge_seed", where, int, 0),
+        constant=_ints(_field(d, "constant", where, list, []), f"{where}.constant"),
+        structure=_structure(_field(d, "structure", where, list, []), f"{where}.structure"),
+        nudge_off=_field(d, "nudge_off", where, bool, False),
     )
 
 
@@ -545,48 +544,48 @@ def _structure(items: list[Any], where: str) -> tuple[tuple[str, int], ...]:
 
 
 def _arg(d: Mapping[str, Any], where: str) -> Arg:
-    shape = _ints(_get(d, "shape", where, list), f"{where}.shape")
+    shape = _ints(_field(d, "shape", where, list), f"{where}.shape")
     if any(s < 0 for s in shape):
         raise CaseError(f"{where}.shape: negative size in {list(shape)}")
-    layout = _get(d, "layout", where, (dict, type(None)), None)
+    layout = _field(d, "layout", where, (dict, type(None)), None)
     if layout is not None:
         lw = f"{where}.layout"
         layout = Layout(
-            _get(layout, "storage_size", lw, int),
-            _ints(_get(layout, "strides", lw, list), f"{lw}.strides"),
-            _get(layout, "offset", lw, int, 0),
+            _field(layout, "storage_size", lw, int),
+            _ints(_field(layout, "strides", lw, list), f"{lw}.strides"),
+            _field(layout, "offset", lw, int, 0),
         )
         layout.check(shape, lw)
-    alias = _get(d, "alias", where, (dict, type(None)), None)
+    alias = _field(d, "alias", where, (dict, type(None)), None)
     if alias is not None:
         aw = f"{where}.alias"
-        kind = _get(alias, "kind", aw, str)
+        kind = _field(alias, "kind", aw, str)
         if kind not in ("same", "view"):
             raise CaseError(f"{aw}.kind: expected 'same' or 'view', got {kind!r}")
-        alias = Alias(_get(alias, "of", aw, int), kind)
-    grad = _get(d, "grad", where, str, "leaf")
+        alias = Alias(_field(alias, "of", aw, int), kind)
+    grad = _field(d, "grad", where, str, "leaf")
     if grad not in ("leaf", "view", "none"):
         raise CaseError(f"{where}.grad: expected 'leaf', 'view' or 'none', got {grad!r}")
-    dtype = _get(d, "dtype", where, (str, type(None)), None)
+    dtype = _field(d, "dtype", where, (str, type(None)), None)
     if dtype is not None and dtype not in DTYPES:
         raise CaseError(f"{where}.dtype: unknown dtype {dtype!r}")
-    return Arg(shape, _values(_get(d, "values", where, dict, {}), f"{where}.values"), layout, alias, grad, dtype)
+    return Arg(shape, _values(_field(d, "values", where, dict, {}), f"{where}.values"), layout, alias, grad, dtype)
 
 
 def case_from_json(data: Mapping[str, Any], where: str = "case") -> Case:
     data = decode_floats(data)
-    args = _get(data, "args", where, list)
-    dtype = _get(data, "dtype", where, str, "float64")
+    args = _field(data, "args", where, list)
+    dtype = _field(data, "dtype", where, str, "float64")
     if dtype not in DTYPES:
         raise CaseError(f"{where}.dtype: unknown dtype {dtype!r}; expected one of {sorted(DTYPES)}")
     case = Case(
-        target=_get(data, "target", where, str),
+        target=_field(data, "target", where, str),
         args=tuple(_arg(a, f"{where}.args[{i}]") for i, a in enumerate(args)),
         dtype=dtype,
-        device=_get(data, "device", where, str, "cpu"),
-        kwargs=_get(data, "kwargs", where, dict, {}),
-        params=_get(data, "params", where, dict, {}),
-        copies=_ints(_get(data, "copies", where, list, []), f"{where}.copies"),
+        device=_field(data, "device", where, str, "cpu"),
+        kwargs=_field(data, "kwargs", where, dict, {}),
+        params=_field(data, "params", where, dict, {}),
+        copies=_ints(_field(data, "copies", where, list, []), f"{where}.copies"),
     )
     if any(not 0 <= i < len(case.args) for i in case.copies):
         raise CaseError(f"{where}.copies: argument indices in [0, {len(case.args)}), got {list(case.copies)}")

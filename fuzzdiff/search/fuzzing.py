@@ -13,6 +13,7 @@ import json
 import math
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import NoReturn
 
 import hypothesis
@@ -42,6 +43,7 @@ from fuzzdiff.verdict import Verdict
 
 __all__ = [
     "fuzz",
+    "Search",
     "Tally",  # with FuzzFailure, what fuzz yields (fuzzdiff.search.outcome), handed on with it
     "FuzzFailure",
     "example_structures",
@@ -226,32 +228,43 @@ def example_structures(cases: st.SearchStrategy[Case], structures: int) -> st.Se
     return st.lists(cases, min_size=max(1, structures // 2), max_size=structures)
 
 
+@dataclass(frozen=True)
+class Search:
+    """What one fuzz() call is told beside the run's configuration: where its
+    failures are settled, what it has found before, and when it must end.
+
+    ``definition`` goes into a failure's corpus record (a user target's
+    recipe, fuzzdiff.targets.user.definition). ``fresh`` (a
+    fuzzdiff.search.fresh.FreshProcess) replays the shrunk failure in a
+    process that has run nothing else, before it is reported or recorded.
+    ``seen``: signatures of failures the caller has reported already
+    (``root_cause``), counted rather than raised. ``until``, ``deadline`` and
+    ``settle_by`` are time.monotonic() instants: the search ends at
+    ``until`` before the next case, the case in flight is stopped at
+    ``deadline``, and a failure not settled by ``settle_by`` is not confirmed.
+    """
+
+    definition: dict | None = None
+    fresh: FreshProcess | None = None
+    seen: tuple[Known, ...] = ()
+    until: float | None = None
+    deadline: float | None = None
+    settle_by: float | None = None
+
+
 def fuzz(
     check: Check | str,
     target: Target | str,
+    config: FuzzConfig | None = None,
     *,
     settings: hsettings | None = None,
-    seed: int | None = None,
-    corpus=None,
-    variants: int | None = None,
-    structures: int | None = None,
-    timeout: float | None = None,
-    shrink_seconds: float | None = None,
-    definition=None,
-    recover_crashes: bool = True,
-    journal_dir=None,
-    config: FuzzConfig | None = None,
-    fresh: FreshProcess | None = None,
-    seen: tuple[Known, ...] = (),
-    capture_logs: bool = True,
-    until: float | None = None,
-    deadline: float | None = None,
-    settle_by: float | None = None,
-    **case_options,
+    search: Search = Search(),  # noqa: B008 - frozen: one default shared by every call is safe
 ) -> Tally:
-    """Fuzz ``check`` on ``target``; raise FuzzFailure with the shrunk case on failure.
+    """Fuzz ``check`` on ``target`` at ``config`` (a FuzzConfig; default: the
+    defaults, since the environment is the drivers' to read) under Hypothesis's
+    ``settings``; raise FuzzFailure with the shrunk case on failure.
 
-    Each drawn case is run at ``variants`` value-and-probe seeds
+    Each drawn case is run at ``config.variants`` value-and-probe seeds
     (Case.reseeded): Hypothesis's cost is in the structure, and bugs that
     depend on values get more tries for it. Each Hypothesis example is a
     list of ``structures // 2`` (at least 1) to ``structures`` drawn cases: an
@@ -260,57 +273,41 @@ def fuzz(
     structures share. Shrinking deletes the cases a failure does not need,
     down to that minimum; the others shrink to the plainest case, and the
     failure reported is the one failing case. A structure Hypothesis copied
-    within an example runs the next variants. ``seed`` makes the run
-    reproducible; the failure carries the run's tally. With ``corpus`` (a
-    directory) the shrunk failure is written there as a record, and each
-    example is journaled first (fuzzdiff.record.journal): a case that kills the
-    process becomes a "crash" record at the next ``recover(corpus)``, which
-    this function runs first.
+    within an example runs the next variants. ``config.seed`` makes the run
+    reproducible; the failure carries the run's tally. With a
+    ``config.corpus`` (a directory) the shrunk failure is written there as a
+    record, and each example is journaled first (fuzzdiff.record.journal): a
+    case that kills the process becomes a "crash" record at the next
+    ``recover(corpus)``, which this function runs first (unless
+    ``config.recover_crashes`` is False); without one, ``config.journal_dir``
+    journals them.
 
-    ``timeout`` (seconds per example, COMPILE_TIMEOUT_FACTOR times that for a
-    check that compiles; 0 disables) stops a hanging example: reported at
-    once, unshrunk, as a FuzzFailure of kind "timeout" (fuzzdiff.guards.timeout says
-    what is covered).
+    ``config.timeout`` (seconds per example, COMPILE_TIMEOUT_FACTOR times
+    that for a check that compiles; 0 disables) stops a hanging example:
+    reported at once, unshrunk, as a FuzzFailure of kind "timeout"
+    (fuzzdiff.guards.timeout says what is covered). ``config.shrink_seconds``
+    bounds shrinking: that long after the first failure, examples not yet
+    seen failing pass unrun, so Hypothesis ends with the smallest failure
+    found so far; the failure's ``shrink_cut`` says so.
 
-    ``config`` (a FuzzConfig; default ``FuzzConfig()``, the defaults: the
-    environment is the drivers' to read) gives every setting that is not
-    passed here: ``variants``, ``structures`` and ``corpus`` are folded into
-    it, and override it; ``timeout`` given here is the examples' limit itself,
-    where ``config.timeout`` is the base a compiling check multiplies.
-
-    ``shrink_seconds`` bounds shrinking: that long after the first failure,
-    examples not yet seen failing pass unrun, so Hypothesis ends with the
-    smallest failure found so far; the failure's ``shrink_cut`` says so.
-    ``definition`` goes into the corpus record (a user target's recipe,
-    fuzzdiff.targets.user.definition). ``recover_crashes=False`` leaves dead
-    processes' journal entries to the caller (a campaign's parent records them
-    with how its worker died). ``journal_dir`` journals the examples there when
-    there is no corpus (a campaign worker on a machine without it, whose
-    crash the campaign records elsewhere: fuzzdiff.campaign.cluster).
-
-    ``fresh`` (a fuzzdiff.search.fresh.FreshProcess) replays the shrunk failure in
-    a process that has run nothing else, before it is reported or recorded:
-    one that passes there is this process's state, not the target's, and
-    ends the run as "inconclusive" (naming what disturbed this process)
-    rather than as a failure. The failure carries whose bug it is
-    (fuzzdiff.search.blame), found there, or here without ``fresh``.
-    ``seen``: signatures of failures already reported by the caller
-    (``root_cause``): a failure that matches one is counted, not raised, so
-    that the run looks for another. ``capture_logs``: torch's log messages
-    during the run are counted into the tally (``Tally.logs``), not printed
-    or handed to the caller's handlers (fuzzdiff.guards.torch_logs).
-    ``until`` (a time.monotonic() instant) ends the search there, before the
-    next case, with the tally so far (``Tally.cut``, ``Tally.cut_reason``);
-    a failure found before it is shrunk until then (at least MIN_SHRINK
-    seconds) and reported as always. ``deadline`` (an instant) stops the
-    case in flight when the clock passes it (fuzzdiff.guards.timeout's soft layer,
+    ``search`` (a Search) says the rest. With ``search.fresh`` the shrunk
+    failure is replayed in a fresh process before it is reported or
+    recorded: one that passes there is this process's state, not the
+    target's, and ends the run as "inconclusive" (naming what disturbed this
+    process) rather than as a failure. The failure carries whose bug it is
+    (fuzzdiff.search.blame), found there, or here without one. A failure
+    that matches one of ``search.seen`` is counted, not raised, so that the
+    run looks for another. ``search.until`` ends the search before the next
+    case, with the tally so far (``Tally.cut``, ``Tally.cut_reason``); a
+    failure found before it is shrunk until then (at least MIN_SHRINK
+    seconds) and reported as always. ``search.deadline`` stops the case in
+    flight when the clock passes it (fuzzdiff.guards.timeout's soft layer,
     where it can run: the main thread), unjudged; a case that would pass it
     at the last case's cost is not begun, and shrinking ends SETTLING_CASES
     failing cases' cost before it (the smallest failure so far is the one
-    settled). ``settle_by`` (an instant) bounds a failure's settling
-    (fuzzdiff.search.settling): one whose replay in a fresh process has not
-    answered by then is not confirmed, so not raised; it is returned in the
-    tally's ``unconfirmed``, its runs counted inconclusive.
+    settled). A failure whose replay in a fresh process has not answered by
+    ``search.settle_by`` is not confirmed, so not raised; it is returned in
+    the tally's ``unconfirmed``, its runs counted inconclusive.
 
     Runs rejected as outside the target's domain (``Target.invalid``, a
     ``reject()`` of the target's) are counted apart (``Tally.rejected``,
@@ -318,16 +315,13 @@ def fuzz(
     with a run that was neither rejected nor unsupported. Where every run was
     rejected, AllRejected (Hypothesis's Unsatisfiable) carries the tally.
     """
-    config = FuzzConfig.resolve(base=config, variants=variants, structures=structures, corpus=corpus)
+    config = config or FuzzConfig()
     variants, structures, corpus = config.variants, config.structures, config.corpus
+    seen, until, deadline = search.seen, search.until, search.deadline
     check = (get_check(check) if isinstance(check, str) else check).configured(config)
-    if timeout is None:
-        # A first inductor compile of a three-input op took 25-35 s on two busy
-        # cores (opinfo/diff@63): slowness, not a hang, must not be a time-out.
-        timeout = config.timeout * (COMPILE_TIMEOUT_FACTOR if check.compiles else 1)
-    timeout = float(timeout)
-    if not timeout >= 0:
-        raise ValueError(f"timeout must be >= 0 seconds (0 disables), got {timeout}")
+    # A first inductor compile of a three-input op took 25-35 s on two busy
+    # cores (opinfo/diff@63): slowness, not a hang, must not be a time-out.
+    timeout = float(config.timeout * (COMPILE_TIMEOUT_FACTOR if check.compiles else 1))
     target = validate(get_target(target) if isinstance(target, str) else target)
     tally = Tally()
     why = check.why_not(target)
@@ -338,7 +332,7 @@ def fuzz(
     journal: Journal | None = None
     watch: Watchdog | None = None
     inflight: list[Case | None] = [None]  # the variant running, for a soft timeout's report
-    shrink = _ShrinkBound(shrink_seconds, until, deadline)
+    shrink = _ShrinkBound(config.shrink_seconds, until, deadline)
     budget = _TimeBudget(until, deadline)
     failing: Counter[Empty] = Counter()  # the failure's own failing runs (FuzzFailure.failing)
     failing_cases = [0]
@@ -346,7 +340,7 @@ def fuzz(
     def empty(case: Case) -> Empty:
         return empty_dims(target.args, [a.shape for a in case.args])
 
-    @given(example_structures(case_strategy(check, target, **case_options), structures))
+    @given(example_structures(case_strategy(check, target, **config.case_options), structures))
     def property_(cases: list[Case]) -> None:
         if shrink.skips(cases):
             return
@@ -404,8 +398,8 @@ def fuzz(
                         continue
                     if verdict.failed:
                         budget.disarm()
-                        if fresh is not None and not shrink.failing:
-                            fresh.boot()  # started while the failure shrinks: its replay waits less
+                        if search.fresh is not None and not shrink.failing:
+                            search.fresh.boot()  # started while the failure shrinks: its replay waits less
                         failing[empty(case)] += 1
                         failing_cases[0] += newly
                         shrink.failed(cases, variant, verdict, time.monotonic() - began)
@@ -435,17 +429,18 @@ def fuzz(
     # No deadline unless asked for: an example runs several structures at every
     # variant, and a hang is the per-example timeout's job.
     property_ = (hsettings(deadline=None) if settings is None else settings)(property_)
-    if seed is not None:
-        property_ = hypothesis.seed(seed)(property_)
-    if corpus is not None and recover_crashes:
+    if config.seed is not None:
+        property_ = hypothesis.seed(config.seed)(property_)
+    if corpus is not None and config.recover_crashes:
         recover(corpus)
     try:
-        if corpus is not None or journal_dir is not None:
-            journal = Journal(corpus if corpus is not None else journal_dir, check.name, target.name, timeout)
+        journaled = corpus if corpus is not None else config.journal_dir
+        if journaled is not None:
+            journal = Journal(journaled, check.name, target.name, timeout)
         if timeout > 0 or deadline is not None:
             watch = Watchdog(timeout, None if journal is None else journal.hang_path, deadline=deadline)
         try:
-            with torch_state.run(), torch_logs(capture_logs) as logs:
+            with torch_state.run(), torch_logs(config.capture_logs) as logs:
                 try:
                     property_()
                 except OutOfTime as late:
@@ -464,7 +459,7 @@ def fuzz(
             # Not shrunk: every shrink step of a hang would cost a full timeout.
             verdict = Verdict(
                 "timeout",
-                f"{stop}: stopped by the per-example timeout (timeout=, FuzzConfig.timeout or $FUZZDIFF_TIMEOUT)",
+                f"{stop}: stopped by the per-example timeout (FuzzConfig.timeout or $FUZZDIFF_TIMEOUT)",
                 {"timeout": timeout},
             )
             tally.add(verdict)
@@ -486,7 +481,7 @@ def fuzz(
         if watch is not None:  # no example runs here any more: the replays elsewhere have limits of their own
             watch.close()
         try:
-            settled = settle(failure, check, target, definition, fresh, timeout, seen, settle_by)
+            settled = settle(failure, check, target, search.definition, search.fresh, timeout, seen, search.settle_by)
         except OutOfTime as late:
             # Found, but not confirmed: no failure to report. Said, with its case, in the tally.
             failure.tally, failure.unconfirmed = None, str(late)
@@ -503,7 +498,7 @@ def fuzz(
             if standin is not None and whose is not None:
                 whose["stand_in_record"] = standin  # its script is torch-only
             failure.record_path, failure.record_created = write_record(
-                corpus, failure.check, failure.case, failure.verdict, definition=definition, blame=whose
+                corpus, failure.check, failure.case, failure.verdict, definition=search.definition, blame=whose
             )
         raise
     finally:

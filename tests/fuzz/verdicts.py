@@ -1,6 +1,7 @@
 """How one fuzzed (check, target) pair turns into a pytest outcome, for every fuzz suite."""
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -18,7 +19,9 @@ def fuzz_pair(check, target, profile: dict, **options) -> None:
     why = check.why_not(target)
     if why is not None:
         pytest.skip(why)
-    tally = fuzz(check, target, corpus=default_corpus(os.environ), **{**profile, **options})
+    options = {**profile, **options}
+    config = replace(options.pop("config"), corpus=default_corpus(os.environ))
+    tally = fuzz(check, target, config, **options)
     if tally.only_unsupported:
         pytest.skip(f"unsupported: {tally.reasons['unsupported']}")
     assert tally.examples > 0

@@ -26,6 +26,7 @@ from fuzzdiff.checks import get_check
 from fuzzdiff.search.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.case.layout import Layout
 from fuzzdiff.search.runner import run_check
+from fuzzdiff.config import FuzzConfig
 from tests.selftest.zoo import ZOO, Planted
 
 __all__ = ["Detection", "detect", "fuzz_settings", "describe", "main", "VARIANTS", "STRUCTURES"]
@@ -84,8 +85,8 @@ def detect(p: Planted, max_examples: int = 200, *, shrink: bool = True,
 
     counted = replace(check, run=counting)
     try:
-        fuzz(counted, p.bug, settings=fuzz_settings(max_examples, shrink=shrink), variants=variants,
-             structures=STRUCTURES)
+        fuzz(counted, p.bug, FuzzConfig(variants=variants, structures=STRUCTURES),
+             settings=fuzz_settings(max_examples, shrink=shrink))
     except FuzzFailure as e:
         return Detection(p, seen.get("count"), variants, seen["t"], seen["first"], e.case,
                          e.verdict.message)

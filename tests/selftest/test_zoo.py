@@ -31,6 +31,7 @@ from fuzzdiff.search.runner import run_check
 from fuzzdiff.targets import all_targets
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
+from fuzzdiff.config import FuzzConfig
 from strategies.cases import cases
 from strategies.cotangents import probes
 from strategies.layouts import LAYOUT_FEATURES, layouts
@@ -161,8 +162,8 @@ def shows_trigger(p: Planted, case: Case, verdict) -> bool:
 @pytest.mark.parametrize("p", ZOO, ids=IDS)
 def test_bug_is_found(p: Planted):
     with pytest.raises(FuzzFailure) as info:
-        fuzz(p.check, p.bug, settings=fuzz_settings(FIND_EXAMPLES), variants=VARIANTS,
-             structures=STRUCTURES)
+        fuzz(p.check, p.bug, FuzzConfig(variants=VARIANTS, structures=STRUCTURES),
+             settings=fuzz_settings(FIND_EXAMPLES))
     e = info.value
     assert e.check == p.check and e.target == p.bug.name
     assert shows_trigger(p, e.case, e.verdict), (
@@ -185,8 +186,9 @@ def test_noncontiguous_bug_is_found_silently_wrong(p: Planted):
     finding the bug under the full spec is test_bug_is_found's job."""
     bug = replace(p.bug, spec=p.bug.spec.replace("...", "r c"))
     with pytest.raises(FuzzFailure) as info:
-        fuzz(p.check, bug, settings=fuzz_settings(FIND_EXAMPLES), variants=VARIANTS,
-             structures=STRUCTURES, layout_features=("permuted",))
+        fuzz(p.check, bug, FuzzConfig(variants=VARIANTS, structures=STRUCTURES,
+                                      case_options={"layout_features": ("permuted",)}),
+             settings=fuzz_settings(FIND_EXAMPLES))
     assert not info.value.verdict.message.startswith("raised"), info.value
     assert shows_trigger(p, info.value.case, info.value.verdict)
 
@@ -216,8 +218,8 @@ def test_twin_passes(p: Planted, check: Check, monkeypatch):
         examples = COMPILE_EXAMPLES
         if p.check != "compile":
             monkeypatch.setenv("FUZZDIFF_COMPILE_BACKENDS", CHEAP_BACKENDS)
-    tally = fuzz(check, p.twin, settings=fuzz_settings(examples), variants=VARIANTS,
-                 structures=STRUCTURES)  # raises on a failure
+    tally = fuzz(check, p.twin, FuzzConfig(variants=VARIANTS, structures=STRUCTURES),
+                 settings=fuzz_settings(examples))  # raises on a failure
     assert tally.counts["fail"] == 0
     if check.name in ("vmap", "compile") and p.check != check.name:
         # an autograd.Function without a vmap rule, or storage-reading code:

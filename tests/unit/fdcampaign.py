@@ -12,6 +12,14 @@ import textwrap
 import pytest
 from tests.unit.fdhelpers import WRONG_SQUARE
 
+from fuzzdiff.config import FuzzConfig
+
+
+def campaign(**settings) -> FuzzConfig:
+    """A campaign's settings as ``fuzzdiff run`` makes them (one drawn case an
+    example, at two variants; no example database), with ``settings`` set."""
+    return FuzzConfig(**{"structures": 1, "variants": 2, **settings})
+
 ZOO = WRONG_SQUARE + textwrap.dedent('''
     import os
     import time

@@ -1,6 +1,7 @@
 """FuzzConfig: one frozen object, layered defaults < environment < options,
 and every bad setting named with where it came from."""
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -69,18 +70,17 @@ def test_the_compile_check_draws_only_the_configured_backends():
         seen.add(case.params["backend"])
         return real(t, case)
 
-    fuzz(replace(check, run=spy), target, config=config,
-         settings=settings(max_examples=6, database=None, deadline=None))
+    fuzz(replace(check, run=spy), target, config, settings=settings(max_examples=6, database=None, deadline=None))
     assert seen == {"aot_function"}
     assert set(COMPILE_BACKENDS) > seen
 
 
-def _run(**options):
+def _run(config: FuzzConfig):
     """A seeded run of a planted wrong backward, as its tally and shrunk failure."""
     target = Target("unit_wrong_square", WrongSquare.apply, "x: n", max_side=3)
     try:
-        tally = fuzz("grad", target, settings=settings(max_examples=20, database=None, deadline=None), seed=3,
-                     **options)
+        tally = fuzz("grad", target, replace(config, seed=3), settings=settings(max_examples=20, database=None,
+                                                                                 deadline=None))
         return tally.counts, tally.cases, None
     except FuzzFailure as failure:
         assert failure.tally is not None
@@ -88,14 +88,18 @@ def _run(**options):
         return failure.tally.counts, failure.tally.cases, (failure.case.to_json(), record)
 
 
-def test_a_config_and_the_keywords_it_folds_give_the_same_run(tmp_path):
-    by_keywords = _run(variants=3, structures=2, corpus=tmp_path / "a")
-    by_config = _run(config=FuzzConfig(variants=3, structures=2, corpus=tmp_path / "b"))
-    assert by_keywords == by_config
-    counts, cases, (case, record) = by_config
+def test_a_run_is_its_config(tmp_path):
+    """fuzz() takes its settings from the config alone: the same settings, the same run."""
+    first = _run(FuzzConfig(variants=3, structures=2, corpus=tmp_path / "a"))
+    environ = {"FUZZDIFF_VARIANTS": "3", "FUZZDIFF_STRUCTURES": "2"}
+    assert _run(FuzzConfig.resolve(environ, corpus=tmp_path / "b")) == first
+    counts, cases, (case, record) = first
     assert counts["fail"] >= 1 and len(record) == 1  # a real failure, recorded in each run's corpus
-    # a keyword overrides the config's setting, and keeps the rest
-    assert _run(config=FuzzConfig(variants=3, structures=5, corpus=tmp_path / "c"), structures=2) == by_config
+
+
+def test_a_path_given_as_a_string_is_a_path():
+    config = FuzzConfig(corpus="records", journal_dir="journal")
+    assert (config.corpus, config.journal_dir) == (Path("records"), Path("journal"))
 
 
 def test_without_a_config_fuzz_runs_at_the_defaults_not_the_environment(monkeypatch):
@@ -104,9 +108,11 @@ def test_without_a_config_fuzz_runs_at_the_defaults_not_the_environment(monkeypa
     monkeypatch.setenv("FUZZDIFF_VARIANTS", "3")
     monkeypatch.setenv("FUZZDIFF_STRUCTURES", "2")
     monkeypatch.setenv("FUZZDIFF_COMPILE_BACKENDS", "inductor")
-    tally = fuzz("grad", get_target("sin"), settings=settings(max_examples=3, database=None, deadline=None), seed=0,
-                 structures=1)
-    assert tally.examples == FuzzConfig().variants * tally.cases > 0
+    tally = fuzz("grad", get_target("sin"), settings=settings(max_examples=3, database=None, deadline=None,
+                                                               derandomize=True))
+    # at least the default structures // 2 per example, each at the default variants (the environment's: 18 at most)
+    defaults = FuzzConfig()
+    assert tally.examples >= 3 * (defaults.structures // 2) * defaults.variants
     assert (environ_config().variants, environ_config().compile_backends) == (3, ("inductor",))  # a driver's
 
 
@@ -115,7 +121,22 @@ def test_the_pytest_plugin_hands_its_fuzz_loops_the_session_config(pytestconfig,
     options), without a corpus: a loop writes records where it asks."""
     options = pytest_plugin.fuzz_options(pytestconfig)
     config = options["config"]
-    assert config.corpus is None and (config.variants, config.structures) == (options["variants"],
-                                                                              options["structures"])
+    assert set(options) == {"config", "settings"}  # what fuzz(check, target, **fuzz_options) takes
+    name = pytestconfig._fuzzdiff_profile.split("+")[0]
+    sizes = FuzzConfig(variants=pytest_plugin.VARIANTS[name], structures=pytest_plugin.STRUCTURES[name])
+    assert config == replace(FuzzConfig.resolve(os.environ, base=sizes, redis_url=config.redis_url), corpus=None)
     monkeypatch.setenv("FUZZDIFF_TIMEOUT", "0.25")  # read at the session's start, not later
     assert pytest_plugin.fuzz_options(pytestconfig)["config"] == config
+
+
+def test_fuzz_and_run_campaign_take_a_config_and_their_work_nothing_beside():
+    """One channel for settings: a run's configuration is its FuzzConfig, so
+    fuzz() and run_campaign() stay small (every parameter counted)."""
+    import inspect
+
+    from fuzzdiff.campaign.loop import run_campaign
+
+    for fn in (fuzz, run_campaign):
+        parameters = inspect.signature(fn).parameters
+        assert len(parameters) <= 6, (fn.__name__, list(parameters))
+        assert "config" in parameters

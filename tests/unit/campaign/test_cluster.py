@@ -22,7 +22,7 @@ from fuzzdiff.campaign.loop import run_campaign  # noqa: E402
 from fuzzdiff.checks import get_check  # noqa: E402
 from fuzzdiff.campaign.cluster import connected, ray_pool  # noqa: E402
 from fuzzdiff.targets import get_target  # noqa: E402
-from fuzzdiff.campaign.worker import BatchSize  # noqa: E402
+from tests.unit.fdcampaign import campaign  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")
 
@@ -79,10 +79,9 @@ def _counts(campaign):
 
 def test_a_seeded_campaign_gives_the_same_pairs_and_verdicts_locally_and_on_ray(cluster):
     pairs = [(get_target(t), get_check(c)) for c in ("grad", "layout") for t in ("sin", "exp", "mul")]
-    run = dict(size=BatchSize(examples=4, variants=1), rounds=1, seed=11, jobs=2, batch_seconds=None,
-               database_url=None)
-    local = run_campaign(pairs, **run)
-    on_ray = run_campaign(pairs, pool=ray_pool(), **run)
+    config = campaign(batch_examples=4, variants=1, rounds=1, seed=11, jobs=2, batch_seconds=None)
+    local = run_campaign(pairs, config)
+    on_ray = run_campaign(pairs, config, pool=ray_pool())
     assert len(local.results) == len(pairs) and not local.failures
     assert _counts(on_ray) == _counts(local)
     assert on_ray.examples == local.examples > 0 and on_ray.batches == local.batches == len(pairs)
@@ -99,12 +98,11 @@ def test_a_failure_is_recorded_once_by_the_driver(cluster, zoo, tmp_path):
         return pools[-1]
 
     for created in (True, False):  # the second campaign finds the same failure: already recorded
-        campaign = run_campaign([(zoo.BAD, get_check("grad")), (zoo.SIN, get_check("grad"))],
-                                pool=pool, size=BatchSize(examples=6, variants=1), seed=3, jobs=2,
-                                corpus=corpus, database_url=None)
-        sent = pools[-1].opts  # what the workers were given: the campaign's config, without its corpus
-        assert sent["config"].corpus is None and "corpus" not in sent and "environ" not in sent
-        (failed,) = campaign.failures
+        result = run_campaign([(zoo.BAD, get_check("grad")), (zoo.SIN, get_check("grad"))],
+                              campaign(batch_examples=6, variants=1, seed=3, jobs=2, corpus=corpus), pool=pool)
+        sent = pools[-1].setup  # what the workers were given: the campaign's config, without its corpus
+        assert sent.config.corpus is None and sent.config.seed == 3
+        (failed,) = result.failures
         assert failed.target == "ray_planted_square" and failed.failure.record_created is created
         (record,) = corpus.glob("grad/*/*.json")
         assert failed.failure.record_path == str(record)
@@ -117,13 +115,12 @@ def test_a_worker_killed_mid_batch_costs_its_batch_and_leaves_a_crash_record(clu
     runs again too, and is no crash: the journal says whose case was in flight."""
     corpus = tmp_path / "corpus"
     grad = get_check("grad")
-    campaign = run_campaign([(zoo.EXIT, grad), (zoo.SIN, grad)], pool=ray_pool(per_call=per_call),
-                            size=BatchSize(examples=8), seed=5, jobs=1 if per_call > 1 else 2, corpus=corpus,
-                            database_url=None)
-    by_name = {r.target: r for r in campaign.results}
+    config = campaign(batch_examples=8, seed=5, jobs=1 if per_call > 1 else 2, corpus=corpus)
+    result = run_campaign([(zoo.EXIT, grad), (zoo.SIN, grad)], config, pool=ray_pool(per_call=per_call))
+    by_name = {r.target: r for r in result.results}
     assert set(by_name) == {"ray_exiting", "ray_sin"}  # the run went on, and completed
     crash = by_name["ray_exiting"]
-    assert crash.crashed and "died" in crash.error and len(campaign.retried) == 1  # ran once more, died again
+    assert crash.crashed and "died" in crash.error and len(result.retried) == 1  # ran once more, died again
     assert not by_name["ray_sin"].failed and by_name["ray_sin"].tally.examples > 0
     (path,) = crash.crash_records
     record = json.loads(open(path).read())
@@ -144,9 +141,9 @@ def test_a_cluster_that_disappears_ends_the_run_with_the_results_so_far(cluster)
     """Last in the module: it ends the module's Ray instance."""
     grad = get_check("grad")
     pairs = [(get_target(t), grad) for t in ("sin", "exp", "mul", "tanh", "cos")]
-    campaign = run_campaign(pairs, pool=ray_pool(), size=BatchSize(examples=4, variants=1), rounds=1, seed=1,
-                            jobs=2, database_url=None, on_batch=lambda *_: ray.shutdown())  # gone after a batch
-    assert campaign.lost and "lost the Ray cluster" in campaign.lost
-    done = [r for r in campaign.results if r.tally.examples]
-    assert done and len(campaign.results) < len(pairs)  # what finished is kept; nothing more started
-    assert all(r.cut for r in campaign.results if r not in done)
+    result = run_campaign(pairs, campaign(batch_examples=4, variants=1, rounds=1, seed=1, jobs=2), pool=ray_pool(),
+                          on_batch=lambda *_: ray.shutdown())  # gone after a batch
+    assert result.lost and "lost the Ray cluster" in result.lost
+    done = [r for r in result.results if r.tally.examples]
+    assert done and len(result.results) < len(pairs)  # what finished is kept; nothing more started
+    assert all(r.cut for r in result.results if r not in done)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from fuzzdiff.campaign.database import ENV, example_database
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.search.fuzzing import FuzzFailure, fuzz
 
 BUGGY = '''
@@ -44,7 +45,7 @@ from fuzzdiff.search.fuzzing import FuzzFailure, fuzz
 from shared_bug import DOUBLE
 db = example_database(FuzzConfig.resolve(os.environ).redis_url, local=sys.argv[1])
 try:
-    fuzz("grad", DOUBLE, variants=4, structures=1,
+    fuzz("grad", DOUBLE, FuzzConfig(variants=4, structures=1),
          settings=settings(database=db, phases=[Phase.reuse], deadline=None, suppress_health_check=list(HealthCheck)))
 except FuzzFailure as failure:
     print("FOUND", failure.case.args[0].shape)
@@ -103,7 +104,7 @@ def test_a_failure_found_on_one_machine_replays_on_another(redis_url, tmp_path):
     try:
         from shared_bug import DOUBLE
         with pytest.raises(FuzzFailure):
-            fuzz("grad", DOUBLE, variants=4, structures=1, settings=settings(
+            fuzz("grad", DOUBLE, FuzzConfig(variants=4, structures=1), settings=settings(
                 database=example_database(redis_url, local=tmp_path / "here"), max_examples=50,
                 deadline=None, suppress_health_check=list(HealthCheck), phases=list(Phase)[:-1]))
     finally:

@@ -7,11 +7,10 @@ the pool's processes test_pool.py's.
 """
 
 import pytest
-from tests.unit.fdcampaign import installed
+from tests.unit.fdcampaign import campaign as settings, installed
 
 from fuzzdiff.campaign.loop import run_campaign
 from fuzzdiff.checks import get_check
-from fuzzdiff.campaign.worker import BatchSize
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +23,7 @@ def test_the_budget_stops_new_batches_and_cuts_the_running_one(zoo):
     grad = get_check("grad")
     results = []
     campaign = run_campaign([(zoo.SIN, grad), (zoo.EXP, grad), (zoo.TANH, grad)],
-                            size=BatchSize(examples=100_000), budget=1.0, jobs=1,
+                            settings(batch_examples=100_000, budget=1.0, jobs=1),
                             on_batch=lambda campaign, pair, batch: results.append(batch))
     assert campaign.skipped_for_budget == 2
     assert len(results) == 1 and len(campaign.results) == 1
@@ -38,8 +37,8 @@ def test_a_slow_pair_cannot_starve_the_others(zoo):
     """Its batch stops at the batch deadline; every other pair still gets its batches."""
     grad = get_check("grad")
     pairs = [(zoo.SLUGGISH, grad), (zoo.SIN, grad), (zoo.EXP, grad), (zoo.TANH, grad)]
-    campaign = run_campaign(pairs, size=BatchSize(examples=50, variants=1), rounds=2, seed=1, jobs=1,
-                            batch_seconds=1.0, database_url=None, device="cpu")  # CUDA's first cases cost seconds
+    campaign = run_campaign(pairs, settings(batch_examples=50, variants=1, rounds=2, seed=1, jobs=1, batch_seconds=1.0,
+                                            device="cpu"))  # CUDA's first cases cost seconds
     by_name = {r.target: r for r in campaign.results}
     assert set(by_name) == {"sluggish", "cheap_sin", "cheap_exp", "cheap_tanh"}
     slow = by_name["sluggish"]
@@ -53,8 +52,8 @@ def test_a_slow_pair_cannot_starve_the_others(zoo):
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
 def test_a_cuda_campaign_runs_its_cases_on_the_gpu_in_forked_workers(zoo):
     grad = get_check("grad")
-    campaign = run_campaign([(zoo.SIN, grad), (zoo.EXP, grad)], size=BatchSize(examples=4, variants=1), jobs=2,
-                            seed=1, device="cuda", database_url=None)
+    campaign = run_campaign([(zoo.SIN, grad), (zoo.EXP, grad)],
+                            settings(batch_examples=4, variants=1, jobs=2, seed=1, device="cuda"))
     assert len(campaign.results) == 2
     for result in campaign.results:
         assert not result.failed and result.tally.counts["pass"] > 0, result
@@ -64,8 +63,8 @@ def test_every_pair_starts_once_before_any_starts_twice(zoo):
     grad, layout = get_check("grad"), get_check("layout")
     pairs = [(t, c) for c in (grad, layout) for t in (zoo.SIN, zoo.EXP, zoo.TANH)]
     started = []
-    campaign = run_campaign(pairs, size=BatchSize(examples=2, variants=1), rounds=3, seed=5, jobs=2,
-                            database_url=None, on_start=lambda k, t, c: t and started.append((t, c)))
+    campaign = run_campaign(pairs, settings(batch_examples=2, variants=1, rounds=3, seed=5, jobs=2),
+                            on_start=lambda k, t, c: t and started.append((t, c)))
     assert campaign.rounds == 3 and len(started) == 3 * len(pairs) == campaign.batches
     # the score after each of a pair's batches, the last round's included
     assert all(len(r.scores) == r.batches for r in campaign.results)
@@ -104,8 +103,8 @@ def test_the_first_round_is_a_fair_sample_wherever_a_budget_cuts_it(zoo):
 
 
 def test_a_hang_in_a_pair_with_a_known_discrepancy_is_news_not_the_known_one(zoo):
-    campaign = run_campaign([(zoo.KNOWN_BUT_HANGS, get_check("grad"))], size=BatchSize(examples=2),
-                            jobs=1, timeout=1.0, database_url=None)
+    campaign = run_campaign([(zoo.KNOWN_BUT_HANGS, get_check("grad"))],
+                            settings(batch_examples=2, jobs=1, timeout=1.0))
     (r,) = campaign.results
     assert r.failure is not None and r.failure.verdict.kind == "timeout"
     assert not r.known and r.failed and campaign.failures == [r]
@@ -128,22 +127,23 @@ def test_a_compile_pairs_first_batch_draws_the_cheap_backends_only():
 
 
 def test_the_campaign_sends_its_workers_one_config_and_no_environment(zoo, tmp_path):
-    """What a pool is given: the config, with the campaign's corpus folded in; it pickles."""
+    """What a pool is given: a frozen setup holding the config, the campaign's corpus in it; it pickles."""
     import pickle
-    from dataclasses import replace
+    from dataclasses import fields
 
     from fuzzdiff.campaign.results import PairResult
     from fuzzdiff.config import FuzzConfig
     from fuzzdiff.search.fuzzing import Tally
     from fuzzdiff.campaign.pool import Done
+    from fuzzdiff.campaign.worker import WorkerSetup
 
     sent, started = [], []
 
     class Recording:
         slots, retries = 1, 0
 
-        def __init__(self, opts, jobs, pairs):
-            sent.append(opts)
+        def __init__(self, setup, jobs, pairs):
+            sent.append(setup)
             self.done = []
 
         def start(self, k, job):
@@ -167,12 +167,12 @@ def test_the_campaign_sends_its_workers_one_config_and_no_environment(zoo, tmp_p
 
         def close(self): ...
 
-    config = FuzzConfig(timeout=7.0, compile_backends=("aot_eager", "inductor"), hypothesis_storage=tmp_path)
-    run_campaign([(zoo.SIN, get_check("grad")), (zoo.SIN, get_check("compile"))], config=config,
-                 corpus=tmp_path / "corpus", pool=Recording, database_url=None)
-    (opts,) = sent
-    assert opts["config"] == replace(config, corpus=tmp_path / "corpus")
-    assert pickle.loads(pickle.dumps(opts["config"])) == opts["config"]
-    assert not [k for k in opts if "environ" in k or k == "corpus"]
+    config = FuzzConfig(timeout=7.0, compile_backends=("aot_eager", "inductor"), hypothesis_storage=tmp_path,
+                        corpus=tmp_path / "corpus")
+    run_campaign([(zoo.SIN, get_check("grad")), (zoo.SIN, get_check("compile"))], config, pool=Recording)
+    (setup,) = sent
+    assert isinstance(setup, WorkerSetup) and setup.config == config
+    assert pickle.loads(pickle.dumps(setup)) == setup
+    assert not [f.name for f in fields(setup) if "environ" in f.name or f.name == "corpus"]
     # the compile pair's first batch narrows the configured backends, not the environment's
     assert {job.check: job.backends for job in started} == {"grad": None, "compile": ("aot_eager",)}

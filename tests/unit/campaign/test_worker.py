@@ -9,9 +9,10 @@ from tests.unit.fdcampaign import installed
 
 from fuzzdiff.checks import get_check
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.campaign.worker import BatchSize, Job, run_batch
+from fuzzdiff.campaign.worker import BatchSize, Job, WorkerSetup, run_batch
 
-OPTS = {"config": FuzzConfig(), "timeout": None, "database": None, "isolate": False}
+# a batch's examples each one drawn case at one variant, as `fuzzdiff run --variants 1` runs them
+SETUP = WorkerSetup(FuzzConfig(variants=1, structures=1), isolate=False)
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +36,10 @@ def test_batches_narrow_for_fixed_shapes_and_costly_checks(zoo):
 
 
 def test_a_batch_stops_at_its_deadline_with_what_it_tallied(zoo):
-    warm = run_batch(Job((0, 0), zoo.SIN.ref, "grad", None, {}, 7, BatchSize(examples=2, variants=1)), OPTS)
+    warm = run_batch(Job((0, 0), zoo.SIN.ref, "grad", None, {}, 7, BatchSize(examples=2)), SETUP)
     assert not warm.cut and warm.tally.examples == 2  # a process's first batch imports what the check needs
-    job = Job((0, 1), zoo.SIN.ref, "grad", 1.0, {}, 7, BatchSize(examples=100_000, variants=1))
-    result = run_batch(job, OPTS)
+    job = Job((0, 1), zoo.SIN.ref, "grad", 1.0, {}, 7, BatchSize(examples=100_000))
+    result = run_batch(job, SETUP)
     assert result.cut and result.failure is None and result.error is None
     assert result.target == "cheap_sin" and result.ref == zoo.SIN.ref
     assert 0 < result.tally.examples == result.tally.counts["pass"]
@@ -48,8 +49,8 @@ def test_a_batch_stops_at_its_deadline_with_what_it_tallied(zoo):
 def test_a_batch_that_fails_sends_its_shrunk_failure_as_plain_data(zoo):
     import pickle
 
-    job = Job((0, 0), zoo.BAD.ref, "grad", None, {}, 3, BatchSize(examples=6, variants=1))
-    result = run_batch(job, OPTS)
+    job = Job((0, 0), zoo.BAD.ref, "grad", None, {}, 3, BatchSize(examples=6))
+    result = run_batch(job, SETUP)
     assert result.failure is not None and result.failure.verdict.failed and result.failed
     assert result.failure.target == "planted_square" and result.failure.record_path is None  # no corpus: no record
     again = pickle.loads(pickle.dumps(result))  # to the parent, through a pipe or Ray
@@ -57,7 +58,7 @@ def test_a_batch_that_fails_sends_its_shrunk_failure_as_plain_data(zoo):
 
 
 def test_a_framework_error_is_the_batchs_result_not_the_workers_end():
-    result = run_batch(Job((0, 0), "no_such_target_anywhere", "grad", None, {}, 0, BatchSize(examples=1)), OPTS)
+    result = run_batch(Job((0, 0), "no_such_target_anywhere", "grad", None, {}, 0, BatchSize(examples=1)), SETUP)
     assert result.error is not None and "no_such_target_anywhere" in result.error
     assert result.failure is None and not result.cut and result.failed
 
@@ -71,10 +72,21 @@ def test_a_batch_draws_only_the_compile_backends_its_job_names(zoo):
 
     def backends_drawn(backends):
         compiled._CACHE.clear()
-        job = Job((0, 0), zoo.SIN.ref, "compile", None, {}, 11, BatchSize(examples=12, variants=1), None, backends)
-        result = run_batch(job, OPTS)
+        job = Job((0, 0), zoo.SIN.ref, "compile", None, {}, 11, BatchSize(examples=12), None, backends)
+        result = run_batch(job, SETUP)
         assert result.error is None and result.failure is None and result.tally.examples > 0
         return {key[2] for key in compiled._CACHE}
 
     assert backends_drawn(first_backends(COMPILE_BACKENDS)) <= set(CHEAP_BACKENDS)
     assert "inductor" in backends_drawn(None)
+
+
+def test_a_workers_setup_is_frozen_plain_data():
+    """Sent alike to a forked process and to a Ray actor on another machine."""
+    import dataclasses
+    import pickle
+
+    setup = WorkerSetup(FuzzConfig(corpus="records", database_url=""), sys_path=("/somewhere",), opinfo=True)
+    assert pickle.loads(pickle.dumps(setup)) == setup
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setup.isolate = False  # type: ignore[misc]

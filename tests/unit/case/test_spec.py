@@ -8,6 +8,7 @@ from hypothesis import given, strategies as st
 from hypothesis.errors import InvalidArgument
 
 from fuzzdiff.case.spec import ArgSpec, Dim, SpecError, parse_spec
+from fuzzdiff.config import FuzzConfig
 from strategies import spec_shapes
 
 # -- parsing valid specs -------------------------------------------------------------
@@ -211,6 +212,6 @@ def test_a_target_undefined_below_a_size_draws_valid_cases_many_structures_at_a_
 
     from fuzzdiff.search.fuzzing import fuzz
     for name in ("nn_instance_norm1d", "nn_instance_norm2d"):
-        tally = fuzz("per_sample", name, settings=settings(max_examples=2, database=None, deadline=None),
-                     seed=1, variants=1, structures=8)
+        tally = fuzz("per_sample", name, FuzzConfig(seed=1, variants=1, structures=8),
+                     settings=settings(max_examples=2, database=None, deadline=None))
         assert tally.counts["pass"] >= 8, (name, tally.counts)

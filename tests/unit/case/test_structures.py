@@ -29,6 +29,7 @@ from fuzzdiff.targets import get_target
 from fuzzdiff.targets.catalog.reductions import CUMPROD_JVP_AT_ZERO
 from fuzzdiff.targets.target import Target
 from fuzzdiff.case.values import Values
+from fuzzdiff.config import FuzzConfig
 from strategies import cases, values
 from tests.selftest.zoo import by_name
 
@@ -170,8 +171,8 @@ def test_a_tie_of_max_is_a_kink_not_a_failure(name):
 def test_catalog_targets_with_structures_do_not_fail(name):
     target = get_target(name)
     assert target.structured
-    tally = fuzz("grad", target, settings=settings(max_examples=30, database=None, deadline=None),
-                 variants=2, structures=1)  # raises on a failure
+    tally = fuzz("grad", target, FuzzConfig(variants=2, structures=1),
+                 settings=settings(max_examples=30, database=None, deadline=None))  # raises on a failure
     assert tally.counts["fail"] == 0 and tally.counts["pass"] > 0
 
 

@@ -17,6 +17,7 @@ from fuzzdiff.search.fuzzing import fuzz
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.case.values import Probe, Values
+from fuzzdiff.config import FuzzConfig
 from strategies.cases import cases
 
 CUDA = torch.cuda.is_available()
@@ -52,7 +53,7 @@ def test_the_check_is_registered_and_skips_without_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert CHECKS["device"] is device.CHECK
     assert device.CHECK.why_not(SIN) == "no CUDA device"
-    tally = fuzz("device", SIN, settings=settings(max_examples=3, database=None), variants=4, structures=1)
+    tally = fuzz("device", SIN, FuzzConfig(variants=4, structures=1), settings=settings(max_examples=3, database=None))
     assert tally.counts == {"unsupported": 1} and tally.reasons["unsupported"] == "no CUDA device"
 
 
@@ -147,15 +148,15 @@ def test_a_cpu_only_target_never_draws_a_cuda_case(monkeypatch):
 @pytest.mark.skipif(not CUDA, reason="no CUDA device")
 def test_cuda_and_cpu_agree_on_sin():
     assert device.compare_devices(SIN, _case(SIN), "cuda").kind == "pass"
-    tally = fuzz("device", SIN, settings=settings(max_examples=10, database=None, deadline=None), variants=4,
-                 structures=1)
+    tally = fuzz("device", SIN, FuzzConfig(variants=4, structures=1),
+                 settings=settings(max_examples=10, database=None, deadline=None))
     assert tally.counts["pass"] > 0
 
 
 @pytest.mark.skipif(not CUDA, reason="no CUDA device")
 def test_other_checks_run_on_cuda_cases():
-    tally = fuzz("grad", SIN, settings=settings(max_examples=10, database=None, deadline=None),
-                 devices=("cuda",), variants=4, structures=1)
+    tally = fuzz("grad", SIN, FuzzConfig(variants=4, structures=1, case_options={"devices": ("cuda",)}),
+                 settings=settings(max_examples=10, database=None, deadline=None))
     assert tally.counts["pass"] > 0
 
 

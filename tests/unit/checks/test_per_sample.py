@@ -24,6 +24,7 @@ from fuzzdiff.search.runner import case_strategy, run_check
 from fuzzdiff.targets import all_targets, get_target
 from fuzzdiff.targets.target import Target
 from fuzzdiff.case.values import Values
+from fuzzdiff.config import FuzzConfig
 
 MODULES = [t for t in all_targets() if t.family == "modules"]
 
@@ -208,7 +209,7 @@ def test_fuzzing_finds_a_wrong_path_and_shrinks_it(monkeypatch):
     from hypothesis import HealthCheck, settings
     monkeypatch.setattr(psg, "call_for_per_sample_grads", _unscaled(psg.call_for_per_sample_grads))
     with pytest.raises(FuzzFailure) as caught:
-        fuzz(CHECK, get_target("nn_linear"), variants=1, structures=1,
+        fuzz(CHECK, get_target("nn_linear"), FuzzConfig(variants=1, structures=1),
              settings=settings(max_examples=60, derandomize=True, database=None, deadline=None,
                                suppress_health_check=list(HealthCheck)))
     shrunk = caught.value.case.params

@@ -12,6 +12,7 @@ from fuzzdiff.search.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.search.runner import run_check
 from fuzzdiff.targets import Target
 from fuzzdiff.case.values import Values
+from fuzzdiff.config import FuzzConfig
 
 FEW = settings(max_examples=25, derandomize=True, database=None, deadline=None)
 
@@ -65,14 +66,14 @@ class OnceDifferentiable(torch.autograd.Function):
 
 def test_missing_forward_formula_is_unsupported():
     target = Target("nojvp", NoJvp.apply, "x: n")
-    tally = fuzz("forward", target, settings=FEW, variants=4, structures=1)
+    tally = fuzz("forward", target, FuzzConfig(variants=4, structures=1), settings=FEW)
     assert tally.only_unsupported, tally.counts
     assert "jvp" in tally.reasons["unsupported"]
 
 
 def test_missing_double_backward_is_unsupported():
     target = Target("once", OnceDifferentiable.apply, "x: n")
-    tally = fuzz("gradgrad", target, settings=FEW, variants=4, structures=1)
+    tally = fuzz("gradgrad", target, FuzzConfig(variants=4, structures=1), settings=FEW)
     assert tally.counts["fail"] == 0
     assert tally.counts["unsupported"] > 0, tally.counts
 
@@ -92,7 +93,7 @@ class WrongBackward(torch.autograd.Function):
 def test_a_wrong_backward_is_a_confirmed_failure():
     target = Target("wrong", WrongBackward.apply, "x: n")
     try:
-        fuzz("grad", target, settings=FEW, variants=4, structures=1)
+        fuzz("grad", target, FuzzConfig(variants=4, structures=1), settings=FEW)
     except FuzzFailure as failure:
         assert failure.verdict.kind == "fail"
         assert "confirmed" in failure.verdict.message
@@ -118,9 +119,9 @@ class DetachedDoubleBackward(torch.autograd.Function):
 def test_second_order_bug_found_without_forward_mode():
     # forward-over-reverse is unsupported here; reverse-over-reverse must still judge.
     target = Target("xexp", DetachedDoubleBackward.apply, "x: n")
-    assert fuzz("grad", target, settings=FEW, variants=4, structures=1).counts["fail"] == 0
+    assert fuzz("grad", target, FuzzConfig(variants=4, structures=1), settings=FEW).counts["fail"] == 0
     try:
-        fuzz("gradgrad", target, settings=FEW, variants=4, structures=1)
+        fuzz("gradgrad", target, FuzzConfig(variants=4, structures=1), settings=FEW)
     except FuzzFailure as failure:
         assert "reverse-over-reverse" in failure.verdict.message
     else:

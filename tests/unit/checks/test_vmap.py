@@ -18,6 +18,7 @@ from torch.autograd import Function
 
 from fuzzdiff.case.case import Arg, Case
 from fuzzdiff.checks.vmap import CHECK
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.search.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.paths import vmap as path
 from fuzzdiff.record.format import case_from_json
@@ -201,10 +202,10 @@ def test_fuzzing_finds_the_wrong_rule_and_passes_the_right_one():
     s = settings(max_examples=30, database=None, deadline=None, derandomize=True,
                  suppress_health_check=list(HealthCheck))
     with pytest.raises(FuzzFailure) as info:
-        fuzz(CHECK, WRONG, settings=s, variants=2, structures=1)
+        fuzz(CHECK, WRONG, FuzzConfig(variants=2, structures=1), settings=s)
     again = case_from_json(info.value.case.to_json())
     assert run_check(CHECK, WRONG, again).failed
-    tally = fuzz(CHECK, RIGHT, settings=s, variants=2, structures=1)
+    tally = fuzz(CHECK, RIGHT, FuzzConfig(variants=2, structures=1), settings=s)
     assert tally.counts["pass"] == tally.examples > 0
 
 
@@ -249,7 +250,7 @@ def test_a_fallback_is_reported_on_a_passing_verdict():
     target = get_target("masked_fill_tensor")
     s = settings(max_examples=5, database=None, deadline=None, derandomize=True,
                  suppress_health_check=list(HealthCheck))
-    tally = fuzz(CHECK, target, settings=s, variants=1, structures=1)
+    tally = fuzz(CHECK, target, FuzzConfig(variants=1, structures=1), settings=s)
     assert tally.counts["fail"] == 0
     assert "aten::masked_fill.Tensor" in tally.reasons["pass"]
 
@@ -261,10 +262,11 @@ from fuzzdiff.checks.vmap import CHECK
 from fuzzdiff.search.fuzzing import fuzz
 from fuzzdiff.paths.vmap import stop_recording_fallbacks
 from fuzzdiff.targets import get_target
+from fuzzdiff.config import FuzzConfig
 if sys.argv[1] == "quiet":
     stop_recording_fallbacks()
 s = settings(max_examples=5, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-print(fuzz(CHECK, get_target("custom_sin"), settings=s, variants=1, structures=1).counts["fail"])
+print(fuzz(CHECK, get_target("custom_sin"), FuzzConfig(variants=1, structures=1), settings=s).counts["fail"])
 """
 
 

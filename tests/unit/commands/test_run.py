@@ -12,13 +12,12 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.unit.fdcampaign import installed
+from tests.unit.fdcampaign import campaign, installed
 
 from fuzzdiff import cli
 from fuzzdiff.campaign.loop import run_campaign
 from fuzzdiff.checks import get_check
 from fuzzdiff.commands import run
-from fuzzdiff.campaign.worker import BatchSize
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +156,7 @@ def test_a_worker_runs_at_the_settings_the_command_resolved_and_its_environment_
     keeps its files in that storage. A variable that only the parent has stays
     out of the workers' environment, and the parent's is as it was."""
     grad = get_check("grad")
-    run_campaign([(zoo.SIN, grad)], size=BatchSize(examples=1, variants=1), jobs=1, database_url=None)  # forkserver up
+    run_campaign([(zoo.SIN, grad)], campaign(batch_examples=1, variants=1, jobs=1))  # forkserver up
     corpus, storage = tmp_path / "corpus", tmp_path / "fd_zoo_storage"
     monkeypatch.setenv("FUZZDIFF_TIMEOUT", "1")
     monkeypatch.setenv("FUZZDIFF_CORPUS", str(corpus))

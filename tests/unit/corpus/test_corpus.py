@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, settings
 
 from fuzzdiff.case.case import Arg, Case
 from fuzzdiff.cli import main
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.record.files import iter_records, read_record, write_record
 from fuzzdiff.search.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.case.layout import Alias, Layout
@@ -170,7 +171,7 @@ def planted(importable):
 
 def test_found_bug_replays_and_promotes(planted, tmp_path, capsys):
     with pytest.raises(FuzzFailure) as info:
-        fuzz("grad", planted.TARGET, settings=FAST, corpus=tmp_path / "corpus", variants=2, structures=1)
+        fuzz("grad", planted.TARGET, FuzzConfig(corpus=tmp_path / "corpus", variants=2, structures=1), settings=FAST)
     path = info.value.record_path
     assert info.value.record_created and path.exists()
     record = read_record(path)
@@ -202,7 +203,7 @@ def test_found_bug_replays_and_promotes(planted, tmp_path, capsys):
 def test_corpus_replay_says_what_each_record_shows_and_marks_the_fixed(planted, tmp_path, capsys, monkeypatch):
     corpus = tmp_path / "corpus"
     with pytest.raises(FuzzFailure) as info:
-        fuzz("grad", planted.TARGET, settings=FAST, corpus=corpus, variants=2, structures=1)
+        fuzz("grad", planted.TARGET, FuzzConfig(corpus=corpus, variants=2, structures=1), settings=FAST)
     path = info.value.record_path
     assert main(["corpus", "replay", "--corpus", str(corpus)]) == 0
     assert "still failing" in capsys.readouterr().out

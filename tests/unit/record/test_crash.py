@@ -28,6 +28,7 @@ from fuzzdiff.record.format import case_from_json
 from fuzzdiff.corpus.repro import replay
 from fuzzdiff.search.runner import case_strategy
 from fuzzdiff.targets import get_target
+from fuzzdiff.config import FuzzConfig
 
 REPO = Path(fuzzdiff.__file__).resolve().parents[1]
 
@@ -74,9 +75,10 @@ def test_an_aborting_case_becomes_one_crash_record_that_aborts_on_replay(abortin
     corpus = aborting / "corpus"
     run = _python(aborting, f'''
         from hypothesis import settings
+        from fuzzdiff.config import FuzzConfig
         from fuzzdiff.search.fuzzing import fuzz
         from aborting import TARGET
-        fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=8, structures=1, timeout=0,
+        fuzz("grad", TARGET, FuzzConfig(corpus={str(corpus)!r}, variants=8, structures=1, timeout=0),
              settings=settings(max_examples=200, derandomize=True, database=None, deadline=None))
         print("no abort")
     ''')
@@ -111,9 +113,10 @@ def test_replaying_a_crash_record_runs_it_in_a_child_process(aborting, monkeypat
     corpus = aborting / "corpus"
     _python(aborting, f'''
         from hypothesis import settings
+        from fuzzdiff.config import FuzzConfig
         from fuzzdiff.search.fuzzing import fuzz
         from aborting import TARGET
-        fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=8, structures=1, timeout=0,
+        fuzz("grad", TARGET, FuzzConfig(corpus={str(corpus)!r}, variants=8, structures=1, timeout=0),
              settings=settings(max_examples=200, derandomize=True, database=None, deadline=None))
     ''')
     path, = recover(corpus)
@@ -129,9 +132,10 @@ def test_the_script_of_a_crash_record_is_written_by_a_child_process(aborting):
     corpus = aborting / "corpus"
     _python(aborting, f'''
         from hypothesis import settings
+        from fuzzdiff.config import FuzzConfig
         from fuzzdiff.search.fuzzing import fuzz
         from aborting import TARGET
-        fuzz("grad", TARGET, corpus={str(corpus)!r}, variants=8, structures=1, timeout=0,
+        fuzz("grad", TARGET, FuzzConfig(corpus={str(corpus)!r}, variants=8, structures=1, timeout=0),
              settings=settings(max_examples=200, derandomize=True, database=None, deadline=None))
     ''')
     path, = recover(corpus)
@@ -157,7 +161,7 @@ def test_the_next_fuzz_run_recovers_and_a_live_or_idle_entry_makes_no_record(tmp
     dead_idle = _fake_dead(corpus, case, variant=-1)
     dead_busy = _fake_dead(corpus, case, variant=2)
 
-    fuzz("grad", "exp", corpus=corpus, variants=1, structures=1,
+    fuzz("grad", "exp", FuzzConfig(corpus=corpus, variants=1, structures=1),
          settings=settings(max_examples=2, database=None, deadline=None))
 
     (path,) = _records(corpus)
@@ -208,16 +212,18 @@ def test_a_crashed_xdist_worker_is_recorded_by_the_same_session(aborting):
     (aborting / "test_abort_suite.py").write_text(textwrap.dedent(f'''
         import os
         from hypothesis import settings
+        from fuzzdiff.config import FuzzConfig
         from fuzzdiff.search.fuzzing import fuzz
         from aborting import TARGET
 
         FEW = settings(max_examples=200, derandomize=True, database=None, deadline=None)
 
         def test_aborting():
-            fuzz("grad", TARGET, corpus=os.environ["FUZZDIFF_CORPUS"], variants=8, structures=1, settings=FEW)
+            fuzz("grad", TARGET, FuzzConfig(corpus=os.environ["FUZZDIFF_CORPUS"], variants=8, structures=1),
+                 settings=FEW)
 
         def test_fine():  # the session goes on past the crash
-            fuzz("grad", "sin", corpus=os.environ["FUZZDIFF_CORPUS"], variants=1, structures=1,
+            fuzz("grad", "sin", FuzzConfig(corpus=os.environ["FUZZDIFF_CORPUS"], variants=1, structures=1),
                  settings=settings(FEW, max_examples=3))
     '''))
     run = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider", "-p", "fuzzdiff.pytest_plugin",

@@ -165,11 +165,12 @@ def test_sigterm_to_the_check_command_is_an_interruption(folder):
 SUITE = textwrap.dedent('''
     import os
     from hypothesis import settings
+    from fuzzdiff.config import FuzzConfig
     from fuzzdiff.search.fuzzing import fuzz
     from fd_interrupt_targets import SLUGGISH
 
     def test_sluggish():
-        fuzz("grad", SLUGGISH, corpus=os.environ["FUZZDIFF_CORPUS"], variants=1, structures=1, timeout=0,
+        fuzz("grad", SLUGGISH, FuzzConfig(corpus=os.environ["FUZZDIFF_CORPUS"], variants=1, structures=1, timeout=0),
              settings=settings(max_examples=1000, database=None, deadline=None))
 ''')
 
@@ -191,9 +192,10 @@ FUZZ_DIES = ("import signal\n"
              "for sig in (signal.SIGTERM, signal.SIGHUP):  # as in a shell, even one under nohup\n"
              "    signal.signal(sig, signal.SIG_DFL)\n"
              "from hypothesis import settings\n"
+             "from fuzzdiff.config import FuzzConfig\n"
              "from fuzzdiff.search.fuzzing import fuzz\n"
              "from fd_interrupt_targets import DIES\n"
-             "fuzz('grad', DIES, corpus='corpus', variants=1, structures=1, timeout=0,\n"
+             "fuzz('grad', DIES, FuzzConfig(corpus='corpus', variants=1, structures=1, timeout=0),\n"
              "     settings=settings(max_examples=5, database=None, deadline=None))\n")
 
 

@@ -48,6 +48,7 @@ from fuzzdiff.targets import NoGrad, all_targets, get_target
 from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
 from fuzzdiff.targets.target import Target
 from fuzzdiff.case.values import Values
+from fuzzdiff.config import FuzzConfig
 from tests.selftest.detection import fuzz_settings
 from tests.selftest.zoo import ZOO, by_name
 
@@ -387,7 +388,7 @@ def zoo_scripts(names):
     for name in names:
         p = by_name(name)
         with pytest.raises(FuzzFailure) as info:
-            fuzz(p.check, p.bug, settings=fuzz_settings(200), variants=8, structures=1)
+            fuzz(p.check, p.bug, FuzzConfig(variants=8, structures=1), settings=fuzz_settings(200))
         e = info.value
         out.append((p, e, standalone_script(p.check, e.case, e.verdict, target=p.bug)))
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from tests.unit.fdhelpers import PAIR, UNARY, overlap, reach, target
 from hypothesis import HealthCheck, settings
@@ -19,6 +20,7 @@ from fuzzdiff.checks import get_check
 from fuzzdiff.search.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.case.layout import Layout
 from fuzzdiff.search.runner import case_strategy
+from fuzzdiff.config import FuzzConfig
 from strategies import cases
 
 
@@ -128,7 +130,7 @@ def _shrunk_planted_bug(name: str) -> Case:
     quick = settings(max_examples=300, database=None, derandomize=True, deadline=None,
                      suppress_health_check=list(HealthCheck), print_blob=False)
     try:
-        fuzz("grad", buggy, settings=quick, variants=4, structures=1)
+        fuzz("grad", buggy, FuzzConfig(variants=4, structures=1), settings=quick)
     except FuzzFailure as failure:
         return failure.case
     raise AssertionError("the planted bug was not found")
@@ -149,7 +151,7 @@ def test_an_example_of_several_structures_shrinks_to_the_failing_one():
     quick = settings(max_examples=300, database=None, derandomize=True, deadline=None,
                      suppress_health_check=list(HealthCheck), print_blob=False)
     try:
-        fuzz("grad", buggy, settings=quick, variants=4, structures=4)
+        fuzz("grad", buggy, FuzzConfig(variants=4, structures=4), settings=quick)
     except FuzzFailure as failure:
         case = failure.case
     else:
@@ -162,8 +164,8 @@ def test_every_drawn_structure_is_run_at_every_variant():
     examples, variants, structures = 20, 3, 4
     few = settings(max_examples=examples, database=None, derandomize=True, deadline=None,
                    suppress_health_check=list(HealthCheck), print_blob=False)
-    tally = fuzz("grad", target("x: n", torch.sin, "unit_sin", max_side=3), settings=few,
-                 variants=variants, structures=structures)
+    tally = fuzz("grad", target("x: n", torch.sin, "unit_sin", max_side=3),
+                 FuzzConfig(variants=variants, structures=structures), settings=few)
     # every example held structures // 2 to structures of them
     assert variants * structures // 2 * examples <= tally.examples <= variants * structures * examples
     assert tally.examples % variants == 0
@@ -186,20 +188,16 @@ def test_a_structure_copied_within_an_example_runs_the_next_variants(monkeypatch
 
     one = settings(max_examples=1, database=None, derandomize=True, deadline=None,
                    suppress_health_check=list(HealthCheck), print_blob=False)
-    tally = fuzz(Check("unit_seeds", run), sin, settings=one, variants=3, structures=4)
+    tally = fuzz(Check("unit_seeds", run), sin, FuzzConfig(variants=3, structures=4), settings=one)
     # the same structure two to four times: every run a new variant, none repeated
     assert tally.examples == len(seeds) >= 6 and len(set(seeds)) == len(seeds)
     assert seeds[:3] == [case.reseeded(k).args[0].values.seed for k in range(3)]
 
 
 def test_structures_and_variants_must_be_positive():
-    for bad in (dict(structures=0), dict(variants=0)):
-        try:
-            fuzz("grad", "sin", **bad)
-        except ValueError as e:
-            assert str(next(iter(bad))) in str(e)
-        else:
-            raise AssertionError(f"{bad} was accepted")
+    for bad in (dict(structures=0), dict(variants=0), dict(shrink_seconds=-1.0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            FuzzConfig(**bad)
 
 
 def test_a_failure_shrinks_until_the_search_budget_ends_and_at_least_min_shrink_past_it():

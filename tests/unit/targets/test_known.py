@@ -19,6 +19,7 @@ from fuzzdiff.case.layout import Layout
 from fuzzdiff.targets import all_targets, get_target
 from fuzzdiff.targets.target import Only
 from fuzzdiff.verdict import Verdict
+from fuzzdiff.config import FuzzConfig
 
 RAISED = Verdict("fail", "raised RuntimeError: view size is not compatible with input tensor's size "
                  "and stride", {"exception": "RuntimeError"})
@@ -222,7 +223,8 @@ def test_a_different_planted_bug_in_a_known_pair_goes_red(name, check):
     target = _planted(name)
     assert check in target.known_checks()
     with pytest.raises(FuzzFailure) as found:
-        fuzz(check, target, settings=settings(max_examples=40, database=None), seed=1, variants=1, structures=1)
+        fuzz(check, target, FuzzConfig(seed=1, variants=1, structures=1),
+             settings=settings(max_examples=40, database=None))
     assert matching(target.known, check, found.value.case, found.value.verdict) is None
 
 
@@ -240,7 +242,7 @@ def test_a_misspelt_check_name_in_a_target_is_refused():
         with pytest.raises(UnknownCheck, match="gard|compiel"):
             validate(bad)
     with pytest.raises(UnknownCheck):
-        fuzz("grad", replace(exp, skip={"gard": "typo"}), max_examples=1)
+        fuzz("grad", replace(exp, skip={"gard": "typo"}), FuzzConfig(case_options={"max_examples": 1}))
 
 
 def test_an_allow_list_is_the_reason_every_other_check_does_not_apply():
