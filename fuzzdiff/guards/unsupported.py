@@ -242,6 +242,7 @@ REFUSALS: tuple[Refusal, ...] = (
             r"vmap: .*We cannot support this",
             r"inside of vmap",
             r"NYI: .* inside vmap is only supported with",
+            r"vmap over .* isn't supported yet",  # torch.allclose, torch.equal: a Python bool of a batch
         ),
     ),
     Refusal(
@@ -308,6 +309,8 @@ REFUSALS: tuple[Refusal, ...] = (
         _words(
             r"element \d+ of tensors does not require grad",
             r"differentiated Tensors appears to not have been used in the graph",
+            # reentrant checkpoint of a function whose output is a constant at this input
+            r"none of output has requires_grad=True, this checkpoint\(\) is not necessary",
         ),
     ),
     # -- compile: what dynamo or AOTAutograd cannot trace (graph breaks fall back to eager silently)
