@@ -119,9 +119,11 @@ class Case(Materialization):
 
     @property
     def repeated(self) -> bool:
-        """Some argument is an earlier one passed again (alias "same"): a tie
-        between arguments that no move of the values breaks (``dist(x, x)``)."""
-        return any(a.alias is not None and a.alias.kind == "same" for a in self.args)
+        """Some argument is an earlier one passed again (alias "same"), or two
+        are all zero: a tie between arguments that no move of the values
+        keeping their structure breaks (``dist(x, x)``, ``dist(0, 0)``)."""
+        zero = sum(any(name == "all_zero" for name, _ in a.values.structure) for a in self.args)
+        return zero > 1 or any(a.alias is not None and a.alias.kind == "same" for a in self.args)
 
     @property
     def stride0(self) -> bool:

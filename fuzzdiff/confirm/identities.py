@@ -28,8 +28,8 @@ whole results: vmap, compile) asks its neighbours, which keep the structure:
 a tie stays a tie. Forward against reverse mode asks the function's one-sided
 differences, as grad does.
 
-An argument passed twice (``dist(x, x)``, ``Case.repeated``) is a structure
-no kink test sees: ``x - x`` sits at the norm's kink whatever ``x`` is. For
+An argument passed twice (``dist(x, x)``, ``Case.repeated``; or two all-zero
+arguments, ``dist(0, 0)``) is a structure no kink test sees: ``x - x`` sits at the norm's kink whatever ``x`` is. For
 the identities without a one-sided measure and for second derivatives, the
 neighbours pass ``x``, moved, and a copy of it; there a non-finite analytic
 side that is finite at a neighbour is a singularity of the point, however
@@ -329,7 +329,7 @@ def _neighbours(
                 if measure(case.nudged(NUDGE, seed=k), eps).within(tol):
                     return Doubt("vanishes at a neighbouring point (a kink or a tie)")
             return Survived("two neighbouring points")
-        if sided is None or not case.structured:
+        if sided is None or not case.structured or untie:
             point = "structured point" if case.structured else "repeated argument"
             for k in (1, 2):
                 near = measure(case.nudged(NUDGE, seed=k, keep_structure=False), eps)

@@ -316,3 +316,14 @@ def test_a_jump_of_the_outputs_at_a_structured_point_is_not_a_wrong_second_deriv
     verdict = run_check("forward2", get_target("qr"), case)
     assert verdict.kind == "inconclusive", verdict
     assert "of the outputs along u'" in verdict.message
+
+
+def test_two_all_zero_arguments_are_a_tie_between_arguments():
+    """dist(0, 0) is dist(x, x): no move that keeps both all zero unties them,
+    so second derivatives are asked of neighbours that move each on its own."""
+    zero = Values(seed=1, structure=(("all_zero", 0),))
+    both = Case("t", (Arg((2, 3), zero), Arg((2, 3), replace(zero, seed=2))))
+    assert both.repeated
+    assert not Case("t", (Arg((2, 3), zero), Arg((2, 3), Values(seed=2)))).repeated
+    x, y = both.nudged(1e-3, seed=1, keep_structure=False).materialize().args
+    assert not torch.equal(x, y)
