@@ -86,8 +86,30 @@ def one_sided(
         return _outputs(target, case, rebuild(list(leaves)))
 
     with torch.no_grad():
-        v = probes_like(case.params, "cotangent", f(*at.leaves))
-    return kink_pairs(f, at.leaves, v, directions(case.params, at.leaves), eps, finite=finite)
+        outs = f(*at.leaves)
+        v = probes_like(case.params, "cotangent", outs)
+        dense_v = probes_like(_DENSE_COTANGENT, "cotangent", outs)
+    u = directions(case.params, at.leaves)
+    yield _jump(f, at.leaves, u, dense_v, eps, outs)
+    yield from kink_pairs(f, at.leaves, v, u, eps, finite=finite)
+
+
+def _jump(
+    f: Callable[..., Sequence[torch.Tensor]],
+    leaves: Sequence[torch.Tensor],
+    u: Sequence[torch.Tensor],
+    dense_v: Sequence[torch.Tensor],
+    eps: float,
+    outs: Sequence[torch.Tensor],
+) -> tuple[str, float, float, float]:
+    """The outputs' own jump at the point, seen through a dense cotangent: the
+    right and left differences along u times eps, which a jump keeps apart at
+    every eps and a kink or a smooth point brings together as eps shrinks. A
+    function that switches branch exactly at the point (torch.linalg.qr at a
+    diagonal input: no reflection there, one at every neighbour) has no
+    derivative there, whatever outputs the check's cotangent sees."""
+    right, left, noise = one_sided_differences(f, leaves, u, dense_v, eps, outs=outs)
+    return ("the outputs' values either side of the point along u (a jump)", eps * right, eps * left, eps * noise)
 
 
 def _split(k: int, leaves: Sequence[torch.Tensor]) -> list[torch.Tensor]:

@@ -327,3 +327,18 @@ def test_two_all_zero_arguments_are_a_tie_between_arguments():
     assert not Case("t", (Arg((2, 3), zero), Arg((2, 3), Values(seed=2)))).repeated
     x, y = both.nudged(1e-3, seed=1, keep_structure=False).materialize().args
     assert not torch.equal(x, y)
+
+
+def test_a_function_that_switches_branch_exactly_at_a_diagonal_point_has_no_derivative_there():
+    """torch.linalg.qr at a diagonal matrix makes no Householder reflection,
+    and at every neighbour one: its outputs jump at the point itself, where
+    the check's cotangent (zero at the jumping entries) need not see it."""
+    probe = {"layout": "contiguous", "seed": 0, "zeros": 0.0}
+    case = case_from_json({
+        "target": "qr", "dtype": "float64", "device": "cpu", "kwargs": {},
+        "args": [{"shape": [2, 2], "grad": "leaf",
+                  "values": {"seed": 0, "low": -0.8, "high": 0.8, "grid": 0.25, "structure": [["diagonal", 0]]}}],
+        "params": {"cotangent": {"layout": "transposed", "seed": 155, "zeros": 0.5}, "direction": probe},
+    })
+    verdict = run_check("forward", get_target("qr"), case)
+    assert verdict.kind == "inconclusive" and "a jump" in verdict.message, verdict
