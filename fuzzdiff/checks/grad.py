@@ -44,6 +44,12 @@ def _outputs(target: Target, case: Case, args) -> tuple[torch.Tensor, ...]:
     return tuple(t for t in tree_leaves(out) if differentiable(t))
 
 
+def _of_leaves(target: Target, case: Case, at: Inputs) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """The target's floating outputs as a function of ``at``'s leaves, the rest of its inputs held."""
+    rebuild = at.rebuild
+    return lambda *leaves: _outputs(target, case, rebuild(list(leaves)))
+
+
 def finite_difference(target: Target, case: Case, cotangents, u, eps: float, storages=None, at: Inputs | None = None):
     """``<v, J u>`` by central differences in float64 at the case's values
     (paths.numerical), and an estimate of its error.
@@ -54,10 +60,7 @@ def finite_difference(target: Target, case: Case, cotangents, u, eps: float, sto
     """
     if at is None:
         at = case.materialize(requires_grad=False, cast=torch.float64, storages=storages)
-    rebuild = at.rebuild
-    return directional_difference(
-        lambda *leaves: _outputs(target, case, rebuild(list(leaves))), at.leaves, u, cotangents, eps
-    )
+    return directional_difference(_of_leaves(target, case, at), at.leaves, u, cotangents, eps)
 
 
 _SPLIT_SEED = 0x5EED
@@ -80,10 +83,7 @@ def one_sided(
     """fuzzdiff.confirm.steps.kink's pairs at a structured point, for ``<v, J u>``:
     the kinks of the target's outputs at the case's values, in float64."""
     at = case.materialize(requires_grad=False, cast=torch.float64)
-    rebuild = at.rebuild
-
-    def f(*leaves: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return _outputs(target, case, rebuild(list(leaves)))
+    f = _of_leaves(target, case, at)
 
     with torch.no_grad():
         outs = f(*at.leaves)
@@ -196,10 +196,7 @@ def point_out_of_range(target: Target, case: Case, second_order: bool = False) -
     step away, nothing is known (None): the verdict stays what it was."""
     dtype = case.torch_dtype
     at = case.materialize(requires_grad=False, cast=torch.float64)
-    rebuild = at.rebuild
-
-    def f(*leaves: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return _outputs(target, case, rebuild(list(leaves)))
+    f = _of_leaves(target, case, at)
 
     def small(*leaves: torch.Tensor) -> list[torch.Tensor]:
         return [o * SCALED for o in f(*leaves)]
