@@ -181,6 +181,21 @@ REFUSALS: tuple[Refusal, ...] = (
             r"GuardOnDataDependentSymNode|DataDependentOutputException|Could not guard on data-dependent expression"
         ),
     ),
+    # TorchScript's interpreter asks bool() of a traced tensor at a branch and
+    # reraises with an empty message: only the marked line says what it was.
+    Refusal(
+        "traced TorchScript branch",
+        "the function branches on a tensor's values inside TorchScript (a tensor in an if or a while), "
+        "which cannot be traced",
+        (
+            re.compile(
+                r"The following operation failed in the TorchScript interpreter\."
+                r"[\s\S]*\n\s*(?:if|elif|while)\b[^\n]*\n\s*~+ <--- HERE(?![\s\S]*<--- HERE)"
+                r"[\s\S]*RuntimeError:\s*$"
+            ),
+        ),
+        traced=True,
+    ),
     Refusal(
         "traced data-dependent shape",
         f"{_SHAPE_OF_VALUES}, which cannot be traced",

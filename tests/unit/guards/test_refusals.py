@@ -91,10 +91,18 @@ def checks_finite(x):
     return x.sin()
 
 
+@torch.jit.script
+def scripted_branches(x):
+    if bool(x.sum() > 0):
+        return x.sin()
+    return x.cos()
+
+
 ONCE = Target("unit_once_square", OnceSquare.apply, "x: n m")
 MASK = Target("unit_positive_squares", positive_squares, "x: n m")
 BRANCH = Target("unit_branches", branches, "x: n m")
 ITEM = Target("unit_checks_finite", checks_finite, "x: n m")
+SCRIPTED = Target("unit_scripted_branches", scripted_branches, "x: n m")
 
 
 def eager_case(target: Target, shape=(3, 4)) -> Case:
@@ -129,6 +137,11 @@ SAID = {
     "torch.func memory read": RuntimeError("Cannot access data pointer of Tensor that doesn't have storage"),
     "traced memory read": RuntimeError("Cannot access data pointer of Tensor (e.g. FakeTensor, FunctionalTensor)."),
     "traced data-dependent value": RuntimeError("Could not guard on data-dependent expression Eq(u0, 1)"),
+    "traced TorchScript branch": RuntimeError(
+        "The following operation failed in the TorchScript interpreter.\nTraceback of TorchScript (most recent "
+        'call last):\n  File "math.py", line 214, in artan_k\n    if torch.all(k_zero):\n       ~~~~~~~~~~~~~~~~ '
+        "<--- HERE\n        return artan_k_zero_taylor(x, k, order=1)\nRuntimeError: \n"
+    ),
     "traced data-dependent shape": DynamicOutputShapeException(torch.ops.aten.nonzero.default),
     "traced .numpy()": RuntimeError(".numpy() is not supported for tensor subclasses."),
     "traced .tolist()": RuntimeError(".tolist() is not supported for tensor subclasses."),
@@ -167,7 +180,8 @@ def test_every_entry_has_its_words_and_no_entry_before_it_takes_them():
     assert set(SAID) == {r.name for r in REFUSALS}
     for name, e in SAID.items():
         assert refusal_of(e, traced=True) is refusal(name), name
-        assert unsupported_reason(e, traced=True) == f"{refusal(name).reason}: {type(e).__name__}: {e}"
+        first = f"{type(e).__name__}: {e}".splitlines()[0]
+        assert unsupported_reason(e, traced=True) == f"{refusal(name).reason}: {first}"
 
 
 # more of torch 2.13's words, each for the entry that must take it
@@ -206,6 +220,10 @@ def test_the_words_of_a_tracer_refuse_only_under_tracing():
 
 def test_an_error_no_entry_has_is_a_finding():
     assert unsupported_reason(NotImplementedError("my own op is not done")) is None
+    # TorchScript's interpreter failing at a line that is no branch, or with words of its own
+    for where, said in [("x = torch.mm(a, b)", ""), ("if torch.all(k):", "shape mismatch")]:
+        text = f"The following operation failed in the TorchScript interpreter.\n    {where}\n    ~~~ <--- HERE\n"
+        assert unsupported_reason(RuntimeError(f"{text}RuntimeError: {said}\n"), traced=True) is None
     assert unsupported_reason(IndexError("The shape of the mask [2] at index 0 does not match")) is None
 
 
@@ -292,14 +310,17 @@ def test_compiles_eager_vmap_refuses_boolean_mask_indexing_alike(shape):
         (MASK, "traced data-dependent shape"),
         (BRANCH, "traced data-dependent value"),
         (ITEM, "traced data-dependent value"),
+        (SCRIPTED, "traced TorchScript branch"),
     ],
-    ids=["boolean mask", "control flow", ".item()"],
+    ids=["boolean mask", "control flow", ".item()", "TorchScript control flow"],
 )
 def test_compile_refuses_what_aot_function_cannot_trace(target, name):
     assert_refused(run_check("compile", target, compile_case(target, "none")), name)
 
 
-@pytest.mark.parametrize("target", [MASK, BRANCH, ITEM], ids=["boolean mask", "control flow", ".item()"])
+@pytest.mark.parametrize(
+    "target", [MASK, BRANCH, ITEM, SCRIPTED], ids=["boolean mask", "control flow", ".item()", "TorchScript"]
+)
 @pytest.mark.parametrize("check", ["grad", "forward", "gradgrad", "forward2"])
 def test_the_same_code_is_judged_in_eager(target, check):
     verdict = run_check(check, target, eager_case(target))
