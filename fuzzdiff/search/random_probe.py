@@ -11,6 +11,12 @@ fuzzdiff.targets.randomness); where even that leaves them apart (a private
 generator, a state that changes from call to call), every check that compares
 calls is unsupported, with that reason. Differences at rounding level (a
 reduction whose order varies between runs) are not randomness.
+
+Two calls that agree may still draw: from a generator the function seeds
+itself (a fixed ``seed=`` of a library's random projections). Such a function
+is deterministic, but a float32 and a float64 call draw other numbers from
+that seed, so it is checked as a random one too; torch's own random ops
+(tagged ``nondeterministic_seeded``) are watched during the calls to see it.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import torch
 from hypothesis import find
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample, Unsatisfiable
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case.case import Case
@@ -36,7 +43,7 @@ from fuzzdiff.targets.target import Target
 from strategies._drawing import FIND
 from strategies.cases import cases
 
-__all__ = ["probed", "differ", "SEEDED", "UNSEEDABLE", "UNSEEDABLE_WARNING", "PROBES"]
+__all__ = ["probed", "differ", "SEEDED", "SELF_SEEDED", "UNSEEDABLE", "UNSEEDABLE_WARNING", "PROBES"]
 
 PROBES = 3  # drawn inputs the function is called at: a mask may agree once by chance
 ROUNDING = 2.0**10  # ulps of an output's largest magnitude that two runs may differ by
@@ -47,6 +54,11 @@ COMPARES_NO_CALLS = frozenset({"mutation"})
 SEEDED = (
     "fuzzdiff: random: outputs differ between calls on the same inputs; every call is seeded alike "
     "(torch's generators, Python's random, numpy's global generator)"
+)
+SELF_SEEDED = (
+    "fuzzdiff: random: the function draws random numbers ({ops}) from a generator it seeds itself; "
+    "two calls agree, but calls in other dtypes, layouts or batches draw other numbers, so the checks "
+    "that compare such calls are skipped"
 )
 UNSEEDABLE = (
     "random in a way fuzzdiff cannot seed: outputs differ between calls on the same inputs, even "
@@ -77,6 +89,9 @@ def probed(target: Target, timeout: float = 0.0, calling: Callable[[Case], None]
     if verdict == "seeded":
         warnings.warn(SEEDED, stacklevel=2)
         return seeded_alike(target)
+    if verdict is not None and verdict.startswith("self-seeded"):
+        warnings.warn(SELF_SEEDED.format(ops=verdict.partition(": ")[2]), stacklevel=2)
+        return seeded_alike(target)
     if verdict == "unseedable":
         warnings.warn(UNSEEDABLE_WARNING, stacklevel=2)
         skip = {name: UNSEEDABLE for name in CHECKS if name not in COMPARES_NO_CALLS}
@@ -85,17 +100,37 @@ def probed(target: Target, timeout: float = 0.0, calling: Callable[[Case], None]
 
 
 def _randomness(target: Target, calling: Callable[[Case], None] | None = None) -> str | None:
-    """The verdict: "seeded", "unseedable", or None where two calls agreed
-    at every probe (or raised: the checks report that at their own inputs)."""
+    """The verdict: "seeded", "unseedable", "self-seeded: OPS" where two calls
+    agreed but drew random numbers, or None where two calls agreed at every
+    probe without drawing (or raised: the checks report that at their own inputs)."""
+    drawn = _RandomOps()
     for case in _cases(target):
         if calling is not None:
             calling(case)
-        if not _differ_twice(target, case, seeded=False):
+        with drawn:
+            differed = _differ_twice(target, case, seeded=False)
+        if not differed:
             continue
         still = _differ_twice(target, case, seeded=True)
         if still is not None:
             return "unseedable" if still else "seeded"
+    if drawn.ops:
+        return "self-seeded: " + ", ".join(sorted(drawn.ops))
     return None
+
+
+class _RandomOps(TorchDispatchMode):
+    """The names of torch's random ops called under it (a private generator's
+    draws included: they leave the global generators' state alone)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            self.ops.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
 
 
 def _differ_twice(target: Target, case: Case, seeded: bool) -> bool | None:

@@ -26,7 +26,7 @@ from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.record.files import read_record
 from fuzzdiff.case.layout import Layout
-from fuzzdiff.search.random_probe import SEEDED, UNSEEDABLE, UNSEEDABLE_WARNING, probed
+from fuzzdiff.search.random_probe import SEEDED, SELF_SEEDED, UNSEEDABLE, UNSEEDABLE_WARNING, probed
 from fuzzdiff.corpus.repro import replay
 from fuzzdiff.search.runner import RANDOM_LOW_PRECISION_ON_CUDA, RANDOM_STRIDED_ON_CUDA, run_check
 from fuzzdiff.targets import get_target
@@ -63,6 +63,13 @@ PRIVATE = torch.Generator().manual_seed(0)
 
 def private_generator(x):
     return x * torch.rand(x.shape, generator=PRIVATE, dtype=x.dtype).to(x.device)
+
+
+def random_projections(x):
+    """A sliced distance's projections, drawn from a generator seeded in every call."""
+    generator = torch.Generator().manual_seed(0)
+    projections = torch.randn(x.shape[-1], 8, generator=generator, dtype=x.dtype)
+    return (x @ projections).sort(dim=-1).values.pow(2).mean()
 
 
 def rounding_jitter(x):
@@ -114,6 +121,18 @@ def test_rounding_level_differences_and_deterministic_functions_are_not_random(o
         for fn in (ops.rounding_jitter, torch.sin):
             target = user_target(fn, "x: n m")
             assert probed(target) is target
+
+
+def test_a_generator_the_function_seeds_itself_is_random_for_dtype_though_two_calls_agree(ops):
+    """float32 and float64 draw other numbers from one seed: the dtype check compared two
+    different functions and reported the difference as confirmed."""
+    with pytest.warns(UserWarning, match="draws random numbers \\(randn\\) from a generator it seeds itself"):
+        target = probed(user_target(ops.random_projections, "x: n m"))
+    assert target.random and "dtype" in target.skip and "float32 and float64" in target.skip["dtype"]
+    report = fuzzdiff.check(ops.random_projections, "x: n m", checks=["grad", "dtype"], max_examples=10, seed=0)
+    assert report.ok and report.row("grad")["passed"] > 0, report.summary()
+    assert report.tallies["dtype"].only_unsupported
+    assert SELF_SEEDED.partition("{ops}")[0] in report.summary()
 
 
 def test_randomness_that_seeding_does_not_fix_leaves_the_checks_unsupported_with_why(ops):
