@@ -13,15 +13,28 @@ discrepancies and root causes match) asks ``ascend`` where the climb ended.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from fuzzdiff.errors import FuzzdiffInterrupt
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["Ladder", "Climbed", "Doubt", "Survived", "Step", "STEPS", "replay_only"]
+__all__ = [
+    "Ladder",
+    "Climbed",
+    "ConfirmationCut",
+    "Doubt",
+    "Survived",
+    "Step",
+    "STEPS",
+    "confirming_by",
+    "on_time",
+    "replay_only",
+]
 
 # What surviving each step says about a mismatch, in a verdict's words.
 STEPS = {
@@ -31,6 +44,7 @@ STEPS = {
     "conditioning": "results steady when the values move by rounding",
     "float64": "a float64 reference",
     "neighbours": "a neighbouring point",
+    "stopping": "a derivative rule's error beyond a solver's stopping tolerance",
 }
 
 
@@ -43,7 +57,9 @@ class Doubt:
 
 @dataclass(frozen=True)
 class Survived:
-    """A step survived, in the step's own words (``label``), with evidence."""
+    """A step survived, in the step's own words (``label``), with evidence.
+    An empty label survives without a word: a step that, once run, found
+    that it did not apply (no solver's loop behind the rule)."""
 
     label: str
     errors: Mapping[str, Any] = field(default_factory=dict)
@@ -66,6 +82,40 @@ def replay_only() -> Iterator[None]:
         yield
     finally:
         _REPLAY_ONLY.reset(token)
+
+
+_CONFIRM_BY: ContextVar[float | None] = ContextVar("fuzzdiff_confirm_by", default=None)
+
+
+class ConfirmationCut(FuzzdiffInterrupt):
+    """A climb stopped at its time allowance. ``finding``: the mismatch it was
+    confirming, as a "fail" verdict not confirmed (None where the caller words
+    its own). A BaseException, so that no ``except Exception`` of a step or of
+    the target turns it into a verdict."""
+
+    def __init__(self, finding: Verdict | None = None):
+        super().__init__("the mismatch's confirmation ran past its time allowance")
+        self.finding = finding
+
+
+@contextmanager
+def confirming_by(instant: float | None) -> Iterator[None]:
+    """Within the block a climb stops at ``instant`` (time.monotonic()): checked
+    before each step and, through ``on_time``, within the steps that run the
+    target many times. None: no allowance."""
+    token = _CONFIRM_BY.set(instant)
+    try:
+        yield
+    finally:
+        _CONFIRM_BY.reset(token)
+
+
+def on_time() -> None:
+    """ConfirmationCut once the climb's allowance has passed (cheap: a context
+    variable and the clock, asked by a step per op it runs)."""
+    instant = _CONFIRM_BY.get()
+    if instant is not None and time.monotonic() > instant:
+        raise ConfirmationCut
 
 
 @dataclass(frozen=True)
@@ -92,11 +142,14 @@ class Ladder:
         for name in self.steps:
             if name not in steps or (only_replay and name != "replay"):
                 continue
+            if survived:  # the replay shows whether there is anything to confirm
+                on_time()
             result = steps[name]()
             if isinstance(result, Doubt):
                 return Climbed(tuple(survived), errors, name, result)
             if isinstance(result, Survived):
-                survived.append(result.label)
+                if result.label:
+                    survived.append(result.label)
                 errors.update(result.errors)
             else:
                 survived.append(STEPS[name])
@@ -105,7 +158,10 @@ class Ladder:
     def climb(self, identity: str, finding: str, evidence: Mapping[str, Any], steps: Mapping[str, Step]) -> Verdict:
         """The verdict on ``finding`` (a mismatch of ``identity``): "fail" once
         every step survives, else "inconclusive" with the deciding step's doubt."""
-        climbed = self.ascend(steps, evidence)
+        try:
+            climbed = self.ascend(steps, evidence)
+        except ConfirmationCut as cut:
+            raise ConfirmationCut(Verdict("fail", f"{identity}: {finding}", dict(evidence))) from cut
         if climbed.doubt is not None:
             return Verdict(
                 "inconclusive",

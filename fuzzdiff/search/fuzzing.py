@@ -27,6 +27,7 @@ from fuzzdiff.case.features import case_features
 from fuzzdiff.case.spec import empty_dims
 from fuzzdiff.checks import Check, get_check, validate
 from fuzzdiff.config import FuzzConfig
+from fuzzdiff.confirm.ladder import ConfirmationCut, confirming_by
 from fuzzdiff.guards import torch_state
 from fuzzdiff.guards.timeout import ExampleTimeout, OutOfTime, Watchdog
 from fuzzdiff.guards.torch_logs import torch_logs
@@ -113,6 +114,11 @@ MIN_SHRINK = 2.0
 # its last step, and the failure's replay in a fresh process with the
 # evidence of whose bug it is (fuzzdiff.search.settling), each about as dear.
 SETTLING_CASES = 3
+# Seconds a mismatch's confirmation may take at least, even past the search's
+# time budget (not past its deadline): on a slow function the confirmation
+# costs hundreds of its calls (an iterative solver's, rounded op by op: 13 s
+# of a 30 s budget), and the checks after this one would get no time.
+CONFIRM_MIN = 4.0
 
 
 class _ShrinkBound:
@@ -173,6 +179,16 @@ class _ShrinkBound:
             return False
         self.cut = True
         return True
+
+
+def _allowance(until: float | None, deadline: float | None, began: float) -> float | None:
+    """When a mismatch found in a case begun at ``began`` must be confirmed by:
+    the search's time budget, or CONFIRM_MIN seconds from the case's start if
+    later, never past the deadline. None: no time budget, no allowance."""
+    if until is None:
+        return deadline
+    instant = max(until, began + CONFIRM_MIN)
+    return instant if deadline is None else min(instant, deadline)
 
 
 def _fail(check: str, target: str, variant: Case, verdict: Verdict) -> NoReturn:
@@ -307,7 +323,10 @@ def fuzz(
     failing cases' cost before it (the smallest failure so far is the one
     settled). A failure whose replay in a fresh process has not answered by
     ``search.settle_by`` is not confirmed, so not raised; it is returned in
-    the tally's ``unconfirmed``, its runs counted inconclusive.
+    the tally's ``unconfirmed``, its runs counted inconclusive. So is a
+    mismatch whose confirmation (fuzzdiff.confirm.ladder) runs past the
+    search's time budget and CONFIRM_MIN seconds from its case's start: the
+    search ends there, and the checks after it keep their time.
 
     Runs rejected as outside the target's domain (``Target.invalid``, a
     ``reject()`` of the target's) are counted apart (``Tally.rejected``,
@@ -332,6 +351,8 @@ def fuzz(
     journal: Journal | None = None
     watch: Watchdog | None = None
     inflight: list[Case | None] = [None]  # the variant running, for a soft timeout's report
+    # a mismatch whose confirmation ran past its allowance: the variant, and the finding
+    confirming: list[tuple[Case, Verdict] | None] = [None]
     shrink = _ShrinkBound(config.shrink_seconds, until, deadline)
     budget = _TimeBudget(until, deadline)
     failing: Counter[Empty] = Counter()  # the failure's own failing runs (FuzzFailure.failing)
@@ -375,7 +396,14 @@ def fuzz(
                     if watch is not None:
                         watch.start()
                     try:
-                        verdict = verdict_at(check, target, variant)
+                        with confirming_by(_allowance(until, deadline, began)):
+                            verdict = verdict_at(check, target, variant)
+                    except ConfirmationCut as cut:
+                        finding = cut.finding or Verdict("fail", "a finding whose confirmation was cut short")
+                        confirming[0] = (variant, finding)
+                        raise OutOfTime(
+                            f"its time ended while a failure found was confirmed (at least {CONFIRM_MIN:.0f} s)"
+                        ) from None
                     except UnsatisfiedAssumption:  # outside the target's domain: a draw rejected, not judged
                         tally.rejected += 1
                         tally.rejected_empty[empty(case)] += 1
@@ -449,6 +477,13 @@ def fuzz(
                         shrink.cut = True
                         _fail(check.name, target.name, *smallest)
                     tally.cut, tally.cut_reason = True, str(late)
+                    if confirming[0] is not None:  # found, not confirmed: said, with its case
+                        unconfirmed = FuzzFailure(check.name, target.name, *confirming[0])
+                        unconfirmed.unconfirmed = f"{late}; budget= gives it the time to confirm or dismiss it"
+                        tally.add(
+                            Verdict("inconclusive", "a failure found, not confirmed before its check's time ended")
+                        )
+                        tally.unconfirmed.append(unconfirmed)
                 except Unsatisfiable:
                     if tally.rejected:
                         raise AllRejected(tally) from None
