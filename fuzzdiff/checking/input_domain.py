@@ -8,6 +8,10 @@ for the code's own ``raise`` (or a non-torch function it calls), never for an
 error raised inside a torch op at an input the spec allows (a CPU FFT of an
 empty batch), which it would hide wherever torch raised it, bugs included;
 there a spec bound (``n>=1``) is the advice (fuzzdiff.checking.report).
+And where a torch op raises at an empty batch it carries into its result
+(fuzzdiff.checking.empty_batch), the input is no domain's edge at all: the
+error is torch's, reported as a failure of the check that met it, and
+such inputs are rejected from then on, so that it is reported once.
 """
 
 from __future__ import annotations
@@ -21,22 +25,36 @@ import os
 import re
 from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from hypothesis import reject
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case.case import Case
+from fuzzdiff.checking import empty_batch
+from fuzzdiff.checking.empty_batch import raising_call, refuses_empty_batch
 from fuzzdiff.guards.torch_state import let_go
 from fuzzdiff.search.outcome import DOMAIN, FuzzFailure
 from fuzzdiff.search.root_cause import message_pattern
 from fuzzdiff.targets.target import Target
 
-__all__ = ["DOMAIN", "domain_error", "raised_where", "rejecting"]
+__all__ = ["DOMAIN", "DomainError", "domain_error", "raised_where", "rejecting"]
 
 
-def domain_error(target: Target, failure: FuzzFailure) -> tuple[tuple[str, str], str] | None:
+class DomainError(NamedTuple):
+    """The function raising at its input in plain eager use: ``rule`` rejects
+    such errors from then on ((type, message pattern)), ``message`` says
+    what was found. ``torchs``: where a torch op raised at an empty batch it
+    takes (fuzzdiff.checking.empty_batch), why the error is torch's: then
+    the input is in the domain, and the failure is a finding."""
+
+    rule: tuple[str, str]
+    message: str
+    torchs: str | None = None
+
+
+def domain_error(target: Target, failure: FuzzFailure) -> DomainError | None:
     """Whether ``failure`` is the function raising at its input in plain eager
     use: in its call, or in its backward (an empty batch its backward cannot
     take), whatever check came upon it. Then the rule that rejects such
@@ -47,13 +65,16 @@ def domain_error(target: Target, failure: FuzzFailure) -> tuple[tuple[str, str],
     found = _eager_error(target, failure.case)
     if found is None:
         return None
-    error, where = found
+    error, where, torchs = found
     kind = type(error).__name__
     text = str(error).strip()
     first = text.splitlines()[0] if text else ""
     if BROKEN_RULE.search(first):
         let_go(error)
         return None  # a derivative rule that breaks autograd's contract: a bug at every input, no domain
+    if torchs is not None:
+        let_go(error)
+        return DomainError((kind, message_pattern(first)), f"the function raises {kind} {where}: {first[:300]}", torchs)
     origin, call = raised_where(error)
     let_go(error)
     message = f"the function raises {kind} at this input, {where}: {first[:300]}"
@@ -63,7 +84,7 @@ def domain_error(target: Target, failure: FuzzFailure) -> tuple[tuple[str, str],
         message += f"; it is raised inside torch ({call}), at an input the spec allows"
     elif call is not None:
         message += f"; it is raised inside {call}"
-    return (kind, message_pattern(first)), message
+    return DomainError((kind, message_pattern(first)), message)
 
 
 def raised_where(error: BaseException) -> tuple[str, str | None]:
@@ -77,8 +98,12 @@ def raised_where(error: BaseException) -> tuple[str, str | None]:
     tb = root.__traceback__
     if tb is None:
         return "unknown", None
-    while tb.tb_next is not None:
+    frames = []
+    while tb is not None:
+        frames.append(tb)
         tb = tb.tb_next
+    # the watch for the torch function that raised (fuzzdiff.checking.empty_batch) is no one's code
+    tb = next(t for t in reversed(frames) if t.tb_frame.f_code.co_filename != empty_batch.__file__ or t is frames[0])
     code = tb.tb_frame.f_code
     if _TORCH in code.co_filename:
         at = code.co_filename[code.co_filename.rfind(_TORCH) + 1 :]
@@ -162,22 +187,27 @@ def _torchs(fn: Any) -> bool:
     return isinstance(module, str) and (module == "torch" or module.startswith("torch."))
 
 
-def _eager_error(target: Target, case: Case) -> tuple[Exception, str] | None:
+def _eager_error(target: Target, case: Case) -> tuple[BaseException, str, str | None] | None:
     """What the target raises at ``case`` in plain eager use, and where: its
-    call without autograd, else its call and backward (a cotangent of ones)."""
-    try:
-        args = case.materialize(requires_grad=False).args
+    call without autograd, else its call and backward (a cotangent of ones);
+    and why the error is torch's, where a torch op raised it at an empty
+    batch it takes (fuzzdiff.checking.empty_batch)."""
+    args = case.materialize(requires_grad=False).args
+
+    def plain() -> None:
         with torch.no_grad():
             target(*args, **case.kwargs)
-    except Exception as e:  # noqa: BLE001 - any exception of the user's function
-        return e, "in its plain call"
+
+    error, raising = raising_call(plain)
+    if error is not None:
+        return error, "in its plain call", None if raising is None else refuses_empty_batch(raising)
     try:
         inputs = case.materialize()
         outs = [t for t in tree_leaves(target(*inputs.args, **case.kwargs)) if _differentiable(t)]
         if outs and inputs.leaves:
             torch.autograd.grad(outs, inputs.leaves, [torch.ones_like(o) for o in outs], allow_unused=True)
     except Exception as e:  # noqa: BLE001
-        return e, "in its backward"
+        return e, "in its backward", None
     return None
 
 

@@ -23,6 +23,7 @@ from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.guards.timeout import OutOfTime, bounded
 from fuzzdiff.record.journal import Journal
+from fuzzdiff.search.blame import PYTORCH, Blame
 from fuzzdiff.search.fresh import FreshProcess
 from fuzzdiff.search.fuzzing import Search, fuzz
 from fuzzdiff.search.outcome import AllRejected, FuzzFailure, Tally
@@ -194,8 +195,11 @@ class Session:
         domain = domain_error(self.target, failure)
         if domain is None:
             return False
-        rule, message = domain
-        self.rules.append(rule)
+        rule, message, torchs = domain
+        self.rules.append(rule)  # met once: from then on rejected, by every check
+        if torchs is not None:  # an input torch's op should take: the check's finding, torch's bug
+            failure.blame = Blame(PYTORCH, torchs, "torch op")
+            return False
         self.report.add_failure(DOMAIN, failure, message)
         tally.set_aside(failure, "rejected", counted=counted)
         return True

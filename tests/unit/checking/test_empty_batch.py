@@ -1,0 +1,52 @@
+"""A torch op that raises at an empty batch it takes is torch's bug, not a
+domain to declare (fuzzdiff.checking.empty_batch): a CPU FFT of an empty batch
+raised an MKL error, and the report advised ``invalid=(RuntimeError,)``,
+which would hide it for good."""
+
+import pytest
+import torch
+
+import fuzzdiff
+from fuzzdiff.checking.empty_batch import raising_call, refuses_empty_batch
+from fuzzdiff.search.blame import PYTORCH
+
+
+def spectrum(x):
+    return torch.fft.rfft(x).abs()
+
+
+def column_maxima(x):
+    return x.max(dim=0).values
+
+
+def test_an_fft_of_an_empty_batch_is_torchs_failure_not_the_functions_domain():
+    report = fuzzdiff.check(spectrum, "x: b n>=1", checks=["grad"], dtypes=[torch.float64],
+                            max_examples=30, seed=0, progress=False)
+    assert [f.check for f in report.failures] == ["grad"], report.summary()
+    (failure,) = report.failures
+    assert failure.blame.whose == PYTORCH and failure.blame.via == "torch op"
+    assert "torch.fft.rfft raises at an empty batch" in failure.blame.evidence
+    assert "invalid=" not in report.summary()
+
+
+def test_an_op_that_reduces_the_empty_dim_still_marks_the_domain_with_a_spec_bound():
+    report = fuzzdiff.check(column_maxima, "x: n m", checks=["grad"], dtypes=[torch.float64],
+                            max_examples=30, seed=0, progress=False)
+    assert [f.check for f in report.failures] == ["input-domain"], report.summary()
+    assert "n>=1" in report.summary()
+
+
+@pytest.mark.parametrize(
+    ("call", "torchs"),
+    [
+        (lambda: torch.fft.rfft(torch.zeros(0, 8)), True),
+        (lambda: torch.zeros(0, 5).max(dim=0), False),  # no maximum of nothing
+        (lambda: torch.fft.rfft(torch.zeros(3, 0)), False),  # the transformed dim: no batch
+        (lambda: torch.nn.functional.batch_norm(torch.zeros(1, 3), None, None, training=True), False),  # Python's check
+    ],
+    ids=["fft batch", "reduced dim", "fft length", "torch's own Python check"],
+)
+def test_only_an_op_in_cpp_refusing_a_batch_it_carries_is_torchs(call, torchs):
+    error, raising = raising_call(call)
+    assert error is not None
+    assert (raising is not None and refuses_empty_batch(raising) is not None) is torchs
