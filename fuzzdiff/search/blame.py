@@ -33,6 +33,7 @@ error raised in it, or a mismatch that needs it, shown at the shrunk input.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ import torch
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.checks import Check
+from fuzzdiff.confirm.ladder import replay_only
+from fuzzdiff.search.caught import quietly
 from fuzzdiff.search.inspection import BATCHING, COMPILING, LAYOUT, RANDOM, inspect_call
 from fuzzdiff.search.runner import verdict_at
 from fuzzdiff.targets.discrepancies import OWN_RULES
@@ -127,6 +130,9 @@ class Evidence:
     torch_known: tuple[str, str] | None = None
     # a known torch discrepancy in running code's own rules, which the failure matches (Known.describe())
     rules_known: str | None = None
+    # torch errors the code caught itself, and warnings it gave, in a run of the check (fuzzdiff.search.caught)
+    caught: tuple[str, ...] = ()
+    warned: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         out: dict = {"rules": list(self.rules), "asks": [list(a) for a in self.asks]}
@@ -134,6 +140,10 @@ class Evidence:
             out["torch_known"] = {"function": self.torch_known[0], "discrepancy": self.torch_known[1]}
         if self.rules_known is not None:
             out["rules_known"] = self.rules_known
+        if self.caught:
+            out["caught"] = list(self.caught)
+        if self.warned:
+            out["warned"] = list(self.warned)
         if self.stand_in is not None and self.stand_in_verdict is not None:
             v = self.stand_in_verdict
             out["stand_in"] = {
@@ -147,9 +157,20 @@ class Evidence:
 def gather(check: Check, target: Target, case: Case, verdict: Verdict | None = None) -> Evidence:
     """Run what the blame needs beyond the failure itself, for user code only.
     With the ``verdict``, also whether it is a known discrepancy of a torch
-    function the code calls."""
+    function the code calls; and, from one more run of the check, the torch
+    errors the code caught itself and the warnings it gave."""
     if torchs_own(target):
         return Evidence()
+    evidence = _gathered(check, target, case, verdict)
+    try:
+        with replay_only():
+            quiet = quietly(lambda: verdict_at(check, target, case))
+    except Exception:  # noqa: BLE001 - the run raising here tells nothing more
+        return evidence
+    return dataclasses.replace(evidence, caught=quiet.caught, warned=quiet.warned)
+
+
+def _gathered(check: Check, target: Target, case: Case, verdict: Verdict | None) -> Evidence:
     seen = inspect_call(target, case)
     known = None if verdict is None or seen.rules else torch_known(seen.calls, check.name, case, verdict)
     if known is not None:
@@ -202,7 +223,16 @@ _TORCH_SPACES = (torch, torch.nn.functional, torch.linalg, torch.special, torch.
 
 
 def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> Blame:
-    """Whose bug the failure ``verdict`` of ``check`` on ``target`` is (see the module's docstring)."""
+    """Whose bug the failure ``verdict`` of ``check`` on ``target`` is (see the
+    module's docstring), with the warnings the code gave while it failed."""
+    found = _blamed(check, target, verdict, evidence)
+    if not evidence.warned:
+        return found
+    said = "; ".join(evidence.warned[:3])
+    return dataclasses.replace(found, evidence=f"{found.evidence}; while it failed, your code warned: {said}")
+
+
+def _blamed(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> Blame:
     errors = verdict.errors if isinstance(verdict.errors, dict) else {}
     if torchs_own(target):
         return Blame(PYTORCH, f"the target is torch's own ({target.family} {target.name})", "torch's target")
@@ -242,6 +272,12 @@ def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> B
                 "parameters: no code of yours is needed",
                 "stand-in",
             )
+    if check in MECHANISMS and evidence.caught:
+        return Blame(
+            USER,
+            f"your function catches torch's error itself and goes on another way ({evidence.caught[0]}): "
+            f"the {check} check's two runs differ by your code's choice, not by torch's {MECHANISMS[check][0]}",
+        )
     if check in MECHANISMS:
         mechanism, kind = MECHANISMS[check]
         asked = [name for name, k in evidence.asks if k == kind]
