@@ -103,11 +103,14 @@ class Report:
     logs: Counter[str] = field(default_factory=Counter)  # torch's log messages during the runs, by text
     max_examples: int | None = None  # drawn cases per check the caller asked for (None: the default)
     unconfirmed: list[Failure] = field(default_factory=list)
+    known: list[Failure] = field(default_factory=list)  # torch's known discrepancies the code reached
     reach: dict[str, int | None] = field(default_factory=dict)
     unprobed: str = ""
 
-    def add_failure(self, check: str, failure: FuzzFailure, message: str | None = None) -> None:
-        self.failures.append(
+    def add_failure(self, check: str, failure: FuzzFailure, message: str | None = None, known: bool = False) -> None:
+        """A failure; with ``known``, torch's known discrepancy that the code
+        reached (fuzzdiff.search.blame.known_reached): kept in ``known``, not a failure."""
+        (self.known if known else self.failures).append(
             Failure(
                 check,
                 failure.verdict.message if message is None else message,
@@ -223,6 +226,8 @@ class Report:
                     console.print(line, soft_wrap=True)
         for f in self.unconfirmed:
             console.print(_failure_text(f, "NOT CONFIRMED"), soft_wrap=True)
+        for f in self.known:
+            console.print(_failure_text(f, "KNOWN"), soft_wrap=True)
         return out.getvalue()
 
     def _thin_lines(self) -> list[str]:

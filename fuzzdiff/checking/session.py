@@ -23,7 +23,7 @@ from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.guards.timeout import OutOfTime, bounded
 from fuzzdiff.record.journal import Journal
-from fuzzdiff.search.blame import PYTORCH, Blame
+from fuzzdiff.search.blame import PYTORCH, Blame, known_reached
 from fuzzdiff.search.fresh import FreshProcess
 from fuzzdiff.search.fuzzing import Search, fuzz
 from fuzzdiff.search.outcome import AllRejected, FuzzFailure, Tally
@@ -81,6 +81,8 @@ class Session:
     alias: bool
     fresh: FreshProcess | None = None
     rules: list[tuple[str, str]] = field(default_factory=list)  # input-domain errors: (type, message pattern)
+    # torch's known discrepancies the code was found to reach: known from then on, by every check
+    reached: list[Known] = field(default_factory=list)
     deadline: float | None = None  # time.monotonic() instant: the case in flight is stopped there
     settle_by: float | None = None  # a failure found is settled (replayed afresh, blamed) by then, or unconfirmed
 
@@ -166,8 +168,14 @@ class Session:
             except FuzzFailure as failure:
                 done = failure.tally or Tally()
                 outside = self._outside(failure, done)
+                known = None if outside else known_reached(failure.evidence)
+                if known is not None:  # torch's recorded bug, met through the code: known, and the search goes on
+                    done.set_aside(failure, "known")
+                    done.known[known.describe()] += sum(failure.failing.values())
+                    self.report.add_failure(name, failure, known=True)
+                    self.reached.append(known)
                 tally.merge(done)
-                if outside:
+                if outside or known is not None:
                     continue
                 self.report.add_failure(name, failure)
                 if failure.verdict.kind != "fail":  # a hang or a crash: each further run could cost as much
@@ -215,7 +223,9 @@ class Session:
         """One run of the check, ``seen`` root causes counted, not raised."""
         if not self.alias and CHECKS[name].aliasing == "required":
             return _unsupported("aliasing is switched off for this run (alias=False)")
-        fuzzed = replace(self.target, invalid=self.target.invalid + tuple(self.rules))
+        fuzzed = replace(
+            self.target, invalid=self.target.invalid + tuple(self.rules), known=self.target.known + tuple(self.reached)
+        )
         if name == "per_sample" and isinstance(self.fn, torch.nn.Module):
             # per-sample gradients need the module itself, on one sample's shapes
             try:

@@ -52,7 +52,18 @@ from fuzzdiff.targets.standin import StandIn, stand_in
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict, mismatch
 
-__all__ = ["Blame", "Evidence", "gather", "blame", "PYTORCH", "USER", "VIA", "MECHANISMS", "torchs_own"]
+__all__ = [
+    "Blame",
+    "Evidence",
+    "gather",
+    "blame",
+    "known_reached",
+    "PYTORCH",
+    "USER",
+    "VIA",
+    "MECHANISMS",
+    "torchs_own",
+]
 
 PYTORCH, USER = "pytorch", "user"
 # The evidence that decided, in the order it is asked (see the module's docstring).
@@ -188,6 +199,22 @@ def _gathered(check: Check, target: Target, case: Case, verdict: Verdict | None)
     except Exception as e:  # noqa: BLE001 - e.g. the case's params do not fit the stand-in: no evidence
         verdict = Verdict("unsupported", f"the stand-in could not run this case: {type(e).__name__}: {e}")
     return Evidence(standin, verdict, seen.rules, seen.asks)
+
+
+def known_reached(evidence: dict | None) -> Known | None:
+    """The known discrepancy of torch's that a failure of user code matched,
+    from its evidence as JSON (``Evidence.to_json``): a torch function's it
+    calls, or one in how torch runs rules of its own. The failure is then
+    that discrepancy, reached through the code: known, not a new failure."""
+    if not isinstance(evidence, dict):
+        return None
+    function = evidence.get("torch_known")
+    if isinstance(function, dict) and not evidence.get("rules"):
+        candidates: Sequence[Known] = _known_by_function().get(function.get("function", ""), ())
+        said = function.get("discrepancy")
+    else:
+        candidates, said = OWN_RULES, evidence.get("rules_known")
+    return next((k for k in candidates if said is not None and k.describe() == said), None)
 
 
 def torch_known(calls: Sequence[str], check: str, case: Case, verdict: Verdict) -> tuple[str, str] | None:

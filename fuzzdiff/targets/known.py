@@ -22,9 +22,11 @@ leave it out, and its corpus records have status ``expected``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.features import arg_features, case_features, relaid
@@ -49,7 +51,8 @@ class Known:
     message:  a regex searched in the failure's message, or in its headline
               (fuzzdiff.verdict.headline: a wrapped error's own first line).
     features: input features (fuzzdiff.case.features) the failing case must all
-              have; "a|b" accepts either, and "1:stride0" is argument 1's own.
+              have; "a|b" accepts either, and "1:stride0" is argument 1's own;
+              "value:zero" asks the values themselves (VALUE_FEATURES).
     params:   conditions on the case's check parameters: a dotted path into
               ``case.params`` (list items by index; "kwargs." for the
               target's keyword arguments) -> the value it must have, a tuple
@@ -159,12 +162,24 @@ def crashing(known: Iterable[Known], check: str, case: Case) -> Known | None:
 
 
 def _has(case: Case, feature: str) -> bool:
+    if feature in VALUE_FEATURES:
+        return VALUE_FEATURES[feature](case)
     index, _, name = feature.partition(":") if feature[:1].isdigit() else ("", "", feature)
     if not index:
         return feature in case_features(case)
     i = int(index)
     return i < len(case.args) and name in arg_features(case.args[i])
 
+
+def _exact_zero(case: Case) -> bool:
+    args = case.materialize(requires_grad=False).args
+    return any(isinstance(a, torch.Tensor) and a.numel() and bool((a == 0).any()) for a in args)
+
+
+# Features of the values themselves, found by making them (only where a signature
+# asks): an exact zero comes from the zeros or all_zero structures, or from a
+# value grid through 0, and a bug at zero is met by each.
+VALUE_FEATURES: dict[str, Callable[[Case], bool]] = {"value:zero": _exact_zero}
 
 _MISSING = object()
 

@@ -1,0 +1,36 @@
+"""Torch's known discrepancy, reached through the user's code, is known, not a
+failure: ``lambda x: torch.cumprod(x, -1)`` meets torch.cumprod's recorded nan at
+an exact zero, and was reported as FAILED, "in your code" when the zero came from
+a value grid rather than the zeros structure its signature named."""
+
+import torch
+
+import fuzzdiff
+from fuzzdiff.case.case import Arg, Case
+from fuzzdiff.case.values import Values
+from fuzzdiff.targets.catalog.reductions import CUMPROD_JVP_AT_ZERO
+from fuzzdiff.targets.known import VALUE_FEATURES
+
+
+def running_product(x):
+    return torch.cumprod(x, -1)
+
+
+def test_a_known_torch_discrepancy_reached_through_user_code_is_known_with_its_signature():
+    report = fuzzdiff.check(running_product, "x: n", checks=["forward2"], dtypes=[torch.float64],
+                            max_examples=40, seed=0, progress=False)
+    assert report.ok and not report.failures, report.summary()
+    (known,) = report.known
+    assert known.blame.whose == "pytorch" and known.blame.via == "known discrepancy"
+    assert CUMPROD_JVP_AT_ZERO.describe() in known.blame.evidence
+    row = report.row("forward2")
+    assert row["known"] > 0 and row["failed"] == 0
+    assert "KNOWN forward2 (likely a PyTorch bug, not your code)" in report.summary()
+
+
+def test_an_exact_zero_is_a_feature_of_the_values_wherever_it_comes_from():
+    zero = VALUE_FEATURES["value:zero"]
+    on_grid = Case("fn", (Arg((4,), Values(seed=1, grid=2.0, low=-1.0, high=1.0)),), "float64")
+    assert bool((on_grid.materialize(requires_grad=False).args[0] == 0).any())
+    assert zero(on_grid)  # no zeros structure: the grid put a 0 there
+    assert not zero(Case("fn", (Arg((4,), Values(seed=1, low=0.5, high=1.0)),), "float64"))
