@@ -7,6 +7,9 @@ float64 results' change when inputs move by float32 rounding
 derivatives and vmap in low precision). Each tensor is judged on its own scale.
 At a stride-0 input, a failure that vanishes where the repeated values move
 apart is the singular point the layout made (fuzzdiff.confirm.steps.neighbours).
+A value that the function's guard of its dtype's own eps decides (SI-SDR of
+a perfect estimate: 10 log10(s / eps) in each dtype) has no float64
+reference: not judged (fuzzdiff.confirm.dtype_constants).
 A value whose float64 result float32 cannot hold (``exp(100)``) is out of
 range, and so is a gradient that is not finite where an output overflowed or
 the point's derivatives leave float32's range (inf * 0): "inconclusive".

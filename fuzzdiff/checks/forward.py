@@ -22,6 +22,7 @@ from fuzzdiff.checks.check import Check
 from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.grad import finite_difference, one_sided, point_out_of_range, reverse_dot
 from fuzzdiff.confirm.identities import Measurement, judge, worst
+from fuzzdiff.confirm.stopping import stopping_rule
 from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.forward import jvp
 from fuzzdiff.paths.function import leaf_function
@@ -74,6 +75,8 @@ def run(target: Target, case: Case) -> Verdict:
             # for this identity too: where it is not, the neighbours keep the structure
             sided=lambda c, eps, finite: one_sided(target, c, eps, finite),
             point_out_of_range=beyond,
+            # no stopping step: a solver's tolerance moves the function as computed, which
+            # finite differences see, not one of two derivative rules at the same root
         ),
         judge(
             "<v, J u> (forward) vs finite differences",
@@ -83,6 +86,7 @@ def run(target: Target, case: Case) -> Verdict:
             measure64=(lambda c, eps: vs_numeric(target, c, eps, torch.float64)) if low else None,
             sided=lambda c, eps, finite: one_sided(target, c, eps, finite),
             point_out_of_range=beyond,
+            stopping=lambda c: stopping_rule(target, c),
         ),
     )
 

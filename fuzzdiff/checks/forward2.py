@@ -36,6 +36,7 @@ from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs, point_out_of_range
 from fuzzdiff.checks.gradgrad import first_derivative_finite
 from fuzzdiff.confirm.identities import Measurement, judge, judged, worst
+from fuzzdiff.confirm.stopping import stopping_rule
 from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.guards.unsupported import ONCE_DIFFERENTIABLE, refuse_once_differentiable, through_once_differentiable
 from fuzzdiff.paths.forward import NO_FORWARD_RULE, library_ops, same_layout
@@ -378,6 +379,7 @@ def run(target: Target, case: Case) -> Verdict:
             sided=lambda c, eps, finite: _kinks(target, c, eps, finite),
             second_order=True,
             point_out_of_range=lambda c: point_out_of_range(target, c, second_order=True),
+            stopping=lambda c: stopping_rule(target, c),
         )
 
     # Judged one by one: a custom Function without jvp still has its reverse

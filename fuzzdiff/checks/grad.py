@@ -21,6 +21,7 @@ from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.confirm.compare import out_of_range
 from fuzzdiff.confirm.identities import EPS, Measurement, judge
 from fuzzdiff.confirm.steps import DENSE_COTANGENT
+from fuzzdiff.confirm.stopping import stopping_rule
 from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.numerical import (
@@ -283,6 +284,7 @@ def run(target: Target, case: Case) -> Verdict:
         measure64=(lambda c, eps: measure(target, c, eps, cast=torch.float64)) if low else None,
         sided=lambda c, eps, finite: one_sided(target, c, eps, finite),
         point_out_of_range=lambda c: point_out_of_range(target, c),
+        stopping=lambda c: stopping_rule(target, c),
     )
 
 

@@ -25,6 +25,7 @@ from fuzzdiff.checks.check import Check, probe_params
 from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs, point_out_of_range
 from fuzzdiff.confirm.identities import Measurement, judge, judged, worst
+from fuzzdiff.confirm.stopping import stopping_rule
 from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.guards.unsupported import refuse_once_differentiable
 from fuzzdiff.paths.forward import same_layout
@@ -165,6 +166,7 @@ def run(target: Target, case: Case) -> Verdict:
             sided=lambda c, eps, finite: kinks(target, c, eps, finite),
             second_order=True,
             point_out_of_range=lambda c: point_out_of_range(target, c, second_order=True),
+            stopping=lambda c: stopping_rule(target, c),
         )
 
     # Judged one by one: a custom Function without jvp still has its

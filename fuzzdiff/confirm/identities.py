@@ -76,6 +76,7 @@ from fuzzdiff.confirm.steps import (
     neighbours,
     replay,
 )
+from fuzzdiff.confirm.stopping import Stopping
 from fuzzdiff.confirm.tolerance import Tolerance
 from fuzzdiff.guards.unsupported import unsupported_reason
 from fuzzdiff.verdict import Verdict
@@ -89,6 +90,7 @@ __all__ = [
     "FD_LADDER",
     "MISMATCH_LADDER",
     "EPS",
+    "STOPPING_TOLERANCE",
 ]
 
 EPS = 1e-6  # finite-difference step in float64, along a direction of norm ~1 per element
@@ -131,8 +133,13 @@ class Measurement(NamedTuple):
 Measure = Callable[[Case, float], Measurement]
 
 
-# The finite-difference identities' ladder (grad, forward, gradgrad).
-FD_LADDER = Ladder(("replay", "eps", "jitter", "neighbours", "float64"))
+# The finite-difference identities' ladder (grad, forward, gradgrad, forward2).
+FD_LADDER = Ladder(("replay", "eps", "jitter", "neighbours", "float64", "stopping"))
+# How far, as a part of the derivatives' scale, a solver's stopping tolerance may
+# leave the slope of the function as computed from that of the exact solution its
+# derivative rule differentiates (the stopping step): xitorch's rootfinder at its
+# defaults leaves 6e-6; a larger mismatch is no tolerance's, a wrong rule's is O(1).
+STOPPING_TOLERANCE = 1e-4
 
 
 def judge(
@@ -146,6 +153,7 @@ def judge(
     sided: Sided | None = None,
     second_order: bool = False,
     point_out_of_range: Callable[[Case], str | None] | None = None,
+    stopping: Callable[[Case], Stopping | None] | None = None,
 ) -> Verdict:
     """Pass, or climb FD_LADDER with the discrepancy of ``measure`` at ``case``.
 
@@ -159,6 +167,9 @@ def judge(
     for the kink test at a structured point (see the module's docstring).
     ``second_order``: the identity differentiates a first derivative, which a
     repeated argument (``dist(x, x)``) may hold at a kink whatever its values.
+    ``stopping`` says whether a derivative rule of the code's own
+    replaces the derivative of a loop that stops on its values at a case
+    (fuzzdiff.confirm.stopping.stopping_rule): the stopping step.
     """
     first = measure(case, eps)
     error, allowed = first.error, tol.allowed(first.scale, first.noise)
@@ -198,6 +209,8 @@ def judge(
     }
     if measure64 is not None:
         steps["float64"] = _float64(measure64, case, tol, first, eps, point_out_of_range)
+    if stopping is not None:
+        steps["stopping"] = _stopping(stopping, case, tol, first)
     bound = f"allowed {allowed:.3g}" if math.isfinite(allowed) else f"no tolerance applies: {_not_finite(first)}"
     return FD_LADDER.climb(
         identity,
@@ -390,6 +403,33 @@ def _float64(
         )
 
     return float64_or_accuracy(run64, accuracy)
+
+
+def _stopping(stopping: Callable[[Case], Stopping | None], case: Case, tol: Tolerance, first: Measurement) -> Step:
+    """The stopping step, last: a mismatch small against the derivatives'
+    scale (STOPPING_TOLERANCE), where a derivative rule of the code's own
+    replaces the derivative of a loop that stops on its values, is what a
+    solver's stopping tolerance leaves between the function as computed
+    (what finite differences see) and the exact solution (what an
+    implicit-function rule differentiates): no magnitude tells it from a
+    small error of the rule. A declared tolerance is the accuracy the code
+    promises: judged against it, nothing is excused. Silent where it does
+    not apply."""
+
+    def step() -> Doubt | Survived:
+        relative = first.error / first.scale if first.scale > 0 else math.inf
+        if tol.declared or not relative <= STOPPING_TOLERANCE:
+            return Survived("")
+        seen = stopping(case)
+        if seen is None:
+            return Survived("")
+        return Doubt(
+            f"{seen}: its difference from finite differences, {relative:.2g} of the derivatives' scale, is within "
+            "what a solver's stopping tolerance leaves (declare the accuracy the code promises with "
+            "fuzzdiff.check(..., rtol=) to have it judged against that)"
+        )
+
+    return step
 
 
 def _not_finite(m: Measurement) -> str:

@@ -9,6 +9,12 @@ when every intermediate result does (``RoundingNoise``: Monte Carlo
 arithmetic in float64). ``LowPrecision`` is that question put by a
 whole-result comparison (fuzzdiff.confirm.identities.confirm_mismatch).
 
+A function that reads its dtype's own eps or smallest normal value
+(``torch.finfo(x.dtype).eps`` as a guard) is another function in each dtype
+(fuzzdiff.confirm.dtype_constants): a value that guard decides (SI-SDR of a
+perfect estimate, 10 log10(s / eps)) has no float64 reference, and is not
+judged.
+
 A value whose float64 result lies beyond the dtype's finite range is out of
 range, not wrong: the dtype can only overflow there (fuzzdiff.confirm.compare.beyond_range),
 and that value is not judged. Nor, where the point leaves the dtype's range (an
@@ -27,6 +33,7 @@ import torch
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.confirm.compare import Discrepancy, beyond_range, max_abs, mismatch, out_of_range, worst_discrepancy
+from fuzzdiff.confirm.dtype_constants import LowDtypeConstants
 from fuzzdiff.confirm.ladder import Doubt, Step
 from fuzzdiff.confirm.rounding import RoundingNoise
 from fuzzdiff.confirm.steps import float64_or_accuracy
@@ -79,8 +86,10 @@ def against_float64(
     result beyond its range, and where the first ``outputs`` tensors are the
     function's values and the rest its derivatives, a derivative that is not
     finite where an output overflowed or ``point_out_of_range()`` says the
-    point's derivatives leave the range (fuzzdiff.checks.grad). Nothing else
-    wrong: "inconclusive", out of range.
+    point's derivatives leave the range (fuzzdiff.checks.grad). Nor are the
+    values that the dtype's own eps or smallest normal value decides, where
+    the function reads them (``_decided_by_constants``). Nothing else wrong:
+    "inconclusive", saying which.
     """
     dtype = case.dtype
     ref = at(case) if ref is None else ref
@@ -90,6 +99,14 @@ def against_float64(
     excused = _unheld(names, low, ref, case.torch_dtype, outputs, point_out_of_range)
     if excused is not None:
         keep, why = excused
+        low, ref = _kept(low, keep), _kept(ref, keep)
+        inside = worst_discrepancy(names, low, ref, tol, scales=scales)
+        if inside is None:
+            return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {why}", d.summary())
+        d, at = inside, _within(at, keep)
+    decided = _decided_by_constants(names, ref, at, case, tol, scales)
+    if decided is not None:
+        keep, why = decided
         low, ref = _kept(low, keep), _kept(ref, keep)
         inside = worst_discrepancy(names, low, ref, tol, scales=scales)
         if inside is None:
@@ -143,6 +160,57 @@ def against_float64(
         f"{dtype} vs float64 on the same values: {far}; confirmed by replay and a conditioning estimate",
         far.summary(),
     )
+
+
+def _decided_by_constants(
+    names: Sequence[str],
+    ref: Tensors,
+    at: Callable[[Case], Tensors],
+    case: Case,
+    tol: Tolerance,
+    scales: Sequence[float] | None = None,
+) -> tuple[list[torch.Tensor | None], str] | None:
+    """The values of ``ref`` that the case's dtype's own constants decide, a
+    mask per tensor, and why, in words; None where there are none.
+
+    A function that reads ``torch.finfo(x.dtype).eps`` is another function in
+    each dtype (fuzzdiff.confirm.dtype_constants). Where float64 with the
+    dtype's constants in place of its own (LowDtypeConstants) moves a value
+    beyond the tolerance, the guard decides it: float64 is no reference for
+    it, and it is not judged. Values the guard leaves alone are judged as ever."""
+    mode = LowDtypeConstants(case.torch_dtype)
+    try:
+        with mode:
+            theirs = at(case)
+    except Exception:  # noqa: BLE001 - the function cannot take the dtype's constants: nothing is known
+        return None
+    if not mode.met:
+        return None
+    masks: list[torch.Tensor | None] = []
+    for k, (r, t) in enumerate(zip(ref, theirs)):
+        if r.shape != t.shape or not (r.is_floating_point() or r.is_complex()):
+            masks.append(None)
+            continue
+        r, t = r.detach(), t.detach().to(r.device, r.dtype)
+        scale = max(max_abs(r), scales[k] if scales else 0.0)
+        same = (r == t) | (torch.isnan(r) & torch.isnan(t))
+        masks.append(~same & ~((r - t).abs() <= tol.atol + tol.rtol * scale))
+    which = [k for k, m in enumerate(masks) if m is not None and bool(m.any())]
+    if not which:
+        return None
+    first, mask = which[0], masks[which[0]]
+    assert mask is not None
+    flat = int(mask.reshape(-1).to(torch.uint8).argmax())
+    high, low = (float(t[first].detach().reshape(-1)[flat].real) for t in (ref, theirs))
+    return masks, (
+        f"the function reads its dtype's own {mode.named(case.torch_dtype)}, and that decides "
+        f"{_words([names[k] for k in which])} here ({_where(names[first], mask)}: {high:.3g} with float64's, "
+        f"{low:.3g} with {case.dtype}'s): another function in each dtype, not judged"
+    )
+
+
+def _words(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _unheld(
@@ -200,11 +268,15 @@ def _beyond(name: str, ref: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype
 
 def _first(name: str, t: torch.Tensor, mask: torch.Tensor) -> str:
     """The first value of ``t`` that ``mask`` marks, in words: "grad 0 at [1, 0] is nan"."""
+    value = t.detach().reshape(-1)[int(mask.reshape(-1).to(torch.uint8).argmax())]
+    return f"{_where(name, mask)} is {float(value.abs() if value.is_complex() else value)!r}"
+
+
+def _where(name: str, mask: torch.Tensor) -> str:
+    """Where the first value ``mask`` marks is, in words: "grad 0 at [1, 0]"."""
     flat = int(mask.reshape(-1).to(torch.uint8).argmax())
-    value = t.detach().reshape(-1)[flat]
     index = [int(i) for i in torch.unravel_index(torch.tensor(flat), mask.shape)] if mask.dim() else []
-    at = f" at {index}" if index else ""
-    return f"{name}{at} is {float(value.abs() if value.is_complex() else value)!r}"
+    return f"{name} at {index}" if index else name
 
 
 def _within(at: Callable[[Case], Tensors], keep: Sequence[torch.Tensor | None]) -> Callable[[Case], Tensors]:

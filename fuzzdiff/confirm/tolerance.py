@@ -23,6 +23,10 @@ LOW_PRECISION = (torch.float32, torch.complex64, torch.bfloat16, torch.float16)
 class Tolerance:
     atol: float
     rtol: float
+    # the target's own, or its caller's (fuzzdiff.check rtol=/atol=): the accuracy
+    # the code promises, which a mismatch is judged against, with nothing excused
+    # as the code's design (fuzzdiff.confirm.identities' stopping step)
+    declared: bool = False
 
     def allowed(self, scale: float, noise: float = 0.0) -> float:
         """The largest error allowed at ``scale``, with the reference's own error ``noise``."""
@@ -48,4 +52,4 @@ def tolerance(target: Target, check: str, dtype: torch.dtype) -> Tolerance:
     override = target.tolerances.get(check)
     if override is None:
         return base
-    return Tolerance(max(base.atol, override.atol), max(base.rtol, override.rtol))
+    return Tolerance(max(base.atol, override.atol), max(base.rtol, override.rtol), declared=True)
