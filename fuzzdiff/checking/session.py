@@ -168,6 +168,14 @@ class Session:
             except FuzzFailure as failure:
                 done = failure.tally or Tally()
                 outside = self._outside(failure, done)
+                if failure.unconfirmed:  # the budget ended before its input's domain was asked
+                    done.set_aside(
+                        failure, "inconclusive", "a failure found, not confirmed before the time budget ended"
+                    )
+                    self.report.add_unconfirmed(name, failure)
+                    tally.merge(done)
+                    tally.cut, tally.cut_reason = True, tally.cut_reason or failure.unconfirmed
+                    return True
                 known = None if outside else known_reached(failure.evidence)
                 if known is not None:  # torch's recorded bug, met through the code: known, and the search goes on
                     done.set_aside(failure, "known")
@@ -200,7 +208,14 @@ class Session:
         eager use: then reported once as an input-domain error, rejected from
         then on, and its failing runs in ``tally`` are rejected draws, not
         failures (``counted``: what they were counted as, if not failed)."""
-        domain = domain_error(self.target, failure)
+        try:
+            with bounded(self.settle_by):  # a slow function's plain call and backward, once more each
+                domain = domain_error(self.target, failure)
+        except OutOfTime:
+            failure.unconfirmed = failure.unconfirmed or (
+                "the time budget ended while it was asked whether its input lies in the function's domain"
+            )
+            return False
         if domain is None:
             return False
         rule, message, torchs = domain

@@ -50,3 +50,27 @@ def test_only_an_op_in_cpp_refusing_a_batch_it_carries_is_torchs(call, torchs):
     error, raising = raising_call(call)
     assert error is not None
     assert (raising is not None and refuses_empty_batch(raising) is not None) is torchs
+
+
+def _raises_on_negatives(x):
+    if (x < 0).any():
+        raise ValueError("negative input")
+    return x.sqrt()
+
+
+def test_a_failure_whose_domain_is_not_asked_before_the_budget_ends_is_unconfirmed(monkeypatch):
+    """The input-domain question reruns the function's plain call and backward: on a
+    slow function that ran 10 s past a 30 s budget. Bounded now; unanswered, unconfirmed."""
+    from fuzzdiff.checking import session
+    from fuzzdiff.guards.timeout import OutOfTime
+
+    def too_late(target, failure):
+        raise OutOfTime("the budget had ended before it started")
+
+    monkeypatch.setattr(session, "domain_error", too_late)
+    report = fuzzdiff.check(_raises_on_negatives, "x: n", checks=["grad"], dtypes=[torch.float64],
+                            max_examples=20, seed=0, progress=False)
+    assert not report.failures and report.ok
+    (unconfirmed,) = report.unconfirmed
+    assert "asked whether its input lies in the function's domain" in unconfirmed.elsewhere
+    assert "NOT CONFIRMED grad" in report.summary()
