@@ -10,20 +10,27 @@ Two figures:
   bug, shrunk; the median and the largest time, and whether each was found.
   With ``--twins`` also each correct twin, which must pass.
 
-What isolation costs (``--isolation``): every failure is replayed in a fresh
+What localizing costs: each failure blamed on the code is localized to the
+torch op, the code's own rule or the composition (fuzzdiff.search.localize);
+the zoo's run prints the seconds that took per confirmed failure (median and
+largest) and the levels found, and ``--localize`` runs only a few plain-torch
+functions whose failures are PyTorch's ops, a user's rule and a composition.
+
+What isolation costs (``--isolation``): every failure is rerun in a fresh
 process before it is reported (fuzzdiff.search.fresh), which costs a Python start,
-torch's import and the replay, once per ``fuzzdiff.check`` call that fails,
-and a replay per further failure. The zoo's bugs are timed with
+torch's import and the rerun, once per ``fuzzdiff.check`` call that fails,
+and a rerun per further failure. The zoo's bugs are timed with
 ``isolate=True`` (the default) and ``isolate=False``, pair by pair.
 
     python bench/check.py                 # both
     python bench/check.py --no-zoo        # the cheap function only
-    python bench/check.py --isolation     # the zoo, with and without the fresh replay
+    python bench/check.py --isolation     # the zoo, with and without the fresh rerun
     python bench/check.py --twins --as-functions   # the zoo as users' functions, at the hard values
+    python bench/check.py --localize      # localizing, on plain-torch functions
 
 Each run is in this process, after one untimed warm-up call (torch's and
 Hypothesis's first-call costs are paid once per test session, too), in a
-fresh working directory, so no example database replays earlier failures.
+fresh working directory, so no example database tries earlier failures first.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import torch
 
 import fuzzdiff
 from fuzzdiff.checks import CHECKS
+from fuzzdiff.search.localize import TIMES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,12 +62,108 @@ def timed(fn, *args, **kwargs):
     return out, time.perf_counter() - t0
 
 
+def localized(fn, *args, **kwargs):
+    """``fn``'s report, and the seconds localizing took in it (None where nothing was localized)."""
+    before = len(TIMES)  # a bounded deque: read before it could wrap
+    report = fn(*args, **kwargs)
+    spent = list(TIMES)[before:] if len(TIMES) > before else []
+    return report, (sum(spent) if spent else None)
+
+
+def levels_line(levels: list[str]) -> str:
+    counts = {level: levels.count(level) for level in dict.fromkeys(levels)}
+    return ", ".join(f"{level} {n}" for level, n in counts.items())
+
+
+def localizing(seconds: list[float], levels: list[str], what: str) -> None:
+    if not seconds:
+        print(f"localizing: no failure of {what} was localized")
+        return
+    print(f"localizing, per confirmed failure of {what}: median {statistics.median(seconds):.2f} s, "
+          f"largest {max(seconds):.2f} s over {len(seconds)} failures ({levels_line(levels)})")
+
+
+def gamma_sample(a):
+    torch.manual_seed(0)
+    return torch.distributions.Gamma(a, torch.ones_like(a)).rsample()
+
+
+def beta_sample(a, b):
+    torch.manual_seed(0)
+    return torch.distributions.Beta(a, b).rsample()
+
+
+def halve_first(x):
+    v = x * 1
+    v[..., 0] /= 2
+    return v
+
+
+def every_other(x):
+    out = torch.zeros_like(x)
+    out[..., ::2] += x[..., ::2]
+    return out
+
+
+def precision_from_factor(l):
+    return torch.cholesky_inverse(torch.tril(l, -1) + 2 * torch.eye(l.shape[-1], dtype=l.dtype)) * 3
+
+
+class WrongSin(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.saved_tensors[0].cos() * 1.5
+
+
+def with_wrong_rule(x):
+    return WrongSin.apply(x * 2).exp()
+
+
+def cut_graph(x):
+    return x.detach() * x
+
+
+POSITIVE = {"a": (0.5, 3.0), "b": (0.5, 3.0)}
+# plain-torch functions whose failures are an op's, a rule's (torch's or the user's) and a composition's
+PATTERNS = (
+    (gamma_sample, "a: n>=1", "grad", {"domain": {"a": POSITIVE["a"]}}),
+    (beta_sample, "a: n>=1, b: n>=1", "grad", {"domain": POSITIVE}),
+    (halve_first, "x: n>=1", "forward2", {}),
+    (every_other, "x: n>=1", "forward", {}),
+    (precision_from_factor, "l: n>=2 n", "forward", {}),
+    (with_wrong_rule, "x: n", "grad", {}),
+    (cut_graph, "x: n", "grad", {}),
+)
+
+
+def patterns(seed: int | None) -> int:
+    """Each plain-torch pattern at check's defaults: where its failure was localized, and what that cost."""
+    seconds, levels = [], []
+    for fn, spec, check, options in PATTERNS:
+        (report, spent), total = timed(localized, fuzzdiff.check, fn, spec, checks=(check,), seed=seed,
+                                       progress=False, dtypes=(torch.float64,), **options)
+        whose = report.failures[0].blame if report.failures else None
+        where = "no failure" if whose is None else (whose.where or f"not localized ({whose.evidence[-80:]})")
+        print(f"  {total:6.1f} s  localizing {spent or 0:5.2f} s  {check:9s} {fn.__name__}: {where}")
+        if spent is not None and whose is not None:
+            seconds.append(spent)
+            levels.append(whose.level or "not localized")
+    localizing(seconds, levels, "the plain-torch patterns")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-zoo", action="store_true", help="only the cheap function")
     parser.add_argument("--twins", action="store_true", help="also check every correct twin")
     parser.add_argument("--seed", type=int, default=None, help="a fixed seed (default: random runs)")
-    parser.add_argument("--isolation", action="store_true", help="time the zoo with and without the fresh replay")
+    parser.add_argument("--isolation", action="store_true", help="time the zoo with and without the fresh rerun")
+    parser.add_argument("--localize", action="store_true", help="only localizing, on plain-torch functions")
     parser.add_argument(
         "--as-functions",
         action="store_true",
@@ -68,10 +172,12 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    # A fresh directory: no example database from an earlier run replays its failures first.
+    # A fresh directory: no example database from an earlier run tries its failures first.
     os.chdir(tempfile.mkdtemp(prefix="fuzzdiff-bench-check-"))
 
     fuzzdiff.check(cheap, "x: *b n", checks=("grad",), max_examples=5, progress=False)  # warm-up
+    if args.localize:
+        return patterns(args.seed)
     report, total = timed(fuzzdiff.check, cheap, "x: *b n", seed=args.seed, progress=False)
     eager = sum(s for name, s in report.seconds.items() if name != "compile")
     print(f"cheap elementwise function, defaults: {total:.1f} s over {len(report.tallies)} checks, "
@@ -83,7 +189,7 @@ def main(argv=None) -> int:
 
     # the zoo is the tests' package, run from a fresh working directory: the repository
     # root on sys.path imports it by the name its records store (tests.selftest.zoo:TARGETS.x),
-    # here and in the fresh process that replays a failure (given this sys.path)
+    # here and in the fresh process that reruns a failure (given this sys.path)
     sys.path.insert(0, str(ROOT))
     from tests.selftest.zoo import ZOO
 
@@ -96,14 +202,18 @@ def main(argv=None) -> int:
         return (target.fn, target.spec), options
 
     times, missed, twins_failed, twins_on_torch = [], [], [], []
+    spent_localizing, levels = [], []
     for planted in ZOO:
         if CHECKS[planted.check].why_not(planted.bug) is not None:
             continue
         call, options = subject(planted.bug)
-        report, seconds = timed(fuzzdiff.check, *call, checks=(planted.check,), seed=args.seed,
-                                progress=False, **options)
+        (report, spent), seconds = timed(localized, fuzzdiff.check, *call, checks=(planted.check,), seed=args.seed,
+                                         progress=False, **options)
         found = not report.ok
         times.append(seconds)
+        if found and spent is not None:
+            spent_localizing.append(spent)
+            levels.append(report.failures[0].blame.level or "not localized")
         if not found:
             missed.append(planted.bug.name)
         print(f"  {'found' if found else 'MISSED':6s} {seconds:6.1f} s  {planted.check:10s} {planted.bug.name}")
@@ -118,6 +228,7 @@ def main(argv=None) -> int:
           f"median {statistics.median(times):.1f} s, largest {max(times):.1f} s")
     if missed:
         print("missed: " + ", ".join(missed))
+    localizing(spent_localizing, levels, "the zoo")
     if args.twins:
         print(f"twins failing: {len(twins_failed)}" + (f" ({', '.join(twins_failed)})" if twins_failed else ""))
         # a correct twin that meets a torch bug: reported, and blamed on PyTorch, as it should be
@@ -127,7 +238,7 @@ def main(argv=None) -> int:
 
 
 def isolation(zoo, seed: int | None) -> int:
-    """Each applicable zoo bug, checked with the fresh replay and without it."""
+    """Each applicable zoo bug, checked with the fresh rerun and without it."""
     extra, fresh_times = [], []
     for planted in zoo:
         if CHECKS[planted.check].why_not(planted.bug) is not None:
@@ -142,7 +253,7 @@ def isolation(zoo, seed: int | None) -> int:
         fresh_times.append(times[True])
         print(f"  {times[True]:6.1f} s isolated, {times[False]:6.1f} s not  {planted.check:10s} "
               f"{planted.bug.name}  ({'; '.join(sorted(elsewhere)) or 'no failure'})")
-    print(f"isolation: {len(extra)} zoo bugs; time to report with the fresh replay: median "
+    print(f"isolation: {len(extra)} zoo bugs; time to report with the fresh rerun: median "
           f"{statistics.median(fresh_times):.1f} s; its extra cost per call: median {statistics.median(extra):.1f} s, "
           f"largest {max(extra):.1f} s")
     return 0

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.errors import InvalidArgument
 
 from fuzzdiff.case.structures import STRUCTURES
-from fuzzdiff.checking.budget import LAST, PROBE, SETTLING, Spent, budget_seconds, reaching, share
+from fuzzdiff.checking.budget import LAST, RANDOMNESS, SETTLING, Spent, budget_seconds, reaching, share
 from fuzzdiff.checking.progress import showing
 from fuzzdiff.checking.report import Failure, Report, Thin
 from fuzzdiff.checking.session import Session
@@ -193,15 +193,15 @@ def check(
         # collected and summarized once in the report, not printed per run
         warnings.simplefilter("always")
         session.fresh = fresh if isolate else None
-        session.probe(names[0], None if seconds is None else started + PROBE * seconds)
-        probing = time.monotonic() - started
+        session.ask_randomness(names[0], None if seconds is None else started + RANDOMNESS * seconds)
+        before_checks = time.monotonic() - started
         for k, name in enumerate(names):
             shown.start(name)
             start = time.perf_counter()
             tally = report.tallies[name] = session.run(name, share(started, seconds, names[k:]))
             report.seconds[name] = time.perf_counter() - start
             if seconds is not None and tally.cut and not tally.drawn:  # not reached
-                report.reach[name] = reaching(name, names, _spent(report), probing, seconds)
+                report.reach[name] = reaching(name, names, _spent(report), before_checks, seconds)
             shown.done(name, report)
     report.warnings = Counter(
         f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]}"

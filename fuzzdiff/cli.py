@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REDIS_URL",
         default=None,
         help="share Hypothesis's example database through Redis beside ./.hypothesis "
-        "(saved failures replay first on every machine; default: $FUZZDIFF_REDIS_URL, else "
+        "(saved failures are tried first on every machine; default: $FUZZDIFF_REDIS_URL, else "
         "./.hypothesis alone, as with --db '')",
     )
     run.add_argument(

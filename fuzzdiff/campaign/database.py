@@ -1,7 +1,7 @@
 """Hypothesis example databases: this machine's directory, or shared through Redis.
 
 Hypothesis saves every failing example it shrinks, keyed by test (for fuzz():
-by check and target), and replays saved examples first on the next run. With
+by check and target), and tries saved examples first on the next run. With
 ``$FUZZDIFF_REDIS_URL`` (or ``--fuzzdiff-db``) set, the local directory is
 multiplexed with a Redis database, so a failure found on one machine or CI
 shard is the first thing every other one tries.

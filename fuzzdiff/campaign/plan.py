@@ -3,7 +3,7 @@
 Round 1 gives every (target, check) pair one batch. At a fixed batch size its
 cost grows with every check and target family added, and a budget that no
 longer covers it silently drops whatever comes last. So the batch size is
-chosen from the budget: from what a batch of each check costs (``fuzzdiff.checks.costs.COSTS``,
+chosen from the budget: from what a batch of each check costs (``Check.cost``,
 re-measured by ``bench/campaign.py``), the largest number of examples at
 which every pair but the compiling ones is swept within half the budget,
 ``compile`` pairs, last in the round, getting the rest at their narrowed
@@ -19,19 +19,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from fuzzdiff.campaign.worker import BatchSize
-from fuzzdiff.checks import Check
-from fuzzdiff.checks.costs import COSTS, DEFAULT_COST
+from fuzzdiff.checks.check import Check, Cost
 from fuzzdiff.targets.target import Target
 
-__all__ = ["COSTS", "Plan", "plan"]
+__all__ = ["Plan", "plan"]
 
 MIN_EXAMPLES = 2
 SHARE = 0.5  # of the budget, for round 1; the rest goes where the scores say
 
 
-def _cost(check: str, examples: int) -> float:
-    fixed, each = COSTS.get(check, DEFAULT_COST)
-    return fixed + examples * each
+def _cost(cost: Cost, examples: int) -> float:
+    return cost.batch + examples * cost.example
 
 
 @dataclass(frozen=True)
@@ -76,20 +74,20 @@ def plan(pairs: Iterable[tuple[Target, Check]], size: BatchSize, budget: float, 
     if budget <= 0 or jobs < 1:
         raise ValueError(f"a plan needs a positive budget and at least one worker, got {budget!r}, {jobs!r}")
     eager: Counter = Counter()
-    compiling: list[tuple[str, int]] = []
+    compiling: list[tuple[Cost, int]] = []
     for target, check in pairs:
         own = size.for_pair(target, check).examples
         if check.compiles:
-            compiling.append((check.name, own))
+            compiling.append((check.cost, own))
         else:
-            eager[(check.name, own)] += 1
+            eager[(check.cost, own)] += 1
     work = SHARE * budget * jobs
 
     def eager_cost(k: int) -> float:
-        return sum(n * _cost(name, min(own, k)) for (name, own), n in eager.items())
+        return sum(n * _cost(cost, min(own, k)) for (cost, own), n in eager.items())
 
     def compile_cost(k: int) -> list[float]:
-        return [_cost(name, min(own, k)) for name, own in compiling]
+        return [_cost(cost, min(own, k)) for cost, own in compiling]
 
     examples = MIN_EXAMPLES
     for k in range(size.examples, MIN_EXAMPLES - 1, -1):

@@ -164,6 +164,7 @@ class Campaign:
             blame = r.failure.blame if r.failure is not None else None
             if blame:  # the failing pairs by whose bug it is (fuzzdiff.search.blame)
                 row["pytorch's" if blame.get("whose") == "pytorch" else "yours"] += 1
+                row["localized"] += blame.get("level") is not None  # to an op, a rule or the composition
         return dict(table)
 
     @property

@@ -137,7 +137,7 @@ class WorkerSetup:
     worker reads no environment variable); ``sys_path`` the driver's, where
     user targets are imported from; ``opinfo`` says whether OpInfo's targets
     are fuzzed (their database is imported once, before the budget starts);
-    ``isolate=False`` does without the process that replays failures afresh.
+    ``isolate=False`` does without the process that reruns failures afresh.
     ``token`` and ``noop`` are a Ray pool's (fuzzdiff.campaign.cluster): its
     workers' journal folder, and workers that run nothing (bench/cluster.py).
     """
@@ -202,11 +202,11 @@ def run_batch(job: Job, setup: WorkerSetup, database: ExampleDatabase | None = N
     return result
 
 
-_FRESH: list[FreshProcess] = []  # the worker's own replaying process, once it has one
+_FRESH: list[FreshProcess] = []  # the worker's own rerunning process, once it has one
 
 
 def _fresh_process(setup: WorkerSetup) -> FreshProcess | None:
-    """The worker's process that replays its failures afresh (fuzzdiff.search.fresh),
+    """The worker's process that reruns its failures afresh (fuzzdiff.search.fresh),
     started on its first failure; None where the campaign does without."""
     if not setup.isolate:
         return None

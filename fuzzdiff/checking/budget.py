@@ -1,7 +1,7 @@
 """One ``fuzzdiff.check`` call's time budget, shared out among its checks.
 
 Each check, when it starts, gets a share of the time left in proportion to
-its cost of an example (fuzzdiff.checks.costs), and begins no case past it (its
+its cost of an example (``Check.cost``), and begins no case past it (its
 first case counted only past the share's length: fuzzdiff.search.fuzzing); a check
 that ends early leaves its time to the ones after it. The budget is a ceiling: the case in flight at its end is
 stopped (fuzzdiff.guards.timeout), and a failure found late is settled within
@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from fuzzdiff.checks.costs import example_cost
+from fuzzdiff.checks import get_check
 
 __all__ = [
     "BUDGET",
@@ -24,7 +24,7 @@ __all__ = [
     "LAST",
     "MAX_WEIGHT",
     "MOST",
-    "PROBE",
+    "RANDOMNESS",
     "SETTLING",
     "START_FLOOR",
     "WRAP_UP",
@@ -37,7 +37,7 @@ __all__ = [
 
 BUDGET = 30.0  # seconds a call answers in by default (2 cores), unless max_examples is given
 # A check's share of the time left is in proportion to its cost of an example
-# (fuzzdiff.checks.costs) relative to grad's, between 1 and MAX_WEIGHT: compile and
+# (``Check.cost``) relative to grad's, between 1 and MAX_WEIGHT: compile and
 # forward2 get more time than grad, never the whole call.
 MAX_WEIGHT = 4.0
 # Checks run after the others: a compile case's cost is the least predictable
@@ -57,15 +57,16 @@ START_FLOOR = {"compile": 5.0}
 # few dozen cases of its mix answer.
 MOST = {"compile": 1 / 3}
 # The part of the budget the checks' shares leave for what follows a check's
-# last case: a failure's replay in a fresh process and its root cause, the
+# last case: a failure's rerun in a fresh process and its root cause, the
 # last case of a check that ran past its share, the report.
 WRAP_UP = 0.1
-# The part of the budget the probe for randomness (fuzzdiff.search.random_probe) may
+# The part of the budget that asking whether the function draws random numbers
+# (fuzzdiff.search.random_calls) may
 # take before the checks: a function that takes a second a call would spend
-# half a short budget on its probe's calls.
-PROBE = 0.1
+# half a short budget on those calls.
+RANDOMNESS = 0.1
 # Seconds past the budget the call may take: a failure found at its end is
-# settled within SETTLING of them (its replay in a fresh process, whose bug
+# settled within SETTLING of them (its rerun in a fresh process, whose bug
 # it is), the rest is the report's.
 CEILING = 2.0
 SETTLING = 1.5
@@ -81,7 +82,8 @@ def budget_seconds(budget: float | None, max_examples: int | None) -> float | No
 
 
 def weight(check: str) -> float:
-    return min(MAX_WEIGHT, max(1.0, example_cost(check) / example_cost("grad")))
+    """The check's cost of an example relative to grad's, between 1 and MAX_WEIGHT."""
+    return min(MAX_WEIGHT, max(1.0, get_check(check).cost.example / get_check("grad").cost.example))
 
 
 def share(started: float, seconds: float | None, names: Sequence[str]) -> float | None:
@@ -115,7 +117,7 @@ def reaching(name: str, names: Sequence[str], spent: Mapping[str, Spent], before
     the checks before it in ``names`` as dear as they were: one that finished
     takes as long again, one that its share cut fills its share at any budget
     (and runs at least one case). ``before``: the seconds spent before the
-    first check (the probe). None where no budget up to an hour would."""
+    first check (asking whether the function is random). None where no budget up to an hour would."""
     order = list(names)
     for budget in range(10 * math.floor(seconds / 10) + 10, 3601, 10):
         elapsed = before

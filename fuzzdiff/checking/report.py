@@ -81,12 +81,12 @@ class Report:
 
     ``thin``: the checks that judged fewer than THIN cases, each with why
     (``Thin``); a thin pass is no failure, but it says little. ``unconfirmed``:
-    failures found whose replay in a fresh process the time budget ended
+    failures found whose rerun in a fresh process the time budget ended
     before, so not reported as failures (``Failure.elsewhere`` says so).
     ``reach``: for a check the budget did not reach, the smallest budget (in
     seconds) that would have started it, at the costs the others measured
-    (None: none up to an hour). ``unprobed``: why the function was not asked
-    whether it draws random numbers, where its probe ran out of time."""
+    (None: none up to an hour). ``randomness_unasked``: why the function was not asked
+    whether it draws random numbers, where asking ran out of time."""
 
     target: Target
     tallies: dict[str, Tally] = field(default_factory=dict)
@@ -105,7 +105,7 @@ class Report:
     unconfirmed: list[Failure] = field(default_factory=list)
     known: list[Failure] = field(default_factory=list)  # torch's known discrepancies the code reached
     reach: dict[str, int | None] = field(default_factory=dict)
-    unprobed: str = ""
+    randomness_unasked: str = ""
 
     def add_failure(self, check: str, failure: FuzzFailure, message: str | None = None, known: bool = False) -> None:
         """A failure; with ``known``, torch's known discrepancy that the code
@@ -199,8 +199,8 @@ class Report:
             console.print(f"tolerances declared: {self.tolerances}")
         for line in self._thin_lines():
             console.print(line, soft_wrap=True)
-        if self.unprobed:
-            console.print(f"{self.target.name}: {self.unprobed}", soft_wrap=True)
+        if self.randomness_unasked:
+            console.print(f"{self.target.name}: {self.randomness_unasked}", soft_wrap=True)
         for name, tally in self.tallies.items():
             if tally.only_unsupported:
                 console.print(f"{name} unsupported: {tally.reasons['unsupported']}")
@@ -303,7 +303,11 @@ def _failure_text(f: Failure, word: str = "FAILED") -> str:
     whose = f" ({f.blame.headline})" if f.blame is not None else ""
     lines = [f"{word} {f.check}{whose}: {f.message}"]
     if f.blame is not None:
-        lines.append(f"  whose: {f.blame.evidence}")
+        where = f.blame.where
+        lines.append(f"  whose: {where}: {f.blame.evidence}" if where else f"  whose: {f.blame.evidence}")
+        if f.blame.script is not None:
+            shown = f"fuzzdiff repro --script {f.record_path}" if f.record_path is not None else "Failure.blame.script"
+            lines.append(f"  minimal repro: a few lines of torch that fail at {f.blame.op} ({shown})")
     if f.elsewhere:
         lines.append(f"  {f.elsewhere}")
     lines.append(f"  {f.repro}")

@@ -27,7 +27,7 @@ from fuzzdiff.search.blame import PYTORCH, Blame, known_reached
 from fuzzdiff.search.fresh import FreshProcess
 from fuzzdiff.search.fuzzing import Search, fuzz
 from fuzzdiff.search.outcome import AllRejected, FuzzFailure, Tally
-from fuzzdiff.search.random_probe import probed
+from fuzzdiff.search.random_calls import with_randomness
 from fuzzdiff.search.root_cause import root_cause
 from fuzzdiff.targets.known import Known
 from fuzzdiff.targets.target import Target
@@ -66,7 +66,7 @@ STRATUM_EXAMPLES = 1
 class Session:
     """One ``check`` call's runs, and what they learn on the way: input-domain
     errors found (``rules``: rejected from then on, by every check), whether
-    the function is random, and the process that replays failures afresh."""
+    the function is random, and the process that reruns failures afresh."""
 
     fn: Callable[..., Any]
     target: Target
@@ -84,18 +84,18 @@ class Session:
     # torch's known discrepancies the code was found to reach: known from then on, by every check
     reached: list[Known] = field(default_factory=list)
     deadline: float | None = None  # time.monotonic() instant: the case in flight is stopped there
-    settle_by: float | None = None  # a failure found is settled (replayed afresh, blamed) by then, or unconfirmed
+    settle_by: float | None = None  # a failure found is settled (rerun afresh, blamed) by then, or unconfirmed
 
-    def probe(self, first_check: str, until: float | None = None) -> None:
+    def ask_randomness(self, first_check: str, until: float | None = None) -> None:
         """A function that draws random numbers is checked seeded alike, and
-        replayed so. A probe not done by ``until`` answers nothing (the report says so)."""
+        rerun so. Asking not done by ``until`` answers nothing (the report says so)."""
         start = time.monotonic()
         try:
             with bounded(until):
-                self.target = self.report.target = _probed(self.target, first_check, self.config)
+                self.target = self.report.target = _with_randomness(self.target, first_check, self.config)
         except OutOfTime:
-            self.report.unprobed = (
-                f"not asked whether it draws random numbers: its probe's calls ran past "
+            self.report.randomness_unasked = (
+                f"not asked whether it draws random numbers: the calls that ask ran past "
                 f"{time.monotonic() - start:.1f} s, its part of the time budget"
             )
         if self.target.random and self.recipe is not None:
@@ -159,7 +159,7 @@ class Session:
         for _ in range(MAX_FAILURES + MAX_DOMAIN_ERRORS):
             try:
                 done = self.attempt(name, tuple(seen), until, config, hypothesis)
-                for found in list(done.unconfirmed):  # the time budget ended before its replay afresh
+                for found in list(done.unconfirmed):  # the time budget ended before its rerun afresh
                     done.unconfirmed.remove(found)
                     if not self._outside(found, done, counted="inconclusive"):
                         self.report.add_unconfirmed(name, found)
@@ -289,12 +289,12 @@ def _unsupported(reason: str) -> Tally:
     return tally
 
 
-def _probed(target: Target, first_check: str, config: FuzzConfig) -> Target:
-    """``target``, checked for randomness by calling it (fuzzdiff.search.random_probe);
+def _with_randomness(target: Target, first_check: str, config: FuzzConfig) -> Target:
+    """``target``, checked for randomness by calling it (fuzzdiff.search.random_calls);
     with a corpus, each probing call is journaled as the first check's, so that
     an input that kills the process leaves a crash record."""
     if config.corpus is None:
-        return probed(target, config.timeout)
+        return with_randomness(target, config.timeout)
     journal = Journal(config.corpus, first_check, target.name, config.timeout)
 
     def calling(case: Case) -> None:
@@ -303,6 +303,6 @@ def _probed(target: Target, first_check: str, config: FuzzConfig) -> Target:
         journal.begin(0)
 
     try:
-        return probed(target, config.timeout, calling)
+        return with_randomness(target, config.timeout, calling)
     finally:
         journal.close()

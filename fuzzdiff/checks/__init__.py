@@ -1,21 +1,56 @@
 """The checks, by their stable names (docs/pages/design.md, contract 3).
 
-A new check is one module defining ``CHECK`` plus one line here.
+A new check is one module defining ``CHECK`` plus one entry in ``CHECKS``'s
+tuple, in the order the checks run and are documented in.
 """
 
 from __future__ import annotations
 
+from fuzzdiff.checks import (
+    alias,
+    backend,
+    checkpoint,
+    device,
+    dtype,
+    forward,
+    forward2,
+    grad,
+    gradgrad,
+    implicit_rsample,
+    layout,
+    mutation,
+    opcheck,
+    per_sample,
+    vmap,
+)
+from fuzzdiff.checks import compile as compile_
 from fuzzdiff.checks.check import Check
 from fuzzdiff.errors import FuzzdiffError
 from fuzzdiff.targets.target import Target
 
 __all__ = ["Check", "CHECKS", "get_check", "UnknownCheck", "validate"]
 
-CHECKS: dict[str, Check] = {}
-
-
-def _register(check: Check) -> None:
-    CHECKS[check.name] = check
+CHECKS: dict[str, Check] = {
+    check.name: check
+    for check in (
+        grad.CHECK,
+        forward.CHECK,
+        gradgrad.CHECK,
+        layout.CHECK,
+        alias.CHECK,
+        mutation.CHECK,
+        dtype.CHECK,
+        vmap.CHECK,
+        opcheck.CHECK,
+        per_sample.CHECK,
+        compile_.CHECK,
+        backend.CHECK,
+        device.CHECK,
+        checkpoint.CHECK,
+        forward2.CHECK,
+        implicit_rsample.CHECK,
+    )
+}
 
 
 class UnknownCheck(FuzzdiffError, KeyError):
@@ -40,31 +75,3 @@ def validate(target: Target) -> Target:
             f"target {target.name!r} names unknown check(s) {unknown}; expected names among {', '.join(CHECKS)}"
         )
     return target
-
-
-from fuzzdiff.checks import alias, backend, dtype, forward, grad, gradgrad, layout, mutation, opcheck, vmap  # noqa: E402
-from fuzzdiff.checks import compile as compile_  # noqa: E402
-
-_register(grad.CHECK)
-_register(forward.CHECK)
-_register(gradgrad.CHECK)
-_register(layout.CHECK)
-_register(alias.CHECK)
-_register(mutation.CHECK)
-_register(dtype.CHECK)
-_register(vmap.CHECK)
-_register(opcheck.CHECK)
-from fuzzdiff.checks import per_sample  # noqa: E402
-
-_register(per_sample.CHECK)
-_register(compile_.CHECK)
-_register(backend.CHECK)
-from fuzzdiff.checks import device  # noqa: E402
-
-_register(device.CHECK)
-from fuzzdiff.checks import checkpoint  # noqa: E402
-
-_register(checkpoint.CHECK)
-from fuzzdiff.checks import forward2  # noqa: E402
-
-_register(forward2.CHECK)

@@ -14,7 +14,7 @@ import torch
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.directions import probes_like
 from fuzzdiff.case.materialize import Inputs
-from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.check import Check, Cost, OpInfoRole, probe_params
 from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.twins import judge_twins
 from fuzzdiff.paths.eager import evaluate
@@ -114,4 +114,13 @@ def script(ctx: ScriptContext) -> Fragment:
     )
 
 
-CHECK = Check("alias", run, params=probe_params("cotangent"), applies=_functional, aliasing="required", script=script)
+CHECK = Check(
+    "alias",
+    run,
+    params=probe_params("cotangent"),
+    applies=_functional,
+    aliasing="required",
+    script=script,
+    cost=Cost(0.018, 0.0031),
+    opinfo=OpInfoRole(),
+)

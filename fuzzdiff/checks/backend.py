@@ -4,7 +4,7 @@ For targets whose ``fn`` can run its body on another backend
 (``Target.cross_backend(name)``, e.g. tensorly's numpy backend): outputs on the
 pytorch backend must match outputs on the numpy backend at the very same
 values, passed as NumPy views of the same memory (so layouts reach NumPy
-too). A mismatch must replay; a float32 one must be farther from a float64
+too). A mismatch must repeat; a float32 one must be farther from a float64
 run than the other side is.
 """
 
@@ -15,7 +15,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case.case import Case
-from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.check import Check, Cost, probe_params
 from fuzzdiff.checks.twins import judge_twins
 from fuzzdiff.paths.result import Result, outputs_and
 from fuzzdiff.targets.target import Target
@@ -61,4 +61,4 @@ def applies(target: Target) -> str | None:
     return "the target has no other backend to compare with (Target.cross_backend)"
 
 
-CHECK = Check("backend", run, params=probe_params(), applies=applies, needs_grad=False)
+CHECK = Check("backend", run, params=probe_params(), applies=applies, needs_grad=False, cost=Cost(0.045, 0.0021))

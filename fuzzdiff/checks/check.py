@@ -12,11 +12,12 @@ from hypothesis.strategies import SearchStrategy
 from fuzzdiff.case.case import Case
 from fuzzdiff.checks.fragment import Fragment, ScriptContext
 from fuzzdiff.config import FuzzConfig
+from fuzzdiff.targets.role import OpInfoRole
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 from strategies.cotangents import probe_dicts
 
-__all__ = ["Check", "CiSample", "ProbeParams", "probe_params"]
+__all__ = ["Check", "CiSample", "Cost", "DEFAULT_COST", "OpInfoRole", "ProbeParams", "probe_params"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,24 @@ class CiSample:
 
 
 @dataclass(frozen=True)
+class Cost:
+    """Worker-seconds of a check: a batch's own (``batch``) and one example's at
+    2 variants (``example``). Both budgets are planned from it: a campaign's
+    first round (fuzzdiff.campaign.plan) and one ``fuzzdiff.check`` call's share
+    of its time per check (fuzzdiff.checking.budget)."""
+
+    batch: float
+    example: float
+
+
+# The checks' costs are from `python bench/campaign.py --budget 600 --seed 1` ("worker
+# time by check": seconds a batch S, milliseconds a run M) on 2 vCPUs, torch 2.13.0+cpu,
+# split as 0.3 S for the batch and 1.4 M / 1000 an example. A check that states none
+# costs DEFAULT_COST.
+DEFAULT_COST = Cost(0.1, 0.01)
+
+
+@dataclass(frozen=True)
 class Check:
     """name:     the stable check name (docs/pages/design.md, contract 3).
     run:      the identity, ``run(target, case) -> Verdict``; pure, no Hypothesis.
@@ -76,6 +95,10 @@ class Check:
               (checkpoint: once per side, since a recomputation must see the
               draws checkpoint restores, not a reseeding). Otherwise every call
               of a ``Target.random`` target is seeded alike (fuzzdiff.search.runner).
+    cost:     what a batch and an example of the check cost (Cost).
+    opinfo:   the check's role in torch's OpInfo tests (fuzzdiff.targets.role):
+              the flags and tests that stand for it; None: it does not run on
+              OpInfo targets.
     """
 
     name: str
@@ -90,6 +113,8 @@ class Check:
     configure: Callable[[Check, FuzzConfig], Check] | None = None
     script: Callable[[ScriptContext], Fragment] | None = None
     seeds_random: bool = False
+    cost: Cost = DEFAULT_COST
+    opinfo: OpInfoRole | None = None
 
     def configured(self, config: FuzzConfig) -> Check:
         """This check with the run's settings applied (the compile check's backends)."""
@@ -101,6 +126,9 @@ class Check:
             return target.only.reason
         if self.name in target.skip:
             return target.skip[self.name]
+        declined = target.declines(self.name, self.opinfo)
+        if declined is not None:
+            return declined
         if self.needs_grad and not any(target.differentiable(a.name) for a in target.args):
             return "the target has no differentiable argument"
         if self.dtypes is not None and not set(self.dtypes) & set(target.dtypes):

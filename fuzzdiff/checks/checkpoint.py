@@ -20,7 +20,7 @@ not, so a layer drawing from them computes its gradient from other draws than
 its output.
 
 Recomputation in eager is normally bitwise identical; a mismatch beyond the
-check's tolerance must replay (the plain call bit for bit, the checkpointed one
+check's tolerance must repeat (the plain call bit for bit, the checkpointed one
 wrong again: its values may differ where it reads memory the recomputation
 never wrote) and persist at a neighbouring point.
 """
@@ -38,11 +38,11 @@ from torch.utils.checkpoint import checkpoint
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.directions import probes_like
-from fuzzdiff.checks.check import Check, CiSample
+from fuzzdiff.checks.check import Check, CiSample, Cost
 from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.confirm.compare import worst_discrepancy
 from fuzzdiff.confirm.ladder import Ladder, Step
-from fuzzdiff.confirm.steps import chain, identical, identical_to, neighbours, replay
+from fuzzdiff.confirm.steps import chain, identical, identical_to, neighbours, repeat
 from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.function import differentiable, leaf_function
 from fuzzdiff.paths.reverse import vjp
@@ -53,11 +53,11 @@ from strategies.cotangents import probes
 
 __all__ = ["CHECK", "LADDER", "PLAIN", "REENTRANT", "NON_REENTRANT", "outputs_and_grads"]
 
-# checkpointed against plain: replayed bit for bit, and tried at a neighbouring point
-LADDER = Ladder(("replay", "neighbours"))
-# The plain call must replay bit for bit this many times: a nondeterministic
+# checkpointed against plain: repeated bit for bit, and tried at a neighbouring point
+LADDER = Ladder(("repeat", "neighbours"))
+# The plain call must repeat bit for bit this many times: a nondeterministic
 # target whose few draws repeat by chance once must not pass for deterministic.
-REPLAYS = 2
+REPEATS = 2
 
 PLAIN = "plain"
 REENTRANT = "use_reentrant=True"
@@ -161,20 +161,20 @@ def run(target: Target, case: Case) -> Verdict:
         # wrong every time, and differently: e.g. memory the recomputation never wrote
         if identical(again, ckpt):
             return None
-        return "replay (the plain call replays bit for bit, the checkpointed one is wrong again)"
+        return "a repeat (the plain call repeats bit for bit, the checkpointed one is wrong again)"
 
     steps: dict[str, Step] = {
-        "replay": chain(
-            replay(
+        "repeat": chain(
+            repeat(
                 lambda: evaluate(target, case, PLAIN)[1],
                 same=identical_to(plain),
-                why="a replay of the plain call gave other results",
-                times=REPLAYS,
+                why="a repeat of the plain call gave other results",
+                times=REPEATS,
             ),
-            replay(
+            repeat(
                 lambda: evaluate(target, case, way)[1],
                 same=lambda again: worst_discrepancy(names, again, plain, tol) is not None,
-                why="a replay of the checkpointed call agreed",
+                why="a repeat of the checkpointed call agreed",
                 label=differently,
             ),
         ),
@@ -231,4 +231,5 @@ CHECK = Check(
     script=script,
     seeds_random=True,
     ci=CiSample(targets=30, always=("*_training",), max_examples=6),
+    cost=Cost(0.081, 0.0041),
 )

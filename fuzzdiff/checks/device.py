@@ -3,7 +3,7 @@
 The case's values are drawn on the CPU and moved (Case.device), so both sides
 see the very same bits; gradients use the case's random cotangent. CUDA
 kernels reassociate sums, so a float32 difference alone proves nothing: a
-mismatch must replay, and it is a failure only when the CUDA side is further
+mismatch must repeat, and it is a failure only when the CUDA side is further
 from a float64 CPU run on the same values than the CPU side is, by a margin,
 and persists at a neighbouring point (at a kink such as relu's, cuDNN and the
 CPU may take different one-sided derivatives); otherwise it is inconclusive.
@@ -20,7 +20,7 @@ from fuzzdiff.case.case import Case
 from fuzzdiff.checks.check import Check, probe_params
 from fuzzdiff.confirm.compare import max_abs, worst_discrepancy
 from fuzzdiff.confirm.ladder import Ladder, Step
-from fuzzdiff.confirm.steps import float64_margin, identical_to, neighbours, replay
+from fuzzdiff.confirm.steps import float64_margin, identical_to, neighbours, repeat
 from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.targets.target import Target
@@ -28,10 +28,10 @@ from fuzzdiff.verdict import Verdict
 
 __all__ = ["CHECK", "evaluate_on", "compare_devices", "LADDER"]
 
-# the device side against the CPU's: replayed, judged against a float64 CPU
+# the device side against the CPU's: repeated, judged against a float64 CPU
 # run (MARGIN: the device must be that much further from it than the CPU is),
 # and tried at a neighbouring point
-LADDER = Ladder(("replay", "float64", "neighbours"))
+LADDER = Ladder(("repeat", "float64", "neighbours"))
 
 Run = Callable[..., tuple[list[str], list[torch.Tensor]]]
 
@@ -60,8 +60,8 @@ def compare_devices(target: Target, case: Case, device: str = "cuda", *, run: Ru
         return worst_discrepancy(names, on_device, on_cpu, tol, scale_floor=floor) is None
 
     steps: dict[str, Step] = {
-        "replay": replay(
-            lambda: run(target, case, device)[1], same=identical_to(there), why=f"a {device} replay gave other results"
+        "repeat": repeat(
+            lambda: run(target, case, device)[1], same=identical_to(there), why=f"a {device} repeat gave other results"
         ),
         "float64": float64_margin(
             names,

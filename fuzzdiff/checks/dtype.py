@@ -20,12 +20,12 @@ from __future__ import annotations
 import torch
 
 from fuzzdiff.case.case import Case
-from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.check import Check, Cost, OpInfoRole, probe_params
 from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.grad import point_out_of_range
 from fuzzdiff.confirm.ladder import Doubt
 from fuzzdiff.confirm.low_precision import against_float64
-from fuzzdiff.confirm.steps import identical_to, neighbours, replay
+from fuzzdiff.confirm.steps import identical_to, neighbours, repeat
 from fuzzdiff.confirm.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.paths.eager import evaluate
 from fuzzdiff.paths.reverse import vjp
@@ -38,7 +38,7 @@ def run(target: Target, case: Case) -> Verdict:
     if dtype not in LOW_PRECISION:
         return Verdict("unsupported", f"the dtype check needs a low-precision case, not {dtype}")
     tol = tolerance(target, "dtype", dtype)
-    verdict = _judged(target, case, tol, replays=True)
+    verdict = _judged(target, case, tol, repeats=True)
     if verdict.kind == "pass":
         return Verdict("pass")
     if verdict.kind == "fail" and case.stride0:
@@ -49,9 +49,9 @@ def run(target: Target, case: Case) -> Verdict:
     return verdict
 
 
-def _judged(target: Target, case: Case, tol: Tolerance, replays: bool = False) -> Verdict:
+def _judged(target: Target, case: Case, tol: Tolerance, repeats: bool = False) -> Verdict:
     """The low-precision results at ``case`` against float64 on its values; a
-    failure must replay where ``replays`` (at its neighbours, it need not)."""
+    failure must repeat where ``repeats`` (at its neighbours, it need not)."""
     names, low = evaluate(target, case)
     return against_float64(
         names,
@@ -59,7 +59,7 @@ def _judged(target: Target, case: Case, tol: Tolerance, replays: bool = False) -
         lambda c: list(evaluate(target, c, cast=torch.float64).tensors),
         case,
         tol,
-        replay=replay(lambda: evaluate(target, case).tensors, same=identical_to(low)) if replays else None,
+        repeat=repeat(lambda: evaluate(target, case).tensors, same=identical_to(low)) if repeats else None,
         unstable_fails=True,
         outputs=sum(name.startswith("output ") for name in names),  # outputs first (paths.result.outputs_and)
         point_out_of_range=lambda: point_out_of_range(target, case),
@@ -89,4 +89,12 @@ def script(ctx: ScriptContext) -> Fragment:
     )
 
 
-CHECK = Check("dtype", run, params=probe_params("cotangent"), dtypes=LOW_PRECISION, script=script)
+CHECK = Check(
+    "dtype",
+    run,
+    params=probe_params("cotangent"),
+    dtypes=LOW_PRECISION,
+    script=script,
+    cost=Cost(0.018, 0.0029),
+    opinfo=OpInfoRole(),
+)

@@ -18,7 +18,7 @@ import torch
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.directions import absdot, directions, dot, probes_like
-from fuzzdiff.checks.check import Check
+from fuzzdiff.checks.check import Check, Cost, OpInfoRole
 from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.grad import finite_difference, one_sided, point_out_of_range, reverse_dot
 from fuzzdiff.confirm.identities import Measurement, judge, worst
@@ -118,4 +118,13 @@ def script(ctx: ScriptContext) -> Fragment:
     )
 
 
-CHECK = Check("forward", run, script=script)
+CHECK = Check(
+    "forward",
+    run,
+    script=script,
+    cost=Cost(0.021, 0.0036),
+    opinfo=OpInfoRole(
+        flags=("supports_forward_ad",),
+        tests=(("TestFwdGradients", "test_forward_mode_AD"), ("TestGradients", "test_forward_mode_AD")),
+    ),
+)

@@ -31,7 +31,7 @@ import torch.autograd.forward_ad as fwAD
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.directions import absdot, dot, probes_like
-from fuzzdiff.checks.check import Check, CiSample, probe_params
+from fuzzdiff.checks.check import Check, CiSample, Cost, OpInfoRole, probe_params
 from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs, point_out_of_range
 from fuzzdiff.checks.gradgrad import first_derivative_finite
@@ -403,7 +403,10 @@ def run(target: Target, case: Case) -> Verdict:
 def script(ctx: ScriptContext) -> Fragment:
     # a crash record's case killed its process: the script tries every path
     crashed = getattr(ctx, "crashed", False)
-    refusals = None if crashed else _Refusals.at(ctx.target, ctx.case)
+    try:
+        refusals = None if crashed else _Refusals.at(ctx.target, ctx.case)
+    except Exception:  # noqa: BLE001 - the function raises at the case: every path is tried, and raises as it
+        refusals = None
     # in the check's order (_stage): the first MISMATCH is the one it reports
     paths = sorted([*PATHS, *JACOBIANS] if refusals is None else refusals.paths(), key=_stage)
     identity = _identity if refusals is None else refusals.identity
@@ -455,4 +458,13 @@ CHECK = Check(
     # up to eleven second derivatives per example, each a ladder climb: every
     # catalog target would cost CI some twenty minutes
     ci=CiSample(targets=40, max_examples=8),
+    cost=Cost(0.084, 0.0144),
+    opinfo=OpInfoRole(
+        flags=("supports_forward_ad", "supports_fwgrad_bwgrad"),
+        tests=(
+            ("TestFwdGradients", "test_fn_fwgrad_bwgrad"),
+            ("TestGradients", "test_fn_fwgrad_bwgrad"),
+            ("TestFwdGradients", "test_forward_mode_AD"),
+        ),
+    ),
 )

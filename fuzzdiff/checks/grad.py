@@ -16,7 +16,7 @@ from fuzzdiff.case import draws
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.directions import absdot, directions, dot, dot_and_scale, probes_like
 from fuzzdiff.case.materialize import Inputs
-from fuzzdiff.checks.check import Check
+from fuzzdiff.checks.check import Check, Cost, OpInfoRole
 from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.confirm.compare import out_of_range
 from fuzzdiff.confirm.identities import EPS, Measurement, judge
@@ -307,4 +307,10 @@ def script(ctx: ScriptContext) -> Fragment:
     )
 
 
-CHECK = Check("grad", run, script=script)
+CHECK = Check(
+    "grad",
+    run,
+    script=script,
+    cost=Cost(0.015, 0.0027),
+    opinfo=OpInfoRole(tests=(("TestBwdGradients", "test_fn_grad"), ("TestGradients", "test_fn_grad"))),
+)

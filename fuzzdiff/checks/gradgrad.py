@@ -21,7 +21,7 @@ import torch.autograd.forward_ad as fwAD
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.directions import absdot, directions, dot, probes_like
-from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.check import Check, Cost, OpInfoRole, probe_params
 from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.grad import DENSE_PROBE, kink_pairs, point_out_of_range
 from fuzzdiff.confirm.identities import Measurement, judge, judged, worst
@@ -213,4 +213,14 @@ def script(ctx: ScriptContext) -> Fragment:
     )
 
 
-CHECK = Check("gradgrad", run, params=probe_params("cotangent", "direction", "second"), script=script)
+CHECK = Check(
+    "gradgrad",
+    run,
+    params=probe_params("cotangent", "direction", "second"),
+    script=script,
+    cost=Cost(0.036, 0.0063),
+    opinfo=OpInfoRole(
+        flags=("supports_gradgrad",),
+        tests=(("TestBwdGradients", "test_fn_gradgrad"), ("TestGradients", "test_fn_gradgrad")),
+    ),
+)

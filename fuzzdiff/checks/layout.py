@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.features import relaid
-from fuzzdiff.checks.check import Check
+from fuzzdiff.checks.check import Check, Cost, OpInfoRole
 from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.twins import judge_twins
 from fuzzdiff.paths.eager import evaluate
@@ -74,4 +74,12 @@ def script(ctx: ScriptContext) -> Fragment:
     )
 
 
-CHECK = Check("layout", run, params=params, needs_grad=False, script=script)
+CHECK = Check(
+    "layout",
+    run,
+    params=params,
+    needs_grad=False,
+    script=script,
+    cost=Cost(0.021, 0.0036),
+    opinfo=OpInfoRole(tests=(("TestCommon", "test_noncontiguous_samples"),)),
+)

@@ -13,7 +13,7 @@ import torch
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.directions import probes_like
-from fuzzdiff.checks.check import Check, probe_params
+from fuzzdiff.checks.check import Check, Cost, OpInfoRole, probe_params
 from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.paths.reverse import vjp
@@ -87,4 +87,13 @@ def _functional(target: Target) -> str | None:
     return None if target.functional else "the target mutates its inputs by design"
 
 
-CHECK = Check("mutation", run, params=probe_params("cotangent"), applies=_functional, needs_grad=False, script=script)
+CHECK = Check(
+    "mutation",
+    run,
+    params=probe_params("cotangent"),
+    applies=_functional,
+    needs_grad=False,
+    script=script,
+    cost=Cost(0.012, 0.0020),
+    opinfo=OpInfoRole(),
+)

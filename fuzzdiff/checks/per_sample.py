@@ -9,7 +9,7 @@ inputs' gradients are compared (fuzzdiff.paths.expanded). Applies to module
 targets (fuzzdiff.targets.catalog.modules). ExpandedWeights' own errors for an
 unsupported configuration are "unsupported" (fuzzdiff.guards.unsupported); so is the
 vmap reference where vmap cannot run the module (nn.RNN has no batching rule).
-A mismatch is replayed and tried at a neighbouring point before it is a
+A mismatch is repeated and tried at a neighbouring point before it is a
 failure; in low precision it must also persist in float64 on the same values,
 or, where float64 agrees, the disagreeing path must be wrong against its own
 float64 run beyond what conditioning explains (fuzzdiff.confirm.low_precision.against_float64).
@@ -34,11 +34,11 @@ import torch
 from hypothesis import strategies as st
 
 from fuzzdiff.case.case import Case
-from fuzzdiff.checks.check import Check, CiSample
+from fuzzdiff.checks.check import Check, CiSample, Cost
 from fuzzdiff.confirm.compare import Discrepancy, result_discrepancy
 from fuzzdiff.confirm.identities import confirm_mismatch
 from fuzzdiff.confirm.low_precision import LowPrecision
-from fuzzdiff.confirm.steps import identical_to, replay
+from fuzzdiff.confirm.steps import identical_to, repeat
 from fuzzdiff.confirm.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.paths import expanded as path
 from fuzzdiff.targets.target import Target
@@ -81,7 +81,7 @@ def params(target: Target, case: Case):
 
 
 def applies(target: Target) -> str | None:
-    if not path.is_module_target(target):
+    if target.module is None:
         return "not an nn.Module target: per-sample gradients are of a module's parameters"
     return None
 
@@ -142,7 +142,7 @@ def _run(target: Target, case: Case) -> Verdict:
         identity,
         d,
         case,
-        replay=replay(lambda: path.run(target, case), same=identical_to(first)),
+        repeat=repeat(lambda: path.run(target, case), same=identical_to(first)),
         agrees_at=lambda c: _discrepancy(path.run(target, c), tol) is None,
         low=LowPrecision(case, tol, list(first.looped.names), list(getattr(first, side).tensors), run64)
         if case.torch_dtype in LOW_PRECISION
@@ -158,4 +158,5 @@ CHECK = Check(
     aliasing="never",
     needs_grad=False,
     ci=CiSample(targets=8, max_examples=8),
+    cost=Cost(0.21, 0.010),
 )

@@ -1,7 +1,7 @@
 """Judging two runs that should agree exactly but for rounding.
 
 Shared by the checks that compare whole tensors computed two ways (layout,
-alias): a mismatch must replay, and for low precision it must also be there
+alias): a mismatch must repeat, and for low precision it must also be there
 when both ways run in float64 on the same values.
 """
 
@@ -14,7 +14,7 @@ import torch
 from fuzzdiff.case.case import Case
 from fuzzdiff.confirm.compare import worst_discrepancy
 from fuzzdiff.confirm.ladder import Ladder, Step
-from fuzzdiff.confirm.steps import conditioning, float64_persists, identical_to, replay
+from fuzzdiff.confirm.steps import conditioning, float64_persists, identical_to, repeat
 from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.target import Target
@@ -26,9 +26,9 @@ Run = Callable[..., Result]
 
 
 # Two ways of one computation agree or not: no finite differences, no kink to
-# look for (both ways see the same point), so a replay, the problem's
+# look for (both ways see the same point), so a repeat, the problem's
 # conditioning and float64 decide.
-TWINS_LADDER = Ladder(("replay", "conditioning", "float64"))
+TWINS_LADDER = Ladder(("repeat", "conditioning", "float64"))
 
 
 def judge_twins(identity: str, target: Target, case: Case, first: Run, second: Run, *, check: str) -> Verdict:
@@ -41,7 +41,7 @@ def judge_twins(identity: str, target: Target, case: Case, first: Run, second: R
         return Verdict("pass")
 
     steps: dict[str, Step] = {
-        "replay": replay(lambda: (_tensors(first(case)), _tensors(second(case))), same=identical_to((a, b))),
+        "repeat": repeat(lambda: (_tensors(first(case)), _tensors(second(case))), same=identical_to((a, b))),
         "conditioning": conditioning(
             names, ((lambda c: _tensors(first(c)), a), (lambda c: _tensors(second(c)), b)), case, tol
         ),

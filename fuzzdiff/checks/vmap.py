@@ -6,7 +6,7 @@ batched inputs' layouts and one composition per example are drawn: plain
 vmap, vmap of vjp / jvp / grad with per-example cotangents and tangents, vjp /
 jvp of vmap, and vmap of vmap with other in_dims at each level. Both sides
 make the same torch calls, so they agree to rounding; each result is judged
-on its own scale. A mismatch is replayed and tried at a neighbouring point
+on its own scale. A mismatch is repeated and tried at a neighbouring point
 before it is a failure; in low precision it must also persist in float64 on
 the same values, or, where float64 agrees, the vmapped results must be wrong
 against their float64 run beyond what the problem's conditioning explains
@@ -25,11 +25,11 @@ import torch
 from hypothesis import strategies as st
 
 from fuzzdiff.case.case import Case
-from fuzzdiff.checks.check import Check, CiSample
+from fuzzdiff.checks.check import Check, CiSample, Cost, OpInfoRole
 from fuzzdiff.confirm.compare import result_discrepancy
 from fuzzdiff.confirm.identities import confirm_mismatch
 from fuzzdiff.confirm.low_precision import LowPrecision
-from fuzzdiff.confirm.steps import identical_to, replay
+from fuzzdiff.confirm.steps import identical_to, repeat
 from fuzzdiff.confirm.tolerance import LOW_PRECISION, tolerance
 from fuzzdiff.paths import vmap as path
 from fuzzdiff.targets.target import Target
@@ -70,7 +70,7 @@ def run(target: Target, case: Case) -> Verdict:
         identity,
         d,
         case,
-        replay=replay(lambda: path.run(target, case), same=identical_to((vmapped, looped))),
+        repeat=repeat(lambda: path.run(target, case), same=identical_to((vmapped, looped))),
         agrees_at=lambda c: result_discrepancy(*path.run(target, c), tol) is None,
         low=LowPrecision(case, tol, list(vmapped.names), list(vmapped.tensors), run64)
         if case.torch_dtype in LOW_PRECISION
@@ -80,4 +80,22 @@ def run(target: Target, case: Case) -> Verdict:
 
 # Seven compositions over the whole catalog cost more than the rest of CI: the
 # ci profile runs a rotating sample (tests/fuzz/sampling.py); other profiles all.
-CHECK = Check("vmap", run, params=params, applies=applies, aliasing="never", ci=CiSample(targets=40, max_examples=8))
+CHECK = Check(
+    "vmap",
+    run,
+    params=params,
+    applies=applies,
+    aliasing="never",
+    ci=CiSample(targets=40, max_examples=8),
+    cost=Cost(0.039, 0.0062),
+    opinfo=OpInfoRole(
+        flags=("check_batched_grad", "check_batched_forward_grad"),
+        tests=(
+            ("TestVmapOperatorsOpInfo", "test_vmap_exhaustive"),
+            ("TestOperators", "test_vmapvjp"),
+            ("TestOperators", "test_vmapjvpall"),
+        ),
+        why="OpInfo check_batched_grad / check_batched_forward_grad is False: "
+        "its gradients are not batchable with vmap",
+    ),
+)

@@ -12,7 +12,7 @@ import sys
 from fuzzdiff.commands.options import UsageError, allowed_imports, record_path
 from fuzzdiff.corpus import repro
 from fuzzdiff.corpus.bug_report import bug_report
-from fuzzdiff.script import ScriptError, standalone_script
+from fuzzdiff.script import ScriptError
 
 __all__ = ["cmd_report", "cmd_repro"]
 
@@ -28,12 +28,7 @@ def cmd_repro(args) -> int:
     record, target = repro.load(record, trust_source=args.trust_source, allow_import=allowed)
     if args.script:
         try:
-            print(
-                standalone_script(
-                    record.check, record.case, record.verdict, target=target, found_with=record.found_with
-                ),
-                end="",
-            )
+            print(repro.minimal_script(record, target), end="")  # the localized op's own, where there is one
         except ScriptError as e:
             raise UsageError(f"{record.path}: {e}") from None
         return 0
@@ -51,6 +46,8 @@ def cmd_repro(args) -> int:
     if verdict.failed:
         whose = repro.whose(record, target)
         print(f"whose:    {whose.headline}: {whose.evidence}")
+        if whose.where is not None:
+            print(f"where:    {whose.where}")
     return 1 if verdict.failed else 0
 
 

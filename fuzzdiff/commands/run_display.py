@@ -27,6 +27,7 @@ RUN_COLUMNS = (
     ("new records", "new records"),
     ("PyTorch's", "pytorch's"),
     ("yours", "yours"),
+    ("localized", "localized"),  # failing pairs whose failure was localized: op, rule or composition
 )
 
 

@@ -2,14 +2,14 @@
 
 Every derivative identity is measured as two numbers that should agree (say
 ``<J^T v, u>`` and a finite-difference ``<v, J u>``). A first disagreement is
-only a suspicion: it becomes a failure once it survives a replay, other
+only a suspicion: it becomes a failure once it survives a repeat, other
 eps (and a reference steady under tiny changes of eps: no rounding noise),
 two neighbouring points (a kink or a tie vanishes there) and, for low
 precision, a float64 run on the same values: where the identity holds in
 float64, the low-precision computation itself is judged against float64
 (fuzzdiff.confirm.low_precision), with the problem's conditioning as the allowance.
 Anything that does not survive is "inconclusive" — never a failure. The
-steps shared with other checks (replay, the kink test, the float64 step)
+steps shared with other checks (repeat, the kink test, the float64 step)
 are fuzzdiff.confirm.steps'; those of finite differences alone are here.
 
 At a structured point (fuzzdiff.case.structures) moving to a neighbour is the
@@ -74,7 +74,7 @@ from fuzzdiff.confirm.steps import (
     kink,
     layout_own,
     neighbours,
-    replay,
+    repeat,
 )
 from fuzzdiff.confirm.stopping import Stopping
 from fuzzdiff.confirm.tolerance import Tolerance
@@ -134,7 +134,7 @@ Measure = Callable[[Case, float], Measurement]
 
 
 # The finite-difference identities' ladder (grad, forward, gradgrad, forward2).
-FD_LADDER = Ladder(("replay", "eps", "jitter", "neighbours", "float64", "stopping"))
+FD_LADDER = Ladder(("repeat", "eps", "jitter", "neighbours", "float64", "stopping"))
 # How far, as a part of the derivatives' scale, a solver's stopping tolerance may
 # leave the slope of the function as computed from that of the exact solution its
 # derivative rule differentiates (the stopping step): xitorch's rootfinder at its
@@ -195,11 +195,11 @@ def judge(
     steps: dict[str, Step] = {
         # both sides: a reference that is another mode of autograd (forward vs
         # reverse) may read memory it should not, and change from run to run
-        "replay": replay(
+        "repeat": repeat(
             lambda: measure(case, eps),
             same=lambda again: identical((again.analytic, again.reference), (first.analytic, first.reference)),
             why=lambda again: (
-                f"replay gave {again.analytic!r} vs {again.reference!r}, first run {first.analytic!r} vs "
+                f"a repeat gave {again.analytic!r} vs {again.reference!r}, first run {first.analytic!r} vs "
                 f"{first.reference!r}"
             ),
         ),
@@ -475,7 +475,7 @@ def _scalar(x: float) -> torch.Tensor:
 
 
 # The whole-result comparisons' ladder (vmap, per_sample).
-MISMATCH_LADDER = Ladder(("replay", "float64", "neighbours"))
+MISMATCH_LADDER = Ladder(("repeat", "float64", "neighbours"))
 
 
 def confirm_mismatch(
@@ -483,17 +483,17 @@ def confirm_mismatch(
     d: Discrepancy,
     case: Case,
     *,
-    replay: Step,
+    repeat: Step,
     agrees_at: Callable[[Case], bool],
     low: LowPrecision | None = None,
 ) -> Verdict:
     """MISMATCH_LADDER for a mismatch ``d`` of two whole results at ``case``:
-    it must survive ``replay`` (fuzzdiff.confirm.steps.replay) and persist at a
+    it must survive ``repeat`` (fuzzdiff.confirm.steps.repeat) and persist at a
     neighbouring point (fuzzdiff.confirm.steps.neighbours, ``agrees_at(c)``: the two
     agree at case ``c``); for low precision (``low``), either persist in
     float64 too, or, where float64 agrees, the low-precision side must be
     wrong against float64 (against_float64)."""
-    steps: dict[str, Step] = {"replay": replay, "neighbours": neighbours(case, agrees_at)}
+    steps: dict[str, Step] = {"repeat": repeat, "neighbours": neighbours(case, agrees_at)}
     if low is not None:
         steps["float64"] = low.step()
     return MISMATCH_LADDER.climb(identity, str(d), d.summary(), steps)

@@ -1,12 +1,12 @@
 """The confirmation ladder: the steps a mismatch must survive, in order,
 before it is reported as a failure.
 
-Every check declares its ladder as data (``Ladder(("replay", "float64",
+Every check declares its ladder as data (``Ladder(("repeat", "float64",
 "neighbours"))``) and hands ``climb`` one step per name, built from the
 factories of fuzzdiff.confirm.steps; ``climb`` runs them in the ladder's order and
 stops at the first that casts doubt. The verdict says which step decided:
 "inconclusive: ...; vanishes at a neighbouring point", or "confirmed:
-survived replay, a float64 reference and a neighbouring point". A finding
+survived a repeat, a float64 reference and a neighbouring point". A finding
 that words its own verdict (a target's exception: its message is what known
 discrepancies and root causes match) asks ``ascend`` where the climb ended.
 """
@@ -33,12 +33,12 @@ __all__ = [
     "STEPS",
     "confirming_by",
     "on_time",
-    "replay_only",
+    "repeat_only",
 ]
 
 # What surviving each step says about a mismatch, in a verdict's words.
 STEPS = {
-    "replay": "replay",
+    "repeat": "a repeat",
     "eps": "eps/8 and 8*eps",
     "jitter": "a steady reference under eps*(1 +- 0.001)",
     "conditioning": "results steady when the values move by rounding",
@@ -67,21 +67,21 @@ class Survived:
 
 Step = Callable[[], "Doubt | Survived | None"]  # None: survived, in STEPS' words
 
-_REPLAY_ONLY: ContextVar[bool] = ContextVar("fuzzdiff_replay_only", default=False)
+_REPEAT_ONLY: ContextVar[bool] = ContextVar("fuzzdiff_repeat_only", default=False)
 
 
 @contextmanager
-def replay_only() -> Iterator[None]:
-    """Within the block every ladder climbs its replay step alone. For a
+def repeat_only() -> Iterator[None]:
+    """Within the block every ladder climbs its repeat step alone. For a
     failure confirmed already, asked again elsewhere (a fresh process, its
     contiguous twin): the question there is whether the mismatch shows, not
     whether it is one, and on a slow function the whole ladder costs tens of
     its calls."""
-    token = _REPLAY_ONLY.set(True)
+    token = _REPEAT_ONLY.set(True)
     try:
         yield
     finally:
-        _REPLAY_ONLY.reset(token)
+        _REPEAT_ONLY.reset(token)
 
 
 _CONFIRM_BY: ContextVar[float | None] = ContextVar("fuzzdiff_confirm_by", default=None)
@@ -138,11 +138,11 @@ class Ladder:
             raise ValueError(f"steps {sorted(unknown)} are not on the ladder {list(self.steps)}")
         survived: list[str] = []
         errors = dict(evidence or {})
-        only_replay = _REPLAY_ONLY.get()
+        only_repeat = _REPEAT_ONLY.get()
         for name in self.steps:
-            if name not in steps or (only_replay and name != "replay"):
+            if name not in steps or (only_repeat and name != "repeat"):
                 continue
-            if survived:  # the replay shows whether there is anything to confirm
+            if survived:  # the repeat shows whether there is anything to confirm
                 on_time()
             result = steps[name]()
             if isinstance(result, Doubt):
@@ -169,7 +169,7 @@ class Ladder:
                 {**climbed.errors, "decided_by": climbed.decided_by},
             )
         if not climbed.survived:
-            return Verdict("fail", f"{identity}: {finding}; replayed, confirmed before", climbed.errors)
+            return Verdict("fail", f"{identity}: {finding}; repeated, confirmed before", climbed.errors)
         return Verdict("fail", f"{identity}: {finding}; confirmed: survived {_words(climbed.survived)}", climbed.errors)
 
 

@@ -58,7 +58,7 @@ def against_float64(
     *,
     ref: Tensors | None = None,
     scales: Sequence[float] | None = None,
-    replay: Step | None = None,
+    repeat: Step | None = None,
     unstable_fails: bool = False,
     outputs: int | None = None,
     point_out_of_range: Callable[[], str | None] | None = None,
@@ -73,8 +73,8 @@ def against_float64(
     float32 rounding (``at`` at a nudged case), or when every intermediate
     result moves by the dtype's rounding (``at`` under RoundingNoise: a
     saturated tanh before a normalization is ill-conditioned in its
-    intermediates, not in its inputs). What is left must survive ``replay``
-    (fuzzdiff.confirm.steps.replay; unless the caller has replayed) to be a "fail".
+    intermediates, not in its inputs). What is left must survive ``repeat``
+    (fuzzdiff.confirm.steps.repeat; unless the caller has repeated it) to be a "fail".
 
     ``unstable_fails`` is the dtype check's question (is the target as
     accurate in low precision as its inputs' conditioning allows?): a formula
@@ -152,12 +152,12 @@ def against_float64(
     far = worst_discrepancy(names, low, ref, tol, slack, scales=scales)
     if far is None:
         return explained("of intermediate results")
-    doubt = replay() if replay is not None else None
+    doubt = repeat() if repeat is not None else None
     if isinstance(doubt, Doubt):
         return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {far}; {doubt.why}", far.summary())
     return Verdict(
         "fail",
-        f"{dtype} vs float64 on the same values: {far}; confirmed by replay and a conditioning estimate",
+        f"{dtype} vs float64 on the same values: {far}; confirmed by a repeat and a conditioning estimate",
         far.summary(),
     )
 

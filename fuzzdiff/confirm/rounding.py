@@ -32,7 +32,7 @@ class RoundingNoise(TorchDispatchMode):
     Views, in-place and out= results alias their inputs and are left alone, as
     are results of ops without floating tensor arguments (``arange``,
     ``ones``; an integer cast): constants, not rounded values. Seeded, so a
-    replay moves everything the same way.
+    repeat moves everything the same way.
     """
 
     def __init__(

@@ -6,7 +6,7 @@ same, which runs stand for float64. A check declares its ladder as a mapping
 from step names to these::
 
     LADDER.climb(identity, str(d), d.summary(), {
-        "replay": replay(lambda: run(case), same=identical_to(first)),
+        "repeat": repeat(lambda: run(case), same=identical_to(first)),
         "neighbours": neighbours(case, lambda c: agree(run(c))),
     })
 
@@ -46,7 +46,7 @@ from fuzzdiff.verdict import Verdict
 __all__ = [
     "identical",
     "identical_to",
-    "replay",
+    "repeat",
     "chain",
     "neighbours",
     "layout_own",
@@ -75,7 +75,7 @@ ROUNDING_NUDGE = 2.0**-40
 MARGIN = 10.0
 
 NONDETERMINISTIC = "(nondeterministic)"
-OTHER_RESULTS = "a replay gave other results"
+OTHER_RESULTS = "a repeat gave other results"
 
 # A mismatch at a stride-0 input, asked of its values (Case.copied, Case.spread).
 SINGULAR = "singular point (stride-0 input)"
@@ -89,11 +89,11 @@ LEAF_OWN = f"it vanishes at {CONTIGUOUS}, where the point is smooth: a mismatch 
 DENSE_COTANGENT = "through a dense cotangent"
 
 
-# -- replay ----------------------------------------------------------------------------------
+# -- repeat ----------------------------------------------------------------------------------
 
 
 def identical(a: Any, b: Any) -> bool:
-    """Whether a replay gave ``b`` again, bit for bit: tensors equal with NaNs
+    """Whether a repeat gave ``b`` again, bit for bit: tensors equal with NaNs
     where they were, floats equal or both NaN, sequences item by item. A
     Result that was skipped (a path that could not run) has nothing to compare."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
@@ -108,11 +108,11 @@ def identical(a: Any, b: Any) -> bool:
 
 
 def identical_to(first: Any) -> Callable[[Any], bool]:
-    """``same=`` for a replay that must give ``first`` again, bit for bit."""
+    """``same=`` for a repeat that must give ``first`` again, bit for bit."""
     return lambda again: identical(again, first)
 
 
-def replay(
+def repeat(
     again: Callable[[], T],
     same: Callable[[T], bool],
     *,
@@ -120,10 +120,10 @@ def replay(
     times: int = 1,
     label: Callable[[T], str | None] | None = None,
 ) -> Step:
-    """The replay step: the computation behind the mismatch, run ``times``
+    """The repeat step: the computation behind the mismatch, run ``times``
     more (``again()``), must give what it gave (``same``); else the finding is
     "nondeterministic", in the words ``why`` (or ``why(run)``). ``label(run)``
-    may say more than "replay" about a replay that survived."""
+    may say more than "a repeat" about a repeat that survived."""
 
     def step() -> Doubt | Survived | None:
         for _ in range(times):
@@ -137,7 +137,7 @@ def replay(
 
 
 def chain(*steps: Step) -> Step:
-    """Several steps as one (a replay of each side, in order): the first
+    """Several steps as one (a repeat of each side, in order): the first
     doubt decides; else the last step that said how it survived speaks."""
 
     def step() -> Doubt | Survived | None:

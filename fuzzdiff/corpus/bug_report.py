@@ -1,7 +1,9 @@
 """A corpus record as a bug report a PyTorch maintainer can file as it is.
 
 ``fuzzdiff report RECORD`` writes Markdown: a title and a summary, the
-torch-only script (fuzzdiff.script) and what it prints on the torch at hand,
+torch-only script and what it prints on the torch at hand (the few lines
+of the op the failure was localized to, where it was: fuzzdiff.search.localize;
+else the check's standalone script, fuzzdiff.script),
 expected against actual and how the failure was confirmed, the versions,
 whether the failure is silent (a wrong value), loud (an exception) or a
 crash, and the upstream issues the record's known discrepancy cites.
@@ -23,6 +25,7 @@ from fuzzdiff.corpus.causes import op_of, severity
 from fuzzdiff.targets.known import Known
 from fuzzdiff.record.format import Record
 from fuzzdiff.script import standalone_script
+from fuzzdiff.search.blame import Blame
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import headline
 
@@ -85,7 +88,9 @@ def bug_report(record: Record, target: Target, *, run: bool = True) -> str:
     known = _known_of(record, target)
     kind = severity(record.verdict)
     verdict = record.verdict
-    op = op_of(record.target)
+    whose = Blame.from_json(record.blame)
+    localized = whose is not None and whose.level == "op" and whose.op is not None
+    op = whose.op if localized and whose is not None else op_of(record.target)
     what = {
         "silent": "silently wrong derivative",
         "loud": "raises",
@@ -100,7 +105,14 @@ def bug_report(record: Record, target: Target, *, run: bool = True) -> str:
         if known is not None
         else f"{headline(verdict.message)} (found by property-based fuzzing; shrunk to the inputs below)"
     )
-    script = standalone_script(record.check, case, verdict, target=target, found_with=record.found_with)
+    if localized and whose is not None:
+        summary += f"\n\nLocalized to {whose.where}: {whose.evidence}"
+    # the few lines of the op the failure was localized to, where there are any (fuzzdiff.search.localize)
+    script = (
+        whose.script
+        if whose is not None and whose.script is not None
+        else standalone_script(record.check, case, verdict, target=target, found_with=record.found_with)
+    )
     lines = [f"### 🐛 {title}", "", summary, ""]
     lines += [
         "**Kind:** "

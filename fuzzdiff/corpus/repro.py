@@ -12,22 +12,33 @@ import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
-from fuzzdiff.search.blame import Blame, blame, gather
+from fuzzdiff.search.blame import USER, Blame, blame, gather, located, torchs_own
+from fuzzdiff.search.localize import NUMERIC, localize
 from fuzzdiff.case.case import Case
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.record.files import read_record
 from fuzzdiff.record.format import CorpusError, Record
+from fuzzdiff.script import standalone_script
 from fuzzdiff.search.runner import run_check
-from fuzzdiff.targets import UnknownTarget, get_target
-from fuzzdiff.targets.recipe import ModuleFunction, references
+from fuzzdiff.targets import TargetUnavailable, UnknownTarget, imported_by, resolve
 from fuzzdiff.targets.target import Target
-from fuzzdiff.targets.user import UNREPLAYABLE, from_definition, per_sample_target
 from fuzzdiff.targets.user_import import ImportRefused, PlannedImport, plan_import
 from fuzzdiff.guards.timeout import ExampleTimeout, limited
 from fuzzdiff.verdict import KINDS, Verdict, mismatch
 
-__all__ = ["read", "load", "imports", "planned_imports", "replay", "whose", "describe", "regression_test", "mismatch"]
+__all__ = [
+    "read",
+    "load",
+    "imports",
+    "planned_imports",
+    "replay",
+    "whose",
+    "minimal_script",
+    "describe",
+    "regression_test",
+    "mismatch",
+]
 
 
 def read(record: Record | Path | str) -> Record:
@@ -40,24 +51,6 @@ def read(record: Record | Path | str) -> Record:
     return record
 
 
-def _imported(record: Record) -> list[str]:
-    """The ``module:qualname`` names that rebuilding the record's target
-    imports: none for a catalog or OpInfo target (looked up by name in
-    fuzzdiff's own registry) or for stored source (``trust_source``'s
-    business); for a module's recipe, every name it asks the policy about
-    (fuzzdiff.targets.recipe.references)."""
-    if record.definition is not None:
-        if UNREPLAYABLE in record.definition:
-            return []  # nothing to import: loading it says why
-        module = record.definition.get("module")
-        if module is not None:
-            return references(module)
-        fn = record.definition.get("fn")
-        return [fn] if "source" not in record.definition and isinstance(fn, str) else []
-    name = record.target
-    return [name] if ":" in name and not name.startswith("opinfo/") else []
-
-
 def planned_imports(record: Record | Path | str, allow_import: Iterable[str] = ()) -> list[PlannedImport]:
     """What loading the record would import, and from where, found without
     importing it (fuzzdiff.targets.user_import.plan_import). CorpusError when a
@@ -67,7 +60,7 @@ def planned_imports(record: Record | Path | str, allow_import: Iterable[str] = (
     if record.definition is not None and "module" in record.definition:
         field = "definition.module"
     planned = []
-    for ref in _imported(record):
+    for ref in imported_by(record.target, record.definition):
         try:
             planned.append(plan_import(ref, allow_import))
         except ImportRefused as e:
@@ -101,19 +94,22 @@ def load(
     allow_import = _names(allow_import)
     planned_imports(record, allow_import)
     try:
-        if record.definition is not None:
-            target = from_definition(record.definition, trust_source=trust_source)
-            if record.check == "per_sample" and isinstance(target.fn, ModuleFunction):
-                target = per_sample_target(target, target.fn.module)  # as fuzzdiff.check fuzzed it
-        elif record.target.startswith("opinfo/"):
-            target = _opinfo_target(record)
-        else:
-            target = get_target(record.target)
+        # a per_sample record of a user's module: the module target of one sample, as fuzzdiff.check fuzzed it
+        target = resolve(
+            record.target,
+            record.definition,
+            record.opinfo_sample,
+            trust_source=trust_source,
+            module_target=record.check == "per_sample",
+        )
     except UnknownTarget as e:
         raise CorpusError(
             f"{record.path}: field 'target': {e}: no target of fuzzdiff's has that name, and the record "
             "has no 'definition' to build a user's function or module from"
         ) from None
+    except TargetUnavailable as e:
+        where = "target" if record.opinfo_sample is None else "opinfo_sample"
+        raise CorpusError(f"{record.path}: field {where!r}: cannot be rebuilt here: {e}") from None
     except CorpusError:
         raise
     except ValueError as e:
@@ -122,26 +118,28 @@ def load(
     return record, target
 
 
-def _opinfo_target(record: Record) -> Target:
-    """The record's OpInfo target: from its stored sample where it has one, else from its index."""
-    # startup time and an optional dependency (expecttest), as in fuzzdiff.targets.get_target
-    from fuzzdiff.targets.opinfo.adapter import OpInfoError, get_opinfo_target
-
-    try:
-        return get_opinfo_target(record.target, record.opinfo_sample)
-    except OpInfoError as e:
-        where = "target" if record.opinfo_sample is None else "opinfo_sample"
-        raise CorpusError(f"{record.path}: field {where!r}: cannot be rebuilt here: {e}") from None
-
-
 def whose(record: Record, target: Target) -> Blame:
-    """Whose bug the record's failure is: as recorded, else found now (fuzzdiff.search.blame)."""
+    """Whose bug the record's failure is: as recorded, else found now
+    (fuzzdiff.search.blame), localized where it is the code's (fuzzdiff.search.localize)."""
     recorded = Blame.from_json(record.blame)
     if recorded is not None:
         return recorded
-    return blame(
-        record.check, target, record.verdict, gather(CHECKS[record.check], target, record.case, record.verdict)
-    )
+    check = CHECKS[record.check]
+    found = blame(record.check, target, record.verdict, gather(check, target, record.case, record.verdict))
+    numeric = record.check in NUMERIC or record.verdict.errors.get("exception")
+    if found.whose != USER or torchs_own(target) or record.verdict.kind != "fail" or not numeric:
+        return found
+    return located(found, localize(check, target, record.case, record.verdict))
+
+
+def minimal_script(record: Record, target: Target) -> str:
+    """The record's torch-only repro: the few lines of the op or ops its
+    failure was localized to (its blame's ``script``) where there are any,
+    else the check's standalone script at the record's case (fuzzdiff.script)."""
+    recorded = Blame.from_json(record.blame)
+    if recorded is not None and recorded.script is not None:
+        return recorded.script
+    return standalone_script(record.check, record.case, record.verdict, target=target, found_with=record.found_with)
 
 
 def _names(allow_import: Iterable[str]) -> tuple[str, ...]:

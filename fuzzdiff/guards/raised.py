@@ -18,7 +18,7 @@ import os
 import traceback
 from dataclasses import dataclass
 
-__all__ = ["Raised", "raised", "INTERNAL_ASSERT", "internal_assert", "RULES_UNDER_TRANSFORMS"]
+__all__ = ["Raised", "raised", "frame_text", "INTERNAL_ASSERT", "internal_assert", "RULES_UNDER_TRANSFORMS"]
 
 # How torch words a failed internal assert (TORCH_INTERNAL_ASSERT, and its Python twin).
 INTERNAL_ASSERT = ("INTERNAL ASSERT FAILED", "please report a bug to PyTorch")
@@ -86,8 +86,12 @@ def raised(exc: BaseException) -> Raised:
     if not frames:
         return Raised("(no Python frame)", None, internal_assert(text))
     last = frames[-1]
-    where = f"{_short(last.filename)}:{last.lineno} in {last.name}"
-    return Raised(where, _part(last.filename), internal_assert(text))
+    return Raised(frame_text(last.filename, last.lineno, last.name), _part(last.filename), internal_assert(text))
+
+
+def frame_text(filename: str, lineno: int | None, name: str) -> str:
+    """A frame as ``Raised.where`` words it: "file:line in name", the file from torch/ on."""
+    return f"{_short(filename)}:{lineno} in {name}"
 
 
 def _part(filename: str) -> str | None:

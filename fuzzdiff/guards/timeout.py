@@ -34,6 +34,7 @@ import gc
 import signal
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -74,11 +75,17 @@ AGAIN = 0.01
 def _swallowed(frame: FrameType | None) -> bool:
     """Whether an exception raised in ``frame`` would be lost: Python prints
     it as unraisable and goes on (Hypothesis times the collector with a
-    callback, which a periodic alarm often lands in)."""
+    callback, which a periodic alarm often lands in; a weak reference's
+    callback, such as a WeakValueDictionary's, runs where its value dies).
+    Any frame of weakref's own code waits the moment too."""
     if frame is None:
         return False
     code = frame.f_code
-    return code.co_name == "__del__" or any(getattr(cb, "__code__", None) is code for cb in gc.callbacks)
+    return (
+        code.co_name == "__del__"
+        or code.co_filename == weakref.__file__
+        or any(getattr(cb, "__code__", None) is code for cb in gc.callbacks)
+    )
 
 
 def grace(timeout: float) -> float:

@@ -4,7 +4,7 @@ taking one gradient per sample, and ``torch.func.vmap`` over ``grad`` with
 ``functional_call``.
 
 A *module target* (fuzzdiff.targets.module) is a Target with a builder,
-``Target.module(*sample, **kwargs) -> nn.Module``: the module
+``Target.build_module(*sample, **kwargs) -> nn.Module``: the module
 for one sample's shapes and dtype, its parameters drawn from ``kwargs["seed"]``
 (so a case replays from JSON). ``fn`` itself is ``one_sample``: the module on a
 batch of one, the very function whose gradients are the per-sample gradients;
@@ -39,10 +39,10 @@ from fuzzdiff.case.directions import probes_like
 from fuzzdiff.case.layout import Layout
 from fuzzdiff.guards.unsupported import unsupported_reason
 from fuzzdiff.paths.result import Result
-from fuzzdiff.targets.module import batch_dims, is_module_target, module_builder, one_sample
+from fuzzdiff.targets.module import batch_dims  # copied into scripts with the paths that call it
 from fuzzdiff.targets.target import Target
 
-__all__ = ["Plan", "Sides", "run", "batch_dims", "one_sample", "is_module_target", "REDUCTIONS"]
+__all__ = ["Plan", "Sides", "run", "batch_dims", "REDUCTIONS"]
 
 REDUCTIONS = ("sum", "mean")
 
@@ -131,7 +131,7 @@ class Batch:
         (a third of the time of a run) and shared by the paths, which leave
         it as they found it (ExpandedWeights' grad_sample is taken away)."""
         if self._module is None:
-            self._module = module_builder(self.target)(*self.samples[0], **self.case.kwargs)
+            self._module = self.target.build_module(*self.samples[0], **self.case.kwargs)
         return self._module
 
     @property

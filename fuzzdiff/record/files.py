@@ -35,8 +35,9 @@ from fuzzdiff.record.format import (
     record_from_json,
     signature,
 )
-from fuzzdiff.targets.opinfo.sample import SampleError, StoredSample
+from fuzzdiff.targets import stored_sample_of
 from fuzzdiff.targets.releases import release
+from fuzzdiff.targets.stored_sample import SampleError, StoredSample
 from fuzzdiff.verdict import Verdict
 
 __all__ = [
@@ -91,7 +92,7 @@ def store_opinfo_sample(record: Record) -> bool:
     add. The call is the target as this torch builds it from the record's
     sample index, so this runs only under the torch release the record was
     found with (ValueError otherwise: under another, the index may name
-    another sample). OpInfoError or SampleError when it cannot be built or stored."""
+    another sample). TargetUnavailable or SampleError when it cannot be built or stored."""
     if record.path is None:
         raise ValueError("the record has no file")
     if record.opinfo_sample is not None or not record.target.startswith(OPINFO):
@@ -102,9 +103,9 @@ def store_opinfo_sample(record: Record) -> bool:
             f"{record.path}: found with torch {found}; its sample index names a sample of that "
             f"torch's list, and this is torch {release()}"
         )
-    from fuzzdiff.targets.opinfo.adapter import get_opinfo_target, stored_sample  # op_db: seconds, once
-
-    stored = stored_sample(get_opinfo_target(record.target))
+    stored = stored_sample_of(record.target)
+    if stored is None:
+        return False
     path = Path(record.path)
     data = json.loads(path.read_text())
     data["opinfo_sample"] = stored.to_json()
@@ -117,13 +118,11 @@ def _opinfo_sample_of(case: Case) -> StoredSample | None:
     record; None for another target, or one whose call cannot be stored or is
     not the case's (its record names it by index only, as before records
     stored samples)."""
-    if not case.target.startswith(OPINFO):
-        return None
-    from fuzzdiff.targets.opinfo.adapter import get_opinfo_target, stored_sample  # built already by whoever fuzzed it
-
     try:
-        stored = stored_sample(get_opinfo_target(case.target))
-    except (KeyError, SampleError):  # OpInfoError is a KeyError
+        stored = stored_sample_of(case.target)  # built already by whoever fuzzed it
+    except (KeyError, SampleError):  # TargetUnavailable is a KeyError
+        return None
+    if stored is None:
         return None
     return stored if [tuple(t.shape) for t in stored.fuzzed] == [tuple(a.shape) for a in case.args] else None
 

@@ -15,7 +15,7 @@ Format 1 records predate ``draws``: their probes came from torch's
 generator, and replay redraws them under the current scheme (``Record.redrawn``).
 
 A record of an OpInfo target also stores the sample's call (``opinfo_sample``,
-fuzzdiff.targets.opinfo.sample): torch's sample lists change between
+fuzzdiff.targets.stored_sample): torch's sample lists change between
 releases, and the target's name, ``opinfo/<op>@<index>``, only says where the
 sample was in the list of the torch it was found with.
 
@@ -44,8 +44,8 @@ from fuzzdiff.case.layout import Alias, CaseError, Layout
 from fuzzdiff.case.structures import STRUCTURES
 from fuzzdiff.case.values import SPECIALS, Values
 from fuzzdiff.errors import FuzzdiffError
-from fuzzdiff.targets.opinfo.sample import SampleError, StoredSample
 from fuzzdiff.targets.releases import RELEASE, fixed_by
+from fuzzdiff.targets.stored_sample import SampleError, StoredSample
 from fuzzdiff.verdict import KINDS, Verdict, error_shape
 from fuzzdiff.version import __version__
 

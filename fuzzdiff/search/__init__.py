@@ -1,4 +1,4 @@
 """One check on one target, searched and settled: a case run and its exceptions
-turned into verdicts, fuzzing under Hypothesis, a failure replayed in a fresh
+turned into verdicts, fuzzing under Hypothesis, a failure rerun in a fresh
 process, whose bug it is, and its root cause.
 """

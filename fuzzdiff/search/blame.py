@@ -29,6 +29,13 @@ evidence, strongest first:
 
 Otherwise the failure is the code's own: a derivative rule it defines, an
 error raised in it, or a mismatch that needs it, shown at the shrunk input.
+
+Where the code's own is the verdict so far, the failure is localized
+(fuzzdiff.search.localize, ``located``): an op of torch's that fails alone
+at the inputs the call gave it makes the failure PyTorch's after all, named
+with its inputs and a few lines of torch that show it; a rule of the code's
+that fails alone is named; where every op and rule passes alone, the
+composition is the code's. The blame carries that ``level``.
 """
 
 from __future__ import annotations
@@ -36,15 +43,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.checks import Check
-from fuzzdiff.confirm.ladder import replay_only
+from fuzzdiff.confirm.ladder import repeat_only
 from fuzzdiff.search.caught import quietly
 from fuzzdiff.search.inspection import BATCHING, COMPILING, LAYOUT, RANDOM, inspect_call
+from fuzzdiff.search.localize import LEVELS, Localized
 from fuzzdiff.search.runner import verdict_at
 from fuzzdiff.targets.discrepancies import OWN_RULES
 from fuzzdiff.targets.known import Known, matching
@@ -76,6 +84,9 @@ VIA = (
     "known discrepancy",
     "stand-in",
     "mechanism",
+    "torch op",  # the plain call raises inside a torch op at an input it should take (fuzzdiff.checking.input_domain)
+    "op alone",  # an op of torch's fails alone at the inputs the call gave it (fuzzdiff.search.localize)
+    "rule alone",  # a Function fails alone at the inputs it received
     "user",
 )
 
@@ -105,24 +116,50 @@ def torchs_own(target: Target) -> bool:
 @dataclass(frozen=True)
 class Blame:
     """``whose``: PYTORCH or USER; ``evidence``: why, in one sentence;
-    ``via``: which piece of evidence decided (one of VIA)."""
+    ``via``: which piece of evidence decided (one of VIA). Where the failure
+    was localized (fuzzdiff.search.localize): ``level``, one of "op",
+    "rule", "composition"; ``op``, the op (``aten::div_``) or the rule's
+    class; ``at``, its inputs in words; ``script``, a few lines of torch
+    that fail as it did (the minimal repro)."""
 
     whose: str
     evidence: str
     via: str = "user"
+    level: str | None = None
+    op: str | None = None
+    at: str | None = None
+    script: str | None = None
 
     @property
     def headline(self) -> str:
         return "likely a PyTorch bug, not your code" if self.whose == PYTORCH else "in your code"
 
+    @property
+    def where(self) -> str | None:
+        """The piece the failure is in, with its level: "PyTorch's aten::div_
+        (op, alone at float64[3] stride (1,))"; None where not localized."""
+        if self.level is None:
+            return None
+        if self.level == "composition":
+            return "the composition (every op and rule passes alone)"
+        owner = "PyTorch's" if self.whose == PYTORCH else "your"
+        what = f"{owner} rule {self.op}" if self.level == "rule" else f"{owner} {self.op}"
+        return f"{what} ({self.level}{', ' + self.at if self.at else ''})"
+
     def to_json(self) -> dict:
-        return {"whose": self.whose, "evidence": self.evidence, "via": self.via}
+        out = {"whose": self.whose, "evidence": self.evidence, "via": self.via}
+        for key in ("level", "op", "at", "script"):  # written only when set: additions to the record's format
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
 
     @staticmethod
     def from_json(data) -> Blame | None:
         if isinstance(data, dict) and data.get("whose") in (PYTORCH, USER) and isinstance(data.get("evidence"), str):
             via = data.get("via")
-            return Blame(data["whose"], data["evidence"], via if via in VIA else "user")
+            level = data.get("level") if data.get("level") in LEVELS else None
+            extra = {k: data[k] if isinstance(data.get(k), str) else None for k in ("op", "at", "script")}
+            return Blame(data["whose"], data["evidence"], via if via in VIA else "user", level, **extra)
         return None
 
 
@@ -174,7 +211,7 @@ def gather(check: Check, target: Target, case: Case, verdict: Verdict | None = N
         return Evidence()
     evidence = _gathered(check, target, case, verdict)
     try:
-        with replay_only():
+        with repeat_only():
             quiet = quietly(lambda: verdict_at(check, target, case))
     except Exception:  # noqa: BLE001 - the run raising here tells nothing more
         return evidence
@@ -233,7 +270,9 @@ def torch_known(calls: Sequence[str], check: str, case: Case, verdict: Verdict) 
 @functools.cache
 def _known_by_function() -> dict[str, tuple[Known, ...]]:
     """The catalog's known discrepancies by the name of the torch function its
-    target is (``torch.cumprod``; a target that wraps one is not indexed)."""
+    target is (``torch.cumprod``; a target that wraps one is not indexed), and
+    by the samplers an implicitly reparameterized sample is drawn by
+    (``Target.implicit``: code calling ``torch._standard_gamma`` meets them)."""
     from fuzzdiff.targets import all_targets  # the catalog, built once and only when a blame needs it
 
     found: dict[str, list[Known]] = {}
@@ -243,6 +282,8 @@ def _known_by_function() -> dict[str, tuple[Known, ...]]:
             continue
         if any(getattr(space, name, None) is t.fn for space in _TORCH_SPACES):
             found.setdefault(name, []).extend(t.known)
+        for sampler in t.implicit.samplers if t.implicit is not None else ():
+            found.setdefault(sampler, []).extend(t.known)
     return {name: tuple(ks) for name, ks in found.items()}
 
 
@@ -335,3 +376,17 @@ def _why_user(errors: dict, evidence: Evidence) -> str:
         outcome = "passes" if kind == "pass" else f"is {kind}"
         parts.append(f"{evidence.stand_in.description} {outcome} at the same inputs and check parameters")
     return "; ".join(parts) or "the failure needs your function: nothing points at torch"
+
+
+def located(blame: Blame, found: Localized) -> Blame:
+    """``blame`` with where ``found`` localized the failure: an op of
+    torch's that fails alone is PyTorch's; a rule that fails alone is its
+    author's (torch's, for a Function torch defines); the composition keeps
+    the blame's owner. Not localized, the blame stays, its evidence saying why."""
+    if found.level == "op" or found.level == "rule":
+        whose = PYTORCH if found.torchs else USER
+        via = "op alone" if found.level == "op" else "rule alone"
+        return Blame(whose, found.evidence, via, found.level, found.op, found.at, found.script)
+    if found.level == "composition":
+        return replace(blame, evidence=f"{found.evidence}; {blame.evidence}", level="composition")
+    return replace(blame, evidence=f"{blame.evidence}; {found.evidence}")

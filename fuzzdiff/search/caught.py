@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -66,7 +67,7 @@ def quietly(call: Callable[[], Any]) -> Quietly:
 
     def shown(message, category, filename, lineno, file=None, line=None) -> None:
         # the frame that called warn(), whatever stacklevel said: the first outside the warnings module
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None and frame.f_code.co_filename == warnings.__file__:
             frame = frame.f_back
         if frame is not None and _users(frame.f_code.co_filename):

@@ -1,18 +1,18 @@
-"""Replaying a failure in a fresh process before it is called the target's.
+"""Rerunning a failure in a fresh process before it is called the target's.
 
 A process in which torch once failed an internal assert, or a compile broke
 half-way, may fail everything after it: a long campaign worker, or one
 ``fuzzdiff.check`` running every check in a row. What fails only there is
-the process's state, not the target. So a confirmed failure is replayed once
+the process's state, not the target. So a confirmed failure is rerun once
 more, in a Python process that has run nothing else (``FreshProcess``), from
 the very record that would be written: the same check, case, values and
 target recipe. That process also gathers the evidence of whose bug it is
 (fuzzdiff.search.blame), away from whatever the first one went through.
 
-The replaying process is started on the first failure (``boot``: while
-that failure shrinks, so that its start costs the replay no time) and serves
+The rerunning process is started on the first failure (``boot``: while
+that failure shrinks, so that its start costs the rerun no time) and serves
 the following ones, until it is disturbed itself or its owner closes it; it
-ends by itself when its owner dies (its stdin closes). A replay bounded by a
+ends by itself when its owner dies (its stdin closes). A rerun bounded by a
 time budget that ends first is given up, the process stopped at once.
 """
 
@@ -36,25 +36,24 @@ import torch
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.checks import get_check
-from fuzzdiff.confirm.ladder import replay_only
+from fuzzdiff.confirm.ladder import repeat_only
 from fuzzdiff.guards import torch_state
 from fuzzdiff.paths.vmap import stop_recording_fallbacks
 from fuzzdiff.record.files import read_record, write_record
 from fuzzdiff.search.blame import Blame, blame, gather
 from fuzzdiff.search.runner import run_check
-from fuzzdiff.targets import get_target
-from fuzzdiff.targets.user import from_definition
+from fuzzdiff.targets import resolve
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["FreshProcess", "Replayed", "REPLAY_SECONDS"]
+__all__ = ["FreshProcess", "Rerun", "RERUN_SECONDS"]
 
-REPLAY_SECONDS = 600.0  # a replay that compiles (an inductor compile on busy cores) takes minutes at worst
+RERUN_SECONDS = 600.0  # a rerun that compiles (an inductor compile on busy cores) takes minutes at worst
 START_SECONDS = 120.0  # importing torch and fuzzdiff, on busy cores
 CLOSE_SECONDS = 0.2  # an idle process's own exit, before it is killed: it holds nothing to save
 
 
 @dataclass(frozen=True)
-class Replayed:
+class Rerun:
     """A fresh process's answer: the verdict there, whose bug it is, and the
     stand-in's code and verdict (fuzzdiff.search.blame.Evidence, as JSON); or
     ``failed``: why there is no answer (the target cannot be rebuilt there,
@@ -68,19 +67,19 @@ class Replayed:
 
 
 class FreshProcess:
-    """A clean Python process that replays failures (see the module's docstring)."""
+    """A clean Python process that reruns failures (see the module's docstring)."""
 
-    def __init__(self, timeout: float = REPLAY_SECONDS):
+    def __init__(self, timeout: float = RERUN_SECONDS):
         self.timeout = timeout
         self._proc: subprocess.Popen | None = None
         self._answers: int | None = None  # the read end of the answers' pipe
         self._log: Any = None
-        self._ready = False  # it said "ready": idle between replays, it ends at once when its stdin closes
+        self._ready = False  # it said "ready": idle between reruns, it ends at once when its stdin closes
         self._folder = tempfile.TemporaryDirectory(prefix="fuzzdiff-fresh-")
-        self.replays = 0
+        self.reruns = 0
         self.seconds = 0.0
 
-    def replay(
+    def rerun(
         self,
         check: str,
         case: Case,
@@ -89,41 +88,41 @@ class FreshProcess:
         seconds: float | None = None,
         confirmed: bool = False,
         by: float | None = None,
-    ) -> Replayed:
+    ) -> Rerun:
         """The verdict of ``check`` at ``case`` in a fresh process, with the
         blame; ``definition`` rebuilds a user target there (its recipe).
-        ``seconds`` bounds the replay's own wait (default: ``timeout``), once
+        ``seconds`` bounds the rerun's own wait (default: ``timeout``), once
         the process has started; ``by`` (a time.monotonic() instant) bounds
         the whole, its start included. A failure ``confirmed`` here already
-        is replayed there without its confirmation ladder
-        (fuzzdiff.confirm.ladder.replay_only)."""
+        is rerun there without its confirmation ladder
+        (fuzzdiff.confirm.ladder.repeat_only)."""
         start = time.monotonic()
         try:
             path, _ = write_record(self._folder.name, check, case, verdict, definition=definition)
             return self._ask(path, self.timeout if seconds is None else seconds, confirmed, by)
         finally:
-            self.replays += 1
+            self.reruns += 1
             self.seconds += time.monotonic() - start
 
     def boot(self) -> None:
-        """Start the process now, without waiting for it: the next replay finds it ready sooner."""
+        """Start the process now, without waiting for it: the next rerun finds it ready sooner."""
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             self._spawn()
 
-    def _ask(self, record: Path, seconds: float, confirmed: bool = False, by: float | None = None) -> Replayed:
+    def _ask(self, record: Path, seconds: float, confirmed: bool = False, by: float | None = None) -> Rerun:
         # the process's start (importing torch, seconds on busy cores) counts
-        # against ``by`` only: the replay itself gets its ``seconds`` in full
+        # against ``by`` only: the rerun itself gets its ``seconds`` in full
         end = math.inf if by is None else by
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             failed = self._spawn()
             if failed is not None:
-                return Replayed(failed=failed)
+                return Rerun(failed=failed)
         if not self._ready:
             failed = self._wait_ready(min(START_SECONDS, end - time.monotonic()))
             if failed is not None:
-                return Replayed(failed=failed, late=by is not None and time.monotonic() >= by)
+                return Rerun(failed=failed, late=by is not None and time.monotonic() >= by)
         assert self._proc is not None and self._proc.stdin is not None and self._answers is not None
         end = min(end, time.monotonic() + seconds)
         seconds = end - time.monotonic()
@@ -132,22 +131,22 @@ class FreshProcess:
             self._proc.stdin.flush()
         except OSError as e:
             self.close()
-            return Replayed(failed=f"the replaying process is gone ({e}){self._tail()}")
+            return Rerun(failed=f"the rerunning process is gone ({e}){self._tail()}")
         self._ready = False  # busy: it reads its stdin again only once it has answered
         line = self._read_line(seconds)
         if line is None:
             tail = self._tail()
             self.close()
             late = by is not None and time.monotonic() >= by
-            return Replayed(failed=f"no answer from the replaying process within {seconds:.1f} s{tail}", late=late)
+            return Rerun(failed=f"no answer from the rerunning process within {seconds:.1f} s{tail}", late=late)
         self._ready = True
         answer = json.loads(line)
         if answer.get("disturbed"):
-            self.close()  # its next replay would not be in a fresh process
+            self.close()  # its next rerun would not be in a fresh process
         if "failed" in answer:
-            return Replayed(failed=answer["failed"])
+            return Rerun(failed=answer["failed"])
         v = answer["verdict"]
-        return Replayed(
+        return Rerun(
             Verdict(v["kind"], v["message"], v["errors"]),
             Blame.from_json(answer.get("blame")),
             answer.get("evidence"),
@@ -218,7 +217,7 @@ class FreshProcess:
     def close(self) -> None:
         """End the process: an idle one by closing its stdin (killed if it
         takes longer than CLOSE_SECONDS to go: a time budget waits on it), one
-        still starting or replaying at once (it would not read its stdin in time)."""
+        still starting or rerunning at once (it would not read its stdin in time)."""
         if self._proc is not None:
             try:
                 if self._proc.stdin is not None:
@@ -251,7 +250,7 @@ class FreshProcess:
 # The whole child: the caller's import path first, so that fuzzdiff and the
 # target's own modules import there too; and compile caches of its own, empty:
 # inductor's on-disk caches are shared by every process of the user, and an
-# artifact compiled in a process whose state was broken would replay the
+# artifact compiled in a process whose state was broken would rerun the
 # failure in the fresh one too.
 _BOOT = (
     "import json, os, sys; sys.path[:0] = json.loads(sys.argv[2]); "
@@ -274,25 +273,25 @@ def _serve(answers: int) -> None:
         before = torch_state.disturbances()
         try:
             asked = json.loads(line)
-            answer = _replay(asked["record"], bool(asked.get("confirmed")))
+            answer = _rerun(asked["record"], bool(asked.get("confirmed")))
         except Exception as e:  # noqa: BLE001 - any error is an answer, never a dead replayer
-            answer = {"failed": f"the fresh process could not replay it: {type(e).__name__}: {e}"}
+            answer = {"failed": f"the fresh process could not rerun it: {type(e).__name__}: {e}"}
         answer["disturbed"] = torch_state.disturbances() > before
         out.write(json.dumps(answer, default=str) + "\n")
         out.flush()
 
 
-def _replay(path: str, confirmed: bool = False) -> dict:
+def _rerun(path: str, confirmed: bool = False) -> dict:
     record = read_record(path)
-    if record.definition is not None:
-        target = from_definition(record.definition, trust_source=True)  # written by the process that asked
-    elif record.opinfo_sample is not None:
-        from fuzzdiff.targets.opinfo.adapter import get_opinfo_target  # startup time: op_db only where asked
-
-        target = get_opinfo_target(record.target, record.opinfo_sample)  # the call itself, as repro.load
-    else:
-        target = get_target(record.target)
-    with replay_only() if confirmed else contextlib.nullcontext():
+    # its stored source was written by the process that asked; an OpInfo target is its stored call, as repro.load's
+    target = resolve(
+        record.target,
+        record.definition,
+        record.opinfo_sample,
+        trust_source=True,
+        module_target=record.check == "per_sample",  # per-sample gradients are of the module itself
+    )
+    with repeat_only() if confirmed else contextlib.nullcontext():
         verdict = run_check(record.check, target, record.case)
     answer: dict = {"verdict": {"kind": verdict.kind, "message": verdict.message, "errors": verdict.errors}}
     if verdict.failed:

@@ -2,7 +2,7 @@
 
 This is what the pytest suite, ``fuzzdiff run`` and ``fuzzdiff.check`` share:
 draw cases, run the check, let Hypothesis shrink a failure to a minimal case,
-settle it (fuzzdiff.search.settling: a fresh process's replay, whose bug it is) and
+settle it (fuzzdiff.search.settling: a fresh process's rerun, whose bug it is) and
 report it with the case as JSON so it can be replayed without Hypothesis.
 """
 
@@ -111,7 +111,7 @@ def settle_heap() -> None:
 # (but not past its deadline).
 MIN_SHRINK = 2.0
 # Before a deadline, shrinking leaves the time of this many failing cases:
-# its last step, and the failure's replay in a fresh process with the
+# its last step, and the failure's rerun in a fresh process with the
 # evidence of whose bug it is (fuzzdiff.search.settling), each about as dear.
 SETTLING_CASES = 3
 # Seconds a mismatch's confirmation may take at least, even past the search's
@@ -125,7 +125,7 @@ class _ShrinkBound:
     """Ends shrinking ``seconds`` after the first failure: from then on an
     example not seen failing passes without running, so every shrink step
     Hypothesis still tries is rejected at once, and the smallest failure so
-    far (which still fails, for Hypothesis's final replay) is the result.
+    far (which still fails, for Hypothesis's final run of it) is the result.
     Where the search has a time budget (``budget``, a time.monotonic()
     instant), shrinking ends there too, but never sooner than MIN_SHRINK
     seconds after the failure: a failure found late is still made small, and
@@ -251,7 +251,7 @@ class Search:
 
     ``definition`` goes into a failure's corpus record (a user target's
     recipe, fuzzdiff.targets.user.definition). ``fresh`` (a
-    fuzzdiff.search.fresh.FreshProcess) replays the shrunk failure in a
+    fuzzdiff.search.fresh.FreshProcess) reruns the shrunk failure in a
     process that has run nothing else, before it is reported or recorded.
     ``seen``: signatures of failures the caller has reported already
     (``root_cause``), counted rather than raised. ``until``, ``deadline`` and
@@ -307,7 +307,7 @@ def fuzz(
     found so far; the failure's ``shrink_cut`` says so.
 
     ``search`` (a Search) says the rest. With ``search.fresh`` the shrunk
-    failure is replayed in a fresh process before it is reported or
+    failure is rerun in a fresh process before it is reported or
     recorded: one that passes there is this process's state, not the
     target's, and ends the run as "inconclusive" (naming what disturbed this
     process) rather than as a failure. The failure carries whose bug it is
@@ -321,7 +321,7 @@ def fuzz(
     where it can run: the main thread), unjudged; a case that would pass it
     at the last case's cost is not begun, and shrinking ends SETTLING_CASES
     failing cases' cost before it (the smallest failure so far is the one
-    settled). A failure whose replay in a fresh process has not answered by
+    settled). A failure whose rerun in a fresh process has not answered by
     ``search.settle_by`` is not confirmed, so not raised; it is returned in
     the tally's ``unconfirmed``, its runs counted inconclusive. So is a
     mismatch whose confirmation (fuzzdiff.confirm.ladder) runs past the
@@ -427,7 +427,7 @@ def fuzz(
                     if verdict.failed:
                         budget.disarm()
                         if search.fresh is not None and not shrink.failing:
-                            search.fresh.boot()  # started while the failure shrinks: its replay waits less
+                            search.fresh.boot()  # started while the failure shrinks: its rerun waits less
                         failing[empty(case)] += 1
                         failing_cases[0] += newly
                         shrink.failed(cases, variant, verdict, time.monotonic() - began)
@@ -449,7 +449,7 @@ def fuzz(
                 hypothesis.target(best, label="normalized error")
 
     # One example-database key per (check, target): every fuzz() call shares the
-    # source of property_, and saved failures must replay only where they failed.
+    # source of property_, and saved failures must be tried again only where they failed.
     # (``.hypothesis`` is the handle @given attaches; hypothesis types the test as a plain callable)
     property_.hypothesis.inner_test._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]
         f"{check.name}/{target.ref}".encode()
@@ -513,7 +513,7 @@ def fuzz(
         failure.tally = tally
         failure.shrink_cut = shrink.cut
         failure.failing, failure.failing_cases = failing, failing_cases[0]
-        if watch is not None:  # no example runs here any more: the replays elsewhere have limits of their own
+        if watch is not None:  # no example runs here any more: the reruns elsewhere have limits of their own
             watch.close()
         try:
             settled = settle(failure, check, target, search.definition, search.fresh, timeout, seen, search.settle_by)

@@ -45,7 +45,7 @@ class FuzzFailure(FuzzdiffError, AssertionError):
         # turns out to be no finding of the check (an input outside the domain).
         self.failing: Counter[Empty] = Counter()
         self.failing_cases = 0
-        # Why it is not confirmed, where the time budget ended before its replay
+        # Why it is not confirmed, where the time budget ended before its rerun
         # in a fresh process: then it is no failure, and fuzz() returns it in
         # its tally's ``unconfirmed`` instead of raising it.
         self.unconfirmed = ""

@@ -17,7 +17,7 @@ from fuzzdiff.case.case import Case
 from fuzzdiff.case.features import case_features
 from fuzzdiff.case.layout import Layout
 from fuzzdiff.checks import Check, get_check
-from fuzzdiff.confirm.ladder import replay_only
+from fuzzdiff.confirm.ladder import repeat_only
 from fuzzdiff.search.runner import verdict_at
 from fuzzdiff.targets.known import Known
 from fuzzdiff.targets.target import Target
@@ -75,11 +75,11 @@ def message_pattern(message: str) -> str:
 
 def _fails_contiguous(check: Check | str, case: Case, verdict: Verdict, target: Target) -> bool:
     """The same failure at the case's values, every argument contiguous: the
-    mismatch replayed there, its confirmation (at these very values) taken as done."""
+    mismatch repeated there, its confirmation (at these very values) taken as done."""
     plain = case.with_layouts([Layout.contiguous(a.shape) for a in case.args])
     check = get_check(check) if isinstance(check, str) else check
     try:
-        with replay_only():
+        with repeat_only():
             again = verdict_at(check, target, plain)
     except Exception:  # noqa: BLE001 - rejected or malformed there: no evidence either way
         return False

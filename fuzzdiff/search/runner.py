@@ -2,7 +2,7 @@
 
 An op that lacks a forward-mode formula, double backward or complex support
 raises; that is "unsupported", never a failure. Any other exception from the
-target at a valid input is a finding, reported as a failure once it replays.
+target at a valid input is a finding, reported as a failure once it repeats.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from fuzzdiff.case.layout import CaseError
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.checks.check import ProbeParams
 from fuzzdiff.confirm.ladder import Ladder
-from fuzzdiff.confirm.steps import replay
+from fuzzdiff.confirm.steps import repeat
 from fuzzdiff.guards import cuda_context, torch_state
 from fuzzdiff.guards.precision import cuda_present, ieee_float32
 from fuzzdiff.guards.raised import Raised, raised
@@ -35,10 +35,10 @@ from strategies.cotangents import draw_probe_dicts
 
 __all__ = ["run_check", "verdict_at", "case_strategy", "EXCEPTION_LADDER"]
 
-# A target's exception at a valid input is confirmed by a replay that raises
+# A target's exception at a valid input is confirmed by a repeat that raises
 # it again. Its verdict keeps the exception's own words ("raised T: message"),
 # which known discrepancies and root causes match, so the runner words it.
-EXCEPTION_LADDER = Ladder(("replay",))
+EXCEPTION_LADDER = Ladder(("repeat",))
 
 
 RANDOM_LOW_PRECISION_ON_CUDA = (
@@ -119,10 +119,10 @@ def _verdict(check: Check, target: Target, case: Case) -> Verdict:
     finding = f"raised {type(first).__name__}: {first}"
     climbed = EXCEPTION_LADDER.ascend(
         {
-            "replay": replay(
+            "repeat": repeat(
                 lambda: _attempt(check, target, case)[0],
                 same=lambda again: isinstance(again, _Raised) and _same_error(again.error, first),
-                why=_replayed,
+                why=_repeated,
             )
         }
     )
@@ -138,11 +138,11 @@ def _same_error(again: Exception, first: Exception) -> bool:
     return type(again) is type(first) and str(again) == str(first)
 
 
-def _replayed(again: Verdict | _Raised) -> str:
-    """What the replay of an exception did instead of raising it again."""
+def _repeated(again: Verdict | _Raised) -> str:
+    """What the repeat of an exception did instead of raising it again."""
     if isinstance(again, Verdict):
-        return "the replay passed"
-    return f"the replay raised {type(again.error).__name__}: {again.error}"
+        return "the repeat passed"
+    return f"the repeat raised {type(again.error).__name__}: {again.error}"
 
 
 @dataclass(frozen=True)

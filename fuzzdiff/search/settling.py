@@ -1,10 +1,12 @@
-"""A failure found, settled before it is reported: replayed in a fresh
+"""A failure found, settled before it is reported: rerun in a fresh
 process (this process's state, or the target's? a hang, or slow code?) and
 blamed, PyTorch's or the code's (fuzzdiff.search.blame), with a record of the
-plain-torch stand-in where the blame rests on it. Within a time budget
-(``fuzzdiff.check``'s), by an instant: a failure whose replay does not
-answer by then is not confirmed (OutOfTime), and evidence gathered here is
-cut short there."""
+plain-torch stand-in where the blame rests on it. A failure blamed on the
+code is then localized (fuzzdiff.search.localize): the torch op, the code's
+own rule or the composition. Within a time budget (``fuzzdiff.check``'s),
+by an instant: a failure whose rerun does not answer by then is not
+confirmed (OutOfTime), and evidence gathered or localizing done here is cut
+short there, and says so."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from fuzzdiff.checks import Check
 from fuzzdiff.guards import torch_state
 from fuzzdiff.guards.timeout import OutOfTime, bounded
 from fuzzdiff.record.files import write_record
-from fuzzdiff.search.blame import Evidence, blame, gather
+from fuzzdiff.search.blame import USER, Evidence, blame, gather, located, torchs_own
 from fuzzdiff.search.fresh import FreshProcess
+from fuzzdiff.search.localize import NUMERIC, localize
 from fuzzdiff.search.outcome import FuzzFailure
 from fuzzdiff.targets.known import Known, matching
 from fuzzdiff.targets.target import Target
@@ -41,51 +44,52 @@ def settle(
     False when it is this process's state rather than the target's, or a
     time-out of an example that only takes long (then its tally says so, as
     inconclusive runs). OutOfTime where ``settle_by`` (a time.monotonic()
-    instant) comes before its replay in a fresh process has answered: not
+    instant) comes before its rerun in a fresh process has answered: not
     confirmed, it is no failure to report."""
     verdict = failure.verdict
     if verdict.kind == "timeout" and fresh is not None and timeout > 0:
         # A hang, or slow code on busy cores? Given SLOW_FACTOR times as long in a fresh process.
         seconds = _seconds(SLOW_FACTOR * timeout, settle_by)
-        replayed = fresh.replay(check.name, failure.case, verdict, definition, seconds=seconds, by=settle_by)
-        if replayed.late:
-            raise OutOfTime(f"the time budget ended before its replay in a fresh process finished ({seconds:.1f} s)")
-        if replayed.verdict is not None:
-            if replayed.verdict.failed:  # slow, and wrong: that failure is the finding, unless already counted
-                if _counted(failure, check, target, replayed.verdict, seen):
+        rerun = fresh.rerun(check.name, failure.case, verdict, definition, seconds=seconds, by=settle_by)
+        if rerun.late:
+            raise OutOfTime(f"the time budget ended before its rerun in a fresh process finished ({seconds:.1f} s)")
+        if rerun.verdict is not None:
+            if rerun.verdict.failed:  # slow, and wrong: that failure is the finding, unless already counted
+                if _counted(failure, check, target, rerun.verdict, seen):
                     return False
-                failure.verdict, failure.blame = replayed.verdict, replayed.blame
+                failure.verdict, failure.blame = rerun.verdict, rerun.blame
                 failure.elsewhere = f"found in a fresh process, where the example ran past the {timeout:.0f} s time-out"
                 return True
             why = (
                 f"slow, not hung: past the per-example time-out of {timeout:.0f} s, but it finishes in a fresh "
-                f"process ({replayed.verdict.kind}); timeout= (FuzzConfig.timeout) gives it longer"
+                f"process ({rerun.verdict.kind}); timeout= (FuzzConfig.timeout) gives it longer"
             )
             _not_the_targets(failure, why)
             return False
-        failure.elsewhere = f"it does not finish in a fresh process either ({replayed.failed})"
-    if verdict.kind != "fail":  # a crash is not replayed here: the journal's record replays it in a child
+        failure.elsewhere = f"it does not finish in a fresh process either ({rerun.failed})"
+    if verdict.kind != "fail":  # a crash is not rerun here: the journal's record replays it in a child
         failure.blame = blame(check.name, target, verdict, Evidence())
         return True
     if fresh is not None:
         seconds = _seconds(fresh.timeout, settle_by)
-        replayed = fresh.replay(
+        rerun = fresh.rerun(
             check.name, failure.case, verdict, definition, seconds=seconds, confirmed=True, by=settle_by
         )
-        if replayed.late:
-            raise OutOfTime(f"the time budget ended before its replay in a fresh process answered ({seconds:.1f} s)")
-        if replayed.verdict is not None and mismatch(verdict, replayed.verdict) is not None:
+        if rerun.late:
+            raise OutOfTime(f"the time budget ended before its rerun in a fresh process answered ({seconds:.1f} s)")
+        if rerun.verdict is not None and mismatch(verdict, rerun.verdict) is not None:
             before = torch_state.last_disturbance()
             what = verdict.errors.get("exception") or identity(verdict)
-            kind = replayed.verdict.kind
-            why = f"process-state dependent: {what} fails here, but replays as {kind} in a fresh process"
+            kind = rerun.verdict.kind
+            why = f"process-state dependent: {what} fails here, but reruns as {kind} in a fresh process"
             _not_the_targets(failure, why, f" (this process was disturbed before: {before})" if before else "")
             return False
-        if replayed.verdict is not None:
+        if rerun.verdict is not None:
             failure.elsewhere = "reproduced in a fresh process"
-            failure.blame, failure.evidence = replayed.blame, dict(replayed.evidence or {})
+            failure.blame, failure.evidence = rerun.blame, dict(rerun.evidence or {})
+            _localized(failure, check, target, settle_by)
             return True
-        failure.elsewhere = f"not replayed in a fresh process ({replayed.failed})"
+        failure.elsewhere = f"not rerun in a fresh process ({rerun.failed})"
     try:
         with bounded(settle_by):
             evidence = gather(check, target, failure.case, verdict)
@@ -94,17 +98,30 @@ def settle(
         failure.elsewhere = f"{failure.elsewhere}; {said}" if failure.elsewhere else said
         return True
     failure.blame, failure.evidence = blame(check.name, target, verdict, evidence), evidence.to_json()
+    _localized(failure, check, target, settle_by)
     return True
 
 
+def _localized(failure: FuzzFailure, check: Check, target: Target, settle_by: float | None) -> None:
+    """A failure blamed on the code, localized (fuzzdiff.search.localize) by
+    ``settle_by``: to an op of torch's (then PyTorch's), a rule of the
+    code's, or the composition. Torch's own targets need no localizing."""
+    whose, verdict = failure.blame, failure.verdict
+    if whose is None or whose.whose != USER or whose.level is not None or torchs_own(target):
+        return
+    if check.name not in NUMERIC and not verdict.errors.get("exception"):
+        return  # a mismatch of two of torch's ways of running the code: no op of it to run alone
+    failure.blame = located(whose, localize(check, target, failure.case, verdict, settle_by))
+
+
 def _seconds(wait: float, settle_by: float | None) -> float:
-    """How long a replay may take: ``wait``, or what is left before
+    """How long a rerun may take: ``wait``, or what is left before
     ``settle_by`` where that is less; OutOfTime where nothing is."""
     if settle_by is None:
         return wait
     left = settle_by - time.monotonic()
     if left <= 0:
-        raise OutOfTime("no time was left of the time budget to replay it in a fresh process")
+        raise OutOfTime("no time was left of the time budget to rerun it in a fresh process")
     return min(wait, left)
 
 

@@ -17,11 +17,22 @@ import torch
 from fuzzdiff.case.arguments import ArgKind, FromShapes, Index, Mask, NoGrad
 from fuzzdiff.case.spec import ArgSpec, parse_spec
 from fuzzdiff.case.structures import STRUCTURES
+from fuzzdiff.errors import FuzzdiffError
+from fuzzdiff.targets.implicit import Implicit
 from fuzzdiff.targets.known import Known
+from fuzzdiff.targets.role import OpInfoRole
 
-__all__ = ["Target", "Tol", "Only", "Index", "Mask", "NoGrad", "FromShapes", "ArgKind"]
+__all__ = ["Target", "Tol", "Only", "TargetUnavailable", "Index", "Mask", "NoGrad", "FromShapes", "ArgKind"]
 
 FLOATING = (torch.float64, torch.float32)
+
+
+class TargetUnavailable(FuzzdiffError, KeyError):
+    """A target that a name or a record names and this process cannot build:
+    an OpInfo missing from this torch's op_db, a stored call no longer valid."""
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,12 @@ class Target:
                (exception type name, message regex): an eager call that raises
                one rejects the example instead of failing it (e.g. an in-place
                write into memory that another operand overlaps).
+    decline:   for a target of torch's OpInfo database, ``decline(check, role)``
+               -> why a check with that OpInfo role (fuzzdiff.targets.role) does
+               not apply to its op, or None; ask it through ``declines``.
+    implicit:  the target's output is a sample torch differentiates implicitly,
+               holding its CDF fixed (fuzzdiff.targets.implicit): how to get
+               its CDF and density, for the implicit_rsample check.
     """
 
     name: str
@@ -118,6 +135,8 @@ class Target:
     invalid: tuple[tuple[str, str], ...] = ()
     module: Callable[..., Any] | None = None
     cross_backend: Callable[[str], Callable[..., Any]] | None = None
+    decline: Callable[[str, OpInfoRole | None], str | None] | None = None
+    implicit: Implicit | None = None
 
     def __post_init__(self) -> None:
         names = {a.name for a in self.args}
@@ -169,6 +188,18 @@ class Target:
     def known_checks(self) -> frozenset[str]:
         """The checks some known discrepancy of this target can be reported by."""
         return frozenset(c for k in self.known for c in k.checks)
+
+    def declines(self, check: str, role: OpInfoRole | None) -> str | None:
+        """Why ``check``, whose OpInfo role is ``role`` (None: it has none), does
+        not apply as this target's kind sees it: an OpInfo op's flags and
+        skipped tests (``decline``). None for every other target."""
+        return None if self.decline is None else self.decline(check, role)
+
+    def build_module(self, *sample: Any, **kwargs: Any) -> Any:
+        """A module target's module for one sample's shapes and dtype (``module``)."""
+        if self.module is None:
+            raise TypeError(f"target {self.name!r} is not a module target: it has no module builder")
+        return self.module(*sample, **kwargs)
 
     def differentiable(self, arg: str) -> bool:
         return arg not in self.kinds

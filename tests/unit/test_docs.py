@@ -220,9 +220,10 @@ def test_the_extending_page_names_the_registration_and_the_benchmarks():
     text = _text(DOCS / "extending.md")
     for needed in (
         "fuzzdiff/checks/__init__.py",
-        "_register(",
+        "<name>.CHECK",
         "Check.script",
-        "fuzzdiff/checks/costs.py",
+        "cost=Cost(",
+        "opinfo=OpInfoRole(",
         "fuzzdiff/targets/catalog/",
         "fuzzdiff/targets/known.py",
         "docs/pages/checks.md",

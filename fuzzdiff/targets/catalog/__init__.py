@@ -4,6 +4,7 @@ from fuzzdiff.targets.catalog import (  # noqa: F401
     binary,
     conv,
     custom_ops,
+    distributions,
     indexing,
     linalg,
     losses,

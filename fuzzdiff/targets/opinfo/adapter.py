@@ -11,7 +11,7 @@ all; ``get_opinfo_target("opinfo/add@3")`` builds one op's. A target's name
 names the op and the sample index, and samples are drawn under a fixed seed
 (``samples``), so a case replays from JSON without Hypothesis on the torch it
 was found with. Sample lists change between releases, so a corpus record also
-stores the call (``stored_sample``, fuzzdiff.targets.opinfo.sample), and
+stores the call (``stored_sample``, fuzzdiff.targets.stored_sample), and
 ``get_opinfo_target(ref, stored)`` rebuilds the same target from it under
 any torch.
 """
@@ -26,13 +26,10 @@ from collections.abc import Callable, Iterable
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from fuzzdiff.errors import FuzzdiffError
 from fuzzdiff.targets.opinfo.build import SampleCall, build, fuzzable, sample_targets, samples
 from fuzzdiff.targets.opinfo.call import is_identity, unchanged, unwrapped_output
-from fuzzdiff.targets.opinfo.sample import Fuzzed, SampleError, StoredSample, same_value
-from fuzzdiff.targets.opinfo.skips import excluded, float32_skip, skips_for
+from fuzzdiff.targets.opinfo.skips import declined, excluded, float32_skip, skips_for
 from fuzzdiff.targets.opinfo.tables import (
-    CHECKS,
     DTYPE_SKIP,
     EXCLUDED,
     FAMILY,
@@ -41,13 +38,13 @@ from fuzzdiff.targets.opinfo.tables import (
     SAMPLES_PER_OP,
     op_key,
 )
-from fuzzdiff.targets.target import Target
+from fuzzdiff.targets.stored_sample import Fuzzed, SampleError, StoredSample, same_value
+from fuzzdiff.targets.target import Target, TargetUnavailable
 
 # The family's face: besides its own, the names of its tables, skips and samples that callers import from here.
 __all__ = [
     "PREFIX",
     "FAMILY",
-    "CHECKS",
     "SAMPLES_PER_OP",
     "NEAR",
     "EXCLUDED",
@@ -63,15 +60,15 @@ __all__ = [
     "is_identity",
     "select",
     "skips_for",
+    "declined",
     "float32_skip",
     "samples",
     "OpInfoError",
 ]
 
 
-class OpInfoError(FuzzdiffError, KeyError):
-    def __str__(self):
-        return self.args[0]
+class OpInfoError(TargetUnavailable):
+    """An OpInfo target that this torch's op_db cannot give."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -156,7 +153,7 @@ def get_opinfo_target(ref: str, stored: StoredSample | None = None) -> Target:
 
 def stored_sample(target: Target) -> StoredSample:
     """What a corpus record stores of an OpInfo target to rebuild it under any
-    torch (fuzzdiff.targets.opinfo.sample); SampleError when its call holds a
+    torch (fuzzdiff.targets.stored_sample); SampleError when its call holds a
     value a record cannot store (the record then names its target by index only)."""
     call = target.fn
     if not isinstance(call, SampleCall):

@@ -42,10 +42,8 @@ from torch.utils._pytree import tree_flatten
 from fuzzdiff.case import draws
 from fuzzdiff.targets.opinfo.call import Differentiable, OpInfoCall
 from fuzzdiff.targets.opinfo.known import known_for
-from fuzzdiff.targets.opinfo.sample import StoredSample
-from fuzzdiff.targets.opinfo.skips import float32_skip, skips_for
+from fuzzdiff.targets.opinfo.skips import Declines, float32_skip, skips_for
 from fuzzdiff.targets.opinfo.tables import (
-    CHECKS,
     CONSTANTS,
     CONTRACTS,
     DISTINCT,
@@ -54,7 +52,6 @@ from fuzzdiff.targets.opinfo.tables import (
     NEAR,
     NEAR_SCALE,
     NEAR_TOL,
-    OUTSIDE,
     PREFIX,
     SAMPLES_PER_OP,
     SEED,
@@ -62,7 +59,8 @@ from fuzzdiff.targets.opinfo.tables import (
     match,
     op_key,
 )
-from fuzzdiff.targets.target import Only, Target
+from fuzzdiff.targets.stored_sample import StoredSample
+from fuzzdiff.targets.target import Target
 from strategies.values import sampling_interval
 
 __all__ = [
@@ -297,7 +295,6 @@ def build(
         dtypes=(torch.float64,) if no32 else (torch.float64, torch.float32),
         distinct=listed(key, DISTINCT),
         tolerances={c: NEAR_TOL for c in ("grad", "forward", "gradgrad", "layout", "alias", "vmap")} if near else {},
-        only=Only(CHECKS, OUTSIDE),
         skip={
             check: why
             for check, why in {
@@ -310,6 +307,7 @@ def build(
         known=known_for(PREFIX + name),
         origin=PREFIX + name,
         invalid=refused,
+        decline=Declines(op, contract_checks),
     )
 
 

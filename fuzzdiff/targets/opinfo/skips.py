@@ -1,15 +1,18 @@
 """Which OpInfos yield targets, and which checks apply to one: the OpInfo's
-own flags and skips, and fuzzdiff's tables (fuzzdiff.targets.opinfo.tables).
+own flags and skips, read against each check's role (fuzzdiff.targets.role),
+and fuzzdiff's tables about ops (fuzzdiff.targets.opinfo.tables).
 
 An OpInfo author who skips a test, or expects it to fail, already knows the op
-fails (or cannot run) there: the check that stands for that test
-(``TESTS``) is skipped with the test's name as the reason.
+fails (or cannot run) there: the check whose role names that test is skipped
+with the test's name as the reason.
 """
 
 from __future__ import annotations
 
 import unittest
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -17,7 +20,8 @@ from fuzzdiff.targets.opinfo.tables import (
     DTYPE_SKIP,
     EXCLUDED,
     MAX_FLOAT32,
-    TESTS,
+    OUTSIDE,
+    REFINES,
     TIED,
     TIES,
     VMAP_SKIP,
@@ -25,8 +29,9 @@ from fuzzdiff.targets.opinfo.tables import (
     match,
     op_key,
 )
+from fuzzdiff.targets.role import OpInfoRole
 
-__all__ = ["excluded", "skips_for", "float32_skip"]
+__all__ = ["excluded", "skips_for", "declined", "Declines", "float32_skip"]
 
 
 def excluded(op) -> str | None:
@@ -42,8 +47,8 @@ def excluded(op) -> str | None:
 
 
 def skips_for(op, near: bool, complex_out: bool = False) -> dict[str, str]:
-    """Check name -> why it does not apply, from the OpInfo's flags and skips
-    (and our own tables)."""
+    """Check name -> why it does not apply, from fuzzdiff's tables about ops;
+    the OpInfo's own flags and skips are the checks' roles' business (``declined``)."""
     skip = {}
     if listed(op_key(op), TIES):
         skip["grad"] = skip["forward"] = skip["gradgrad"] = TIED
@@ -55,26 +60,6 @@ def skips_for(op, near: bool, complex_out: bool = False) -> dict[str, str]:
     dtype_skip = match(op_key(op), DTYPE_SKIP)
     if dtype_skip:
         skip["dtype"] = dtype_skip
-    flags = {
-        "forward": (op.supports_forward_ad, "OpInfo supports_forward_ad=False"),
-        "forward2": (
-            op.supports_forward_ad and op.supports_fwgrad_bwgrad,
-            "OpInfo supports_forward_ad or supports_fwgrad_bwgrad is False",
-        ),
-        "vmap": (
-            op.check_batched_grad and (op.check_batched_forward_grad or not op.supports_forward_ad),
-            "OpInfo check_batched_grad / check_batched_forward_grad is False: "
-            "its gradients are not batchable with vmap",
-        ),
-        "gradgrad": (op.supports_gradgrad, "OpInfo supports_gradgrad=False"),
-    }
-    for check, (ok, why) in flags.items():
-        if not ok:
-            skip.setdefault(check, why)
-    for check, tests in TESTS.items():
-        hit = _skipped_test(op, tests)
-        if hit and check not in skip:
-            skip[check] = f"OpInfo skips or expects failure of {hit} (float64, cpu)"
     if near:
         skip["alias"] = (
             "values are pinned near the sample (each argument is sample + x): aliasing of x never reaches the op"
@@ -84,6 +69,40 @@ def skips_for(op, near: bool, complex_out: bool = False) -> dict[str, str]:
             "tensor, so a write to it never reaches x"
         )
     return skip
+
+
+def declined(op, role: OpInfoRole | None) -> str | None:
+    """Why a check with OpInfo role ``role`` does not apply to ``op``: it has no
+    role, one of its flags is False on the op, or the op skips or expects to
+    fail one of its tests (on float64, on the CPU). None: it applies."""
+    if role is None:
+        return OUTSIDE
+    if not all(_flag(op, flag) for flag in role.flags):
+        return role.unflagged
+    hit = _skipped_test(op, role.tests)
+    return None if hit is None else f"OpInfo skips or expects failure of {hit} (float64, cpu)"
+
+
+@dataclass(frozen=True, eq=False)
+class Declines:
+    """An OpInfo target's ``Target.decline``: its op read against a check's
+    role (``declined``), but for the checks whose OpInfo skip is the op's
+    contract (``contracts``, fuzzdiff.targets.opinfo.tables.CONTRACTS): they
+    run, with the refused cases rejected."""
+
+    op: Any
+    contracts: tuple[str, ...] = ()
+
+    def __call__(self, check: str, role: OpInfoRole | None) -> str | None:
+        if role is not None and check in self.contracts:
+            return None
+        return declined(self.op, role)
+
+
+def _flag(op, name: str) -> bool:
+    """The op's flag ``name``; one that refines another counts only where that one is set."""
+    refined = REFINES.get(name)
+    return bool(getattr(op, name)) or (refined is not None and not getattr(op, refined))
 
 
 def float32_skip(op, near: bool, intervals: Iterable[tuple[float, float]]) -> str | None:

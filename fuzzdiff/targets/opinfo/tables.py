@@ -4,11 +4,12 @@ As PyTorch's OpInfo database keeps its declarations (common_methods_invocations)
 apart from the tests that consume them, these tables say which ops yield no
 targets (``EXCLUDED``), which are fuzzed near their samples (``NEAR``), whose
 values are spread apart (``DISTINCT``), which checks do not apply to which ops
-(``TIES``, ``VMAP_SKIP``, ``DTYPE_SKIP``, ``CONSTANTS``), which refusals are an op's
-contract (``CONTRACTS``), and which OpInfo tests stand for each check
-(``TESTS``). Op patterns are globs over the op key (``op_key``: ``name`` or
-``name.variant``). fuzzdiff.targets.opinfo.skips and
-fuzzdiff.targets.opinfo.build read them.
+(``TIES``, ``VMAP_SKIP``, ``DTYPE_SKIP``, ``CONSTANTS``) and which refusals are an op's
+contract (``CONTRACTS``). Op patterns are globs over the op key (``op_key``:
+``name`` or ``name.variant``). fuzzdiff.targets.opinfo.skips and
+fuzzdiff.targets.opinfo.build read them. Which OpInfo flags and tests stand
+for a check is the check's own declaration (``Check.opinfo``,
+fuzzdiff.targets.role).
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ __all__ = [
     "MAX_NUMEL",
     "MAX_FLOAT32",
     "NEAR_SCALE",
-    "CHECKS",
     "OUTSIDE",
-    "TESTS",
+    "REFINES",
     "NEAR",
     "DISTINCT",
     "TIES",
@@ -51,32 +51,15 @@ MAX_NUMEL = 2048  # per sample, all fuzzed tensors together: finite differences 
 MAX_FLOAT32 = 1e3  # float32 cases only where every value is at most this large
 NEAR_SCALE = 1e-3  # near mode: |x| <= NEAR_SCALE * max(1, max |sample|)
 
-# The checks run on OpInfo targets; every other check is skipped with this reason.
-CHECKS = ("grad", "forward", "layout", "alias", "vmap", "compile", "gradgrad", "dtype", "mutation", "forward2")
-OUTSIDE = f"not in the OpInfo check set ({', '.join(CHECKS)})"
+# Why a check without an OpInfo role (Check.opinfo) does not run on OpInfo targets;
+# it names the checks that have one (tests/unit/targets/test_opinfo_adapter.py holds it to them).
+OUTSIDE = (
+    "not in the OpInfo check set (grad, forward, layout, alias, vmap, compile, gradgrad, dtype, mutation, forward2)"
+)
 
-# OpInfo test (class, name) pairs whose skip or expected failure means our check does
-# not apply: the OpInfo author already knows the op fails (or cannot run) there.
-TESTS = {
-    "grad": (("TestBwdGradients", "test_fn_grad"), ("TestGradients", "test_fn_grad")),
-    "forward": (("TestFwdGradients", "test_forward_mode_AD"), ("TestGradients", "test_forward_mode_AD")),
-    "forward2": (
-        ("TestFwdGradients", "test_fn_fwgrad_bwgrad"),
-        ("TestGradients", "test_fn_fwgrad_bwgrad"),
-        ("TestFwdGradients", "test_forward_mode_AD"),
-    ),
-    "layout": (("TestCommon", "test_noncontiguous_samples"),),
-    "vmap": (
-        ("TestVmapOperatorsOpInfo", "test_vmap_exhaustive"),
-        ("TestOperators", "test_vmapvjp"),
-        ("TestOperators", "test_vmapjvpall"),
-    ),
-    "compile": (
-        ("TestEagerFusionOpInfo", "test_aot_autograd_exhaustive"),
-        ("TestInductorOpInfo", "test_comprehensive"),
-    ),
-    "gradgrad": (("TestBwdGradients", "test_fn_gradgrad"), ("TestGradients", "test_fn_gradgrad")),
-}
+# OpInfo flags that refine another (torch's OpInfo says so, and defaults them to it):
+# where the one refined is False, the refining flag says nothing.
+REFINES = {"check_batched_forward_grad": "supports_forward_ad"}
 
 # Ops whose samples carry structure that random values in the same range lack.
 # Matched as globs over the op key (``name`` or ``name.variant``).

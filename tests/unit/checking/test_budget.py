@@ -1,7 +1,7 @@
 """A ``fuzzdiff.check`` call's time budget: each check's share of it, what
 it cuts short and the summary's word on it; none when max_examples is given.
 The budget is a ceiling: a slow function's call, a failure's shrinking and
-its replay in a fresh process included, ends within it and 2 s more (the
+its rerun in a fresh process included, ends within it and 2 s more (the
 one timed assertion of the suite, with the slack the promise itself has)."""
 
 from __future__ import annotations
@@ -94,8 +94,8 @@ class _SlowWrongSquare(torch.autograd.Function):
 
 
 def test_a_slow_functions_call_ends_within_its_budget():
-    """Its probe for randomness, and the case in flight at the budget's end,
-    would each run seconds past it: the probe is cut at its part, the case stopped."""
+    """Asking whether it is random, and the case in flight at the budget's end,
+    would each run seconds past it: the asking is cut at its part, the case stopped."""
     start = time.monotonic()
     report = fuzzdiff.check(_sleepy, "x: n", budget=8, seed=0, progress=False)
     elapsed = time.monotonic() - start
@@ -116,7 +116,7 @@ def test_a_slow_function_that_fails_is_shrunk_and_confirmed_within_its_budget():
 
 
 def test_a_failure_the_budget_leaves_no_time_to_confirm_is_not_reported_as_failed(monkeypatch):
-    monkeypatch.setattr("fuzzdiff.api.SETTLING", -100.0)  # its replay in a fresh process is due before it is found
+    monkeypatch.setattr("fuzzdiff.api.SETTLING", -100.0)  # its rerun in a fresh process is due before it is found
     report = fuzzdiff.check(WrongSquare.apply, "x: n m", checks=("grad",), budget=30, seed=0, progress=False)
     assert report.ok and not report.failures, report.summary()
     (found,) = report.unconfirmed

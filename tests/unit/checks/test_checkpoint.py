@@ -73,7 +73,7 @@ def test_dropout_in_training_mode_passes():
 def test_rrelu_under_non_reentrant_checkpoint_is_the_known_discrepancy():
     """RReLU draws the right slopes in both variants, but non-reentrant checkpoint's
     early stop leaves its noise buffer unwritten (RRELU_EARLY_STOP): the gradient
-    reads whatever that memory holds, where the plain call replays bit for bit."""
+    reads whatever that memory holds, where the plain call repeats bit for bit."""
     target = get_target("rrelu_training")
     reentrant = [run_check(CHECK, target, case_of(target, (4, 5), reentrant=True, seed=s)) for s in range(4)]
     assert {v.kind for v in reentrant} == {"pass"}
@@ -100,7 +100,7 @@ def test_python_random_in_a_checkpointed_layer_is_found():
     failed = [v for v in found if v.kind == "fail"]
     assert {v.kind for v in found} == {"pass", "fail"}  # when both draws give the same coin, it passes
     assert {"use_reentrant=True", "use_reentrant=False"} == {v.message.split(")")[0].split("(")[1] for v in failed}
-    assert all(v.errors["where"].startswith("grad") and "survived replay" in v.message for v in failed)
+    assert all(v.errors["where"].startswith("grad") and "survived a repeat" in v.message for v in failed)
     assert {v.kind for v in verdicts(DROP_PATH.twin, (3,))} == {"pass"}
 
 
@@ -114,7 +114,7 @@ def private_generator_dropout(x):
 
 def test_a_private_generator_is_found_or_inconclusive_never_passed_off():
     """A private torch.Generator is neither seeded by fuzzdiff nor restored by
-    checkpoint: each call draws anew, so a replay differs (nondeterministic, not a
+    checkpoint: each call draws anew, so a repeat differs (nondeterministic, not a
     failure) unless the draws happen to repeat; it is never a pass with other masks."""
     target = Target("unit_private", private_generator_dropout, "x: n", random=True)
     kinds = {v.kind for v in verdicts(target, (6,))}

@@ -22,6 +22,7 @@ from fuzzdiff.paths import expanded as path
 from fuzzdiff.record.format import case_from_json
 from fuzzdiff.search.runner import case_strategy, run_check
 from fuzzdiff.targets import all_targets, get_target
+from fuzzdiff.targets.module import one_sample
 from fuzzdiff.targets.target import Target
 from fuzzdiff.case.values import Values
 from fuzzdiff.config import FuzzConfig
@@ -279,7 +280,7 @@ def _matmul_module(x, seed):
 
 
 def _matmul(x, seed):
-    return path.one_sample(_matmul_module(x, seed), x)
+    return one_sample(_matmul_module(x, seed), x)
 
 
 def test_an_op_without_a_per_sample_rule_is_unsupported():

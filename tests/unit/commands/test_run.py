@@ -65,16 +65,16 @@ def test_a_campaign_reports_counts_failures_and_a_crash_and_goes_on(zoo, tmp_pat
     assert not list((corpus / ".inflight").glob("*.json"))
 
     # the table: check, coverage (covered/applicable), batches, examples, passed, failed,
-    # unsupported, inconclusive, crashed, known, new records, failing pairs PyTorch's and yours;
-    # one round without a budget
+    # unsupported, inconclusive, crashed, known, new records, failing pairs PyTorch's and yours, and
+    # those localized (the planted wrong rule: fuzzdiff.search.localize); one round without a budget
     grads = [p for (t, c), p in pairs_run.items() if c == "grad"]
     assert all(p["batches"] == 1 for p in pairs_run.values())
     count = lambda k: sum(p["counts"].get(k, 0) for p in grads)  # noqa: E731
     assert _row(out, "grad") == [6, 6, 6, sum(p["examples"] for p in grads), count("pass"), count("fail"),
-                                 0, 0, 1, count("known"), 2, 0, 1]
+                                 0, 0, 1, count("known"), 2, 0, 1, 1]
     layouts = [p for (t, c), p in pairs_run.items() if c == "layout"]
     assert _row(out, "layout") == [2, 2, 2, sum(p["examples"] for p in layouts),
-                                   sum(p["examples"] for p in layouts), 0, 0, 0, 0, 0, 0, 0, 0]
+                                   sum(p["examples"] for p in layouts), 0, 0, 0, 0, 0, 0, 0, 0, 0]
     assert "whose: in your code" in out
     assert "new crash record" in out and "new record" in out and "known discrepancy, grad known_square" in out
     # the new records as root causes, a line each with its records: the crash, and the wrong backward

@@ -1,6 +1,6 @@
 """The confirmation ladder: steps run in the declared order, the first doubt
 decides, and a failure says every step it survived; the steps it is built
-from (fuzzdiff.confirm.steps) each say one thing, and the runner's exception replay
+from (fuzzdiff.confirm.steps) each say one thing, and the runner's exception repeat
 is a ladder too."""
 
 import math
@@ -12,7 +12,7 @@ from fuzzdiff.case.case import Arg, Case
 from fuzzdiff.checks.check import Check
 from fuzzdiff.confirm.compare import Discrepancy
 from fuzzdiff.confirm.identities import EPS, Measurement, judge
-from fuzzdiff.confirm.ladder import Climbed, Doubt, Ladder, Survived, replay_only
+from fuzzdiff.confirm.ladder import Climbed, Doubt, Ladder, Survived, repeat_only
 from fuzzdiff.paths.result import Result
 from fuzzdiff.search.runner import EXCEPTION_LADDER, verdict_at
 from fuzzdiff.confirm.steps import (
@@ -24,7 +24,7 @@ from fuzzdiff.confirm.steps import (
     identical,
     identical_to,
     kink,
-    replay,
+    repeat,
 )
 from fuzzdiff.targets import get_target
 from fuzzdiff.confirm.tolerance import Tolerance
@@ -34,44 +34,44 @@ from fuzzdiff.verdict import Verdict
 
 def test_a_mismatch_that_survives_every_step_fails_and_says_so():
     ran = []
-    ladder = Ladder(("replay", "float64", "neighbours"))
+    ladder = Ladder(("repeat", "float64", "neighbours"))
     verdict = ladder.climb("a vs b", "output 0 differs", {"abs_error": 1.0}, {
-        "replay": lambda: ran.append("replay"),
+        "repeat": lambda: ran.append("repeat"),
         "float64": lambda: ran.append("float64") or Survived("float64 too", {"vs_float64": 2.0}),
         "neighbours": lambda: ran.append("neighbours"),
     })
-    assert ran == ["replay", "float64", "neighbours"]
+    assert ran == ["repeat", "float64", "neighbours"]
     assert verdict.kind == "fail"
-    assert verdict.message == ("a vs b: output 0 differs; confirmed: survived replay, float64 too and "
+    assert verdict.message == ("a vs b: output 0 differs; confirmed: survived a repeat, float64 too and "
                                "a neighbouring point")
     assert verdict.errors == {"abs_error": 1.0, "vs_float64": 2.0}
 
 
 def test_the_first_doubt_decides_and_later_steps_do_not_run():
     ran = []
-    ladder = Ladder(("replay", "eps", "neighbours"))
+    ladder = Ladder(("repeat", "eps", "neighbours"))
     verdict = ladder.climb("grad", "off by 1", {}, {
-        "replay": lambda: ran.append("replay"),
+        "repeat": lambda: ran.append("repeat"),
         "eps": lambda: ran.append("eps") or Doubt("agrees at eps=1e-7"),
         "neighbours": lambda: ran.append("neighbours"),
     })
-    assert ran == ["replay", "eps"]
+    assert ran == ["repeat", "eps"]
     assert verdict.kind == "inconclusive" and verdict.message == "grad: off by 1; agrees at eps=1e-7"
     assert verdict.errors["decided_by"] == "eps"
 
 
-def test_replay_only_climbs_the_replay_step_alone_and_claims_no_other():
+def test_repeat_only_climbs_the_repeat_step_alone_and_claims_no_other():
     ran = []
     steps = {
-        "replay": lambda: ran.append("replay"),
+        "repeat": lambda: ran.append("repeat"),
         "eps": lambda: ran.append("eps") or Doubt("agrees at eps=1e-7"),
     }
-    ladder = Ladder(("replay", "eps"))
-    with replay_only():
+    ladder = Ladder(("repeat", "eps"))
+    with repeat_only():
         verdict = ladder.climb("grad", "off by 1", {}, steps)
-        doubted = ladder.climb("grad", "off by 1", {}, {"replay": lambda: Doubt("nondeterministic")})
-    assert ran == ["replay"]
-    assert verdict.kind == "fail" and verdict.message == "grad: off by 1; confirmed: survived replay"
+        doubted = ladder.climb("grad", "off by 1", {}, {"repeat": lambda: Doubt("nondeterministic")})
+    assert ran == ["repeat"]
+    assert verdict.kind == "fail" and verdict.message == "grad: off by 1; confirmed: survived a repeat"
     assert doubted.kind == "inconclusive"
     assert ladder.climb("grad", "off by 1", {}, steps).kind == "inconclusive"  # the whole ladder again
 
@@ -90,15 +90,15 @@ def test_the_kink_test_stops_at_the_first_pair_that_differs():
 
 
 def test_a_step_left_out_does_not_apply_and_is_not_claimed():
-    verdict = Ladder(("replay", "float64")).climb("x", "y", {}, {"replay": lambda: None})
-    assert verdict.kind == "fail" and verdict.message == "x: y; confirmed: survived replay"
+    verdict = Ladder(("repeat", "float64")).climb("x", "y", {}, {"repeat": lambda: None})
+    assert verdict.kind == "fail" and verdict.message == "x: y; confirmed: survived a repeat"
 
 
 def test_a_ladder_names_known_steps_and_gets_no_stray_step():
     with pytest.raises(ValueError, match="steps are some of"):
-        Ladder(("replay", "prayer"))
+        Ladder(("repeat", "prayer"))
     with pytest.raises(ValueError, match="not on the ladder"):
-        Ladder(("replay",)).climb("x", "y", {}, {"replay": lambda: None, "neighbours": lambda: None})
+        Ladder(("repeat",)).climb("x", "y", {}, {"repeat": lambda: None, "neighbours": lambda: None})
 
 
 def test_a_reference_that_changes_on_replay_is_nondeterminism_not_rounding_noise():
@@ -111,7 +111,7 @@ def test_a_reference_that_changes_on_replay_is_nondeterminism_not_rounding_noise
 
     verdict = judge("<v, J u> vs <J^T v, u>", measure, Case("exp", ()), Tolerance(1e-10, 1e-7))
     assert verdict.kind == "inconclusive" and "nondeterministic" in verdict.message, verdict
-    assert verdict.errors["decided_by"] == "replay"
+    assert verdict.errors["decided_by"] == "repeat"
 
 
 @pytest.mark.parametrize("analytic", [float("nan"), 3.0])
@@ -146,32 +146,32 @@ def test_rounding_noise_that_grows_as_eps_shrinks_is_not_a_jump():
 
 
 def test_ascend_says_where_the_climb_ended_and_what_each_step_said():
-    ladder = Ladder(("replay", "float64", "neighbours"))
-    past = ladder.ascend({"replay": lambda: None, "float64": lambda: Survived("float64 too", {"d": 1})}, {"e": 0})
-    assert past == Climbed(("replay", "float64 too"), {"e": 0, "d": 1})
-    stopped = ladder.ascend({"replay": lambda: None, "neighbours": lambda: Doubt("a tie")})
-    assert stopped.decided_by == "neighbours" and stopped.doubt == Doubt("a tie") and stopped.survived == ("replay",)
+    ladder = Ladder(("repeat", "float64", "neighbours"))
+    past = ladder.ascend({"repeat": lambda: None, "float64": lambda: Survived("float64 too", {"d": 1})}, {"e": 0})
+    assert past == Climbed(("a repeat", "float64 too"), {"e": 0, "d": 1})
+    stopped = ladder.ascend({"repeat": lambda: None, "neighbours": lambda: Doubt("a tie")})
+    assert stopped.decided_by == "neighbours" and stopped.doubt == Doubt("a tie") and stopped.survived == ("a repeat",)
 
 
 def test_a_replay_that_gives_the_same_survives_and_one_that_differs_is_nondeterministic():
     runs = iter([1.0, 1.0, 2.0])
-    step = replay(lambda: next(runs), same=identical_to(1.0), times=2)
+    step = repeat(lambda: next(runs), same=identical_to(1.0), times=2)
     assert step() is None
-    differs = replay(lambda: next(runs), same=identical_to(1.0), why=lambda again: f"gave {again}")
+    differs = repeat(lambda: next(runs), same=identical_to(1.0), why=lambda again: f"gave {again}")
     assert differs() == Doubt("gave 2.0 (nondeterministic)")
-    assert replay(lambda: 3, same=lambda again: False)() == Doubt("a replay gave other results (nondeterministic)")
+    assert repeat(lambda: 3, same=lambda again: False)() == Doubt("a repeat gave other results (nondeterministic)")
 
 
 def test_a_replay_runs_as_often_as_asked_and_stops_at_the_first_difference():
     calls = []
-    step = replay(lambda: calls.append(1) or len(calls), same=lambda n: n < 2, times=3)
+    step = repeat(lambda: calls.append(1) or len(calls), same=lambda n: n < 2, times=3)
     assert isinstance(step(), Doubt) and len(calls) == 2
 
 
 def test_a_replay_that_survives_may_say_how():
-    step = replay(lambda: 5, same=lambda n: n > 0, label=lambda n: f"replay (wrong again: {n})")
-    assert step() == Survived("replay (wrong again: 5)")
-    assert replay(lambda: 5, same=lambda n: n > 0, label=lambda n: None)() is None
+    step = repeat(lambda: 5, same=lambda n: n > 0, label=lambda n: f"a repeat (wrong again: {n})")
+    assert step() == Survived("a repeat (wrong again: 5)")
+    assert repeat(lambda: 5, same=lambda n: n > 0, label=lambda n: None)() is None
 
 
 def test_identical_is_bit_for_bit_with_nans_where_they_were():
@@ -193,8 +193,8 @@ def test_identical_results_compare_tensors_and_a_skipped_path_has_nothing_to_com
 
 def test_a_chain_of_steps_stops_at_the_first_doubt_and_keeps_the_last_word():
     ran = []
-    first, later = lambda: ran.append(1), lambda: ran.append(2) or Survived("replay (wrong again)")
-    assert chain(first, later)() == Survived("replay (wrong again)") and ran == [1, 2]
+    first, later = lambda: ran.append(1), lambda: ran.append(2) or Survived("a repeat (wrong again)")
+    assert chain(first, later)() == Survived("a repeat (wrong again)") and ran == [1, 2]
     assert chain(lambda: Doubt("no"), later)() == Doubt("no") and ran == [1, 2]
 
 
@@ -248,16 +248,16 @@ def _raising(*errors):
 
 
 def test_the_runner_confirms_an_exception_by_its_own_ladder_and_keeps_its_words():
-    assert EXCEPTION_LADDER.steps == ("replay",)
+    assert EXCEPTION_LADDER.steps == ("repeat",)
     case = Case("exp", (Arg((2,), Values(seed=1)),))
     target = get_target("exp")
     again = verdict_at(_raising(ValueError("boom"), ValueError("boom")), target, case)
     assert again.kind == "fail" and again.message == "raised ValueError: boom", again
     assert again.errors["exception"] == "ValueError"
-    with replay_only():  # the replay is the one step a replay_only climb keeps
+    with repeat_only():  # the repeat is the one step a repeat_only climb keeps
         flaky = verdict_at(_raising(ValueError("boom"), None), target, case)
     assert flaky.kind == "inconclusive"
-    assert flaky.message == "raised ValueError: boom once; the replay passed (nondeterministic)"
+    assert flaky.message == "raised ValueError: boom once; the repeat passed (nondeterministic)"
     other = verdict_at(_raising(ValueError("boom"), KeyError("k")), target, case)
     assert other.kind == "inconclusive"
-    assert other.message == "raised ValueError: boom once; the replay raised KeyError: 'k' (nondeterministic)"
+    assert other.message == "raised ValueError: boom once; the repeat raised KeyError: 'k' (nondeterministic)"

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from fuzzdiff.search.fuzzing import FuzzFailure, fuzz
 from fuzzdiff.record.journal import INFLIGHT, recover
 from fuzzdiff.targets import Target
 from fuzzdiff.config import ConfigError, FuzzConfig
-from fuzzdiff.guards.timeout import ExampleTimeout, limited
+from fuzzdiff.guards.timeout import ExampleTimeout, _swallowed, limited
 
 REPO = Path(fuzzdiff.__file__).resolve().parents[1]
 
@@ -145,3 +146,27 @@ def test_a_hang_inside_one_c_call_stops_the_process_and_becomes_a_timeout_record
     assert "stuck.py" in record.verdict.message  # the innermost frame names the target
     assert record.case.args[0].shape == (3,)
     assert _leftovers(corpus) == []
+
+
+def test_an_alarm_in_a_weak_references_callback_waits_for_a_frame_that_can_raise():
+    """A WeakValueDictionary drops an entry in a callback where its value dies:
+    an OutOfTime raised there would be printed as unraisable and lost (a
+    budget's end missed, the work running on), so the alarm comes again."""
+    frames = []
+
+    def watch(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename == weakref.__file__ and frame.f_code.co_name == "remove":
+            frames.append(frame)
+
+    class Value:
+        pass
+
+    table, value = weakref.WeakValueDictionary(), Value()
+    table["k"] = value
+    sys.setprofile(watch)
+    try:
+        del value
+    finally:
+        sys.setprofile(None)
+    assert frames and _swallowed(frames[0])
+    assert not _swallowed(sys._getframe())

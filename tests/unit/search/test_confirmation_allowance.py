@@ -21,21 +21,21 @@ WRONG = target("x: n", WrongSquare.apply, "unit_wrong_square_allowance", min_sid
 
 def test_a_climb_past_its_allowance_stops_with_its_finding_unconfirmed():
     ran = []
-    steps = {"replay": lambda: ran.append("replay"), "eps": lambda: ran.append("eps")}
+    steps = {"repeat": lambda: ran.append("repeat"), "eps": lambda: ran.append("eps")}
     with confirming_by(time.monotonic() - 1.0), pytest.raises(ConfirmationCut) as cut:
-        Ladder(("replay", "eps")).climb("<J^T v, u> vs finite differences", "analytic 3 vs reference 2", {}, steps)
-    assert ran == ["replay"]  # the replay shows there is something to confirm; the next step is not begun
+        Ladder(("repeat", "eps")).climb("<J^T v, u> vs finite differences", "analytic 3 vs reference 2", {}, steps)
+    assert ran == ["repeat"]  # the repeat shows there is something to confirm; the next step is not begun
     assert cut.value.finding.kind == "fail"
     assert cut.value.finding.message == "<J^T v, u> vs finite differences: analytic 3 vs reference 2"
 
 
 def test_without_an_allowance_or_within_it_the_climb_is_whole():
-    steps = {"replay": lambda: None, "eps": lambda: None}
+    steps = {"repeat": lambda: None, "eps": lambda: None}
     for instant in (None, time.monotonic() + 60):
         with confirming_by(instant):
             on_time()
-            verdict = Ladder(("replay", "eps")).climb("identity", "finding", {}, steps)
-        assert verdict.kind == "fail" and "survived replay and eps/8 and 8*eps" in verdict.message
+            verdict = Ladder(("repeat", "eps")).climb("identity", "finding", {}, steps)
+        assert verdict.kind == "fail" and "survived a repeat and eps/8 and 8*eps" in verdict.message
 
 
 def test_the_allowance_is_the_budget_or_confirm_min_from_the_case_never_past_the_deadline():

@@ -1,4 +1,4 @@
-"""fuzzdiff.search.fresh: a failure is replayed in a fresh process before it is the target's."""
+"""fuzzdiff.search.fresh: a failure is rerun in a fresh process before it is the target's."""
 
 from tests.unit.fdhelpers import WRONG_SQUARE
 
@@ -32,7 +32,7 @@ def test_a_failure_that_passes_in_a_fresh_process_is_not_the_targets(importable)
     tally = report.tallies["grad"]
     assert tally.counts["inconclusive"] > 0 and tally.counts["fail"] == 0
     assert "process-state dependent" in tally.reasons["inconclusive"]
-    assert "but replays as pass in a fresh process" in tally.reasons["inconclusive"]
+    assert "but reruns as pass in a fresh process" in tally.reasons["inconclusive"]
     assert "process-state dependent" in report.summary()
     # without the fresh replay, the same run blames the function
     unisolated = fuzzdiff.check(module.Twice.apply, "x: n", checks=("grad",), seed=1, max_examples=20, isolate=False)
@@ -57,9 +57,9 @@ def test_the_replaying_process_ends_with_its_owner(importable):
     target = fuzzdiff.api.user_target(module.Twice.apply, "x: n")
     definition = fuzzdiff.api.definition(target)
     with FreshProcess() as fresh:
-        first = fresh.replay("grad", case, Verdict("fail", "<J^T v, u> vs finite differences: ..."), definition)
+        first = fresh.rerun("grad", case, Verdict("fail", "<J^T v, u> vs finite differences: ..."), definition)
         child = fresh._proc
-        second = fresh.replay("grad", case, Verdict("fail", "<J^T v, u> vs finite differences: ..."), definition)
+        second = fresh.rerun("grad", case, Verdict("fail", "<J^T v, u> vs finite differences: ..."), definition)
         assert fresh._proc is child  # one process serves every replay
     assert first.verdict.kind == second.verdict.kind == "fail" and first.blame.whose == "user"
     assert child.poll() is not None and fresh._proc is None  # and it is gone once its owner closes it
@@ -68,7 +68,7 @@ def test_the_replaying_process_ends_with_its_owner(importable):
 def test_a_target_that_cannot_be_rebuilt_there_says_why():
     with FreshProcess() as fresh:
         case = Case("not_a_target_anywhere", (Arg((2,), Values()),), "float64")
-        answer = fresh.replay("grad", case, Verdict("fail", "x: y"))
+        answer = fresh.rerun("grad", case, Verdict("fail", "x: y"))
     assert answer.verdict is None and "unknown target 'not_a_target_anywhere'" in answer.failed
 
 

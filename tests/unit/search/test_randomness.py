@@ -1,5 +1,5 @@
 """A function that draws random numbers without saying so is found by calling
-it (fuzzdiff.search.random_probe) and checked seeded alike, never judged on noise.
+it (fuzzdiff.search.random_calls) and checked seeded alike, never judged on noise.
 
 Unseeded, finite differences of a random function are noise, and their error
 estimate (the change when the step doubles) grows with it: a wrong backward
@@ -26,7 +26,7 @@ from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.record.files import read_record
 from fuzzdiff.case.layout import Layout
-from fuzzdiff.search.random_probe import SEEDED, SELF_SEEDED, UNSEEDABLE, UNSEEDABLE_WARNING, probed
+from fuzzdiff.search.random_calls import SEEDED, SELF_SEEDED, UNSEEDABLE, UNSEEDABLE_WARNING, with_randomness
 from fuzzdiff.corpus.repro import replay
 from fuzzdiff.search.runner import RANDOM_LOW_PRECISION_ON_CUDA, RANDOM_STRIDED_ON_CUDA, run_check
 from fuzzdiff.targets import get_target
@@ -105,7 +105,7 @@ def test_an_undeclared_dropout_with_a_right_gradient_passes_every_check(ops):
 def test_draws_of_python_numpy_and_torch_are_found_and_the_callers_generators_kept(ops, name):
     torch_state, python_state, numpy_state = torch.get_rng_state(), random.getstate(), np.random.get_state()
     with pytest.warns(UserWarning, match="fuzzdiff: random: outputs differ"):
-        target = probed(user_target(getattr(ops, name), "x: n"))
+        target = with_randomness(user_target(getattr(ops, name), "x: n"))
     assert target.random and "dtype" in target.skip
     assert torch.equal(torch.get_rng_state(), torch_state) and random.getstate() == python_state
     assert np.array_equal(np.random.get_state()[1], numpy_state[1])
@@ -120,14 +120,14 @@ def test_rounding_level_differences_and_deterministic_functions_are_not_random(o
         warnings.simplefilter("error")
         for fn in (ops.rounding_jitter, torch.sin):
             target = user_target(fn, "x: n m")
-            assert probed(target) is target
+            assert with_randomness(target) is target
 
 
 def test_a_generator_the_function_seeds_itself_is_random_for_dtype_though_two_calls_agree(ops):
     """float32 and float64 draw other numbers from one seed: the dtype check compared two
     different functions and reported the difference as confirmed."""
     with pytest.warns(UserWarning, match="draws random numbers \\(randn\\) from a generator it seeds itself"):
-        target = probed(user_target(ops.random_projections, "x: n m"))
+        target = with_randomness(user_target(ops.random_projections, "x: n m"))
     assert target.random and "dtype" in target.skip and "float32 and float64" in target.skip["dtype"]
     report = fuzzdiff.check(ops.random_projections, "x: n m", checks=["grad", "dtype"], max_examples=10, seed=0)
     assert report.ok and report.row("grad")["passed"] > 0, report.summary()
@@ -177,12 +177,12 @@ def _sleeps(x):
     return x
 
 
-def test_a_function_that_hangs_is_not_held_up_by_the_probe():
-    """The probe runs under the per-example timeout: the check reports the hang, at once."""
+def test_a_function_that_hangs_is_not_held_up_by_asking_whether_it_is_random():
+    """Its calls run under the per-example timeout: the check reports the hang, at once."""
     start = time.perf_counter()
     report = fuzzdiff.check(_sleeps, "x: n", checks=["grad"], max_examples=1, seed=0,
                             config=FuzzConfig(timeout=0.5), shrink_seconds=0,
-                            isolate=False)  # the probe's limit, not the fresh replay's confirmation of a hang
+                            isolate=False)  # the calls' limit, not the fresh rerun's confirmation of a hang
     assert [f.check for f in report.failures] == ["grad"] and "did not finish" in report.failures[0].message
     assert time.perf_counter() - start < 10  # six unlimited probe calls alone would take 18 s
 

@@ -173,20 +173,27 @@ def flags(key="mul", **changes):
     return o
 
 
+def declined(o, check):
+    """Why ``check`` does not apply to op ``o`` by the check's own OpInfo role."""
+    return opinfo_skips.declined(o, CHECKS[check].opinfo)
+
+
 def test_no_forward_ad_skips_forward():
-    assert "forward" not in opinfo_skips.skips_for(flags(), near=False)
-    assert "supports_forward_ad" in opinfo_skips.skips_for(flags(supports_forward_ad=False), near=False)["forward"]
+    assert declined(flags(), "forward") is None
+    assert "supports_forward_ad" in declined(flags(supports_forward_ad=False), "forward")
 
 
 def test_unbatchable_gradients_skip_vmap():
-    assert "vmap" not in opinfo_skips.skips_for(flags(), near=False)
-    assert "check_batched_grad" in opinfo_skips.skips_for(flags(check_batched_grad=False), near=False)["vmap"]
-    assert "vmap" in opinfo_skips.skips_for(flags(check_batched_forward_grad=False), near=False)
+    assert declined(flags(), "vmap") is None
+    assert "check_batched_grad" in declined(flags(check_batched_grad=False), "vmap")
+    assert declined(flags(check_batched_forward_grad=False), "vmap") is not None
+    # check_batched_forward_grad refines supports_forward_ad: without forward AD it says nothing
+    assert declined(flags(check_batched_forward_grad=False, supports_forward_ad=False), "vmap") is None
 
 
 def test_no_gradgrad_skips_gradgrad():
-    assert "gradgrad" not in opinfo_skips.skips_for(flags(), near=False)
-    assert "supports_gradgrad=False" in opinfo_skips.skips_for(flags(supports_gradgrad=False), near=False)["gradgrad"]
+    assert declined(flags(), "gradgrad") is None
+    assert "supports_gradgrad=False" in declined(flags(supports_gradgrad=False), "gradgrad")
     t = opinfo.op_targets(op("nn.functional.hardsigmoid"))[0]  # supports_gradgrad=False in op_db
     assert "supports_gradgrad=False" in CHECKS["gradgrad"].why_not(t)
     assert CHECKS["gradgrad"].why_not(get_target("opinfo/mul@0")) is None
@@ -222,22 +229,27 @@ def test_mutation_runs_on_functional_ops_but_not_near_the_sample():
                                             ("vmap", "TestVmapOperatorsOpInfo", "test_vmap_exhaustive")])
 def test_an_opinfo_skip_or_xfail_skips_the_check(check, cls, test):
     o = flags()
-    assert check not in opinfo_skips.skips_for(o, near=False)
+    assert declined(o, check) is None
     for decorator in (unittest.expectedFailure, unittest.skip("flaky")):
         o.decorators = (*op("mul").decorators, DecorateInfo(decorator, cls, test))
-        assert f"{cls}.{test}" in opinfo_skips.skips_for(o, near=False)[check]
+        assert f"{cls}.{test}" in declined(o, check)
     # another device, or a tolerance override, is not a skip
     o.decorators = (DecorateInfo(unittest.expectedFailure, cls, test, device_type="cuda"),
                     DecorateInfo(toleranceOverride({torch.float64: tol(1, 1)}), cls, test))
-    assert check not in opinfo_skips.skips_for(o, near=False)
+    assert declined(o, check) is None
 
 
 def test_checks_outside_the_opinfo_set_are_skipped_and_real_flags_reach_targets():
     t = get_target("opinfo/mul@0")
-    assert all(CHECKS[c].why_not(t) == opinfo_tables.OUTSIDE for c in CHECKS if c not in opinfo.CHECKS)
+    assert all(CHECKS[c].why_not(t) == opinfo_tables.OUTSIDE for c in CHECKS if CHECKS[c].opinfo is None)
     no_fwd = next(o for o in opinfo.opinfo_ops() if not o.supports_forward_ad and opinfo.op_targets(o)
                   and not opinfo_tables.listed(opinfo.op_key(o), opinfo_tables.TIES))
     assert "supports_forward_ad" in CHECKS["forward"].why_not(opinfo.op_targets(no_fwd)[0])
+
+
+def test_the_reason_outside_the_opinfo_set_names_the_checks_with_a_role():
+    listed = opinfo_tables.OUTSIDE.partition("(")[2].rstrip(")").split(", ")
+    assert sorted(listed) == sorted(c for c in CHECKS if CHECKS[c].opinfo is not None)
 
 
 def test_excluded_ops_yield_no_targets():

@@ -21,7 +21,7 @@ from fuzzdiff.search.runner import case_strategy
 from fuzzdiff.script import standalone_script
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.opinfo import adapter as opinfo
-from fuzzdiff.targets.opinfo.sample import Fuzzed, SampleError, StoredSample
+from fuzzdiff.targets.stored_sample import Fuzzed, SampleError, StoredSample
 from fuzzdiff.verdict import Verdict
 
 CORPUS = Path(__file__).parents[3] / "corpus"
@@ -216,7 +216,7 @@ def test_loading_a_record_imports_and_runs_nothing(tmp_path):
                           capture_output=True, text=True, check=True)
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith("refused:") and "opinfo_sample.call[2].x" in lines[0]
-    assert lines[-1] == "['fuzzdiff.targets.opinfo.sample']"  # no op_db, no expecttest, no dynamo
+    assert lines[-1] == "[]"  # no op_db, no expecttest, no dynamo, nothing of the OpInfo wing
 
 
 # -- scripts --------------------------------------------------------------------------------
@@ -248,12 +248,12 @@ def test_a_moved_sample_writes_the_same_script(tmp_path):
 
 
 def test_a_fresh_process_replays_an_opinfo_record_from_its_stored_sample(tmp_path):
-    """fuzzdiff.search.fresh replays as repro.load does: the stored call, whatever the index."""
-    from fuzzdiff.search.fresh import _replay
+    """fuzzdiff.search.fresh reruns as repro.load does: the stored call, whatever the index."""
+    from fuzzdiff.search.fresh import _rerun
 
     def elsewhere(data):
         data["target"] = "opinfo/nn.functional.group_norm@9999"
         data["opinfo_sample"]["index"] = 9999
 
     moved = copy_record(GROUP_NORM, tmp_path, elsewhere)
-    assert _replay(str(moved))["verdict"]["kind"] == replay(GROUP_NORM).kind
+    assert _rerun(str(moved))["verdict"]["kind"] == replay(GROUP_NORM).kind

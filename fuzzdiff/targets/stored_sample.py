@@ -1,5 +1,8 @@
 """An OpInfo sample as plain data, so that a corpus record can rebuild its call.
 
+The record's data as much as the OpInfo wing's, it sits beside both: a record
+is decoded without importing the wing (fuzzdiff.targets.opinfo).
+
 A target ``opinfo/<op>@<index>`` is one ``SampleInput`` of one OpInfo
 (fuzzdiff.targets.opinfo.build), but torch's sample lists change between releases:
 under another torch the index names another call, or none. A record of such a
@@ -98,7 +101,7 @@ class StoredSample:
     fuzzed: tuple[torch.Tensor, ...]  # the sample's own values of each fuzzed argument
     near: bool  # each argument is the sample's value plus the fuzzed one
     output: str = "identity"
-    keep: tuple[bool, ...] | None = None  # output leaves kept (targets.opinfo_call.Differentiable)
+    keep: tuple[bool, ...] | None = None  # output leaves kept (fuzzdiff.targets.opinfo.call.Differentiable)
 
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
@@ -106,7 +109,7 @@ class StoredSample:
 
     @property
     def key(self) -> str:
-        """The op key (targets.opinfo_tables.op_key: ``name`` or ``name.variant``)."""
+        """The op key (fuzzdiff.targets.opinfo.tables.op_key: ``name`` or ``name.variant``)."""
         return f"{self.op}.{self.variant}" if self.variant else self.op
 
     def to_json(self) -> dict:

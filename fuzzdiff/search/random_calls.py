@@ -43,9 +43,9 @@ from fuzzdiff.targets.target import Target
 from strategies._drawing import FIND
 from strategies.cases import cases
 
-__all__ = ["probed", "differ", "SEEDED", "SELF_SEEDED", "UNSEEDABLE", "UNSEEDABLE_WARNING", "PROBES"]
+__all__ = ["with_randomness", "differ", "SEEDED", "SELF_SEEDED", "UNSEEDABLE", "UNSEEDABLE_WARNING", "INPUTS"]
 
-PROBES = 3  # drawn inputs the function is called at: a mask may agree once by chance
+INPUTS = 3  # drawn inputs the function is called at: a mask may agree once by chance
 ROUNDING = 2.0**10  # ulps of an output's largest magnitude that two runs may differ by
 SEED = 0x5EED
 # the check that asks nothing of two calls: it watches the inputs' memory
@@ -71,7 +71,7 @@ UNSEEDABLE_WARNING = (
 )
 
 
-def probed(target: Target, timeout: float = 0.0, calling: Callable[[Case], None] | None = None) -> Target:
+def with_randomness(target: Target, timeout: float = 0.0, calling: Callable[[Case], None] | None = None) -> Target:
     """``target``, as a random one if its outputs differ between calls on the
     same inputs; a warning says so. A target declared random is not asked.
     A probe that runs past ``timeout`` seconds (0: no limit) answers nothing:
@@ -148,13 +148,13 @@ def _differ_twice(target: Target, case: Case, seeded: bool) -> bool | None:
 
 
 def _cases(target: Target) -> list[Case]:
-    """PROBES small cases of ``target`` with no empty argument, contiguous,
+    """INPUTS small cases of ``target`` with no empty argument, contiguous,
     in float64 where it takes it, found without randomness of fuzzdiff's own."""
     dtype = torch.float64 if torch.float64 in target.dtypes else target.dtypes[0]
     one = cases(
         target, dtypes=(dtype,), layout_features=(), alias=False, specials=False, structured=False, devices=("cpu",)
     )
-    several = st.lists(one, min_size=PROBES, max_size=PROBES)
+    several = st.lists(one, min_size=INPUTS, max_size=INPUTS)
     try:
         return find(several, lambda found: all(math.prod(a.shape) > 1 for c in found for a in c.args), settings=FIND)
     except NoSuchExample:  # sizes pinned at 0 or 1: ask where the spec lets it
