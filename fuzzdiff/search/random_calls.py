@@ -31,11 +31,11 @@ import torch
 from hypothesis import find
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample, Unsatisfiable
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.checks import CHECKS
+from fuzzdiff.guards.random_ops import RandomOps
 from fuzzdiff.guards.timeout import ExampleTimeout, limited
 from fuzzdiff.paths.seeded import run_seeded, seed_generators
 from fuzzdiff.targets.randomness import seeded_alike
@@ -103,7 +103,7 @@ def _randomness(target: Target, calling: Callable[[Case], None] | None = None) -
     """The verdict: "seeded", "unseedable", "self-seeded: OPS" where two calls
     agreed but drew random numbers, or None where two calls agreed at every
     probe without drawing (or raised: the checks report that at their own inputs)."""
-    drawn = _RandomOps()
+    drawn = RandomOps()
     for case in _cases(target):
         if calling is not None:
             calling(case)
@@ -117,20 +117,6 @@ def _randomness(target: Target, calling: Callable[[Case], None] | None = None) -
     if drawn.ops:
         return "self-seeded: " + ", ".join(sorted(drawn.ops))
     return None
-
-
-class _RandomOps(TorchDispatchMode):
-    """The names of torch's random ops called under it (a private generator's
-    draws included: they leave the global generators' state alone)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: set[str] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if torch.Tag.nondeterministic_seeded in func.tags:
-            self.ops.add(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
 
 
 def _differ_twice(target: Target, case: Case, seeded: bool) -> bool | None:

@@ -24,10 +24,12 @@ from fuzzdiff.confirm.steps import repeat
 from fuzzdiff.guards import cuda_context, torch_state
 from fuzzdiff.guards.precision import cuda_present, ieee_float32
 from fuzzdiff.guards.raised import Raised, raised
+from fuzzdiff.guards.random_ops import random_ops
 from fuzzdiff.guards.torch_state import Left, kept, let_go
 from fuzzdiff.guards.unsupported import unsupported_reason
 from fuzzdiff.paths.seeded import reseeding, run_seeded
 from fuzzdiff.targets import get_target
+from fuzzdiff.targets.randomness import SEEDED_SKIPS
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict
 from strategies.cases import CasePlan, case_plan, draw_case
@@ -88,7 +90,19 @@ def verdict_at(check: Check, target: Target, case: Case) -> Verdict:
         devices = [torch.device(case.device).index or 0] if case.device.startswith("cuda") else []
         fixed = replace(target, fn=reseeding(target.fn, seed, devices))
         return run_seeded(seed, lambda: _precise_verdict(check, fixed, case), devices)
-    return _precise_verdict(check, target, case)
+    verdict = _precise_verdict(check, target, case)
+    if verdict.failed and check.name in SEEDED_SKIPS:
+        # a generator the function seeds itself draws alike in two calls (the randomness
+        # question then finds nothing, or was not asked in time), not in two dtypes or layouts
+        drawn = random_ops(lambda: _plain_call(target, case))
+        if drawn:
+            return Verdict("unsupported", f"{SEEDED_SKIPS[check.name]} (here: {', '.join(sorted(drawn))})")
+    return verdict
+
+
+def _plain_call(target: Target, case: Case) -> Any:
+    with torch.no_grad():
+        return target(*case.materialize(requires_grad=False).args, **case.kwargs)
 
 
 def _precise_verdict(check: Check, target: Target, case: Case) -> Verdict:

@@ -201,3 +201,17 @@ def test_random_layers_are_not_compared_across_devices_dtypes_or_layouts_on_cuda
     # decided before the case is made: no GPU needed
     assert run_check("grad", target, low).message == RANDOM_LOW_PRECISION_ON_CUDA
     assert run_check("grad", target, gapped).message == RANDOM_STRIDED_ON_CUDA
+
+
+def test_a_self_seeded_draw_is_unsupported_by_the_dtype_check_even_where_nobody_asked(ops):
+    """The randomness question may run past its part of a short budget (a library's first
+    call imports half of it): then the dtype check's own failure is asked whether it draws."""
+    from fuzzdiff.case.case import Arg, Case
+    from fuzzdiff.case.values import Values
+    from fuzzdiff.search.runner import verdict_at
+
+    target = user_target(ops.random_projections, "x: n m")
+    assert not target.random  # not asked
+    case = Case(target.ref, (Arg((5, 3), Values(seed=1)),), "float32", params={"cotangent": {"seed": 1}})
+    verdict = verdict_at(CHECKS["dtype"], target, case)
+    assert verdict.kind == "unsupported" and "(here: randn)" in verdict.message, verdict
