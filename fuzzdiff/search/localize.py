@@ -34,7 +34,6 @@ what the time does not reach is said, "not localized: no time".
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import time
 from collections import deque
@@ -55,6 +54,7 @@ from fuzzdiff.guards.aten_trace import AtenTrace, OpSeen, Slot, TensorSeen, trac
 from fuzzdiff.guards.raised import frame_text
 from fuzzdiff.guards.timeout import OutOfTime, bounded
 from fuzzdiff.search.aten_program import Param, Program, Unwritable, leading_to, one_op
+from fuzzdiff.search.op_points import explains, unjudged_at
 from fuzzdiff.search.op_script import op_script
 from fuzzdiff.search.runner import run_check
 from fuzzdiff.targets.randomness import seeded_alike
@@ -321,16 +321,6 @@ def _run(check: Check, piece: Target, case: Case) -> Verdict:
         return Verdict("unsupported", f"the piece cannot be run at its inputs: {e}")
 
 
-def _explains(alone: Verdict, failed: Verdict) -> bool:
-    """Whether an op's failure alone can be the call's: a nan or inf derivative
-    alone runs on into the call's, so where the call's is finite, another bug
-    there (eigh's nan at a 1 x 1 matrix beside a clamp's wrong value) is not it."""
-    ours, theirs = alone.errors.get("analytic"), failed.errors.get("analytic")
-    if not isinstance(ours, float) or not isinstance(theirs, float):
-        return True
-    return math.isfinite(ours) or not math.isfinite(theirs)
-
-
 def _same_failure(failed: Verdict, again: Verdict) -> bool:
     return again.kind == "fail" and mismatch(failed, again) is None
 
@@ -387,7 +377,7 @@ def _op_rule_or_composition(
         except (Unwritable, CaseError) as e:
             unsure.append(f"{op.name} ({e})")
             continue
-        singular = _documented_singular(op.name, at)
+        singular = unjudged_at(op.name, at)
         if singular is not None:
             unsure.append(f"{op.name} ({singular})")
             continue
@@ -399,7 +389,7 @@ def _op_rule_or_composition(
         if alone.kind != "fail" or alone.errors.get("exception"):  # a mismatch, as the call's; not a raise
             unsure.append(f"{op.name} ({_outcome(alone)})")
             continue
-        if not _explains(alone, failed):
+        if not explains(alone, failed):
             unsure.append(f"{op.name} (fails alone with a non-finite derivative, where the call's is finite)")
             continue
         script = op_script(
@@ -438,7 +428,7 @@ def _op_rule_or_composition(
         except (Unwritable, CaseError) as e:
             rules_unsure.append(f"{name} ({e})")
             continue
-        singular = _documented_singular(name, at)
+        singular = unjudged_at(name, at)
         if singular is not None:
             rules_unsure.append(f"{name} ({singular})")
             continue
@@ -478,48 +468,6 @@ def _op_rule_or_composition(
         "write, a value taken out of the graph)",
         judged=clock.judged,
     )
-
-
-# Spectral ops whose derivatives torch documents as undefined at repeated
-# eigenvalues or singular values ("gradients ... will only be finite when A has
-# distinct eigenvalues"): there an op alone fails by its definition, and what
-# fed it a degenerate matrix (a rank-deficient product) is the call's doing.
-_SPECTRAL = {
-    "aten::_linalg_eigh": "eigvalsh",
-    "aten::linalg_eigh": "eigvalsh",
-    "aten::linalg_eig": "eigvals",
-    "aten::_linalg_svd": "svdvals",
-    "aten::linalg_svd": "svdvals",
-    "aten::svd": "svdvals",
-}
-_REPEATED = 1e-6  # relative gap under which two eigen- or singular values count as repeated
-
-
-def _documented_singular(name: str, at: Case) -> str | None:
-    """Why an op is not judged alone at ``at``: an input that holds nan or inf
-    (an op is judged at finite points: there finite differences are noise,
-    and a nan out of a nan in is no op's fault), or a spectral op at repeated
-    eigen- or singular values, where torch documents its derivative as
-    undefined. None for any other op or point."""
-    tensors = [a for a in at.materialize(requires_grad=False).args if isinstance(a, torch.Tensor)]
-    if any(t.is_floating_point() or t.is_complex() for t in tensors) and not all(
-        bool(t.isfinite().all()) for t in tensors if t.is_floating_point() or t.is_complex()
-    ):
-        return "an input holds nan or inf"
-    spectrum = _SPECTRAL.get(name)
-    if spectrum is None:
-        return None
-    matrix = next(iter(tensors), None)
-    if matrix is None or matrix.dim() < 2 or min(matrix.shape[-2:]) < 2:
-        return None
-    values = getattr(torch.linalg, spectrum)(matrix.detach())
-    values = values.abs() if values.is_complex() else values
-    ordered = values.sort(dim=-1).values
-    gaps = (ordered[..., 1:] - ordered[..., :-1]).abs()
-    scale = ordered.abs().amax(dim=-1, keepdim=True).clamp_min(1.0)
-    if bool((gaps <= _REPEATED * scale).any()):
-        return "at repeated eigen- or singular values, where torch documents its derivative as undefined"
-    return None
 
 
 def _applying(call: _Applied) -> Callable[..., Any]:

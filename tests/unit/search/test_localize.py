@@ -264,7 +264,7 @@ def test_a_spectral_op_at_repeated_eigenvalues_is_not_accused_alone():
     product fed to eigh by the code (linear_operator's logdet) is the call's doing."""
     from fuzzdiff.case.case import Arg, Case
     from fuzzdiff.case.values import Values
-    from fuzzdiff.search.localize import _documented_singular
+    from fuzzdiff.search.op_points import unjudged_at as _documented_singular
 
     def pinned(matrix):
         return Case("eigh alone", (Arg(tuple(matrix.shape), Values()),), "float64", data={0: matrix.reshape(-1)})
