@@ -83,7 +83,10 @@ def distribution(of, tensors, validate_args=None):
     names one, with ``of["fixed"]``'s constants."""
     mapped = of.get("onto", {})
     params = {name: onto(mapped.get(name), t) for name, t in zip(of["parameters"], tensors)}
-    return getattr(torch.distributions, of["name"])(**params, **of.get("fixed", {}), validate_args=validate_args)
+    # None is torch's default, pinned: the process-wide default is not (the first
+    # torch.compile turns validation off for the whole process, TorchPatcher.patch)
+    checked = True if validate_args is None else validate_args
+    return getattr(torch.distributions, of["name"])(**params, **of.get("fixed", {}), validate_args=checked)
 
 
 def distribution_method(*tensors, of, method, validate_args=None):
