@@ -91,9 +91,11 @@ def verdict_at(check: Check, target: Target, case: Case) -> Verdict:
         fixed = replace(target, fn=reseeding(target.fn, seed, devices))
         return run_seeded(seed, lambda: _precise_verdict(check, fixed, case), devices)
     verdict = _precise_verdict(check, target, case)
-    if verdict.failed and check.name in SEEDED_SKIPS:
+    if verdict.failed and check.name in SEEDED_SKIPS and target.module is None:
         # a generator the function seeds itself draws alike in two calls (the randomness
-        # question then finds nothing, or was not asked in time), not in two dtypes or layouts
+        # question then finds nothing, or was not asked in time), not in two dtypes or layouts;
+        # a module target's call builds its module, whose initialization draws (its random
+        # layers are found from the module itself, fuzzdiff.targets.user)
         drawn = random_ops(lambda: _plain_call(target, case))
         if drawn:
             return Verdict("unsupported", f"{SEEDED_SKIPS[check.name]} (here: {', '.join(sorted(drawn))})")
