@@ -28,10 +28,10 @@ from types import CodeType, FrameType
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.confirm.ladder import on_time
+from fuzzdiff.guards.graph import graph_nodes
 from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.targets.target import Target
 
@@ -124,16 +124,9 @@ def _own_rules(outs) -> dict[str, CodeType]:
     """The code's own autograd.Functions in the graph of ``outs``, by name,
     with their forward's code (torch's own Python Functions are not the code's)."""
     found: dict[str, CodeType] = {}
-    todo = [t.grad_fn for t in tree_leaves(outs) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-    seen: set[int] = set()
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in graph_nodes(outs):
         cls = getattr(node, "_forward_cls", None)
         code = getattr(getattr(cls, "forward", None), "__code__", None)
         if cls is not None and code is not None and not getattr(cls, "__module__", "").startswith("torch."):
             found[cls.__qualname__] = code
-        todo.extend(n for n, _ in node.next_functions if n is not None)
     return found

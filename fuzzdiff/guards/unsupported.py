@@ -28,6 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from fuzzdiff.errors import FuzzdiffError
+from fuzzdiff.guards.graph import graph_nodes
 from fuzzdiff.verdict import Unsupported
 
 __all__ = [
@@ -82,16 +83,7 @@ def through_once_differentiable(*tensors: torch.Tensor) -> bool:
     marked once_differentiable. Its error node hangs off detached copies, which
     ``torch.autograd.grad`` never reaches: differentiated again by reverse or
     forward mode, it reads as a zero second derivative instead of raising."""
-    seen, stack = set(), [t.grad_fn for t in tensors]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if type(node).__name__ in ("Error", "DelayedError"):
-            return True
-        stack.extend(n for n, _ in node.next_functions)
-    return False
+    return any(type(node).__name__ in ("Error", "DelayedError") for node in graph_nodes(tensors))
 
 
 def refuse_once_differentiable(*tensors: torch.Tensor) -> None:

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case.case import Case
+from fuzzdiff.guards.graph import graph_nodes
 from fuzzdiff.targets.target import Target
 
 __all__ = ["Inspection", "inspect_call", "LAYOUT", "COMPILING", "BATCHING", "RANDOM"]
@@ -152,18 +152,11 @@ def _rules(out: Any) -> tuple[str, ...]:
     """The Python-defined nodes of the graph behind ``out`` (torch's own nodes
     are C++ classes; an autograd.Function's is a ``BackwardCFunction``)."""
     found: dict[str, None] = {}
-    todo = [t.grad_fn for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-    seen: set[int] = set()
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in graph_nodes(out):
         if isinstance(node, torch.autograd.function.BackwardCFunction):
             cls = getattr(node, "_forward_cls", None)
             name = getattr(cls, "__qualname__", type(node).__name__)
             # torch's own Python Functions (reentrant checkpoint) are not the target's; custom ops are
             if not getattr(cls, "__module__", "").startswith("torch.") or name.startswith("GeneratedBackwardFor"):
                 found[name] = None
-        todo.extend(n for n, _ in node.next_functions if n is not None)
     return tuple(found)
