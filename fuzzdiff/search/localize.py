@@ -34,6 +34,7 @@ what the time does not reach is said, "not localized: no time".
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 import time
 from collections import deque
@@ -168,32 +169,93 @@ def _traced(target: Target, case: Case) -> tuple[AtenTrace, list[_Applied], list
 @contextlib.contextmanager
 def _applies_watched(trace: AtenTrace, applied: list[_Applied], arguments: dict[int, int]) -> Iterator[None]:
     """Every ``autograd.Function.apply`` in the block recorded with what it
-    received, and whether its forward drew random numbers: seen by a profile
-    hook on ``Function.apply``'s own code, so that an ``apply`` bound before
-    the block (``my_fn = MyFunction.apply``, a target that is one) is seen too."""
-    code = torch.autograd.Function.apply.__func__.__code__  # type: ignore[attr-defined]
-    open_calls: dict[int, tuple[_Applied, int]] = {}
+    received, and whether its forward drew random numbers. A profile hook sees
+    the call of the C ``apply`` (a ``c_call`` event: torch's Python ``apply``
+    ends in it where there is one), so that an ``apply`` bound before the block
+    (``my_fn = MyFunction.apply``, a target that is one) is seen too; what it
+    received is read from the frame of the class's ``forward``, the first
+    Python code the C ``apply`` runs of the class's own."""
+    open_calls: list[_OpenApply] = []
     previous = sys.getprofile()
 
     def hook(frame, event, arg):
-        if frame.f_code is not code or event not in ("call", "return"):
-            return
         if event == "call":
-            local = frame.f_locals
-            with _disable_current_modes():  # copying the inputs is not the call's
-                received = _received(local["cls"], local["args"], local["kwargs"], trace, arguments)
-            open_calls[id(frame)] = (received, len(trace.ops))
+            top = open_calls[-1] if open_calls else None
+            if top is not None and top.received is None and frame.f_code is top.forward:
+                with _disable_current_modes():  # copying the inputs is not the call's
+                    args, kwargs = _forward_arguments(frame, top.cls)
+                    top.received = _received(top.cls, args, kwargs, trace, arguments)
             return
-        if id(frame) in open_calls:
-            received, start = open_calls.pop(id(frame))
-            # a rule whose forward draws random numbers is judged with its generators seeded alike
-            applied.append(replace(received, random=any(op.random for op in trace.ops[start:])))
+        if event not in ("c_call", "c_return", "c_exception"):
+            return
+        cls = _applied_class(arg)
+        if cls is None:
+            return
+        if event == "c_call":
+            open_calls.append(_OpenApply(cls, _forward_code(cls), len(trace.ops)))
+            return
+        if open_calls and open_calls[-1].cls is cls:
+            done = open_calls.pop()
+            if event == "c_return" and done.received is not None:
+                # a rule whose forward draws random numbers is judged with its generators seeded alike
+                random = any(op.random for op in trace.ops[done.start :])
+                applied.append(replace(done.received, random=random))
 
     sys.setprofile(hook)
     try:
         yield
     finally:
         sys.setprofile(previous)
+
+
+@dataclass
+class _OpenApply:
+    """A ``Function.apply`` under way: its class, the code of its forward,
+    where its ops begin in the trace, and what it received once seen."""
+
+    cls: type
+    forward: Any
+    start: int
+    received: _Applied | None = None
+
+
+def _applied_class(called: Any) -> type | None:
+    """The ``autograd.Function`` subclass whose C ``apply`` ``called`` is, if it is one."""
+    owner = getattr(called, "__self__", None)
+    if getattr(called, "__name__", None) != "apply" or not isinstance(owner, type):
+        return None
+    return owner if issubclass(owner, torch.autograd.Function) else None
+
+
+def _forward_code(cls: type) -> Any:
+    """The code object the C ``apply`` runs first: ``cls.forward``'s (a
+    decorator's wrapper, where one wraps it, receives the same arguments)."""
+    return getattr(getattr(cls, "forward", None), "__code__", None)
+
+
+def _forward_arguments(frame: Any, cls: type) -> tuple[tuple, dict]:
+    """What ``apply`` was given, read from its forward's frame at entry:
+    positionals (less ``ctx`` where the class has no ``setup_context``),
+    then keywords."""
+    code, local = frame.f_code, frame.f_locals
+    names = code.co_varnames
+    positional = names[: code.co_argcount]
+    keyword_only = names[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+    rest = code.co_argcount + code.co_kwonlyargcount
+    args = [local[n] for n in positional]
+    kwargs = {n: local[n] for n in keyword_only}
+    if code.co_flags & inspect.CO_VARARGS:
+        args.extend(local[names[rest]])
+        rest += 1
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        kwargs.update(local[names[rest]])
+    setup_context = getattr(cls, "setup_context", None)
+    if setup_context is _NO_SETUP_CONTEXT and args:  # forward(ctx, *args)
+        args = args[1:]
+    return tuple(args), kwargs
+
+
+_NO_SETUP_CONTEXT = torch.autograd.function._SingleLevelFunction.setup_context
 
 
 def _received(cls: type, args: tuple, kwargs: dict, trace: AtenTrace, arguments: dict[int, int]) -> _Applied:
