@@ -10,8 +10,10 @@ from fuzzdiff.checks import (
     alias,
     backend,
     checkpoint,
+    compiled_autograd,
     device,
     dtype,
+    export,
     forward,
     forward2,
     grad,
@@ -49,6 +51,8 @@ CHECKS: dict[str, Check] = {
         checkpoint.CHECK,
         forward2.CHECK,
         implicit_rsample.CHECK,
+        compiled_autograd.CHECK,
+        export.CHECK,
     )
 }
 

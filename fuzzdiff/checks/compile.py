@@ -41,7 +41,6 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-import torch
 from hypothesis import reject
 from hypothesis import strategies as st
 
@@ -50,10 +49,10 @@ from fuzzdiff.case.layout import Layout
 from fuzzdiff.checks.check import Check, CiSample, Cost, OpInfoRole
 from fuzzdiff.checks.opcheck import custom_op
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.confirm.compare import Discrepancy, result_discrepancy
-from fuzzdiff.confirm.ladder import Ladder, Step
-from fuzzdiff.confirm.steps import float64_margin, identical_to, neighbours, repeat
-from fuzzdiff.confirm.tolerance import Tolerance, tolerance
+from fuzzdiff.confirm.against_eager import judge_against_eager
+from fuzzdiff.confirm.ladder import Ladder
+from fuzzdiff.confirm.steps import identical_to, repeat
+from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.guards.unsupported import unsupported_reason, vmap_unsupported_reason
 from fuzzdiff.paths import compiled as path
 from fuzzdiff.targets import discrepancies as known
@@ -70,13 +69,10 @@ __all__ = [
     "contiguous_direction",
     "restricted",
     "CompileParams",
-    "LADDER",
     "METADATA_LADDER",
 ]
 
-# compiled against eager: repeated, judged against a float64 eager run in low
-# precision (MARGIN), and tried at a neighbouring point; metadata is exact
-LADDER = Ladder(("repeat", "float64", "neighbours"))
+# compiled against eager: fuzzdiff.confirm.against_eager.LADDER; metadata is exact
 METADATA_LADDER = Ladder(("repeat",))
 _PROBE = probes().map(lambda p: p.__dict__.copy())
 _CONTIGUOUS_PROBE = _PROBE.map(lambda p: {**p, "layout": "contiguous"})
@@ -219,10 +215,6 @@ def _tangent(meta: tuple) -> str:
     return meta[0] if len(meta) == 1 else "a tangent"
 
 
-def _values(eager: path.Run, other: path.Run, tol: Tolerance) -> Discrepancy | None:
-    return result_discrepancy(other.values, eager.values, tol)
-
-
 # How a transform's identity reads in a verdict ("none": as before the transforms)
 DESCRIBED = {
     "grad": "grad(<v, f>)",
@@ -280,29 +272,16 @@ def run(target: Target, case: Case) -> Verdict:
     if meta is not None:
         again = repeat(lambda: _metadata(rerun(case, None), rerun(case, backend)), same=identical_to(meta))
         return METADATA_LADDER.climb(identity, meta + note, {"metadata": meta}, {"repeat": again})
-    d = _values(eager, got, tol)
-    if d is None:
-        return Verdict("pass", note.strip())
-
-    steps: dict[str, Step] = {
-        "repeat": repeat(
-            lambda: (rerun(case, backend).values, rerun(case, None).values),
-            same=identical_to((got.values, eager.values)),
-        ),
-        "neighbours": neighbours(case, lambda c: _values(rerun(c, None), rerun(c, backend), tol) is None),
-    }
-    if case.torch_dtype != torch.float64:
-        # inductor reassociates sums: compiled must be further from float64 than eager is
-        steps["float64"] = float64_margin(
-            got.values.names,
-            got.values.tensors,
-            eager.values.tensors,
-            lambda: rerun(case, None, torch.float64).values.tensors,
-            tol,
-            side="compiled",
-            doubt="compiled is about as close to a float64 eager run as eager is (rounding)",
-        )
-    return LADDER.climb(identity, str(d) + note, d.summary(), steps)
+    return judge_against_eager(
+        identity,
+        case,
+        lambda c, cast: rerun(c, None, cast).values,
+        lambda c, cast: rerun(c, backend, cast).values,
+        tol,
+        (eager.values, got.values),
+        side="compiled",
+        note=note,
+    )
 
 
 def applies(target: Target) -> str | None:

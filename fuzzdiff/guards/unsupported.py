@@ -327,6 +327,23 @@ REFUSALS: tuple[Refusal, ...] = (
         _words(r"torch\._dynamo\.exc\.(Unsupported|UserError)", r"^Unsupported: "),
     ),
     Refusal(
+        "compiled autograd",
+        "compiled autograd cannot trace this backward",
+        _words(
+            r"compiled_args nyi",
+            r"not supported by compiled autograd",
+            r"Compiled autograd can not trace",
+            r"Re-entrant into Compiled Autograd",
+            r"Trying to run compiled autograd within another compiled autograd call",
+            r"which is not supported by FakeTensorMode",
+        ),
+    ),
+    Refusal(
+        "export",
+        "torch.export refuses the function (export's documented limits: exportdb)",
+        _words(r"^UserError: "),
+    ),
+    Refusal(
         "traced closure",
         "aot_function cannot trace a tensor the function closes over",
         _words(r"Please convert all Tensors to FakeTensors first"),

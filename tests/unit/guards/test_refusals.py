@@ -171,6 +171,8 @@ SAID = {
     "no kernel": RuntimeError("\"foo\" not implemented for 'ComplexDouble'"),
     "nothing to differentiate": RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn"),
     "dynamo": RuntimeError("torch._dynamo.exc.Unsupported: call_function foo"),
+    "compiled autograd": NotImplementedError("compiled_args nyi, see [Note: Compiled Autograd] FooBackward0"),
+    "export": type("UserError", (RuntimeError,), {})("Dynamic control flow is not supported at the moment."),
     "traced closure": RuntimeError("Please convert all Tensors to FakeTensors first or instantiate FakeTensorMode"),
     "ExpandedWeights": RuntimeError("Expanded Weights encountered but cannot handle function foo"),
 }

@@ -1,0 +1,85 @@
+"""Compiled autograd: the backward captured as a graph and compiled, and the eager one it must match.
+
+``torch._dynamo.compiled_autograd`` traces the autograd graph at each
+``backward``/``autograd.grad`` into an FX graph and hands it to a compiler:
+custom Functions' backwards, hooks and saved tensors all go through that
+trace. A side (``case.params``):
+
+- ``backend``: the compiler of the backward graph, ``torch.compile`` with
+  "eager" (dynamo's trace alone: cheap) or "inductor" (code generation);
+- ``forward``: "eager", or "aot_eager": the forward compiled by torch.compile,
+  whose AOTAutograd backward compiled autograd then traces (the composition
+  users get with ``torch._dynamo.config.compiled_autograd``);
+- ``order``: 1 (gradients) or 2 (also the derivative of ``<J^T v, u>`` at the
+  leaves, through a first backward taken with ``create_graph``; after an
+  eager forward only: AOTAutograd refuses a double backward).
+
+Compiled autograd caches its graphs by the autograd graph's structure, not by
+the compiler: a graph compiled by one backend would be reused by the next.
+``enabled`` clears that cache whenever the backend changes.
+
+``derivatives`` and ``backward_compiler`` are torch-only: the check's scripts
+copy them by source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from fuzzdiff.paths.compiled import dynamo_settings
+from fuzzdiff.paths.function import differentiable
+from fuzzdiff.paths.reverse import vjp
+
+__all__ = ["BACKENDS", "backward_compiler", "derivatives", "enabled"]
+
+BACKENDS = ("eager", "inductor")
+
+# The backend whose graphs compiled autograd's cache holds, as far as fuzzdiff knows.
+_CACHED: list[str | None] = [None]
+
+
+def backward_compiler(backend: str) -> Callable[[torch.fx.GraphModule], Callable]:
+    """The compiler compiled autograd hands each captured backward graph to."""
+
+    def compiler(gm):
+        return torch.compile(gm, backend=backend)
+
+    return compiler
+
+
+@contextlib.contextmanager
+def enabled(backend: str) -> Iterator[None]:
+    """Every backward run inside compiled by compiled autograd with ``backend``,
+    and nothing outside: the previous compiler (a user's, or none) is restored."""
+    # startup time: torch._dynamo takes seconds to import, and only compiling checks need it
+    from torch._dynamo import compiled_autograd
+
+    with dynamo_settings():
+        if _CACHED[0] != backend:
+            torch._C._dynamo.compiled_autograd.clear_cache()
+            _CACHED[0] = backend
+        with compiled_autograd._enable(backward_compiler(backend)):
+            yield
+
+
+def derivatives(
+    fn: Callable[..., object],
+    leaves: Sequence[torch.Tensor],
+    make_args: Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]],
+    cotangents: Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]],
+    tangents: Sequence[torch.Tensor] = (),
+    order: int = 1,
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    """(floating outputs of ``fn(*make_args(leaves))``, ``J^T v`` at the leaves
+    for ``v = cotangents(outputs)``, and at order 2 ``d<J^T v, u>/dx`` at the
+    leaves for tangents ``u``), by ``torch.autograd.grad``: under whatever
+    backward is enabled around the call."""
+    outs = [t for t in tree_leaves(fn(*make_args(leaves))) if differentiable(t)]
+    grads = vjp(outs, leaves, cotangents(outs), create_graph=order == 2)
+    if order == 1:
+        return outs, grads, []
+    return outs, grads, vjp(grads, leaves, tangents)

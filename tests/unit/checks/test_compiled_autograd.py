@@ -1,0 +1,117 @@
+"""The compiled_autograd check: correct backwards pass at every variant, and a
+backward that differs only under compiled autograd is caught and confirmed
+(fuzzdiff.confirm.against_eager's ladder)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import HealthCheck, find, settings
+
+from fuzzdiff.case.case import Case
+from fuzzdiff.checks import get_check
+from fuzzdiff.paths import compiled_autograd as path
+from fuzzdiff.search.runner import case_strategy, run_check
+from fuzzdiff.targets import get_target
+from fuzzdiff.targets.target import Target
+
+CHECK = get_check("compiled_autograd")
+FIND = settings(max_examples=200, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+class DoubledWhenTraced(torch.autograd.Function):
+    """sin, whose backward doubles the gradient when dynamo traces it: what
+    compiled autograd does to every custom Function's backward, and eager never."""
+
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        grad = g * x.cos()
+        return 2 * grad if torch.compiler.is_compiling() else grad
+
+
+PLANTED = Target("unit_doubled_when_traced", DoubledWhenTraced.apply, "x: n>=1", dtypes=(torch.float64,))
+
+
+def a_case(target: Target, **params) -> Case:
+    case = find(case_strategy(CHECK, target), lambda c: True, settings=FIND)
+    return replace(case, params={**case.params, **params})
+
+
+EAGER_VARIANTS = [
+    {"backend": "eager", "forward": "eager", "order": 1},
+    {"backend": "eager", "forward": "eager", "order": 2},
+    {"backend": "eager", "forward": "aot_eager", "order": 1},
+]
+
+
+@pytest.mark.parametrize("variant", EAGER_VARIANTS)
+@pytest.mark.parametrize("target", ["sin", "mul"])
+def test_a_correct_backward_passes(target, variant):
+    verdict = run_check(CHECK, target, a_case(get_target(target), **variant))
+    assert verdict.kind == "pass", verdict
+
+
+@pytest.mark.parametrize("variant", EAGER_VARIANTS[:2])
+def test_a_backward_that_differs_under_compiled_autograd_fails(variant):
+    verdict = run_check(CHECK, PLANTED, a_case(PLANTED, **variant))
+    assert verdict.kind == "fail", verdict
+    assert "compiled autograd (eager)" in verdict.message and "grad 0" in verdict.message
+
+
+def test_the_planted_backward_passes_when_nothing_is_compiled(monkeypatch):
+    """The failure above is the compiled side's: with compiled autograd left off, the check passes."""
+    monkeypatch.setattr(path, "enabled", lambda backend: contextlib.nullcontext())
+    verdict = run_check(CHECK, PLANTED, a_case(PLANTED, **EAGER_VARIANTS[0]))
+    assert verdict.kind == "pass", verdict
+
+
+def test_compiled_autograd_is_off_after_a_run():
+    """fuzzdiff is a guest: the process's autograd compiler is as it was."""
+    run_check(CHECK, "sin", a_case(get_target("sin"), **EAGER_VARIANTS[0]))
+    prior, _ = torch._C._dynamo.compiled_autograd.set_autograd_compiler(None, False)
+    assert prior is None
+
+
+class CosTimes(torch.autograd.Function):
+    """g * cos(x), with no backward of its own: a first derivative with no second."""
+
+    @staticmethod
+    def forward(g, x):
+        return g * x.cos()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+
+class SinOnce(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return CosTimes.apply(g, x)
+
+
+def test_a_second_derivative_eager_lacks_is_unsupported():
+    target = Target("unit_sin_once", SinOnce.apply, "x: n>=1", dtypes=(torch.float64,))
+    verdict = run_check(CHECK, target, a_case(target, backend="eager", forward="eager", order=2))
+    assert verdict.kind == "unsupported" and "no derivative formula" in verdict.message, verdict
