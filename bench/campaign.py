@@ -29,10 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from fuzzdiff.search.layout_tour import TOUR  # noqa: E402
 from fuzzdiff.search.root_cause import message_pattern  # noqa: E402
 EAGER = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "per_sample")
 
@@ -104,6 +106,10 @@ def main(argv=None) -> int:
     known, new = root_causes(pairs)
     print(f"distinct root causes hit: {len(known) + len(new)} ({len(known)} known signatures matched, "
           f"{len(new)} new failures)")
+    ran = [p for p in pairs if p.get("batches", 0) > 0]
+    print(f"\nlayout classes met in a pair's first batch (of {len(ran)} pairs that ran):")
+    met = Counter(c for p in ran for c in p.get("layout_classes", ()))
+    print("  " + ", ".join(f"{c} {met[c]}" for c in TOUR))
     print("\nworker time by check (what a plan of the budget needs):")
     print(f"  {'check':10s} {'pairs':>6s} {'batches':>8s} {'s/batch':>8s} {'ms/example':>10s} {'share':>6s}")
     busy = sum(p["seconds"] for p in pairs) or 1e-9

@@ -20,7 +20,7 @@ from fuzzdiff.case.values import Values
 from strategies._drawing import planned
 from strategies.aliasing import draw_aliasing
 from strategies.dtypes import dtypes as dtype_strategy
-from strategies.layouts import LAYOUT_FEATURES, draw_layout
+from strategies.layouts import LAYOUT_FEATURES, check_layout_class, draw_layout
 from strategies.shapes import draw_spec_shapes
 from strategies.values import ValuesPlan, draw_values, sampling_interval, values_plan
 
@@ -117,6 +117,8 @@ class CasePlan:
     specials: bool
     devices: tuple[str, ...]
     structured: bool = True
+    layout_class: str | None = None
+    min_side: int | None = None  # None: the target's
 
 
 def draw_kwargs(draw: DrawFn, target: Signature, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
@@ -186,6 +188,8 @@ def case_plan(
     max_side: int | None = None,
     devices: Sequence[str] | None = None,
     structured: bool = True,
+    layout_class: str | None = None,
+    min_side: int | None = None,
 ) -> CasePlan:
     """The arguments of ``cases(...)``, declared once here: validated and
     resolved into the ``CasePlan`` that ``draw_case`` draws from with a
@@ -197,6 +201,9 @@ def case_plan(
     if not set(allowed) <= set(target.dtypes):
         raise InvalidArgument(f"target {target.name!r} supports {target.dtypes}, not {allowed}")
     side = target.max_side if max_side is None else max_side
+    check_layout_class(layout_class)
+    if min_side is not None and (not isinstance(min_side, int) or min_side < 0):
+        raise InvalidArgument(f"min_side must be an integer >= 0, got {min_side!r}")
     features = tuple(layout_features or ())
     if not target.functional or target.distinct:
         # stride 0 repeats values: an error for a target that writes its inputs,
@@ -232,6 +239,8 @@ def case_plan(
         specials,
         tuple(devices),
         structured,
+        layout_class,
+        None if min_side is None else min(max(min_side, target.min_side), side),
     )
 
 
@@ -245,6 +254,9 @@ def cases(plan: CasePlan) -> SearchStrategy[Case]:
     available and the target takes it) is drawn when several.
     ``specials`` and ``structured`` turn off the special values and
     structured points the target opts into (``specials``, ``structured``).
+    ``layout_class`` (one of strategies.layouts.LAYOUT_CLASSES) forces that
+    class on every argument it applies to; ``min_side`` raises the least size
+    of a dim the spec does not bound (a layout shows on sides of 2 and more).
     The arguments are ``case_plan``'s."""
     return _draw_case(plan)
 
@@ -275,12 +287,13 @@ def draw_case(draw: DrawFn, plan: CasePlan) -> Case:
     target = plan.target
     device = plan.devices[0] if len(plan.devices) == 1 else draw(st.sampled_from(plan.devices))
     dtype = plan.dtype if isinstance(plan.dtype, torch.dtype) else draw(plan.dtype)
-    shapes = draw_spec_shapes(draw, target.args, target.min_side, plan.max_side)
+    min_side = target.min_side if plan.min_side is None else plan.min_side
+    shapes = draw_spec_shapes(draw, target.args, min_side, plan.max_side)
     args, groups = [], []
     for arg in plan.args:
         shape = shapes[arg.name]
         values, arg_dtype = arg.values or _arg_values(target, arg.name, shapes, plan.specials, plan.structured)
-        lay = draw_layout(draw, shape, plan.layout_features) if plan.layout_features else None
+        lay = draw_layout(draw, shape, plan.layout_features, force=plan.layout_class) if plan.layout_features else None
         args.append(laid_out(shape, draw_values(draw, values), lay, grad=arg.grad, dtype=arg_dtype))
         groups.append(arg.alias_group)
     if plan.alias:

@@ -19,9 +19,31 @@ from fuzzdiff.case.layout import Layout
 from strategies._drawing import integers
 from strategies._validation import check_int
 
-__all__ = ["strided", "layouts", "check_layout_features", "LAYOUT_FEATURES"]
+__all__ = [
+    "strided",
+    "layouts",
+    "check_layout_features",
+    "check_layout_class",
+    "layout_class_applies",
+    "LAYOUT_FEATURES",
+    "LAYOUT_CLASSES",
+]
 
 LAYOUT_FEATURES = ("permuted", "sliced", "offset", "expanded", "channels_last")
+# The layout classes a campaign's first batch of a pair meets one by one
+# (a tour, fuzzdiff.search.fuzzing.FuzzConfig.layout_tour): each forces its
+# feature on in every argument it applies to. Stride 0 has a class per end of
+# the shape, so that a reduction meets it along a reduced dim and a kept one
+# (a reduction over the last dim or over all; a batch dim kept in front).
+LAYOUT_CLASSES = ("contiguous", "permuted", "sliced", "offset", "stride0:first", "stride0:last", "channels_last")
+_CLASS_FEATURE = {
+    "permuted": "permuted",
+    "sliced": "sliced",
+    "offset": "offset",
+    "stride0:first": "expanded",
+    "stride0:last": "expanded",
+    "channels_last": "channels_last",
+}
 
 
 def strided(
@@ -67,6 +89,24 @@ def check_layout_features(features: Sequence[str]) -> None:
     unknown = set(features) - set(LAYOUT_FEATURES)
     if unknown:
         raise InvalidArgument(f"unknown layout features {sorted(unknown)}; expected {LAYOUT_FEATURES}")
+
+
+def check_layout_class(name: str | None) -> None:
+    """InvalidArgument naming a layout class that is not one of LAYOUT_CLASSES."""
+    if name is not None and name not in LAYOUT_CLASSES:
+        raise InvalidArgument(f"unknown layout class {name!r}; expected one of {LAYOUT_CLASSES}")
+
+
+def layout_class_applies(name: str, ranks: Sequence[int | None], features: Sequence[str]) -> bool:
+    """Whether forcing layout class ``name`` can change an argument of one of
+    ``ranks`` (None: any rank, a variadic spec) under the drawn ``features``."""
+    check_layout_class(name)
+    if name == "contiguous":
+        return True
+    if _CLASS_FEATURE[name] not in features:
+        return False
+    least = {"permuted": 2, "channels_last": 4}.get(name, 1)
+    return any(r is None or (r == 4 if name == "channels_last" else r >= least) for r in ranks)
 
 
 def layouts(
@@ -121,9 +161,13 @@ def draw_layout(
     max_step: int = 3,
     max_offset: int = 5,
     expandable: tuple[int, ...] | None = None,
+    force: str | None = None,
 ) -> Layout:
     """The draws of ``layouts(...)`` made with a caller's ``draw`` (cases() calls
     this inside its own composite rather than drawing a nested strategy).
+    ``force`` (one of LAYOUT_CLASSES) turns its class on wherever it applies
+    (or every feature off, for "contiguous"), with the same draws, so that a
+    case shrinks within its class.
 
     Each Hypothesis draw costs more than the torch work of a small example, so
     one integer says which features are on (a bit each, fair coins) and how
@@ -139,14 +183,23 @@ def draw_layout(
     code = draw(code_strategy)
     on = {name for k, name in enumerate(bits) if name is not None and code >> k & 1}
     tail = code >> len(bits)
+    forced = _CLASS_FEATURE.get(force or "")
+    if force == "contiguous":
+        on, tail = set(), 0
+    elif forced is not None and forced in bits and bits[bits.index(forced)] is not None:
+        on.add(forced)
+        if forced in ("permuted", "sliced", "channels_last"):
+            on.discard("expanded")  # a stride-0 dim has no order and no step to show
     perm = tuple(range(rank))
     if "channels_last" in on:
         perm = (0, 2, 3, 1)
     elif "permuted" in on:
-        perm = _nth_permutation(rank, draw(integers(0, math.factorial(rank) - 1)))
+        # forced: not the identity (index 0)
+        perm = _nth_permutation(rank, draw(integers(int(forced == "permuted"), math.factorial(rank) - 1)))
     steps = (1,) * rank
     if "sliced" in on:
-        steps = _digits(draw(integers(0, max_step**rank - 1)), max_step, rank)
+        # forced: some step above 1 (code 0 is every step 1)
+        steps = _digits(draw(integers(int(forced == "sliced" and max_step > 1), max_step**rank - 1)), max_step, rank)
     offset = 0
     if "offset" in on:
         offset = draw(integers(1, max(1, max_offset)))
@@ -154,6 +207,9 @@ def draw_layout(
     if "expanded" in on:
         subset = draw(integers(1, 2 ** len(expandable) - 1))
         expand = tuple(d for k, d in enumerate(expandable) if subset >> k & 1)
+        end = {"stride0:first": 0, "stride0:last": rank - 1}.get(force or "")
+        if end is not None and end in expandable and end not in expand:
+            expand = tuple(sorted((*expand, end)))
     return strided(shape, perm=perm, steps=steps, offset=offset, expand=expand, tail=tail)
 
 

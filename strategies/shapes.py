@@ -145,6 +145,8 @@ def _bounded(dim: Dim, min_side: int, max_side: int) -> tuple[int, int]:
     """The sizes a named dim may take: its spec bounds (``n>=1``) within the
     target's sides, and a lower bound above the largest side still drawn."""
     low = min_side if dim.low is None else max(min_side, dim.low)
+    if dim.high is not None:  # a spec's upper bound wins over a caller's least side
+        low = min(low, max(dim.high, dim.low or 0))
     high = max_side if dim.high is None else min(max_side, dim.high)
     return low, max(low, high)
 

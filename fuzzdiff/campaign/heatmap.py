@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fuzzdiff.search.layout_tour import met
 from fuzzdiff.verdict import headline
 
 __all__ = ["pair_rows", "write_report", "read_results", "merge_results", "covered", "FORMAT"]
@@ -54,6 +55,7 @@ def pair_rows(campaign, pairs: Iterable = ()) -> list[dict]:
                 "found_at": None if r.found_at is None else round(r.found_at, 1),
                 "ref": r.ref,
                 "message": headline(message)[:300],
+                "layout_classes": sorted(met(r.first_batch_features)),
             }
         )
     started = {(r.target, r.check) for r in campaign.results}

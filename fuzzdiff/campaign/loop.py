@@ -31,7 +31,7 @@ import random
 import sys
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,12 +42,14 @@ from fuzzdiff.campaign.pool import ClusterLost, Died, Done, Event, Lost, Pool, P
 from fuzzdiff.campaign.results import Campaign, PairResult
 from fuzzdiff.campaign.schedule import Scheduler, batch_seed
 from fuzzdiff.campaign.worker import BatchSize, Job, WorkerSetup
-from fuzzdiff.case.case import DTYPES
+from fuzzdiff.case.case import DTYPES, Case
 from fuzzdiff.checks import Check
 from fuzzdiff.config import BATCH_SECONDS, FuzzConfig
-from fuzzdiff.record.files import _safe
+from fuzzdiff.errors import FuzzdiffError
+from fuzzdiff.record.files import _safe, iter_records, read_record
 from fuzzdiff.record.journal import recover
 from fuzzdiff.search.fuzzing import Tally
+from fuzzdiff.search.layout_tour import TOUR, tour_order
 from fuzzdiff.targets.target import Target
 
 __all__ = [
@@ -93,6 +95,18 @@ def case_options(
             return None
         opts["devices"] = (device,)
     return opts
+
+
+def _failing_cases(corpus: Path | None) -> Iterator[Case]:
+    """The cases of the records under ``corpus`` (none without one; a record
+    that does not read is left out: the order it informs is a preference)."""
+    if corpus is None or not Path(corpus).is_dir():
+        return
+    for path in iter_records(corpus):
+        try:
+            yield read_record(path).case
+        except FuzzdiffError:
+            continue
 
 
 def round_one_order(pairs: Iterable[tuple[Target, Check]]) -> list[tuple[Target, Check]]:
@@ -183,6 +197,7 @@ class _Loop:
     batch_seconds: float | None
     on_batch: Callable[[Campaign, PairResult, PairResult], None] | None = None
     on_start: Callable[[int, str | None, str | None], None] | None = None
+    tour: tuple[str, ...] = TOUR  # the layout classes of a pair's first batch, in order
     results: dict[int, PairResult] = field(default_factory=dict)  # pair index -> its batches added up
     running: dict[int, _Running] = field(default_factory=dict)  # slot -> its batch
     retries: deque[_Retry] = field(default_factory=deque)  # batches whose worker died, to run again elsewhere
@@ -236,6 +251,7 @@ class _Loop:
                 pair.size,
                 None if end is None else end - now,
                 pair.first_backends if number == 0 else None,
+                self.tour if number == 0 else (),
             ),
         )
         self.running[k] = _Running(index, number, now, attempt)
@@ -397,6 +413,7 @@ def run_campaign(
         campaign.applicable_checks[pair.check] += 1
     scheduler = Scheduler(len(todo), seed=campaign.seed, rounds=rounds, known=[p.known for p in todo])
     setup = WorkerSetup(config, tuple(sys.path), opinfo=any(p.ref.startswith("opinfo/") for p in todo))
+    tour = tour_order(_failing_cases(config.corpus))
     workers = (pool or fork_pool)(setup, config.jobs, len(todo))
     try:
         campaign.jobs = max(1, workers.slots if pool else (config.jobs or os.cpu_count() or 1))
@@ -404,7 +421,9 @@ def run_campaign(
             campaign.nodes[workers.node(k)].slots += 1
         # The budget is fuzzing time: it starts once the workers are up (the
         # forkserver's first start imports torch, seconds on a busy machine).
-        loop = _Loop(campaign, todo, scheduler, workers, time.monotonic(), config.batch_seconds, on_batch, on_start)
+        loop = _Loop(
+            campaign, todo, scheduler, workers, time.monotonic(), config.batch_seconds, on_batch, on_start, tour=tour
+        )
         loop.run(budget, grace)
         fuzzing = time.monotonic() - loop.start  # the workers' shutdown is not fuzzing time
     finally:

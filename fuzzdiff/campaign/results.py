@@ -56,6 +56,11 @@ class PairResult:
     disturbed: str | None = (
         None  # what left the worker unlike a fresh process (fuzzdiff.guards.torch_state): it is replaced
     )
+    first_features: frozenset[str] | None = None  # the input features of its first batch (None: it is one)
+
+    @property
+    def first_batch_features(self) -> frozenset[str]:
+        return frozenset(self.tally.features) if self.first_features is None else self.first_features
 
     @property
     def known(self) -> bool:
@@ -80,6 +85,8 @@ class PairResult:
         return int(created) + len(self.crash_records)
 
     def absorb(self, batch: PairResult) -> None:
+        if self.batches == 0:
+            self.first_features = frozenset(batch.tally.features)
         self.tally.merge(batch.tally)
         self.batches += 1
         self.seconds += batch.seconds

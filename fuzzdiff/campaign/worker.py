@@ -127,6 +127,7 @@ class Job:
     size: BatchSize
     until: float | None = None  # seconds left of the budget when it was sent (a worker with a queue needs it)
     backends: tuple[str, ...] | None = None  # the compile backends to draw from (None: the configured ones)
+    tour: tuple[str, ...] = ()  # the layout classes each example meets (fuzzdiff.search.layout_tour), in order
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,11 @@ def run_batch(job: Job, setup: WorkerSetup, database: ExampleDatabase | None = N
             compile_backends=job.backends or setup.config.compile_backends,
         )
         result.tally = fuzz(
-            clock.wrap(check), target, config, settings=settings, search=Search(fresh=_fresh_process(setup))
+            clock.wrap(check),
+            target,
+            config,
+            settings=settings,
+            search=Search(fresh=_fresh_process(setup), tour=job.tour),
         )
     except _Stop:
         result.tally, result.cut = clock.tally, True

@@ -48,14 +48,36 @@ def arg_features(arg: Arg) -> frozenset[str]:
     found.update(f"structure:{name}" for name, _ in arg.values.structure)
     layout = arg.layout
     if layout is None or layout.is_contiguous(shape):
+        found.add("contiguous")
         return frozenset(found)
     strides = [s for n, s in zip(shape, layout.strides) if n > 1]
     if any(s == 0 for s in strides):
         found.add("stride0")
+        found.update(
+            f"stride0:{end}"
+            for end, d in (("first", 0), ("last", len(shape) - 1))
+            if shape[d] > 1 and layout.strides[d] == 0
+        )
     if layout.offset:
         found.add("offset")
     if any(a < b for a, b in zip(strides, strides[1:])):
         found.add("permuted")
+        n, c, h, w = layout.strides if len(shape) == 4 else (0, 0, 0, 0)
+        if len(shape) == 4 and shape[1] > 1 and 0 < c < w <= h <= n:  # channels innermost: NHWC order
+            found.add("channels_last")
     else:
         found.add("gapped")
+    if _gapped(shape, layout.strides):
+        found.add("sliced")
     return frozenset(found)
+
+
+def _gapped(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Some dim steps over elements: in the order of its strides, a stride
+    larger than the extent of the dims inside it."""
+    extent = 1
+    for n, s in sorted(((n, s) for n, s in zip(shape, strides) if n > 1 and s > 0), key=lambda p: p[1]):
+        if s > extent:
+            return True
+        extent = s * n
+    return False

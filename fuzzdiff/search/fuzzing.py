@@ -34,6 +34,7 @@ from fuzzdiff.guards.torch_logs import torch_logs
 from fuzzdiff.record.files import write_record
 from fuzzdiff.record.journal import Journal, recover
 from fuzzdiff.search.fresh import FreshProcess
+from fuzzdiff.search.layout_tour import tour_classes, tour_strategy
 from fuzzdiff.search.outcome import AllRejected, Empty, FuzzFailure, Tally
 from fuzzdiff.search.runner import case_strategy, verdict_at
 from fuzzdiff.search.settling import settle, stand_in_record
@@ -258,6 +259,9 @@ class Search:
     ``settle_by`` are time.monotonic() instants: the search ends at
     ``until`` before the next case, the case in flight is stopped at
     ``deadline``, and a failure not settled by ``settle_by`` is not confirmed.
+    ``tour``: layout classes (fuzzdiff.search.layout_tour.TOUR) that each
+    example meets one by one, those that apply, in this order (a campaign's
+    first batch of a pair), instead of its drawn mix.
     """
 
     definition: dict | None = None
@@ -266,6 +270,7 @@ class Search:
     until: float | None = None
     deadline: float | None = None
     settle_by: float | None = None
+    tour: tuple[str, ...] = ()
 
 
 def fuzz(
@@ -361,7 +366,14 @@ def fuzz(
     def empty(case: Case) -> Empty:
         return empty_dims(target.args, [a.shape for a in case.args])
 
-    @given(example_structures(case_strategy(check, target, **config.case_options), structures))
+    toured = tour_classes(check, target, dict(config.case_options), search.tour) if search.tour else ()
+    examples = (
+        tour_strategy(check, target, dict(config.case_options), toured)
+        if toured
+        else example_structures(case_strategy(check, target, **config.case_options), structures)
+    )
+
+    @given(examples)
     def property_(cases: list[Case]) -> None:
         if shrink.skips(cases):
             return

@@ -35,7 +35,7 @@ from fuzzdiff.verdict import Verdict
 from strategies.cases import CasePlan, case_plan, draw_case
 from strategies.cotangents import draw_probe_dicts
 
-__all__ = ["run_check", "verdict_at", "case_strategy", "EXCEPTION_LADDER"]
+__all__ = ["run_check", "verdict_at", "case_strategy", "check_case_plan", "EXCEPTION_LADDER"]
 
 # A target's exception at a valid input is confirmed by a repeat that raises
 # it again. Its verdict keeps the exception's own words ("raised T: message"),
@@ -190,13 +190,19 @@ def _attempt(check: Check, target: Target, case: Case) -> tuple[Verdict | _Raise
 
 def case_strategy(check: Check, target: Target, **case_options) -> st.SearchStrategy[Case]:
     """Cases for ``target`` with the check's own params drawn and stored."""
+    return _case_with_params(check_case_plan(check, target, **case_options), check, target)
+
+
+def check_case_plan(check: Check, target: Target, **case_options) -> CasePlan:
+    """The plan of ``target``'s cases for ``check``: the check's dtypes and
+    aliasing, then the caller's ``case_options`` (its word wins, e.g. alias=False)."""
     options: dict[str, Any] = dict(
         dtypes=target.dtypes if check.dtypes is None else tuple(d for d in target.dtypes if d in check.dtypes),
         alias=check.aliasing != "never",
         require_alias=check.aliasing == "required",
     )
-    options.update(case_options)  # the caller's word wins, e.g. alias=False
-    return _case_with_params(case_plan(target, **options), check, target)
+    options.update(case_options)
+    return case_plan(target, **options)
 
 
 # Every nested strategy draw costs Hypothesis time of its own (more than the

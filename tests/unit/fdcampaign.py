@@ -1,6 +1,7 @@
 """The campaign tests' targets, as a module written to a temporary directory
 and importable by the workers (they are given the parent's sys.path): cheap
-correct ones, one with a planted wrong backward, one that calls os.abort() on
+correct ones, one with a planted wrong backward (and a reduction whose backward
+is wrong only at a stride-0 input), one that calls os.abort() on
 any input of two or more elements, which kills the worker running it, slow
 ones, one that leaves its process unlike a fresh one, and one that checks the
 environment it runs in.
@@ -59,10 +60,25 @@ ZOO = WRONG_SQUARE + textwrap.dedent('''
             LEAKED[-1].__enter__()
         return x.sin()
 
+    class ExpandedSum(torch.autograd.Function):
+        """sum over the last dim, whose backward is planted wrong (twice the
+        gradient) only where the input is stride 0 along that dim."""
+
+        @staticmethod
+        def forward(ctx, x):
+            ctx.shape, ctx.expanded = x.shape, x.shape[-1] > 1 and x.stride(-1) == 0
+            return x.sum(-1)
+
+        @staticmethod
+        def backward(ctx, g):
+            grad = g.unsqueeze(-1).expand(ctx.shape)
+            return 2 * grad if ctx.expanded else grad
+
     def _t(name, fn, attr, **kw):
         return Target(name, fn, "x: n", origin=f"fd_campaign_zoo:{attr}", max_side=3, **kw)
 
     SIN = _t("cheap_sin", torch.sin, "SIN")
+    EXPANDED_SUM = Target("expanded_sum", ExpandedSum.apply, "x: m n", origin="fd_campaign_zoo:EXPANDED_SUM", max_side=3)
     EXP = _t("cheap_exp", torch.exp, "EXP")
     TANH = _t("cheap_tanh", torch.tanh, "TANH")
     BAD = _t("planted_square", WrongSquare.apply, "BAD")
