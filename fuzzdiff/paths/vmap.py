@@ -25,7 +25,7 @@ from torch.utils._pytree import tree_leaves
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.directions import directions, probes_like
 from fuzzdiff.case.layout import Layout
-from fuzzdiff.guards.unsupported import VMAP_DATA_DEPENDENT_SHAPE, vmap_unsupported_reason
+from fuzzdiff.guards.unsupported import VMAP_DATA_DEPENDENT_SHAPE, unsupported_reason, vmap_unsupported_reason
 from fuzzdiff.paths.forward import same_layout
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.result import Result
@@ -387,9 +387,31 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> tuple[Re
         if target.rejects(e):
             raise  # outside the target's domain: not vmap's
         reason = vmap_unsupported_reason(e, lambda: _run(target, case, cast))
+        if reason is None and Plan.from_params(case.params).composition != "vmap":
+            reason = _bare_forward_refusal(Batch(target, case, cast), e)
         if reason is None or isinstance(e, Unsupported):
             raise
         raise Unsupported(reason) from e
+
+
+def _bare_forward_refusal(b: Batch, error: Exception) -> str | None:
+    """Why vmap refuses the target's bare forward, batched over its first
+    example twice, when a composition raised ``error`` in words that are not
+    vmap's: without a batching rule an op's composite path can fail in other
+    words (vmap of vjp of nn.LSTM: a broadcast-shape error, where vmap of its
+    forward says the rule is missing). The per_sample check judges alike
+    (fuzzdiff.paths.expanded)."""
+    args = b.args(0)
+    in_dims = tuple(0 if i in b.diff else None for i in range(len(args)))
+    stacked = [torch.stack([a, a]) if d == 0 else a for a, d in zip(args, in_dims)]
+    try:
+        torch.func.vmap(b.f, in_dims=in_dims)(*stacked)
+    except Exception as e:  # noqa: BLE001 - classified below
+        forward = unsupported_reason(e)
+        if forward is not None:
+            first = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+            return f"vmap of the forward: {forward}; the composition raised {first}"
+    return None
 
 
 def _run(target: Target, case: Case, cast: torch.dtype | None) -> tuple[Result, Result]:

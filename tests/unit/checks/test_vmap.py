@@ -301,3 +301,17 @@ def test_outputs_whose_shape_depends_on_the_values_are_unsupported():
 
 def test_the_path_runs_every_composition_the_strategies_draw():
     assert set(path.COMPOSITIONS) == set(COMPOSITIONS)
+
+
+def test_a_composition_through_an_op_vmap_cannot_batch_is_refused_as_its_forward_is():
+    """vmap of vjp of nn.LSTM fails with a broadcast-shape error, where vmap of
+    its forward says the batching rule is missing: unsupported, as the
+    per_sample check judges it, never a failure."""
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(2, 3, bias=False).double()
+    target = Target("unit_lstm", lambda x: lstm(x)[0], "x: t 2", max_side=3, min_side=1, dtypes=(torch.float64,))
+    tally = fuzz(CHECK, target, FuzzConfig(seed=1, variants=2),
+                 settings=settings(max_examples=12, database=None, deadline=None))
+    assert tally.counts["fail"] == 0 and tally.counts["unsupported"] > 0
+    reasons = [reason for (kind, reason) in tally.why if kind == "unsupported"]
+    assert any(r.startswith("the composition raised") and "broadcast shape" in r for r in reasons), reasons
