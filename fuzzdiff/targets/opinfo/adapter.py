@@ -2,7 +2,8 @@
 
 Each autograd-capable OpInfo (one per ``(name, variant_test_name)``) gives up
 to ``SAMPLES_PER_OP`` targets, one per chosen ``SampleInput``
-(fuzzdiff.targets.opinfo.build), with the skips its flags and fuzzdiff's tables
+(fuzzdiff.targets.opinfo.build), and one per number of such a sample that the
+op also takes as a 0-dim tensor, with the skips its flags and fuzzdiff's tables
 give (fuzzdiff.targets.opinfo.skips, fuzzdiff.targets.opinfo.tables).
 
 Targets are built lazily: importing ``op_db`` takes seconds, and each op's
@@ -13,7 +14,9 @@ names the op and the sample index, and samples are drawn under a fixed seed
 was found with. Sample lists change between releases, so a corpus record also
 stores the call (``stored_sample``, fuzzdiff.targets.stored_sample), and
 ``get_opinfo_target(ref, stored)`` rebuilds the same target from it under
-any torch.
+any torch. A target of a sample's number passed as a tensor
+(``opinfo/lerp@0_t0``, fuzzdiff.targets.opinfo.build.scalar_targets) is
+named by its index only: its call is no sample's.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import json
+import re
 from collections.abc import Callable, Iterable
 
 import torch
@@ -65,6 +69,9 @@ __all__ = [
     "samples",
     "OpInfoError",
 ]
+
+
+_INDEX = re.compile(r"\d+(_t\d+)?")  # a target's sample index, and its number passed as a tensor
 
 
 class OpInfoError(TargetUnavailable):
@@ -127,17 +134,21 @@ def get_opinfo_target(ref: str, stored: StoredSample | None = None) -> Target:
     With ``stored`` (a record's ``opinfo_sample``) the call is the stored one,
     whichever sample of this torch's list it is now (see ``stored_sample``)."""
     key, sep, index = ref.removeprefix(PREFIX).rpartition("@")
-    op = _ops().get(key) if sep and index.isdigit() else None
-    if op is None and stored is not None and sep and index.isdigit():
+    named = bool(sep and _INDEX.fullmatch(index))
+    op = _ops().get(key) if named else None
+    if op is None and stored is not None and named:
         raise OpInfoError(f"torch {torch.__version__}'s op_db has no OpInfo {key!r} to rebuild {ref} from")
     if op is None:
         raise OpInfoError(
-            f"unknown OpInfo target {ref!r}: expected opinfo/<op>[.<variant>]@<sample index> of an op in torch's op_db"
+            f"unknown OpInfo target {ref!r}: expected opinfo/<op>[.<variant>]@<sample index>[_t<number>] "
+            "of an op in torch's op_db"
         )
     why = excluded(op)
     if stored is not None:
         if why is not None:
             raise OpInfoError(f"OpInfo {key!r} yields no targets on torch {torch.__version__} ({why})")
+        if not index.isdigit():
+            raise OpInfoError(f"{ref}: a sample's number as a tensor is named by its index only, never stored")
         return _stored_target(ref, json.dumps(stored.to_json(), sort_keys=True))
     found = next((t for t in op_targets(op) if t.name == f"{key}@{index}"), None) if why is None else None
     if found is None:
@@ -158,6 +169,8 @@ def stored_sample(target: Target) -> StoredSample:
     call = target.fn
     if not isinstance(call, SampleCall):
         raise SampleError("", f"target {target.name!r} is not an OpInfo sample's call")
+    if call.scalar is not None:  # its number, now a tensor, is the sample's no more
+        raise SampleError("", f"target {target.name!r} passes one of its sample's numbers as a tensor")
     output_fn, keep = unwrapped_output(call.output_fn)
     marked = list(call.leaves)
     for i, pos in enumerate(call.positions):

@@ -26,6 +26,9 @@ __all__ = [
     "MAX_NUMEL",
     "MAX_FLOAT32",
     "NEAR_SCALE",
+    "SCALAR_SCALE",
+    "SCALARS_PER_SAMPLE",
+    "SCALAR_EXCLUDED",
     "OUTSIDE",
     "REFINES",
     "NEAR",
@@ -50,11 +53,17 @@ SAMPLES_PER_OP = 2
 MAX_NUMEL = 2048  # per sample, all fuzzed tensors together: finite differences stay cheap
 MAX_FLOAT32 = 1e3  # float32 cases only where every value is at most this large
 NEAR_SCALE = 1e-3  # near mode: |x| <= NEAR_SCALE * max(1, max |sample|)
+# A sample's number as a 0-dim tensor (fuzzdiff.targets.opinfo.build.scalar_targets) is
+# drawn within SCALAR_SCALE * |number| of it (SCALAR_SCALE of 0): its sign and magnitude
+# stay, and the examples of a vmap batch still differ well beyond rounding.
+SCALAR_SCALE = 1e-2
+SCALARS_PER_SAMPLE = 2  # numbers as tensors, per sample: the first ones the op takes as tensors
 
 # Why a check without an OpInfo role (Check.opinfo) does not run on OpInfo targets;
 # it names the checks that have one (tests/unit/targets/test_opinfo_adapter.py holds it to them).
 OUTSIDE = (
-    "not in the OpInfo check set (grad, forward, layout, alias, vmap, compile, gradgrad, dtype, mutation, forward2)"
+    "not in the OpInfo check set (grad, forward, layout, alias, vmap, compile, gradgrad, dtype, mutation, forward2, "
+    "compiled_autograd, export)"
 )
 
 # OpInfo flags that refine another (torch's OpInfo says so, and defaults them to it):
@@ -197,6 +206,13 @@ EXCLUDED = {
     "new_empty*": "uninitialized output",
 }
 
+# Ops whose sample numbers are not fuzzed as 0-dim tensors, with the reason (besides the
+# automatic rules of fuzzdiff.targets.opinfo.build.scalar_targets: the op must take the
+# tensor, give the number's outputs, let autograd reach it, and be valid near it).
+SCALAR_EXCLUDED = {
+    "nn.functional.triplet_margin_with_distance_loss": "its margin is compared with 0 in Python "
+    "(``if margin <= 0``): vmap cannot batch a margin it reads, and grad and forward skip it (TIES)",
+}
 
 # Ops whose contract refuses some inputs the adapter draws: torch's refusal, as
 # (exception type, message pattern), rejects the case as outside the op's domain
