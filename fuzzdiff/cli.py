@@ -31,8 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--targets",
         nargs="+",
         metavar="PATTERN",
-        help="glob patterns over target names or family/name; opinfo/* for OpInfo "
-        "(default: the catalog and, when its database imports, OpInfo)",
+        help="glob patterns over target names or family/name; opinfo/* for OpInfo, modules/* for "
+        "ModuleInfo and the catalog's modules (default: the catalog and, when their databases import, "
+        "OpInfo and ModuleInfo)",
     )
     run.add_argument(
         "--budget", type=float, metavar="SECONDS", help="stop starting new batches after this many seconds"
@@ -116,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="targets x checks that apply")
     lst.add_argument("--families", action="store_true", help="only the per-family summary")
     lst.add_argument(
-        "--opinfo", action="store_true", help="include the targets built from torch's OpInfo database (slow to build)"
+        "--opinfo",
+        action="store_true",
+        help="include the targets built from torch's OpInfo and ModuleInfo databases (slow to build)",
     )
     lst.add_argument(
         "--vmap-fallbacks",

@@ -53,5 +53,8 @@ def cmd_list(args) -> int:
 
 def _listed_targets(args):
     if args.opinfo:
-        print("building the OpInfo targets (imports torch's op_db; a minute or two)...", file=sys.stderr)
+        print(
+            "building the OpInfo and ModuleInfo targets (imports torch's op_db and module_db; a minute or two)...",
+            file=sys.stderr,
+        )
     return all_targets(include_opinfo=args.opinfo)

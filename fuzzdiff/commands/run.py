@@ -42,6 +42,10 @@ from fuzzdiff.record.format import CorpusError
 from fuzzdiff.record.journal import recover
 from fuzzdiff.search.blame import Blame
 from fuzzdiff.targets import all_targets
+from fuzzdiff.targets.moduleinfo.adapter import FAMILY as MODULEINFO
+from fuzzdiff.targets.moduleinfo.adapter import PREFIX as MODULEINFO_PREFIX
+from fuzzdiff.targets.moduleinfo.adapter import ModuleInfoError
+from fuzzdiff.targets.moduleinfo.adapter import select as select_moduleinfo
 from fuzzdiff.targets.opinfo.adapter import FAMILY as OPINFO
 from fuzzdiff.targets.opinfo.adapter import OpInfoError
 from fuzzdiff.targets.opinfo.adapter import select as select_opinfo
@@ -74,7 +78,7 @@ def cmd_run(args) -> int:
         )
     for note in notes:
         console.print(note)
-    families = Counter(OPINFO if t.family == OPINFO else "catalog" for t, _ in pairs)
+    families = Counter(t.family if t.family in (OPINFO, MODULEINFO) else "catalog" for t, _ in pairs)
     size = BatchSize(args.max_examples)
     seed = args.seed
     if seed is None:
@@ -172,8 +176,8 @@ def _pairs(args, console: Console, dtypes, shard: Shard | None) -> tuple[list, l
 
 def _select_pairs(args, notes: list[str] | None = None):
     """The (target, check) pairs of ``--targets`` and ``--checks``. Without
-    ``--targets``: the catalog and, when torch's OpInfo database imports, its
-    targets (``notes`` gets why not)."""
+    ``--targets``: the catalog and, when torch's OpInfo and ModuleInfo
+    databases import, their targets (``notes`` gets why not)."""
     checks = split(args.checks) or list(CHECKS)
     unknown = [c for c in checks if c not in CHECKS]
     if unknown:
@@ -186,17 +190,24 @@ def _select_pairs(args, notes: list[str] | None = None):
         if any(fnmatch.fnmatchcase(t.name, p) or fnmatch.fnmatchcase(f"{t.family}/{t.name}", p) for p in patterns)
     ]
     opinfo = [p for p in patterns if p.startswith(OPINFO)] if given else [f"{OPINFO}/*"]
-    if opinfo:  # built on demand: torch's op_db takes a while to import
+    modules = [p for p in patterns if p.startswith(MODULEINFO_PREFIX)] if given else [f"{MODULEINFO_PREFIX}*"]
+    # built on demand: torch's op_db and module_db take a while to import
+    for wanted, select, error, what in (
+        (opinfo, select_opinfo, OpInfoError, "OpInfo"),
+        (modules, select_moduleinfo, ModuleInfoError, "ModuleInfo"),
+    ):
+        if not wanted:
+            continue
         try:
             with warnings.catch_warnings():
                 # building torch's test samples warns about deprecated ops it samples on purpose
                 warnings.simplefilter("ignore")
-                targets += select_opinfo(opinfo)
-        except OpInfoError as e:
+                targets += select(wanted)
+        except error as e:
             if given:
                 raise UsageError(str(e)) from None
             if notes is not None:
-                notes.append(f"OpInfo targets left out: {e}")
+                notes.append(f"{what} targets left out: {e}")
     if not targets:
         raise UsageError(f"no target matches {', '.join(patterns)}; see 'fuzzdiff list'")
     return [(t, CHECKS[c]) for c in checks for t in targets if CHECKS[c].why_not(t) is None]

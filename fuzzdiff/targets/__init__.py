@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 OPINFO = "opinfo/"  # the prefix of an OpInfo target's name (fuzzdiff.targets.opinfo.tables.PREFIX)
+MODULEINFO = "modules/"  # the prefix of a ModuleInfo target's name (fuzzdiff.targets.moduleinfo.tables.PREFIX)
 
 _REGISTRY: dict[str, Target] = {}
 _LOADED = False
@@ -77,21 +78,28 @@ def get_target(name: str) -> Target:
         from fuzzdiff.targets.opinfo.adapter import get_opinfo_target
 
         return get_opinfo_target(name)
+    if name.startswith(MODULEINFO):
+        # startup time and an optional dependency, as for OpInfo: torch's module_db
+        from fuzzdiff.targets.moduleinfo.adapter import get_moduleinfo_target
+
+        return get_moduleinfo_target(name)
     if ":" in name:
         return resolve_user_target(name)
     raise UnknownTarget(name)
 
 
 def all_targets(include_opinfo: bool = False) -> list[Target]:
-    """The catalog; with ``include_opinfo`` also every OpInfo target (slow: op_db
-    is imported and every op's samples drawn, about a minute)."""
+    """The catalog; with ``include_opinfo`` also every target of torch's OpInfo
+    and ModuleInfo databases (slow: op_db and module_db are imported and every
+    op's and module's samples drawn, about a minute)."""
     _load()
     out = sorted(_REGISTRY.values(), key=lambda t: (t.family, t.name))
     if include_opinfo:
         # startup time and an optional dependency, as in get_target
+        from fuzzdiff.targets.moduleinfo.adapter import moduleinfo_targets
         from fuzzdiff.targets.opinfo.adapter import opinfo_targets
 
-        out += opinfo_targets()
+        out += opinfo_targets() + moduleinfo_targets()
     return out
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "VMAP_SYMBOLIC_SIZES_DYNAMIC",
     "VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE",
     "DUAL_LEVEL_LERP_INPLACE_COMPILE",
+    "BCE_WITH_LOGITS_NESTED_JVP",
 ]
 
 # The checks that run a target eagerly, forward and backward, on the case's own
@@ -464,3 +465,18 @@ DUAL_LEVEL_LERP_INPLACE_COMPILE = Known(
 # jvp, a custom op's fake kernel): they apply to any code that brings such rules, a
 # user's included (fuzzdiff.search.blame), not to one op.
 OWN_RULES: tuple[Known, ...] = (FUNCTION_JVP_DROPPED_AT_DUALS,)
+
+BCE_WITH_LOGITS_NESTED_JVP = Known(
+    "forward2",
+    "nested torch.func.jvp of F.binary_cross_entropy_with_logits raises when the target has no "
+    "tangent, and so does torch.func.jacfwd(jacfwd(...)) (torch 2.13.0 CPU; one level of jvp, "
+    "reverse over forward and the reverse identities work)",
+    "x = torch.randn((), dtype=torch.float64); y = torch.tensor(0.5, dtype=torch.float64); "
+    "f = lambda t: F.binary_cross_entropy_with_logits(t, y); torch.func.jvp(lambda a: "
+    "torch.func.jvp(f, (a,), (torch.ones_like(a),))[1], (x,), (torch.ones_like(x),)) -> "
+    "RuntimeError: ZeroTensors are immutable. Please materialize the tensor using `.clone()`, "
+    "if you want a mutable zero tensor.",
+    raises="RuntimeError",
+    message=r"ZeroTensors are immutable",
+    records=("ffae4c40d533972f",),
+)

@@ -20,8 +20,9 @@ __all__ = ["ci_seed", "in_ci_sample", "in_family_sample", "FAMILY_SAMPLES"]
 
 # Families too large to run whole in every CI run: a rotating sample of this
 # many of their targets, every check on each (other profiles and the campaign
-# run them all). The distributions (262 targets) cost 6.5 minutes of one core whole.
-FAMILY_SAMPLES = {"distributions": 60}
+# run them all). The distributions (262 targets) cost 6.5 minutes of one core whole;
+# the ModuleInfo targets (tests/fuzz/test_moduleinfo.py) a module build per call.
+FAMILY_SAMPLES = {"distributions": 60, "moduleinfo": 3}
 
 
 def ci_seed() -> int:

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from fuzzdiff.targets import Index, NoGrad, Target, register
 from fuzzdiff.targets.catalog import _kw
-from fuzzdiff.targets.discrepancies import NESTED_VMAP_LOSSES, REVERSE_OVER_FORWARD_INPLACE
-from fuzzdiff.targets.known import Known
+from fuzzdiff.targets.discrepancies import BCE_WITH_LOGITS_NESTED_JVP, NESTED_VMAP_LOSSES, REVERSE_OVER_FORWARD_INPLACE
 
 FAMILY = "losses"
 PAIR = "x: *b, y: *b"
@@ -30,21 +29,6 @@ def cross_entropy_weighted(x, t, w, reduction):
 def cross_entropy_probs(x, p, reduction, label_smoothing):
     return F.cross_entropy(x, p, reduction=reduction, label_smoothing=label_smoothing)
 
-
-BCE_WITH_LOGITS_NESTED_JVP = Known(
-    "forward2",
-    "nested torch.func.jvp of F.binary_cross_entropy_with_logits raises when the target has no "
-    "tangent (torch 2.13.0 CPU; one level of jvp, reverse over forward and the reverse "
-    "identities work)",
-    "x = torch.randn((), dtype=torch.float64); y = torch.tensor(0.5, dtype=torch.float64); "
-    "f = lambda t: F.binary_cross_entropy_with_logits(t, y); torch.func.jvp(lambda a: "
-    "torch.func.jvp(f, (a,), (torch.ones_like(a),))[1], (x,), (torch.ones_like(x),)) -> "
-    "RuntimeError: ZeroTensors are immutable. Please materialize the tensor using `.clone()`, "
-    "if you want a mutable zero tensor.",
-    raises="RuntimeError",
-    message=r"ZeroTensors are immutable",
-    records=("ffae4c40d533972f",),
-)
 
 register(
     Target(

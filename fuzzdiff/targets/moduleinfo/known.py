@@ -1,0 +1,30 @@
+"""The known PyTorch discrepancies ModuleInfo targets hit, by module and mode.
+
+Each is a precise signature (fuzzdiff.targets.known) shared with the
+functional op's own targets, which hold its evidence: a module only reaches
+the op's formula, so it fails the same way there.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+from fuzzdiff.targets.discrepancies import BCE_WITH_LOGITS_NESTED_JVP, NESTED_JVP_NORMS
+from fuzzdiff.targets.known import Known
+
+__all__ = ["KNOWN", "known_for"]
+
+# (module pattern, modes it is hit in, the discrepancy): "train", "eval" or both
+KNOWN: tuple[tuple[str, tuple[str, ...], Known], ...] = (
+    # batch statistics only in training mode; instance and layer statistics in both
+    ("nn.BatchNorm*", ("train",), NESTED_JVP_NORMS),
+    ("nn.InstanceNorm*", ("train", "eval"), NESTED_JVP_NORMS),
+    ("nn.LayerNorm", ("train", "eval"), NESTED_JVP_NORMS),
+    ("nn.BCEWithLogitsLoss", ("train", "eval"), BCE_WITH_LOGITS_NESTED_JVP),
+)
+
+
+def known_for(module: str, training: bool) -> tuple[Known, ...]:
+    """The known discrepancies of a ModuleInfo's targets in one mode."""
+    mode = "train" if training else "eval"
+    return tuple(k for pattern, modes, k in KNOWN if mode in modes and fnmatch.fnmatchcase(module, pattern))
