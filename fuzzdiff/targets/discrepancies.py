@@ -31,6 +31,7 @@ __all__ = [
     "VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE",
     "DUAL_LEVEL_LERP_INPLACE_COMPILE",
     "BCE_WITH_LOGITS_NESTED_JVP",
+    "GROUP_NORM_COMPILED_AUTOGRAD_ORDER2",
 ]
 
 # The checks that run a target eagerly, forward and backward, on the case's own
@@ -479,4 +480,24 @@ BCE_WITH_LOGITS_NESTED_JVP = Known(
     raises="RuntimeError",
     message=r"ZeroTensors are immutable",
     records=("ffae4c40d533972f",),
+)
+
+# Found by the compiled_autograd check on opinfo/nn.functional.group_norm@0.
+GROUP_NORM_COMPILED_AUTOGRAD_ORDER2 = Known(
+    "compiled_autograd",
+    "compiled autograd (torch._dynamo.compiled_autograd, eager backend) of the second derivative "
+    "of F.group_norm with a weight and a bias raises: the captured double backward adds a None "
+    "(torch 2.13.0 CPU; without weight and bias, and layer_norm, batch_norm and instance_norm, "
+    "it runs; torch 2.15.0 runs it and agrees with eager)",
+    "x = torch.randn(2, 6, 3, dtype=torch.float64, requires_grad=True); w, b = (torch.randn(6, "
+    "dtype=torch.float64, requires_grad=True) for _ in range(2)); out = F.group_norm(x, 2, w, b); "
+    "with compiled_autograd._enable(torch.compile(backend='eager')): g = torch.autograd.grad(out, "
+    "(x, w, b), torch.ones_like(out), create_graph=True); torch.autograd.grad(sum((t * t).sum() "
+    "for t in g), (x, w, b), allow_unused=True) -> TypeError: add(): argument 'other' (position 2) "
+    "must be Tensor, not NoneType",
+    raises="TypeError",
+    message=r"add\(\): argument 'other' \(position 2\) must be Tensor, not NoneType",
+    params={"order": 2},
+    records=("8adf8c3f835cd470",),
+    fixed_in="2.15.0",
 )

@@ -28,6 +28,51 @@ def gather(x, i):
     return torch.gather(x, -1, i)
 
 
+def index_put_shifted_value(x, i, v, shift):
+    """A 0-dim value moved by a Python number, accumulated at indices: how
+    code sets entries from a scalar parameter (``v + shift`` meets the
+    destination's dtype)."""
+    return x.index_put((i,), v + shift, accumulate=True)
+
+
+# Found by index_put_shifted_value; upstream: pytorch/pytorch#90065 (open), on 2.13.0 and 2.15.0 alike.
+JVP_SCALAR_TANGENT_FLOAT64 = Known(
+    ("forward", "forward2", "vmap", "compile"),
+    "torch.func.jvp gives a 0-dim float32 tensor plus (or times) a Python float a float64 tangent "
+    "while its primal stays float32 (the forward-AD formula of add and mul combines the tangent "
+    "with a zero tensor of the wrapped number's dtype, which loses its wrapped-number standing in "
+    "type promotion: pytorch/pytorch#90065); an op that needs its operands' dtypes to match then "
+    "raises (index_put, scatter), and stack and cat give float64 tangents of float32 outputs "
+    "(torch 2.13.0 CPU, 2.15.0; torch.autograd.forward_ad gives float32, as do 1-dim tensors)",
+    "x = torch.randn(4); i = torch.tensor([1, 1, 3]); v, u = torch.tensor(0.5), torch.tensor(1.0); "
+    "torch.func.jvp(lambda v: x.index_put((i,), v + 0.5, accumulate=True), (v,), (u,)) -> "
+    "RuntimeError: Index put requires the source and destination dtypes match, got Float for the "
+    "destination and Double for the source; torch.func.jvp(lambda v: v + 0.5, (v,), (u,)) gives "
+    "a float32 primal and a float64 tangent",
+    raises="RuntimeError",
+    message=r"Index put requires the source and destination dtypes match, got Float for the destination and Double",
+    dtypes=("float32",),
+    records=("20ed08f924f2ae50", "72a6637a73f1db26"),
+)
+
+
+INDUCTOR_INDEX_PUT_SIZE1_DYNAMIC = Known(
+    "compile",
+    "inductor with dynamic shapes fails in code generation (an AssertionError of its scheduler, on "
+    "the Scatter buffer in atomic_add mode) for an accumulating index_put of a 0-dim value into a "
+    "tensor of size 1 (torch 2.13.0 CPU; size 3, dynamic=False and aot_eager compile; torch 2.15.0 "
+    "compiles it)",
+    "def f(x, i, v): return x.index_put((i,), v, accumulate=True); torch.compile(f, "
+    "backend='inductor', dynamic=True)(torch.zeros(1, dtype=torch.float64), torch.tensor([0, 0]), "
+    "torch.tensor(0.3, dtype=torch.float64)) -> InductorError: AssertionError (eager: tensor([0.6]))",
+    raises="InductorError",
+    message=r"^raised InductorError: AssertionError",
+    params={"backend": "inductor"},
+    records=("5b3c82d0b0814e9f",),
+    fixed_in="2.15.0",
+)
+
+
 def take_along_dim(x, i):
     return torch.take_along_dim(x, i, dim=-1)
 
@@ -216,6 +261,16 @@ register(
     ),
     Target("masked_fill_tensor", masked_fill_tensor, "x: *b, m: *#b, v:", FAMILY, kinds={"m": Mask()}),
     Target("masked_select", masked_select, "x: *#b, m: *#b", FAMILY, kinds={"m": Mask()}),
+    Target(
+        "index_put_shifted_value",
+        index_put_shifted_value,
+        "x: n, i: k, v:",
+        FAMILY,
+        min_side=1,
+        kinds={"i": Index("n")},
+        kwargs={"shift": st.sampled_from([0.5, -2.0])},
+        known=(JVP_SCALAR_TANGENT_FLOAT64, INDUCTOR_INDEX_PUT_SIZE1_DYNAMIC),
+    ),
     Target("embedding", embedding, "i: ..., w: n d", FAMILY, min_side=1, kinds={"i": Index("n")}),
     Target("index_tensor", getitem, "x: *b n m, i: k", FAMILY, min_side=1, max_side=3, kinds={"i": Index("n")}),
 )

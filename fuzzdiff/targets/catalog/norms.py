@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
 from fuzzdiff.targets.discrepancies import (
+    GROUP_NORM_COMPILED_AUTOGRAD_ORDER2,
     GROUP_NORM_VMAP_GAPPED_BATCH,
     JVP_TANGENT_COPY_DYNAMIC,
     LAYER_NORM_JACREV,
@@ -213,6 +214,7 @@ register(
         known=(
             GROUP_NORM_FORWARD,
             GROUP_NORM_FORWARD_COMPILE,
+            GROUP_NORM_COMPILED_AUTOGRAD_ORDER2,
             GROUP_NORM_VMAP_GAPPED_BATCH,
             JVP_TANGENT_COPY_DYNAMIC,
             VMAP_SYMBOLIC_SIZES_DYNAMIC,

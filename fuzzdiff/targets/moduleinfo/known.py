@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import fnmatch
 
-from fuzzdiff.targets.discrepancies import BCE_WITH_LOGITS_NESTED_JVP, NESTED_JVP_NORMS
+from fuzzdiff.targets.discrepancies import (
+    BCE_WITH_LOGITS_NESTED_JVP,
+    GROUP_NORM_COMPILED_AUTOGRAD_ORDER2,
+    NESTED_JVP_NORMS,
+    REVERSE_OVER_FORWARD_INPLACE,
+)
 from fuzzdiff.targets.known import Known
 
 __all__ = ["KNOWN", "known_for"]
@@ -21,6 +26,20 @@ KNOWN: tuple[tuple[str, tuple[str, ...], Known], ...] = (
     ("nn.InstanceNorm*", ("train", "eval"), NESTED_JVP_NORMS),
     ("nn.LayerNorm", ("train", "eval"), NESTED_JVP_NORMS),
     ("nn.BCEWithLogitsLoss", ("train", "eval"), BCE_WITH_LOGITS_NESTED_JVP),
+    ("nn.GroupNorm", ("train", "eval"), GROUP_NORM_COMPILED_AUTOGRAD_ORDER2),
+    # a softmax or log_softmax inside: attention (the math path of scaled_dot_product_attention) too
+    *(
+        (pattern, ("train", "eval"), REVERSE_OVER_FORWARD_INPLACE)
+        for pattern in (
+            "nn.Softmax*",
+            "nn.LogSoftmax",
+            "nn.Softmin",
+            "nn.CrossEntropyLoss",
+            "nn.AdaptiveLogSoftmaxWithLoss",
+            "nn.MultiheadAttention",
+            "nn.Transformer*",
+        )
+    ),
 )
 
 

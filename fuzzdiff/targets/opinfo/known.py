@@ -14,6 +14,7 @@ import fnmatch
 from fuzzdiff.targets.discrepancies import (
     DET_GRAD_TRANSPOSED_PERMUTED,
     DUAL_LEVEL_LERP_INPLACE_COMPILE,
+    GROUP_NORM_COMPILED_AUTOGRAD_ORDER2,
     GROUP_NORM_VMAP_GAPPED_BATCH,
     JVP_CAPTURED_CONSTANT_AOT_FUNCTION,
     JVP_STRIDE0_AOT_FUNCTION,
@@ -457,6 +458,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     *((f"opinfo/nn.functional.{name}@*", NESTED_JVP_NORMS) for name in ("layer_norm", "instance_norm", "batch_norm")),
     ("opinfo/logdet@*", DET_GRAD_TRANSPOSED_PERMUTED),
     ("opinfo/nn.functional.group_norm@*", GROUP_NORM_VMAP_GAPPED_BATCH),
+    ("opinfo/nn.functional.group_norm@*", GROUP_NORM_COMPILED_AUTOGRAD_ORDER2),
     (
         "opinfo/native_group_norm@*",
         Known(
