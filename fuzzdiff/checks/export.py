@@ -33,6 +33,7 @@ from fuzzdiff.checks.fragment import Fragment, ScriptContext, lines
 from fuzzdiff.checks.opcheck import custom_op
 from fuzzdiff.confirm.against_eager import judge_against_eager
 from fuzzdiff.confirm.tolerance import tolerance
+from fuzzdiff.guards.graph import graph_nodes
 from fuzzdiff.guards.unsupported import unsupported_reason
 from fuzzdiff.paths import exported as path
 from fuzzdiff.paths.compiled import dynamo_settings
@@ -90,6 +91,9 @@ def run(target: Target, case: Case) -> Verdict:
         if target.rejects(e):
             reject()
         raise
+    rules = _own_rules(target, case)
+    if rules:
+        return Verdict("unsupported", f"{_variant(case)}: {OWN_RULES}: {', '.join(rules)}")
     try:
         got = side(target, case, None, exported=True)
     except Exception as e:  # noqa: BLE001
@@ -106,6 +110,19 @@ def run(target: Target, case: Case) -> Verdict:
         tolerance(target, "export", case.torch_dtype),
         (want, got),
     )
+
+
+# torch.export traces an autograd.Function (a custom op's registered autograd is
+# one) into the ATen ops of its forward: the exported program's gradient is theirs,
+# never the rule's backward, whose agreement with its forward is the grad check's.
+OWN_RULES = "the exported program differentiates the traced forward of the code's own derivative rules"
+
+
+def _own_rules(target: Target, case: Case) -> list[str]:
+    """The autograd.Function classes whose backward the eager call's gradient runs."""
+    f = leaf_function(target, case)
+    nodes = graph_nodes(f(*f.leaves))
+    return sorted({cls.__qualname__ for node in nodes if (cls := getattr(node, "_forward_cls", None)) is not None})
 
 
 def applies(target: Target) -> str | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from fuzzdiff.case.features import case_features
 from fuzzdiff.targets.known import Known
 from fuzzdiff.record.format import Record
-from fuzzdiff.search.root_cause import TRIGGERS, message_pattern
+from fuzzdiff.search.root_cause import is_trigger, message_pattern
 from fuzzdiff.verdict import Verdict, identity
 
 __all__ = ["Cause", "root_causes", "conventions", "op_of", "severity"]
@@ -62,7 +62,7 @@ def _automatic(record: Record) -> str:
         what = f"{exception}: {message_pattern(verdict.message).removeprefix('^')}"
     else:
         what = identity(verdict)
-    triggers = sorted(f for f in case_features(record.case) if f.startswith(TRIGGERS))
+    triggers = sorted(f for f in case_features(record.case) if is_trigger(f))
     return f"{op_of(record.target)} | {record.check} | {what}" + (f" | {', '.join(triggers)}" if triggers else "")
 
 

@@ -23,13 +23,21 @@ from fuzzdiff.targets.known import Known
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Verdict, headline, identity, mismatch
 
-__all__ = ["root_cause", "message_pattern", "TRIGGERS", "LAYOUTS"]
+__all__ = ["root_cause", "message_pattern", "is_trigger", "TRIGGERS", "LAYOUTS"]
 
 # Features that make a failure's root cause (fuzzdiff.case.features): a structure, a
 # layout, aliasing, an empty input; not a size of one or a rank of zero, which
 # shrinking reaches on the way to any minimal case.
 LAYOUTS = ("stride0", "permuted", "gapped", "offset")
 TRIGGERS = ("structure:", *LAYOUTS, "alias:", "nonleaf-view", "empty")
+
+
+def is_trigger(feature: str) -> bool:
+    """A feature of TRIGGERS: by name, or a structure or aliasing by kind (not
+    the finer layout classes, stride0:last, which a layout's bug meets or not)."""
+    return feature in TRIGGERS or feature.startswith(("structure:", "alias:"))
+
+
 _NUMBER = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 
 
@@ -45,7 +53,7 @@ def root_cause(check: Check | str, case: Case, verdict: Verdict, target: Target)
     reason = f"the same failure as the one reported ({headline(verdict.message)[:120]})"
     if isinstance(exception, str):
         return Known(name, reason, "reported above", raises=exception, message=message_pattern(verdict.message))
-    features = {f for f in case_features(case) if f.startswith(TRIGGERS)}
+    features = {f for f in case_features(case) if is_trigger(f)}
     if features & set(LAYOUTS):
         features -= set(LAYOUTS)
         if not _fails_contiguous(check, case, verdict, target):  # a layout's bug: one cause in any of them

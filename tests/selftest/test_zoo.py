@@ -203,6 +203,8 @@ def test_detection_counts_examples():
 
 TWIN_PAIRS = [(p, c) for p in ZOO for c in CHECKS.values()]
 NOT_FOR_ZOO = ("opcheck", "per_sample", "backend", "device", "implicit_rsample")
+# the checks whose other side traces the target (dynamo, AOTAutograd, export)
+TRACED = ("compile", "compiled_autograd", "export")
 
 
 @pytest.mark.parametrize("p,check", TWIN_PAIRS, ids=[f"{p.twin.name}-{c.name}" for p, c in TWIN_PAIRS])
@@ -221,9 +223,9 @@ def test_twin_passes(p: Planted, check: Check, monkeypatch):
     tally = fuzz(check, p.twin, FuzzConfig(variants=VARIANTS, structures=STRUCTURES),
                  settings=fuzz_settings(examples))  # raises on a failure
     assert tally.counts["fail"] == 0
-    if check.name in ("vmap", "compile") and p.check != check.name:
+    if check.name in ("vmap", *TRACED) and p.check != check.name:
         # an autograd.Function without a vmap rule, or storage-reading code:
-        # vmap or the compiler cannot run it, which must say so rather than fail
+        # vmap or a tracer cannot run it, which must say so rather than fail
         assert tally.counts["pass"] > 0 or tally.only_unsupported, tally.reasons
     elif check.name == "forward2":
         # nested jvp through a Function reads its second derivatives as zero,
@@ -331,10 +333,10 @@ def without_trigger(p: Planted):
         return p.bug, {}, tuple(c for c in every if c != "mutation")
     if t in ("batch_dim", "batch_size"):  # only vmap batches: every other check is blind to it
         return p.bug, {}, tuple(c for c in every if c != "vmap")
-    if t == "fake_kernel":  # only compiled runs and opcheck call a fake kernel
-        return p.bug, {}, tuple(c for c in every if c not in ("compile", "opcheck"))
-    if t in ("compiled", "compiled_transform"):
-        return p.bug, {}, tuple(c for c in every if c != "compile")
+    if t == "fake_kernel":  # only traced runs and opcheck call a fake kernel
+        return p.bug, {}, tuple(c for c in every if c not in ("opcheck", *TRACED))
+    if t in ("compiled", "compiled_transform"):  # a branch or rule taken only while tracing
+        return p.bug, {}, tuple(c for c in every if c not in TRACED)
     if t == "recomputation":  # only checkpoint recomputes a forward
         return p.bug, {}, tuple(c for c in every if c != "checkpoint")
     return None  # cotangent: the probes are never constant; see the direct test below
