@@ -7,6 +7,8 @@ option) with a fresh corpus and report directory, then prints:
 - examples per second over the campaign;
 - distinct root causes hit: the known signatures matched and the new
   failures, each counted once however many pairs hit it;
+- each worker's peak resident memory (a slot's workers, replaced or not);
+- how many pairs met each layout class in their first batch;
 - worker time by check: batches, seconds a batch and milliseconds an example
   (the costs a plan of the budget is made from);
 - for every ``open`` record of the committed corpus (CPU, the checks named by
@@ -106,6 +108,10 @@ def main(argv=None) -> int:
     known, new = root_causes(pairs)
     print(f"distinct root causes hit: {len(known) + len(new)} ({len(known)} known signatures matched, "
           f"{len(new)} new failures)")
+    peaks = meta.get("worker_peak_mb") or {}
+    if peaks:
+        print("worker peak resident memory (MiB, by slot): "
+              + ", ".join(f"{k}: {v:.0f}" for k, v in peaks.items()) + f"; max {max(peaks.values()):.0f}")
     ran = [p for p in pairs if p.get("batches", 0) > 0]
     print(f"\nlayout classes met in a pair's first batch (of {len(ran)} pairs that ran):")
     met = Counter(c for p in ran for c in p.get("layout_classes", ()))

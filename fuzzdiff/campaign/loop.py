@@ -313,6 +313,7 @@ class _Loop:
             campaign.replaced.append(f"{pair.key}: {batch.disturbed}")
         if total.found_at is None and (batch.ended or batch.known):
             total.found_at = time.monotonic() - self.start
+        campaign.worker_peak_mb[k] = max(campaign.worker_peak_mb.get(k, 0.0), batch.peak_rss_mb)
         node = campaign.nodes[self.workers.node(k)]
         node.examples += batch.tally.examples
         node.batches += 1

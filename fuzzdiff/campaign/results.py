@@ -57,6 +57,7 @@ class PairResult:
         None  # what left the worker unlike a fresh process (fuzzdiff.guards.torch_state): it is replaced
     )
     first_features: frozenset[str] | None = None  # the input features of its first batch (None: it is one)
+    peak_rss_mb: float = 0.0  # the worker's peak resident memory when the batch ended (MiB)
 
     @property
     def first_batch_features(self) -> frozenset[str]:
@@ -141,6 +142,7 @@ class Campaign:
     retried: list[str] = field(default_factory=list)  # batches run again after their worker died
     replaced: list[str] = field(default_factory=list)  # workers replaced: what disturbed their process
     lost: str | None = None  # why the workers were lost before the campaign's end (a cluster gone)
+    worker_peak_mb: dict[int, float] = field(default_factory=dict)  # slot -> its workers' peak resident MiB
 
     @property
     def skipped_for_budget(self) -> int:

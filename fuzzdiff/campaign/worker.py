@@ -18,6 +18,7 @@ worker.
 
 from __future__ import annotations
 
+import resource
 import signal
 import sys
 import time
@@ -204,6 +205,7 @@ def run_batch(job: Job, setup: WorkerSetup, database: ExampleDatabase | None = N
     if torch_state.disturbances() > disturbed:
         result.disturbed = torch_state.last_disturbance()
     result.seconds = time.monotonic() - t0
+    result.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
     return result
 
 

@@ -136,6 +136,7 @@ def cmd_run(args) -> int:
             "ray": args.ray,
             "seconds": round(campaign.seconds, 1),
             "skipped_for_budget": campaign.skipped_for_budget,
+            "worker_peak_mb": {str(k): round(v, 1) for k, v in sorted(campaign.worker_peak_mb.items())},
         }
         if cluster:
             meta["nodes"] = nodes_meta(campaign)
