@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from fuzzdiff.targets import Target, register
 from fuzzdiff.targets.catalog import _kw
 from fuzzdiff.targets.discrepancies import (
+    EAGER_CHECKS,
     GROUP_NORM_COMPILED_AUTOGRAD_ORDER2,
     GROUP_NORM_VMAP_GAPPED_BATCH,
     JVP_TANGENT_COPY_DYNAMIC,
@@ -44,6 +45,30 @@ def batch_norm_eval(x, w, b, eps):
     mean = torch.linspace(-0.5, 0.5, c, dtype=x.dtype, device=x.device)
     var = torch.linspace(0.5, 2.0, c, dtype=x.dtype, device=x.device)
     return F.batch_norm(x, mean, var, w, b, training=False, eps=eps)
+
+
+def local_response_norm_3d(x, size):
+    """F.local_response_norm of a volume (N, C, D, H, W): its code for five
+    and more dims merges the trailing ones with a view."""
+    return F.local_response_norm(x, size)
+
+
+# Found by the ModuleInfo target modules/nn.LocalResponseNorm_2; upstream: none found.
+LOCAL_RESPONSE_NORM_5D_VIEW = Known(
+    EAGER_CHECKS + ("vmap", "compile", "compiled_autograd", "export"),
+    "F.local_response_norm of an input of five or more dims whose last two dims are not laid out "
+    "one inside the other (a transpose of them, a permutation, vmap's batch dim among them) raises: "
+    "it merges them with "
+    "div.view(n, 1, c, d, -1) where reshape belongs (torch 2.13.0 CPU; the same values contiguous, "
+    "and any 4-d layout, work)",
+    "x = torch.randn(1, 5, 7, 7, 7, dtype=torch.float64).transpose(3, 4); "
+    "F.local_response_norm(x, 3) -> RuntimeError: view size is not compatible with input tensor's "
+    "size and stride (at least one dimension spans across two contiguous subspaces); "
+    "F.local_response_norm(x.contiguous(), 3) runs",
+    raises="RuntimeError",
+    message=r"view size is not compatible with input tensor's size and stride",
+    records=("efacb11c0e3806c4",),
+)
 
 
 def normalize(x, p, dim):
@@ -190,6 +215,15 @@ register(
         structured=("large", "offset"),
         kwargs={"eps": _kw.when(lambda s: math.prod(s["w"]) not in (1, 2), EPS)},
         known=(NESTED_JVP_NORMS, LAYER_NORM_JACREV),
+    ),
+    Target(
+        "local_response_norm_3d",
+        local_response_norm_3d,
+        "x: n c d h w",
+        FAMILY,
+        max_side=3,
+        kwargs={"size": st.integers(1, 3)},
+        known=(LOCAL_RESPONSE_NORM_5D_VIEW,),
     ),
     # rms_norm keeps the mean: only one value (normalized to its sign) is degenerate
     Target(
