@@ -144,6 +144,13 @@ def structure(case: Case) -> str:
     return json.dumps(bare.to_json(), sort_keys=True)
 
 
+def forget() -> None:
+    """Drop every compiled callable: the next case of each target compiles
+    afresh, as in a new process (a graph dynamo compiled for other shapes can
+    take, or miss, a size the record's case has)."""
+    _CACHE.clear()
+
+
 def compiled(
     target: Target, case: Case, backend: str, cast: torch.dtype | None = None, transform: str = "none"
 ) -> Callable:

@@ -15,8 +15,10 @@ trace. A side (``case.params``):
   eager forward only: AOTAutograd refuses a double backward).
 
 Compiled autograd caches its graphs by the autograd graph's structure, not by
-the compiler: a graph compiled by one backend would be reused by the next.
-``enabled`` clears that cache whenever the backend changes.
+the compiler, and across targets: a graph compiled by one backend, or for
+another target's graph of the same structure, would be reused (tensorly's
+fold passed in a fresh process and failed after other targets). ``enabled``
+clears that cache each time, so each run compiles its own.
 
 ``derivatives`` and ``backward_compiler`` are torch-only: the check's scripts
 copy them by source.
@@ -38,9 +40,6 @@ __all__ = ["BACKENDS", "backward_compiler", "derivatives", "enabled"]
 
 BACKENDS = ("eager", "inductor")
 
-# The backend whose graphs compiled autograd's cache holds, as far as fuzzdiff knows.
-_CACHED: list[str | None] = [None]
-
 
 def backward_compiler(backend: str) -> Callable[[torch.fx.GraphModule], Callable]:
     """The compiler compiled autograd hands each captured backward graph to."""
@@ -59,9 +58,7 @@ def enabled(backend: str) -> Iterator[None]:
     from torch._dynamo import compiled_autograd
 
     with dynamo_settings():
-        if _CACHED[0] != backend:
-            torch._C._dynamo.compiled_autograd.clear_cache()
-            _CACHED[0] = backend
+        torch._C._dynamo.compiled_autograd.clear_cache()
         with compiled_autograd._enable(backward_compiler(backend)):
             yield
 

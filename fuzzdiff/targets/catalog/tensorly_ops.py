@@ -125,7 +125,9 @@ def unfolding_dot_khatri_rao(x, w, a, b, c, mode):
 
 # Compiling tensorly's Python-level dispatch takes 10-100 s per target on a CPU
 # runner (and dynamo raised InternalTorchDynamoError on mode_dot): out of CI's reach.
-SKIP = {"compile": "tensorly's backend dispatch takes dynamo 10-100 s to compile per target; too slow for the suite"}
+_SLOW_TRACE = "tensorly's backend dispatch takes dynamo 10-100 s to compile per target; too slow for the suite"
+# compiled_autograd compiles a forward too, and export traces the dispatch as dynamo does
+SKIP = {"compile": _SLOW_TRACE, "compiled_autograd": _SLOW_TRACE, "export": _SLOW_TRACE}
 
 KRON = Known(
     (*EAGER_CHECKS, "vmap", "backend", "per_sample"),
