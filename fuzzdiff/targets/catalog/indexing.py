@@ -68,7 +68,8 @@ INDUCTOR_INDEX_PUT_SIZE1_DYNAMIC = Known(
     raises="InductorError",
     message=r"^raised InductorError: AssertionError",
     params={"backend": "inductor"},
-    records=("5b3c82d0b0814e9f",),
+    # no record: replayed inside a process that compiled other graphs before, it
+    # compiles (inductor's caches), so it does not replay reliably; the evidence does
     fixed_in="2.15.0",
 )
 
