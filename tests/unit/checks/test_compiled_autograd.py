@@ -22,9 +22,8 @@ CHECK = get_check("compiled_autograd")
 FIND = settings(max_examples=200, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 
-class DoubledWhenTraced(torch.autograd.Function):
-    """sin, whose backward doubles the gradient when dynamo traces it: what
-    compiled autograd does to every custom Function's backward, and eager never."""
+class _Sin(torch.autograd.Function):
+    """sin, saving its input: the forward of the stand-ins below."""
 
     @staticmethod
     def forward(x):
@@ -33,6 +32,11 @@ class DoubledWhenTraced(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(inputs[0])
+
+
+class DoubledWhenTraced(_Sin):
+    """sin, whose backward doubles the gradient when dynamo traces it: what
+    compiled autograd does to every custom Function's backward, and eager never."""
 
     @staticmethod
     def backward(ctx, g):
@@ -96,15 +100,7 @@ class CosTimes(torch.autograd.Function):
         pass
 
 
-class SinOnce(torch.autograd.Function):
-    @staticmethod
-    def forward(x):
-        return x.sin()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
+class SinOnce(_Sin):
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
