@@ -5,7 +5,9 @@ torch's compiler, nor a torch maintainer sent a library's wrong backward. The
 evidence, strongest first:
 
 1. the target is torch's own (a catalog op, an OpInfo sample);
-2. torch failed an internal assert ("please report a bug to PyTorch");
+2. torch failed an internal assert ("please report a bug to PyTorch"), or
+   Dynamo crashed inside itself (``InternalTorchDynamoError``: its own
+   recursion, say) on code that eager runs: whatever rules the code brings;
 3. the failing run left torch's thread-local state changed (fuzzdiff.guards.torch_state);
 3a. the code defines no derivative rule of its own, calls a torch function
    whose known discrepancy (the catalog's ``Target.known``) the failure
@@ -71,6 +73,7 @@ __all__ = [
     "VIA",
     "MECHANISMS",
     "torchs_own",
+    "torchs_op",
 ]
 
 PYTORCH, USER = "pytorch", "user"
@@ -89,6 +92,12 @@ VIA = (
     "rule alone",  # a Function fails alone at the inputs it received
     "user",
 )
+
+# Exceptions that only torch's machinery raises, about itself: whatever code it
+# ran when it fell over (a Function of the user's included), the crash is torch's.
+CRASHES_OF_TORCH = {
+    "InternalTorchDynamoError": "Dynamo crashed inside itself (an InternalTorchDynamoError: its own recursion, say)",
+}
 
 # Checks that run the target's own code on both sides, through two of torch's
 # mechanisms; what differs between the sides is the mechanism, unless the code
@@ -308,6 +317,11 @@ def _blamed(check: str, target: Target, verdict: Verdict, evidence: Evidence) ->
         return Blame(
             PYTORCH, f"torch failed an internal assert ({errors.get('raised_in', 'in C++')})", "internal assert"
         )
+    if errors.get("exception") in CRASHES_OF_TORCH:
+        crash = CRASHES_OF_TORCH[errors["exception"]]
+        return Blame(
+            PYTORCH, f"{crash} ({errors.get('raised_in', 'in torch')}), on code that eager runs", "torch machinery"
+        )
     if errors.get("torch_state"):
         return Blame(PYTORCH, f"the failing run left torch broken: {errors['torch_state']}", "torch state")
     if evidence.torch_known is not None and not evidence.rules:
@@ -390,3 +404,21 @@ def located(blame: Blame, found: Localized) -> Blame:
     if found.level == "composition":
         return replace(blame, evidence=f"{found.evidence}; {blame.evidence}", level="composition")
     return replace(blame, evidence=f"{blame.evidence}; {found.evidence}")
+
+
+def torchs_op(blame: Blame, target: Target, found: Localized | None) -> Blame:
+    """The blame of a failure of torch's own ``target``, naming its op: the
+    aten op or torch's rule that ``found`` fails alone, else the torch
+    function the target is (an OpInfo's, a module's), which fails at the
+    case by itself. A maintainer reading a record starts from that op."""
+    if found is not None and found.level in ("op", "rule"):
+        return Blame(
+            PYTORCH, f"{found.evidence}; {blame.evidence}", blame.via, found.level, found.op, found.at, found.script
+        )
+    unlocalized = f"; {found.evidence}" if found is not None and found.level is None else ""
+    function = target.torch_function
+    if function is None:
+        return replace(blame, evidence=f"{blame.evidence}{unlocalized}")
+    return replace(
+        blame, evidence=f"{blame.evidence}: {function} fails at the case{unlocalized}", level="op", op=function
+    )

@@ -43,7 +43,7 @@ from fuzzdiff.record.files import read_record, write_record
 from fuzzdiff.search.blame import Blame, blame, gather
 from fuzzdiff.search.runner import run_check
 from fuzzdiff.targets import resolve
-from fuzzdiff.verdict import Verdict
+from fuzzdiff.verdict import Verdict, mismatch
 
 __all__ = ["FreshProcess", "Rerun", "RERUN_SECONDS"]
 
@@ -294,7 +294,7 @@ def _rerun(path: str, confirmed: bool = False) -> dict:
     with repeat_only() if confirmed else contextlib.nullcontext():
         verdict = run_check(record.check, target, record.case)
     answer: dict = {"verdict": {"kind": verdict.kind, "message": verdict.message, "errors": verdict.errors}}
-    if verdict.failed:
+    if verdict.failed or mismatch(record.verdict, verdict) is None:  # the same failure, replayed
         evidence = gather(get_check(record.check), target, record.case, record.verdict)
         answer["blame"] = blame(record.check, target, record.verdict, evidence).to_json()
         answer["evidence"] = evidence.to_json()

@@ -7,6 +7,7 @@ target at a valid input is a finding, reported as a failure once it repeats.
 
 from __future__ import annotations
 
+import re
 import traceback
 from dataclasses import dataclass, replace
 from typing import Any
@@ -151,7 +152,19 @@ def _verdict(check: Check, target: Target, case: Case) -> Verdict:
 
 
 def _same_error(again: Exception, first: Exception) -> bool:
-    return type(again) is type(first) and str(again) == str(first)
+    return type(again) is type(first) and _said(again) == _said(first)
+
+
+# Where Python's recursion limit is met varies from run to run: so do the
+# limit's wording ("... while calling a Python object") and the counts of a
+# traceback's repeated lines that Dynamo puts into its message.
+_RECURSION_WORDS = re.compile(r"maximum recursion depth exceeded[^\n]*")
+_REPEATED_LINES = re.compile(r"\[Previous line repeated \d+ more times?\]")
+
+
+def _said(error: Exception) -> str:
+    text = _RECURSION_WORDS.sub("maximum recursion depth exceeded", str(error))
+    return _REPEATED_LINES.sub("[Previous line repeated]", text)
 
 
 def _repeated(again: Verdict | _Raised) -> str:

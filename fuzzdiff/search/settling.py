@@ -17,7 +17,7 @@ from fuzzdiff.checks import Check
 from fuzzdiff.guards import torch_state
 from fuzzdiff.guards.timeout import OutOfTime, bounded
 from fuzzdiff.record.files import write_record
-from fuzzdiff.search.blame import USER, Evidence, blame, gather, located, torchs_own
+from fuzzdiff.search.blame import USER, Evidence, blame, gather, located, torchs_op, torchs_own
 from fuzzdiff.search.fresh import FreshProcess
 from fuzzdiff.search.localize import NUMERIC, localize
 from fuzzdiff.search.outcome import FuzzFailure
@@ -105,13 +105,19 @@ def settle(
 def _localized(failure: FuzzFailure, check: Check, target: Target, settle_by: float | None) -> None:
     """A failure blamed on the code, localized (fuzzdiff.search.localize) by
     ``settle_by``: to an op of torch's (then PyTorch's), a rule of the
-    code's, or the composition. Torch's own targets need no localizing."""
+    code's, or the composition. A failure of torch's own target is named
+    down to its op: the aten op or rule that fails alone, else the torch
+    function the target is."""
     whose, verdict = failure.blame, failure.verdict
-    if whose is None or whose.whose != USER or whose.level is not None or torchs_own(target):
+    if whose is None or whose.level is not None:
         return
-    if check.name not in NUMERIC and not verdict.errors.get("exception"):
-        return  # a mismatch of two of torch's ways of running the code: no op of it to run alone
-    failure.blame = located(whose, localize(check, target, failure.case, verdict, settle_by))
+    # a mismatch of two of torch's ways of running the code has no op of it to run alone
+    alone = check.name in NUMERIC or bool(verdict.errors.get("exception"))
+    if torchs_own(target):
+        found = localize(check, target, failure.case, verdict, settle_by) if alone else None
+        failure.blame = torchs_op(whose, target, found)
+    elif whose.whose == USER and alone:
+        failure.blame = located(whose, localize(check, target, failure.case, verdict, settle_by))
 
 
 def _seconds(wait: float, settle_by: float | None) -> float:

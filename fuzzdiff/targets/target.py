@@ -106,6 +106,9 @@ class Target:
     implicit:  the target's output is a sample torch differentiates implicitly,
                holding its CDF fixed (fuzzdiff.targets.implicit): how to get
                its CDF and density, for the implicit_rsample check.
+    op:        for a target of torch's that calls one torch function or module
+               through a wrapper (an OpInfo sample), that function's name: what
+               a failure of the target names (``torch_function``).
     """
 
     name: str
@@ -137,6 +140,7 @@ class Target:
     cross_backend: Callable[[str], Callable[..., Any]] | None = None
     decline: Callable[[str, OpInfoRole | None], str | None] | None = None
     implicit: Implicit | None = None
+    op: str | None = None
 
     def __post_init__(self) -> None:
         names = {a.name for a in self.args}
@@ -168,6 +172,17 @@ class Target:
     def devices(self) -> tuple[str, ...]:
         """The devices its cases may be on (where torch has them)."""
         return ("cpu",) if self.cpu_only else ("cpu", "cuda")
+
+    @property
+    def torch_function(self) -> str | None:
+        """The torch function this target is, by name (``torch.nn.functional.huber_loss``):
+        ``op``, or the function itself where it is one of torch's overridable functions."""
+        if self.op is not None:
+            return self.op
+        try:
+            return torch.overrides.resolve_name(self.fn)
+        except TypeError:  # an unhashable callable
+            return None
 
     @property
     def ref(self) -> str:

@@ -244,6 +244,7 @@ def build(info, index: int, sample, training: bool) -> Target | None:
             **({"vmap": RUNNING_STATS} if training and _tracks_running_stats(call) else {}),
         },
         known=known_for(info.name, training),
+        op=f"{info.module_cls.__module__.split('.modules')[0]}.{info.module_cls.__name__}",
     )
     return seeded_alike(target) if is_random else target
 

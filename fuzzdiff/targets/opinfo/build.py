@@ -353,7 +353,17 @@ def build(
         origin=PREFIX + name,
         invalid=refused,
         decline=Declines(op, contract_checks),
+        op=function_name(op),
     )
+
+
+def function_name(op) -> str:
+    """The torch function an OpInfo calls, by name: ``torch.nn.functional.huber_loss``,
+    ``torch.Tensor.contiguous`` for a method torch's overrides do not list."""
+    found = torch.overrides.resolve_name(op.op)
+    if found is not None:
+        return found
+    return f"torch.Tensor.{op.name}" if hasattr(torch.Tensor, op.name) else f"torch.{op.name}"
 
 
 def _names(count: int, scalar: int | None) -> list[str]:

@@ -18,13 +18,17 @@ from fuzzdiff.case.case import Arg, Case
 from fuzzdiff.case.values import Values
 from fuzzdiff.checking.report import _failure_text
 from fuzzdiff.checks import get_check
+from fuzzdiff.config import FuzzConfig
 from fuzzdiff.corpus import repro
 from fuzzdiff.corpus.bug_report import bug_report
 from fuzzdiff.guards.aten_trace import trace_call
 from fuzzdiff.search.blame import PYTORCH, USER, Blame, located
 from fuzzdiff.search.localize import localize
+from fuzzdiff.search.outcome import FuzzFailure
+from fuzzdiff.search.settling import settle
 from fuzzdiff.search.runner import run_check
 from fuzzdiff.targets.target import Target
+from fuzzdiff.verdict import Verdict
 
 F64 = [torch.float64]
 
@@ -101,6 +105,42 @@ def with_wrong_rule(x):
 
 def cut_graph(x):
     return x.detach() * x  # the derivative through the detached factor is dropped
+
+
+class Series(torch.Tensor):
+    """A library's tensor type: every result re-wrapped as one."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        return out.as_subclass(cls) if isinstance(out, torch.Tensor) and not isinstance(out, cls) else out
+
+
+class Double(torch.autograd.Function):
+    """2 x, with its own (right) backward: the code brings a rule of its own."""
+
+    @staticmethod
+    def forward(x):
+        return 2 * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * g
+
+
+def _horner(x, coeffs):
+    return x * 0 + coeffs[0] if len(coeffs) == 1 else coeffs[0] + x * _horner(x, coeffs[1:])
+
+
+def power_series(x):
+    """400 terms by Horner's rule, recursively: eager runs it in 400 frames,
+    Dynamo's inlining needs ten times as many and crashes in its own recursion."""
+    z = Double.apply(x).as_subclass(Series) * 0.1
+    return _horner(z, [1.0 / (k + 1) for k in range(400)]).as_subclass(torch.Tensor)
 
 
 # -- an op that fails alone is PyTorch's -------------------------------------------------------
@@ -277,3 +317,42 @@ def test_a_spectral_op_at_repeated_eigenvalues_is_not_accused_alone():
     with_nan = distinct.clone()
     with_nan[0, 1] = float("nan")  # gpytorch's kernel of an empty x1: a nan mean, then sub
     assert "nan or inf" in _documented_singular("aten::sub", pinned(with_nan))
+
+
+def test_dynamos_own_recursion_is_pytorchs_even_where_the_code_brings_a_rule_of_its_own():
+    config = FuzzConfig(compile_backends=("aot_eager",), compile_transforms=("none",))
+    (failure,) = quick(power_series, "x: n", "compile", max_examples=3, config=config)
+    assert "InternalTorchDynamoError" in failure.message
+    assert failure.blame.whose == PYTORCH and failure.blame.via == "torch machinery"
+    assert "Dynamo crashed inside itself" in failure.blame.evidence
+
+
+# -- a failure of torch's own target names its op --------------------------------------------
+
+
+def _settled(target, case, check, verdict):
+    failure = FuzzFailure(check, target.name, case, verdict)
+    assert settle(failure, get_check(check), target, None, None)
+    return failure.blame
+
+
+def test_a_torch_targets_failure_names_the_aten_op_that_fails_alone():
+    # reverse over forward of eigh at a 1 x 1 matrix is nan where it is 0 (torch 2.13)
+    target = Target("eigh", torch.linalg.eigh, "a: 1 1", family="linalg")  # a catalog target: torch's own
+    probes = {k: {"seed": 0, "layout": "contiguous", "zeros": 0.0} for k in ("cotangent", "direction", "second")}
+    case = Case("eigh", (Arg((1, 1), Values(seed=0, low=0.5, high=3.0)),), params=probes)
+    verdict = run_check("forward2", target, case)
+    assert verdict.failed, verdict
+    found = _settled(target, case, "forward2", verdict)
+    assert found.whose == PYTORCH and found.level == "op" and found.op.startswith("aten::_linalg_eigh"), found
+    assert found.script is not None
+    runs_and_fails(found.script)
+
+
+def test_a_torch_targets_mechanism_failure_names_the_torch_function_it_is():
+    target = Target("huber", torch.nn.functional.huber_loss, "a: n, b: n", family="losses")
+    case = Case("huber", (Arg((3,), Values(seed=0)), Arg((3,), Values(seed=1))))
+    verdict = Verdict("fail", "vmap of vjp vs a loop: planted", {})
+    found = _settled(target, case, "vmap", verdict)
+    assert (found.whose, found.level, found.op) == (PYTORCH, "op", "torch.nn.functional.huber_loss")
+    assert "PyTorch's torch.nn.functional.huber_loss (op" in found.where
