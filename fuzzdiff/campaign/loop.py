@@ -32,7 +32,7 @@ import sys
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -248,7 +248,7 @@ class _Loop:
                 min(limits) if limits else None,
                 pair.cases,
                 batch_seed(self.campaign.seed, pair.key, number),
-                pair.size,
+                replace(pair.size, examples=1) if number == 0 and self.tour else pair.size,  # one tour: a case a class
                 None if end is None else end - now,
                 pair.first_backends if number == 0 else None,
                 self.tour if number == 0 else (),

@@ -9,6 +9,10 @@ which every pair but the compiling ones is swept within half the budget,
 ``compile`` pairs, last in the round, getting the rest at their narrowed
 size. What does not fit is said before the campaign starts, with the budget
 that would sweep it within half. Later rounds keep the sizes; their scores decide where batches go.
+
+Where a pair's first batch is a layout tour (fuzzdiff.search.layout_tour), it
+is one example of a case per layout class, whatever the batch size: round 1
+costs that, and the size chosen is the later rounds'.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class Plan:
     compile_covered: int  # compile pairs round 1 is expected to reach within the budget
     full_budget: float  # the budget whose share covers every pair at these sizes
     eager_fits: bool  # the pairs that do not compile fit, even at MIN_EXAMPLES
+    tour: int = 0  # cases of a pair's first batch, a layout tour (0: none)
 
     def size(self, size: BatchSize, target: Target, check: Check) -> BatchSize:
         """The batch size of a pair: its own narrowed size, at most the plan's."""
@@ -52,6 +57,8 @@ class Plan:
     def describe(self) -> str:
         """One line, said before the campaign starts."""
         head = f"{self.budget:g} s on {self.jobs} worker(s): every pair at {self.examples} examples"
+        if self.tour:
+            head += f" after a first batch of one layout tour (up to {self.tour} cases)"
         if not self.eager_fits:
             return (
                 f"{head}, and even so round 1 needs about {self.full_budget:,.0f} s "
@@ -66,11 +73,12 @@ class Plan:
         )
 
 
-def plan(pairs: Iterable[tuple[Target, Check]], size: BatchSize, budget: float, jobs: int) -> Plan:
-    """The largest batch size (at most ``size.examples``) at which round 1 sweeps
-    every pair that does not compile within SHARE of ``jobs`` workers for
-    ``budget`` seconds; compile pairs, last in round 1, get what is left of the
-    whole budget."""
+def plan(pairs: Iterable[tuple[Target, Check]], size: BatchSize, budget: float, jobs: int, tour: int = 0) -> Plan:
+    """The largest batch size (at most ``size.examples``) at which a round
+    sweeps every pair that does not compile within SHARE of ``jobs`` workers
+    for ``budget`` seconds; compile pairs, last in round 1, get what is left
+    of the whole budget. ``tour``: a pair's first batch is one example of
+    that many cases (a layout tour), which is then round 1's cost."""
     if budget <= 0 or jobs < 1:
         raise ValueError(f"a plan needs a positive budget and at least one worker, got {budget!r}, {jobs!r}")
     eager: Counter = Counter()
@@ -94,11 +102,12 @@ def plan(pairs: Iterable[tuple[Target, Check]], size: BatchSize, budget: float, 
         if eager_cost(k) <= work:
             examples = k
             break
-    spent = eager_cost(examples)
+    # round 1's batches: a tour's cases, whatever a pair's own narrowing, or the size's examples
+    spent = sum(n * _cost(cost, tour) for (cost, _), n in eager.items()) if tour else eager_cost(examples)
     # round 1 goes on past its share until every pair has had a batch: compile
     # pairs get the rest of the whole budget
     left, covered = budget * jobs - spent, 0
-    costs = compile_cost(examples)
+    costs = [_cost(cost, tour) for cost, _ in compiling] if tour else compile_cost(examples)
     for c in costs:
         if c > left:
             break
@@ -112,4 +121,5 @@ def plan(pairs: Iterable[tuple[Target, Check]], size: BatchSize, budget: float, 
         compile_covered=covered,
         full_budget=(spent + sum(costs)) / (SHARE * jobs),
         eager_fits=spent <= work,
+        tour=tour,
     )

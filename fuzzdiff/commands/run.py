@@ -41,6 +41,7 @@ from fuzzdiff.record.files import default_root, read_record
 from fuzzdiff.record.format import CorpusError
 from fuzzdiff.record.journal import recover
 from fuzzdiff.search.blame import Blame
+from fuzzdiff.search.layout_tour import TOUR
 from fuzzdiff.targets import all_targets
 from fuzzdiff.targets.moduleinfo.adapter import FAMILY as MODULEINFO
 from fuzzdiff.targets.moduleinfo.adapter import PREFIX as MODULEINFO_PREFIX
@@ -97,7 +98,7 @@ def cmd_run(args) -> int:
         device=device,
         database_url=config.redis_url or "",
     )
-    budget_plan = plan(pairs, size, args.budget, jobs) if args.budget and pairs else None
+    budget_plan = plan(pairs, size, args.budget, jobs, tour=len(TOUR)) if args.budget and pairs else None
     console.print(
         f"fuzzdiff run: {len(pairs)} (target, check) pairs ("
         + ", ".join(f"{k} {v}" for k, v in families.items())

@@ -20,17 +20,17 @@ def zoo(tmp_path_factory):
 
 
 def test_the_budget_stops_new_batches_and_cuts_the_running_one(zoo):
+    """Round 1 is one layout tour a pair; the next batch, of 100,000 examples,
+    runs into the budget's end and is cut there, and none starts after it."""
     grad = get_check("grad")
     results = []
     campaign = run_campaign([(zoo.SIN, grad), (zoo.EXP, grad), (zoo.TANH, grad)],
-                            settings(batch_examples=100_000, budget=1.0, jobs=1),
+                            settings(batch_examples=100_000, budget=4.0, jobs=1),
                             on_batch=lambda campaign, pair, batch: results.append(batch))
-    assert campaign.skipped_for_budget == 2
-    assert len(results) == 1 and len(campaign.results) == 1
-    first = campaign.results[0]
-    assert first.cut and not first.failed and first.target == "cheap_sin" and first.batches == 1
-    assert 0 < first.tally.examples == first.tally.counts["pass"]
-    assert first.seconds < 30  # stopped at its deadline, not after 100000 examples
+    *tours, last = results
+    assert last.cut and not any(r.cut for r in tours) and len(tours) <= 3
+    assert 0 < last.tally.examples == last.tally.counts["pass"]
+    assert campaign.seconds < 30  # stopped at its deadline, not after 100000 examples
 
 
 def test_a_slow_pair_cannot_starve_the_others(zoo):
@@ -124,6 +124,23 @@ def test_a_compile_pairs_first_batch_draws_the_cheap_backends_only():
     assert first_backends(("aot_eager",)) is None  # nothing to narrow
     assert first_backends(("aot_eager", "inductor")) == ("aot_eager",)
 
+
+
+def test_a_pairs_first_batch_is_one_layout_tour_and_its_later_batches_the_mix(zoo):
+    """Round 1 gives each pair one example: a case of each layout class that
+    applies (fuzzdiff.search.layout_tour); later batches draw the mix, at the
+    batch size."""
+    from fuzzdiff.search.layout_tour import TOUR, tour_classes
+
+    grad = get_check("grad")
+    batches = []
+    run_campaign([(zoo.SIN, grad)], settings(batch_examples=3, variants=1, rounds=2, seed=1, jobs=1),
+                 on_batch=lambda campaign, pair, batch: batches.append(batch))
+    first, second = batches
+    classes = tour_classes(grad, zoo.SIN, {})
+    assert set(classes) < set(TOUR) and len(classes) >= 5  # a vector: every class but permuted and channels-last
+    assert sum(first.tally.counts.values()) == len(classes)  # one tour: a case a class, at one variant
+    assert sum(second.tally.counts.values()) == 3  # three examples of one case each
 
 
 def test_the_campaign_sends_its_workers_one_config_and_no_environment(zoo, tmp_path):

@@ -65,3 +65,15 @@ def test_fuzzdiff_run_prints_its_plan(tmp_path, monkeypatch, capsys):
     assert cli.main(["run", "--budget", "4", "--targets", "sin", "--checks", "grad", "--jobs", "1"]) == 0
     err = capsys.readouterr().err
     assert "plan: 4 s on 1 worker(s): every pair at" in err
+
+
+def test_with_a_layout_tour_round_one_costs_one_tour_a_pair_whatever_the_size():
+    """A pair's first batch is one tour of TOUR cases: round 1 costs that, at
+    any size; the size chosen is the later rounds'."""
+    pairs = _pairs(2000, 500)
+    toured = [plan(pairs, SIZE, budget=b, jobs=2, tour=8) for b in (150, 1600)]
+    assert toured[0].full_budget == pytest.approx(toured[1].full_budget)  # round 1 does not depend on the size
+    assert toured[0].examples < toured[1].examples
+    plain = plan(pairs, SIZE, budget=1600, jobs=2)
+    assert plain.full_budget != toured[1].full_budget
+    assert "one layout tour (up to 8 cases)" in toured[0].describe()
