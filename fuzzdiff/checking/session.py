@@ -23,7 +23,7 @@ from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.guards.timeout import OutOfTime, bounded
 from fuzzdiff.record.journal import Journal
-from fuzzdiff.search.blame import PYTORCH, Blame, known_reached
+from fuzzdiff.search.blame import PYTORCH, USER, Blame, known_reached
 from fuzzdiff.search.fresh import FreshProcess
 from fuzzdiff.search.fuzzing import Search, fuzz
 from fuzzdiff.search.outcome import AllRejected, FuzzFailure, Tally
@@ -223,6 +223,10 @@ class Session:
         if torchs is not None:  # an input torch's op should take: the check's finding, torch's bug
             failure.blame = Blame(PYTORCH, torchs, "torch op")
             return False
+        # a plain call: whatever check came upon it, none of torch's machinery takes part
+        failure.blame = Blame(
+            USER, "your function's plain call raises at this input, in eager mode, with no check's machinery"
+        )
         self.report.add_failure(DOMAIN, failure, message)
         tally.set_aside(failure, "rejected", counted=counted)
         return True

@@ -368,10 +368,26 @@ def vmap_unsupported_reason(error: BaseException, rerun: Callable[[], object]) -
     no entry has its words, the data-dependent shape refusal when ``rerun``
     (the same vmap again) indexes by a boolean mask that varies over the batch."""
     reason = unsupported_reason(error)
+    first = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    if reason is None and _WRITES_BATCHED_INTO_UNBATCHED.search(first):
+        return f"{VMAP_INPLACE}: {first}"
     if reason is None and indexes_by_batched_mask(rerun):
-        first = f"{type(error).__name__}: {error}".splitlines()[0][:300]
         return f"{VMAP_DATA_DEPENDENT_SHAPE}: it indexes by a boolean mask that varies over the batch ({first})"
     return reason
+
+
+# torch.func's documented limit (docs: "UX Limitations", in-place operations): an
+# in-place op that writes a batched value into a tensor vmap does not batch. torch
+# 2.13 says so only by the shapes: the broadcast one is the written one with the
+# batch dims in front.
+VMAP_INPLACE = (
+    "the function writes a batched value in place into a tensor that is not batched "
+    "(torch.func's documented limit on in-place operations)"
+)
+_WRITES_BATCHED_INTO_UNBATCHED = re.compile(
+    r"output with shape \[([\d, ]+)\] doesn't match the broadcast shape \[(?:\d+, )+\1\]"
+    r"|output with shape \[\] doesn't match the broadcast shape \[[\d, ]+\]"
+)
 
 
 # Every word that says "unsupported" wherever it comes from; a standalone

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -104,6 +105,8 @@ CRASHES_OF_TORCH = {
 # asks which one runs it (fuzzdiff.search.inspection).
 MECHANISMS = {
     "compile": ("compiler", COMPILING),
+    "compiled_autograd": ("compiler (compiled autograd, and the forward's torch.compile)", COMPILING),
+    "export": ("torch.export", COMPILING),
     "vmap": ("vmap", BATCHING),
     "layout": ("handling of memory layouts", LAYOUT),
     "alias": ("handling of aliased inputs", LAYOUT),
@@ -354,6 +357,9 @@ def _blamed(check: str, target: Target, verdict: Verdict, evidence: Evidence) ->
                 "parameters: no code of yours is needed",
                 "stand-in",
             )
+    refused = _refused_by_contract(check, verdict, errors)
+    if refused is not None:
+        return Blame(USER, refused)
     if check in MECHANISMS and evidence.caught:
         return Blame(
             USER,
@@ -377,6 +383,29 @@ def _blamed(check: str, target: Target, verdict: Verdict, evidence: Evidence) ->
                 "apart, and your code chooses what to do by it",
             )
     return Blame(USER, _why_user(errors, evidence))
+
+
+# What torch ops refuse by their documented contract, at a layout the layout and
+# alias checks draw: the code that calls them there, not torch, is at fault.
+LAYOUT_CONTRACTS = (
+    (
+        re.compile(r"view size is not compatible with input tensor's size and stride"),
+        "torch.Tensor.view refuses a layout it cannot view without a copy, by its documented contract "
+        "(the error says: use .reshape(...) instead)",
+    ),
+)
+
+
+def _refused_by_contract(check: str, verdict: Verdict, errors: dict) -> str | None:
+    """Why the layout or alias check's raise is the code's: an op it calls
+    itself (the raising frame is not torch's) refuses that layout by contract.
+    The same refusal raised in torch's own Python (a torch function calling
+    view at a layout it promises to take) stays torch's."""
+    where = str(errors.get("raised_in", ""))
+    if check not in ("layout", "alias") or not errors.get("exception") or where.startswith("torch/"):
+        return None
+    said = next((why for words, why in LAYOUT_CONTRACTS if words.search(verdict.message)), None)
+    return None if said is None else f"{said}; your code calls it at this layout ({where})"
 
 
 def _why_user(errors: dict, evidence: Evidence) -> str:

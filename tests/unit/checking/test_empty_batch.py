@@ -8,7 +8,7 @@ import torch
 
 import fuzzdiff
 from fuzzdiff.checking.empty_batch import raising_call, refuses_empty_batch
-from fuzzdiff.search.blame import PYTORCH
+from fuzzdiff.search.blame import PYTORCH, USER
 
 
 def spectrum(x):
@@ -34,6 +34,22 @@ def test_an_op_that_reduces_the_empty_dim_still_marks_the_domain_with_a_spec_bou
                             max_examples=30, seed=0, progress=False)
     assert [f.check for f in report.failures] == ["input-domain"], report.summary()
     assert "n>=1" in report.summary()
+
+
+def zero_special_cased(x):
+    """tntorch's truncated SVD: a special case (here, one element) made in the default dtype."""
+    factor = torch.zeros(x.shape[-1]) if x.shape[-1] == 1 else x
+    return x @ factor
+
+
+def test_a_plain_call_that_raises_is_the_functions_whatever_check_found_it():
+    """Found by the layout check, the raise is still in the plain call: no
+    layout of torch's takes part, and the code multiplies two dtypes."""
+    report = fuzzdiff.check(zero_special_cased, "x: n", checks=["layout"], dtypes=[torch.float64],
+                            max_examples=30, seed=0, progress=False)
+    assert [f.check for f in report.failures] == ["input-domain"], report.summary()
+    (failure,) = report.failures
+    assert failure.blame.whose == USER and "plain call" in failure.blame.evidence, failure.blame
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from fuzzdiff.search.runner import run_check
 from fuzzdiff.targets.target import Target
 from fuzzdiff.guards.unsupported import (
     ONCE_DIFFERENTIABLE,
+    VMAP_INPLACE,
     REFUSALS,
     UNSUPPORTED_PATTERNS,
     indexes_by_batched_mask,
@@ -327,3 +328,22 @@ def test_compile_refuses_what_aot_function_cannot_trace(target, name):
 def test_the_same_code_is_judged_in_eager(target, check):
     verdict = run_check(check, target, eager_case(target))
     assert verdict.kind == "pass", verdict
+
+
+def add_batched_into_unbatched(x, b):
+    out = x * 2  # not batched where only b is
+    out += b.unsqueeze(-1)  # julius's fft_conv1d: a batched bias added in place
+    return out
+
+
+@pytest.mark.parametrize("composition", ["vmap", "vmap_vjp", "vmap_vmap"])
+def test_an_in_place_write_of_a_batched_value_into_an_unbatched_tensor_is_refused(composition):
+    """torch.func documents it as unsupported; torch 2.13 says so only by shapes."""
+    target = Target("unit_add_batched", add_batched_into_unbatched, "x: n m, b: n")
+    level = {"batch": 2, "in_dims": [None, 0], "out_dims": [0]}
+    plan = {"composition": composition, "levels": [level, level] if composition == "vmap_vmap" else [level],
+            "batched_layouts": [None, None]}
+    case = Case(target.ref, (Arg((3, 4), Values(seed=1)), Arg((3,), Values(seed=2))), "float64",
+                params={**PROBES, **plan})
+    verdict = run_check("vmap", target, case)
+    assert verdict.kind == "unsupported" and VMAP_INPLACE in verdict.message, verdict

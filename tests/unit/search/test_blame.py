@@ -225,3 +225,31 @@ def test_a_known_discrepancy_in_how_torch_runs_the_codes_own_rules_is_torchs():
     assert whose.whose == PYTORCH and whose.via == "known discrepancy" and "WrongSquare" in whose.evidence
     wrong = Verdict("fail", "aot_eager, f at dual inputs vs eager: tangent 0: abs error 1.0 (reference scale 1)")
     assert gather(get_check("compile"), target, case, wrong).rules_known is None
+
+
+def test_a_layout_view_refuses_by_contract_is_the_codes_where_its_own_line_calls_view():
+    """auraloss's ``target.view(-1, n)`` at a sliced layout: view's documented
+    refusal, the library's bug; the same refusal in torch's own Python is torch's."""
+    target = _user(two_outputs, "x: n m, y: n m")
+    message = ("raised RuntimeError: view size is not compatible with input tensor's size and stride (at least "
+               "one dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
+    at = lambda where: Verdict("fail", message, {"exception": "RuntimeError", "raised_in": where})  # noqa: E731
+    for check in ("layout", "alias"):
+        whose = blame(check, target, at("auraloss/freq.py:228 in forward"), Evidence())
+        assert whose.whose == USER and "view" in whose.evidence and "auraloss/freq.py:228" in whose.evidence
+        assert blame(check, target, at("torch/nn/functional.py:3005 in local_response_norm"), Evidence()).whose == PYTORCH
+    assert blame("layout", target, Verdict("fail", "raised RuntimeError: Expected X.is_contiguous",
+                                           {"exception": "RuntimeError", "raised_in": "a.py:1 in f"}),
+                 Evidence()).whose == PYTORCH  # a refusal no contract documents: torch's layout handling
+
+
+def test_a_raise_only_under_compiled_autograd_or_export_is_torchs_compiler():
+    """torchquad's integrand under dynamo: OrderedDict.popitem(last=False) pops the
+    last item, and the library's own line then raises a TypeError."""
+    target = _user(two_outputs, "x: n m, y: n m")
+    raised = Verdict("fail", "raised TypeError: amin() missing 1 required positional arguments: \"input\"",
+                     {"exception": "TypeError", "raised_in": "autoray/autoray.py:2203 in translated_function"})
+    for check in ("compiled_autograd", "export"):
+        whose = blame(check, target, raised, Evidence())
+        assert whose.whose == PYTORCH and whose.via == "mechanism", check
+        assert blame(check, target, raised, Evidence(rules=("WrongSquare",))).whose == USER
