@@ -55,6 +55,9 @@ NESTED_VMAP_MESSAGE = (
 )
 
 
+NESTED_VMAP_SHAPE = r"vmapped vs a loop over the batch: output \d+: shape \[[\d, ]*\] vs \[[\d, ]*\]"
+
+
 def _nested_vmap_loss(unbatched: int, batched: int, **known) -> Known:
     """Nested vmap of a regression loss with argument ``unbatched`` not batched
     at the inner level (batched at the outer one or not at all) and
@@ -67,6 +70,22 @@ def _nested_vmap_loss(unbatched: int, batched: int, **known) -> Known:
             "composition": "vmap_vmap",
             f"levels.1.in_dims.{unbatched}": None,
             f"levels.1.in_dims.{batched}": NOT_NONE,
+        },
+        **known,
+    )
+
+
+def _nested_vmap_loss_one_example(unbatched: int, batched: int, **known) -> Known:
+    """The same, where the inner batch has one example: no error, an output
+    of the wrong shape (the loss's out= resize broadcasts instead of raising),
+    or an IndexError where vmap then moves the batch dim the output lacks."""
+    return Known(
+        "vmap",
+        params={
+            "composition": "vmap_vmap",
+            f"levels.1.in_dims.{unbatched}": None,
+            f"levels.1.in_dims.{batched}": NOT_NONE,
+            "levels.1.batch": 1,
         },
         **known,
     )
@@ -99,6 +118,26 @@ NESTED_VMAP_LOSSES = (
         "dims of size 2: The size of tensor a (2) must match the size of tensor b (4)); the loop "
         "over both batches works",
         records=("3e90340a8de4bb31",),
+    ),
+    *(
+        _nested_vmap_loss_one_example(
+            unbatched,
+            batched,
+            reason=f"where the inner batch has one example, the same losses do not raise: the output "
+            f"lacks the inner batch dim ({what} not batched at the inner level), a wrong shape, or an "
+            "IndexError where vmap moves that dim (torch 2.13.0 CPU; the loss's out= resize warns 'An "
+            "output with one or more elements was resized')",
+            evidence="x = torch.randn(1, 1, dtype=torch.float64); t = torch.randn(1, 1, dtype=torch.float64); "
+            "torch.func.vmap(lambda tt: torch.func.vmap(lambda xx: F.huber_loss(xx, tt, reduction='none'))(x))"
+            "(t).shape -> (1, 1), where the loop over both batches gives (1, 1, 1); with out_dims=1 "
+            "at the inner level: IndexError: Dimension out of range",
+            **shown,
+        )
+        for unbatched, batched, what in ((1, 0, "the target"), (0, 1, "the input"))
+        for shown in (
+            {"message": NESTED_VMAP_SHAPE},
+            {"raises": "IndexError", "message": r"Dimension out of range \(expected to be in range of"},
+        )
     ),
 )
 

@@ -72,14 +72,34 @@ _KRON = Known(
     message=_VIEW_SIZE,
 )
 
-_GRID_SAMPLE = Known(
-    "vmap",
-    "vmap of torch.grid_sampler_2d (F.grid_sample) with the batch at dim 0 of the input and "
-    "dim 1 of the grid puts the output's batch dim in the wrong place (torch 2.13.0 CPU)",
+_GRID_SAMPLE_REASON = (
+    "vmap of torch.grid_sampler_2d and _3d (F.grid_sample) with the input and the grid batched "
+    "at different dims (0 and 1) gives an output of the wrong shape and values, silently (torch "
+    "2.13.0 CPU; 2.15.0 is right)"
+)
+_GRID_SAMPLE_EVIDENCE = (
     "from torch.func import vmap; f = lambda a, g: torch.grid_sampler_2d(a, g, 0, 0, False); "
     "vmap(f, in_dims=(0, 1))(torch.randn(1, 2, 3, 5, 5), torch.rand(2, 1, 13, 10, 2) * 2 - 1)"
-    ".shape == [2, 1, 3, 13, 10]; the loop over the batch gives [1, 2, 3, 13, 10]",
+    ".shape == [2, 1, 3, 13, 10]; the loop over the batch gives [1, 2, 3, 13, 10]; with 3 "
+    "examples of 2 images, x = torch.randn(3, 2, 3, 5, 5), g = torch.rand(2, 3, 5, 5, 2) * 2 - 1: "
+    "vmap(F.grid_sample, in_dims=(0, 1))(x, g) has shape [2, 3, 3, 5, 5] and no transpose of it "
+    "equals torch.stack([F.grid_sample(x[j], g[:, j]) for j in range(3)])"
+)
+_GRID_SAMPLE = Known(
+    "vmap",
+    _GRID_SAMPLE_REASON,
+    _GRID_SAMPLE_EVIDENCE,
     params={"levels.0.in_dims.0": NOT_NONE, "levels.0.in_dims.1": NOT_NONE},
+    fixed_in="2.15.0",
+)
+# the same batching rule at the inner level of a nested vmap, the grid unbatched at the outer one
+_GRID_SAMPLE_INNER = Known(
+    "vmap",
+    f"{_GRID_SAMPLE_REASON}; at the inner level of a nested vmap too",
+    _GRID_SAMPLE_EVIDENCE,
+    params={"levels.1.in_dims.0": NOT_NONE, "levels.1.in_dims.1": NOT_NONE},
+    records=("e4e587b0515c1b96",),
+    fixed_in="2.15.0",
 )
 
 _GRID_SAMPLE_BATCH_LAST = Known(
@@ -115,9 +135,9 @@ _GRID_SAMPLE_VJP = Known(
     "with [2, 3, 5, 20]",
     raises="RuntimeError",
     message=r"Mismatch in shape: grad_output\[0\] has a shape of"
-    r"|GridSampler2DBackward0 returned an invalid gradient at index 0",
+    r"|GridSampler[23]DBackward0 returned an invalid gradient at index 0",
     params={"levels.0.in_dims.0": NOT_NONE, "levels.0.in_dims.1": NOT_NONE},
-    records=("23e3826d4baccbed",),
+    records=("23e3826d4baccbed", "4454adfdcddfd389"),
     fixed_in="2.15.0",
 )
 
@@ -301,7 +321,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     *(
         (f"opinfo/{name}@*", known)
         for name in ("grid_sampler_2d", "nn.functional.grid_sample")
-        for known in (_GRID_SAMPLE, _GRID_SAMPLE_VJP, _GRID_SAMPLE_BATCH_LAST)
+        for known in (_GRID_SAMPLE, _GRID_SAMPLE_INNER, _GRID_SAMPLE_VJP, _GRID_SAMPLE_BATCH_LAST)
     ),
     ("opinfo/nn.functional.max_pool3d@*", _MAX_POOL3D),
     (
