@@ -55,8 +55,13 @@ def root_causes(pairs: list[dict]) -> tuple[set[str], set[tuple[str, str]]]:
     pairs hit it: the known signatures matched, and the new failures by check and
     message with numbers and shapes left open (fuzzdiff.search.root_cause)."""
     known = {k for p in pairs for k in p.get("known_hits", {})}
-    new = {(p["check"], message_pattern(p.get("message", ""))) for p in pairs if p.get("failed")}
+    new = {(p["check"], message_pattern(p.get("message", ""))) for p in pairs if p.get("failed") and not drew_nothing(p)}
     return known, new
+
+
+def drew_nothing(pair: dict) -> bool:
+    """A pair whose every draw lay outside its target's domain: a target to mend, not a bug found."""
+    return str(pair.get("message", "")).startswith("AllRejected")
 
 
 def by_check(pairs: list[dict]) -> dict[str, list[dict]]:
@@ -108,6 +113,9 @@ def main(argv=None) -> int:
     known, new = root_causes(pairs)
     print(f"distinct root causes hit: {len(known) + len(new)} ({len(known)} known signatures matched, "
           f"{len(new)} new failures)")
+    empty = sorted({p["target"] for p in pairs if drew_nothing(p)})
+    if empty:
+        print(f"targets whose every draw was rejected (not counted): {', '.join(empty)}")
     peaks = meta.get("worker_peak_mb") or {}
     if peaks:
         print("worker peak resident memory (MiB, by slot): "
