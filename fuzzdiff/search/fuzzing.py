@@ -381,6 +381,7 @@ def fuzz(
         if seen_failing is not None:  # the same cases, drawn by another choice sequence: not run again
             _fail(check.name, target.name, *seen_failing)
         best: float | None = None  # the closest call of the example, for hypothesis.target
+        outside = 0  # cases of a tour rejected as outside the target's domain
         try:
             for i, case in enumerate(cases):
                 budget.check()
@@ -419,7 +420,12 @@ def fuzz(
                     except UnsatisfiedAssumption:  # outside the target's domain: a draw rejected, not judged
                         tally.rejected += 1
                         tally.rejected_empty[empty(case)] += 1
-                        raise
+                        if not toured:
+                            raise
+                        # a class the target refuses (an op that takes contiguous inputs
+                        # only) leaves the tour's other classes to run
+                        outside += 1
+                        break
                     if watch is not None:
                         watch.stop()
                     newly = verdict.kind != "unsupported" and not judged  # the case's first judged run
@@ -448,6 +454,8 @@ def fuzz(
                     if score is not None and (best is None or score > best):
                         best = score
                 budget.took(time.monotonic() - began)
+            if toured and outside == len(cases):
+                raise UnsatisfiedAssumption("every case of the tour lay outside the target's domain")
         finally:
             # Idle once per example, not per variant: between variants only
             # this loop's bookkeeping runs, nothing that could kill the process.

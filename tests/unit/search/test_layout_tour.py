@@ -16,6 +16,7 @@ from fuzzdiff.checks import get_check
 from fuzzdiff.config import FuzzConfig
 from fuzzdiff.search.fuzzing import Search, fuzz
 from fuzzdiff.search.layout_tour import TOUR, met, tour_classes, tour_order
+from fuzzdiff.targets.target import Target
 from strategies.cases import cases
 from strategies.layouts import LAYOUT_CLASSES
 
@@ -97,3 +98,20 @@ def test_a_pairs_first_batch_finds_a_reduction_wrong_only_at_stride_0(zoo):
     assert result.failure is not None and result.failure.verdict.failed, result.tally.counts
     (x,) = result.failure.case.args
     assert x.shape[-1] > 1 and x.layout is not None and x.layout.strides[-1] == 0
+
+
+def _contiguous_only(x):
+    if not x.is_contiguous():
+        raise RuntimeError("expected a contiguous input")
+    return x.sin()
+
+
+def test_a_class_the_target_refuses_leaves_the_tours_other_classes_judged():
+    """native_group_norm refuses non-contiguous inputs (declared invalid): its
+    tour's sliced case is a rejected draw, not a whole example rejected. Every
+    example of its tour was, and the pair drew nothing at all."""
+    refusing = Target("unit_contiguous_only", _contiguous_only, "x: n m", invalid=(("RuntimeError", "contiguous"),))
+    grad = get_check("grad")
+    tally = fuzz(grad, refusing, FuzzConfig(seed=1, variants=1, structures=1),
+                 settings=settings(max_examples=3, database=None, deadline=None), search=Search(tour=TOUR))
+    assert tally.rejected > 0 and tally.counts["pass"] >= 3, (tally.counts, tally.rejected)
