@@ -18,6 +18,7 @@ option) with a fresh corpus and report directory, then prints:
     python bench/campaign.py                  # 600 s, seed 1
     python bench/campaign.py --budget 1800 --seed 2
     python bench/campaign.py --results DIR    # re-read a campaign's report, run nothing
+    python bench/campaign.py --plant          # with bench/planted.py's two bugs among the targets
 
 A record is rediscovered when the campaign reports a failure (new, known or a
 crash) for the same target and check.
@@ -55,7 +56,11 @@ def root_causes(pairs: list[dict]) -> tuple[set[str], set[tuple[str, str]]]:
     pairs hit it: the known signatures matched, and the new failures by check and
     message with numbers and shapes left open (fuzzdiff.search.root_cause)."""
     known = {k for p in pairs for k in p.get("known_hits", {})}
-    new = {(p["check"], message_pattern(p.get("message", ""))) for p in pairs if p.get("failed") and not drew_nothing(p)}
+    new = {
+        (p["check"], message_pattern(p.get("message", "")))
+        for p in pairs
+        if p.get("failed") and not drew_nothing(p) and not p.get("ref", "").startswith("bench.planted:")
+    }
     return known, new
 
 
@@ -78,6 +83,8 @@ def main(argv=None) -> int:
     parser.add_argument("--checks", nargs="+", default=list(EAGER),
                         help="the checks whose open records count (default: %(default)s)")
     parser.add_argument("--results", metavar="DIR", help="a finished campaign's work directory (corpus/, report/)")
+    parser.add_argument("--plant", action="store_true",
+                        help="run with bench/planted.py's two planted bugs among the targets, and say when each was found")
     parser.add_argument("--run-args", nargs=argparse.REMAINDER, default=[],
                         help="more arguments for fuzzdiff run")
     args = parser.parse_args(argv)
@@ -85,9 +92,12 @@ def main(argv=None) -> int:
     work = Path(args.results) if args.results else Path(tempfile.mkdtemp(prefix="fuzzdiff-campaign-"))
     wall = None
     if not args.results:
-        command = [sys.executable, "-m", "fuzzdiff.cli", "run", "--budget", str(args.budget), "--seed",
-                   str(args.seed), "--corpus", str(work / "corpus"), "--report", str(work / "report"),
-                   *args.run_args]
+        run = ["run", "--budget", str(args.budget), "--seed", str(args.seed), "--corpus", str(work / "corpus"),
+               "--report", str(work / "report"), *args.run_args]
+        command = [sys.executable, "-m", "fuzzdiff.cli", *run]
+        if args.plant:  # the planted targets registered first, in the process that selects the pairs
+            command = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); import bench.planted; "
+                       f"from fuzzdiff.cli import main; sys.exit(main({run!r}))"]
         print("$", " ".join(command[1:]), flush=True)
         t0 = time.monotonic()
         # the run's live display goes to the terminal; its table and findings to a log
@@ -113,6 +123,14 @@ def main(argv=None) -> int:
     known, new = root_causes(pairs)
     print(f"distinct root causes hit: {len(known) + len(new)} ({len(known)} known signatures matched, "
           f"{len(new)} new failures)")
+    if args.plant:
+        for p in pairs:
+            if p.get("ref", "").startswith("bench.planted:") and (p.get("failed") or p.get("known")):
+                print(f"planted bug found: {p['target']} {p['check']} at {p.get('found_at') or 0:.0f}s: "
+                      f"{str(p.get('message', ''))[:160]}")
+        missed = {p["target"] for p in pairs if p.get("ref", "").startswith("bench.planted:")} - {
+            p["target"] for p in pairs if p.get("ref", "").startswith("bench.planted:") and p.get("failed")}
+        print(f"planted bugs missed: {', '.join(sorted(missed)) or 'none'}")
     empty = sorted({p["target"] for p in pairs if drew_nothing(p)})
     if empty:
         print(f"targets whose every draw was rejected (not counted): {', '.join(empty)}")
