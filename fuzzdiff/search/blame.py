@@ -435,19 +435,26 @@ def located(blame: Blame, found: Localized) -> Blame:
     return replace(blame, evidence=f"{blame.evidence}; {found.evidence}")
 
 
-def torchs_op(blame: Blame, target: Target, found: Localized | None) -> Blame:
+def torchs_op(blame: Blame, target: Target, found: Localized | None, called: Sequence[str] = ()) -> Blame:
     """The blame of a failure of torch's own ``target``, naming its op: the
     aten op or torch's rule that ``found`` fails alone, else the torch
     function the target is (an OpInfo's, a module's), which fails at the
-    case by itself. A maintainer reading a record starts from that op."""
+    case by itself, else the aten ops its call runs (``called``: a wrapper of
+    several, no one of them shown failing alone). A maintainer reading a
+    record starts from that op."""
     if found is not None and found.level in ("op", "rule"):
         return Blame(
             PYTORCH, f"{found.evidence}; {blame.evidence}", blame.via, found.level, found.op, found.at, found.script
         )
     unlocalized = f"; {found.evidence}" if found is not None and found.level is None else ""
     function = target.torch_function
-    if function is None:
-        return replace(blame, evidence=f"{blame.evidence}{unlocalized}")
-    return replace(
-        blame, evidence=f"{blame.evidence}: {function} fails at the case{unlocalized}", level="op", op=function
-    )
+    if function is not None:
+        evidence = f"{blame.evidence}: {function} fails at the case{unlocalized}"
+        return replace(blame, evidence=evidence, level="op", op=function)
+    if len(called) == 1:
+        evidence = f"{blame.evidence}: its call runs one aten op, {called[0]}{unlocalized}"
+        return replace(blame, evidence=evidence, level="op", op=called[0])
+    if called:
+        ops = ", ".join(called[:6]) + (f" and {len(called) - 6} more" if len(called) > 6 else "")
+        return replace(blame, evidence=f"{blame.evidence}: the aten ops its call runs: {ops}{unlocalized}", op=ops)
+    return replace(blame, evidence=f"{blame.evidence}{unlocalized}")

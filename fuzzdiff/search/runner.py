@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from collections.abc import Set
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -116,7 +117,7 @@ OTHER_DRAWS = (
 )
 
 
-def _other_draws(verdict: Verdict, drawn: set[str] = frozenset()) -> Verdict:
+def _other_draws(verdict: Verdict, drawn: Set[str] = frozenset()) -> Verdict:
     """A low-precision failure confirmed against float64's run, of a function
     whose random draws differ by dtype: unconfirmed."""
     here = f" (here: {', '.join(sorted(drawn))})" if drawn else ""

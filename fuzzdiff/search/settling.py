@@ -13,8 +13,12 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import torch
+
+from fuzzdiff.case.case import Case
 from fuzzdiff.checks import Check
 from fuzzdiff.guards import torch_state
+from fuzzdiff.guards.aten_trace import AtenTrace, trace_call
 from fuzzdiff.guards.timeout import OutOfTime, bounded
 from fuzzdiff.record.files import write_record
 from fuzzdiff.search.blame import USER, Evidence, blame, gather, located, torchs_op, torchs_own
@@ -115,9 +119,31 @@ def _localized(failure: FuzzFailure, check: Check, target: Target, settle_by: fl
     alone = check.name in NUMERIC or bool(verdict.errors.get("exception"))
     if torchs_own(target):
         found = localize(check, target, failure.case, verdict, settle_by) if alone else None
-        failure.blame = torchs_op(whose, target, found)
+        named = found is not None and found.level in ("op", "rule")
+        called = () if named or target.torch_function is not None else _ops_called(target, failure.case)
+        failure.blame = torchs_op(whose, target, found, called)
     elif whose.whose == USER and alone:
         failure.blame = located(whose, localize(check, target, failure.case, verdict, settle_by))
+
+
+def _ops_called(target: Target, case: Case) -> tuple[str, ...]:
+    """The aten ops that compute in a plain call of ``target`` at ``case``, in
+    order (no views, no factories): what a wrapper of torch ops names."""
+    trace: AtenTrace | None
+    try:
+        with torch.no_grad():
+            trace, _ = trace_call(target.fn, case.materialize(requires_grad=False).args, dict(case.kwargs))
+    except Exception as e:  # noqa: BLE001 - the call raising: its trace up to there still names the ops
+        trace = getattr(e, "aten_trace", None)
+    if trace is None:
+        return ()
+    out: list[str] = []
+    for op in trace.ops:
+        returns = op.op._schema.returns
+        view = bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+        if op.inputs and not view and op.name not in out:
+            out.append(op.name)
+    return tuple(out)
 
 
 def _seconds(wait: float, settle_by: float | None) -> float:

@@ -740,6 +740,7 @@ def _method_target(family: Family, method: str) -> Target:
         kwargs={"of": family.asked(method), "method": method, "validate_args": VALIDATE},
         max_side=3,
         tolerances=family.tolerances if method == "rsample" else {},
+        op=f"torch.distributions.{family.name}.{method}",
     )
     if method != "rsample":
         return target
@@ -770,6 +771,7 @@ def _kl_target(p: Family, q: Family) -> Target:
         sample=sample,
         kwargs={"p": p.of, "q": q.of, "validate_args": VALIDATE},
         max_side=3,
+        op=f"torch.distributions.kl_divergence({p.name}, {q.name})",
     )
 
 
@@ -795,6 +797,7 @@ def _transform_targets(t: Transform) -> list[Target]:
                 kwargs={"of": of, "method": method},
                 max_side=3,
                 skip=dict(t.inv_skip) if method == "inv" else {},
+                op=f"torch.distributions.transforms.{t.name}" + ("" if method == "call" else f".{method}"),
             )
         )
     return out

@@ -380,6 +380,26 @@ LSTM_FLOAT32_NO_INPUT_GRAD = Known(
 )
 
 
+# The torch module each target is, by name: what a failure of it names (Target.op)
+MODULE_OPS = {
+    "nn_linear": "torch.nn.Linear",
+    "nn_conv1d": "torch.nn.Conv1d",
+    "nn_conv2d": "torch.nn.Conv2d",
+    "nn_conv3d": "torch.nn.Conv3d",
+    "nn_embedding": "torch.nn.Embedding",
+    "nn_embedding_padding_idx": "torch.nn.Embedding",
+    "nn_layer_norm": "torch.nn.LayerNorm",
+    "nn_group_norm": "torch.nn.GroupNorm",
+    "nn_instance_norm1d": "torch.nn.InstanceNorm1d",
+    "nn_instance_norm2d": "torch.nn.InstanceNorm2d",
+    "nn_instance_norm3d": "torch.nn.InstanceNorm3d",
+    "nn_rnn": "torch.nn.RNN",
+    "nn_lstm": "torch.nn.LSTM",
+    "nn_gru": "torch.nn.GRU",
+    "nn_shared_linear": "torch.nn.Linear",
+}
+
+
 def module_target(name, fn, spec, *, kwargs, known=(), skip=COVERED, **options):
     return Target(
         name,
@@ -390,6 +410,7 @@ def module_target(name, fn, spec, *, kwargs, known=(), skip=COVERED, **options):
         skip=skip,
         known=known,
         module=BUILDERS[fn],
+        op=MODULE_OPS.get(name),
         min_side=options.pop("min_side", 1),
         max_side=options.pop("max_side", 3),
         max_rank=options.pop("max_rank", 3),

@@ -356,3 +356,16 @@ def test_a_torch_targets_mechanism_failure_names_the_torch_function_it_is():
     found = _settled(target, case, "vmap", verdict)
     assert (found.whose, found.level, found.op) == (PYTORCH, "op", "torch.nn.functional.huber_loss")
     assert "PyTorch's torch.nn.functional.huber_loss (op" in found.where
+
+
+def _flipped_cumsum(x):
+    return torch.cumsum(x.flip(0).t(), 0)
+
+
+def test_a_torch_wrapper_targets_failure_names_the_aten_ops_its_call_runs():
+    """A catalog target composing torch ops is no one torch function: its record names the ops (no views)."""
+    target = Target("flipped_cumsum", _flipped_cumsum, "x: n m", family="reductions")
+    case = Case("flipped_cumsum", (Arg((2, 3), Values(seed=0)),))
+    found = _settled(target, case, "vmap", Verdict("fail", "vmap vs a loop: planted", {}))
+    assert found.whose == PYTORCH and found.op == "aten::flip, aten::cumsum", found
+    assert "aten::t" not in found.op and "the aten ops its call runs" in found.evidence
