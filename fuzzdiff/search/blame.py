@@ -358,8 +358,8 @@ def _blamed(check: str, target: Target, verdict: Verdict, evidence: Evidence) ->
                 "stand-in",
             )
     refused = _refused_by_contract(check, verdict, errors)
-    if refused is not None:
-        return Blame(USER, refused)
+    if refused is not None:  # the op is named: localizing would replay it at the case's own layout
+        return Blame(USER, refused, level="op", op="torch.Tensor.view")
     if check in MECHANISMS and evidence.caught:
         return Blame(
             USER,

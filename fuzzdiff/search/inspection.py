@@ -47,8 +47,9 @@ def _question_functions() -> dict[Any, tuple[str, str]]:
     """Functions whose call asks about the run: the callable -> (its name, what it asks)."""
     found: dict[Any, tuple[str, str]] = {}
     for owner, names, kind in (
+        # torch.jit.is_scripting() and is_tracing() are False under torch.compile and
+        # torch.export as in eager: they tell TorchScript runs apart, which no check makes
         (torch.compiler, ("is_compiling", "is_dynamo_compiling", "is_exporting"), COMPILING),
-        (torch.jit, ("is_scripting", "is_tracing"), COMPILING),
         (torch._C._functorch, ("is_batchedtensor", "is_functorch_wrapped_tensor", "maybe_current_level"), BATCHING),
     ):
         for name in names:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.verdict import Verdict
 
-__all__ = ["explains", "unjudged_at"]
+__all__ = ["explains", "repeated_spectrum", "spectrum_met", "unjudged_at"]
 
 
 # Spectral ops whose derivatives torch documents as undefined at repeated
@@ -34,6 +35,47 @@ _SPECTRAL = {
     "aten::svd": "svdvals",
 }
 _REPEATED = 1e-6  # relative gap under which two eigen- or singular values count as repeated
+REPEATED_SPECTRUM = "at repeated eigen- or singular values, where torch documents its derivative as undefined"
+
+
+def repeated_spectrum(name: str, matrix: torch.Tensor) -> bool:
+    """Whether spectral op ``name`` meets ``matrix`` at repeated eigen- or singular values."""
+    spectrum = _SPECTRAL.get(name)
+    if spectrum is None or matrix.dim() < 2 or min(matrix.shape[-2:]) < 2:
+        return False
+    values = getattr(torch.linalg, spectrum)(
+        matrix.detach().to(torch.complex128 if matrix.is_complex() else torch.float64)
+    )
+    values = values.abs() if values.is_complex() else values
+    ordered = values.sort(dim=-1).values
+    gaps = (ordered[..., 1:] - ordered[..., :-1]).abs()
+    scale = ordered.abs().amax(dim=-1, keepdim=True).clamp_min(1.0)
+    return bool((gaps <= _REPEATED * scale).any())
+
+
+class _Spectra(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.met: str | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if self.met is None and name in _SPECTRAL and args and isinstance(args[0], torch.Tensor):
+            if repeated_spectrum(name, args[0]):
+                self.met = name
+        return func(*args, **(kwargs or {}))
+
+
+def spectrum_met(call) -> str | None:
+    """The spectral op that ``call()`` runs at repeated eigen- or singular
+    values (None: none does, or the call raised first)."""
+    watch = _Spectra()
+    try:
+        with watch:
+            call()
+    except Exception:  # noqa: BLE001 - what ran before the raise still counts
+        pass
+    return watch.met
 
 
 def unjudged_at(name: str, at: Case) -> str | None:
@@ -47,19 +89,9 @@ def unjudged_at(name: str, at: Case) -> str | None:
         bool(t.isfinite().all()) for t in tensors if t.is_floating_point() or t.is_complex()
     ):
         return "an input holds nan or inf"
-    spectrum = _SPECTRAL.get(name)
-    if spectrum is None:
-        return None
     matrix = next(iter(tensors), None)
-    if matrix is None or matrix.dim() < 2 or min(matrix.shape[-2:]) < 2:
-        return None
-    values = getattr(torch.linalg, spectrum)(matrix.detach())
-    values = values.abs() if values.is_complex() else values
-    ordered = values.sort(dim=-1).values
-    gaps = (ordered[..., 1:] - ordered[..., :-1]).abs()
-    scale = ordered.abs().amax(dim=-1, keepdim=True).clamp_min(1.0)
-    if bool((gaps <= _REPEATED * scale).any()):
-        return "at repeated eigen- or singular values, where torch documents its derivative as undefined"
+    if matrix is not None and repeated_spectrum(name, matrix):
+        return REPEATED_SPECTRUM
     return None
 
 

@@ -30,6 +30,7 @@ from fuzzdiff.guards.random_ops import random_ops
 from fuzzdiff.guards.torch_state import Left, kept, let_go
 from fuzzdiff.guards.unsupported import unsupported_reason
 from fuzzdiff.paths.seeded import reseeding, run_seeded
+from fuzzdiff.search.op_points import REPEATED_SPECTRUM, spectrum_met
 from fuzzdiff.targets import get_target
 from fuzzdiff.targets.randomness import SEEDED_SKIPS
 from fuzzdiff.targets.target import Target
@@ -100,6 +101,10 @@ def verdict_at(check: Check, target: Target, case: Case) -> Verdict:
         drawn = random_ops(lambda: _plain_call(target, case))
         if drawn:
             return _other_draws(verdict, drawn)
+    if verdict.failed and check.name in AT_SPECTRUM and target.module is None:
+        met = spectrum_met(lambda: _plain_call(target, case))
+        if met is not None:  # documented: no derivative there, whatever either dtype computes
+            return Verdict("inconclusive", f"{verdict.message}; unconfirmed: {met} runs {REPEATED_SPECTRUM}")
     if verdict.failed and check.name in SEEDED_SKIPS and target.module is None:
         # a generator the function seeds itself draws alike in two calls (the randomness
         # question then finds nothing, or was not asked in time), not in two dtypes or layouts;
@@ -110,6 +115,9 @@ def verdict_at(check: Check, target: Target, case: Case) -> Verdict:
             return Verdict("unsupported", f"{SEEDED_SKIPS[check.name]} (here: {', '.join(sorted(drawn))})")
     return verdict
 
+
+# the checks that judge a derivative's value, which a spectral op at repeated values does not have
+AT_SPECTRUM = ("grad", "forward", "gradgrad", "forward2", "dtype")
 
 OTHER_DRAWS = (
     "the function draws random numbers, and from one seed float64 draws other numbers: float64's "

@@ -237,6 +237,7 @@ def test_a_layout_view_refuses_by_contract_is_the_codes_where_its_own_line_calls
     for check in ("layout", "alias"):
         whose = blame(check, target, at("auraloss/freq.py:228 in forward"), Evidence())
         assert whose.whose == USER and "view" in whose.evidence and "auraloss/freq.py:228" in whose.evidence
+        assert whose.level is not None  # named already: localizing would replay view at the case's own layout
         assert blame(check, target, at("torch/nn/functional.py:3005 in local_response_norm"), Evidence()).whose == PYTORCH
     assert blame("layout", target, Verdict("fail", "raised RuntimeError: Expected X.is_contiguous",
                                            {"exception": "RuntimeError", "raised_in": "a.py:1 in f"}),
@@ -253,3 +254,18 @@ def test_a_raise_only_under_compiled_autograd_or_export_is_torchs_compiler():
         whose = blame(check, target, raised, Evidence())
         assert whose.whose == PYTORCH and whose.via == "mechanism", check
         assert blame(check, target, raised, Evidence(rules=("WrongSquare",))).whose == USER
+
+
+def asks_torchscript(x):
+    return x * (2 if torch.jit.is_tracing() or torch.jit.is_scripting() else 3)
+
+
+def test_asking_torchscript_does_not_tell_compiled_from_eager():
+    """torch.jit.is_tracing() is False under torch.compile and torch.export as in
+    eager (torchquad asks it): no question that tells the compile checks' runs apart."""
+    target = _user(asks_torchscript, "x: n")
+    raised = Verdict("fail", "raised TypeError: amin() missing 1 required positional arguments",
+                     {"exception": "TypeError", "raised_in": "autoray/autoray.py:2203 in translated_function"})
+    evidence = gather(get_check("compiled_autograd"), target, Case(target.ref, (Arg((2,), Values(seed=0)),)))
+    assert not evidence.asks, evidence.asks
+    assert blame("compiled_autograd", target, raised, evidence).whose == PYTORCH

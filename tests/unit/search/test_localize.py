@@ -369,3 +369,16 @@ def test_a_torch_wrapper_targets_failure_names_the_aten_ops_its_call_runs():
     found = _settled(target, case, "vmap", Verdict("fail", "vmap vs a loop: planted", {}))
     assert found.whose == PYTORCH and found.op == "aten::flip, aten::cumsum", found
     assert "aten::t" not in found.op and "the aten ops its call runs" in found.evidence
+
+
+def test_a_call_that_runs_svd_at_repeated_singular_values_is_seen():
+    """tntorch's TT-SVD of [[0.5, 1.5], [1.5, -0.5]] (singular value sqrt(2.5) twice):
+    its derivative is undefined there, and a check's mismatch is unconfirmed."""
+    from fuzzdiff.search.op_points import spectrum_met
+
+    def roundtrip(m):
+        u, s, vh = torch.linalg.svd(m, full_matrices=False)
+        return (u * s) @ vh
+
+    assert spectrum_met(lambda: roundtrip(torch.tensor([[0.5, 1.5], [1.5, -0.5]]))) == "aten::_linalg_svd"
+    assert spectrum_met(lambda: roundtrip(torch.tensor([[0.5, 1.5], [1.0, -0.5]]))) is None
