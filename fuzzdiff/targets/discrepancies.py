@@ -32,6 +32,7 @@ __all__ = [
     "DUAL_LEVEL_LERP_INPLACE_COMPILE",
     "BCE_WITH_LOGITS_NESTED_JVP",
     "GROUP_NORM_COMPILED_AUTOGRAD_ORDER2",
+    "VECTOR_NORM_ORD0_COMPILED_AUTOGRAD",
 ]
 
 # The checks that run a target eagerly, forward and backward, on the case's own
@@ -539,4 +540,20 @@ GROUP_NORM_COMPILED_AUTOGRAD_ORDER2 = Known(
     params={"order": 2},
     records=("8adf8c3f835cd470",),
     fixed_in="2.15.0",
+)
+
+VECTOR_NORM_ORD0_COMPILED_AUTOGRAD = Known(
+    "compiled_autograd",
+    "compiled autograd (torch._dynamo.compiled_autograd, eager backend) of a backward through "
+    "torch.linalg.vector_norm(x, 0) (so torch.masked.normalize with ord 0) raises: the norm's "
+    "zero derivative is an undefined gradient, and the captured graph adds it as None (torch "
+    "2.13.0 and 2.15.0 CPU; eager gives the gradient)",
+    "x = torch.tensor([-4.83, 2.0], dtype=torch.float64, requires_grad=True); y = (x / "
+    "torch.linalg.vector_norm(x, 0)).sum(); with compiled_autograd._enable(torch.compile("
+    "backend='eager')): torch.autograd.grad(y, x) -> TypeError: add(): argument 'other' "
+    "(position 2) must be Tensor, not NoneType; without compiled autograd: (0.5, 0.5)",
+    raises="TypeError",
+    message=r"add\(\): argument 'other' \(position 2\) must be Tensor, not NoneType",
+    params={"order": 1},
+    records=("18ee23341024c569",),
 )

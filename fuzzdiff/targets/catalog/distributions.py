@@ -293,6 +293,8 @@ RUNS = (
     "dtype",
     "vmap",
     "compile",
+    "compiled_autograd",
+    "export",
     "checkpoint",
     "implicit_rsample",
 )

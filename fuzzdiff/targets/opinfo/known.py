@@ -24,6 +24,7 @@ from fuzzdiff.targets.discrepancies import (
     NESTED_JVP_NORMS,
     NESTED_VMAP_LOSSES,
     REVERSE_OVER_FORWARD_INPLACE,
+    VECTOR_NORM_ORD0_COMPILED_AUTOGRAD,
     VMAP_INT_SCALAR_DYNAMIC,
     VMAP_SYMBOLIC_SIZES_DYNAMIC,
     VMAP_UPSAMPLE_SYMINT_OUTPUT_SIZE,
@@ -479,6 +480,27 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     ("opinfo/logdet@*", DET_GRAD_TRANSPOSED_PERMUTED),
     ("opinfo/nn.functional.group_norm@*", GROUP_NORM_VMAP_GAPPED_BATCH),
     ("opinfo/nn.functional.group_norm@*", GROUP_NORM_COMPILED_AUTOGRAD_ORDER2),
+    (
+        "opinfo/combinations@*",
+        Known(
+            "export",
+            "torch.export (strict or not) of torch.combinations with r > 1 fails inside its symbolic "
+            "shapes: the mask it selects by leaves unbacked sizes the output does not bind (torch "
+            "2.13.0 CPU; 2.15.0 exports it and agrees with eager)",
+            "class M(torch.nn.Module):\n    def forward(self, x): return torch.combinations(x, r=4, "
+            "with_replacement=True)\ntorch.export.export(M(), (torch.randn(2, dtype=torch.float64),)) -> "
+            "PendingUnbackedSymbolNotFound: Pending unbacked symbols {u1, u2, u3} not in returned outputs "
+            "FakeTensor(..., size=(u0, 4)); eager gives a (5, 4) tensor",
+            raises="PendingUnbackedSymbolNotFound",
+            message=r"Pending unbacked symbols .* not in returned outputs",
+            records=("9a3ad6ae8cd2a4ab",),
+            fixed_in="2.15.0",
+        ),
+    ),
+    *(
+        (f"opinfo/{name}@*", VECTOR_NORM_ORD0_COMPILED_AUTOGRAD)
+        for name in ("masked.normalize", "masked.norm", "linalg.vector_norm", "linalg.norm", "norm")
+    ),
     (
         "opinfo/native_group_norm@*",
         Known(
