@@ -101,7 +101,7 @@ def verdict_at(check: Check, target: Target, case: Case) -> Verdict:
         drawn = random_ops(lambda: _plain_call(target, case))
         if drawn:
             return _other_draws(verdict, drawn)
-    if verdict.failed and check.name in AT_SPECTRUM and target.module is None:
+    if verdict.failed and check.name in AT_SPECTRUM and not verdict.errors.get("exception") and target.module is None:
         met = spectrum_met(lambda: _plain_call(target, case))
         if met is not None:  # documented: no derivative there, whatever either dtype computes
             return Verdict("inconclusive", f"{verdict.message}; unconfirmed: {met} runs {REPEATED_SPECTRUM}")

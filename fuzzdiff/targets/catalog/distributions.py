@@ -257,6 +257,17 @@ GAMMA_GRADIENT = Tol(
     "torch's implicit Gamma gradient (standard_gamma_grad_one) is a series, saddle-point and rational "
     "approximation: torch's own test bounds its relative error by 5e-4",
 )
+GAMMA_GRADIENT_BEYOND_ITS_BOUND = Known(
+    "implicit_rsample",
+    "torch's implicit Gamma gradient (standard_gamma_grad_one's bivariate rational approximation) "
+    "is off by more than the 5e-4 relative error torch's own test asserts, at small concentrations "
+    "(torch 2.13.0 CPU; silent)",
+    "a = torch.full((60,), 0.25, dtype=torch.float64); x = torch.logspace(-3, 1, 60, "
+    "dtype=torch.float64); torch._standard_gamma_grad(a, x) at x = 8.555 is 6.000173, where "
+    "-(dP(a, x)/da) / p(x; a) by mpmath is 5.995015 (relative error 8.6e-4)",
+    message=r"dz/d.* of the sample \(autograd\) vs the implicit-function identity",
+    records=("52fa97819580812d",),
+)
 BETA_GRADIENT = Tol(
     1e-10,
     1e-2,
@@ -700,6 +711,7 @@ KNOWN = (
     ("RelaxedOneHotCategorical.*", REVERSE_OVER_FORWARD_INPLACE),
     ("Binomial.entropy", BINOMIAL_ENTROPY_EMPTY),
     ("GeneralizedPareto.*", GENERALIZED_PARETO_FLOAT64),
+    ("Gamma.rsample", GAMMA_GRADIENT_BEYOND_ITS_BOUND),
     ("Gumbel.cdf", GUMBEL_CDF_UNDERFLOW),
     ("ContinuousBernoulli.*", CONTINUOUS_BERNOULLI_FLOAT32),
     ("kl.ContinuousBernoulli.*", CONTINUOUS_BERNOULLI_FLOAT32),

@@ -253,6 +253,10 @@ VMAP_SKIP = {
 # cannot tell: a gradient that cancels element by element (the check's significance
 # test is per tensor) is ill-conditioned in its intermediates.
 DTYPE_SKIP = {
+    "nn.functional.group_norm": "samples whose groups hold two values normalize them to a near "
+    "constant (+-1, -+1) * sqrt(var / (var + eps)): the gradient is a cancellation that float32 "
+    "computes to few significant digits (sample 20: 1.4e-5 off a gradient of 2.3e-4); the catalog's "
+    "group_norm targets judge dtype",
     "nn.functional.multi_head_attention_forward": "gradients that cancel to near zero "
     "(tied keys: stride 0 or aliased) move by more than float32's error when float64 "
     "rounds its intermediates at float32's level (fuzzdiff.confirm.identities.RoundingNoise): "
