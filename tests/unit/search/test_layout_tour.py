@@ -14,7 +14,7 @@ from fuzzdiff.case.layout import Layout
 from fuzzdiff.case.values import Values
 from fuzzdiff.checks import get_check
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.search.fuzzing import Search, fuzz
+from fuzzdiff.search.fuzzing import FuzzFailure, Search, fuzz
 from fuzzdiff.search.layout_tour import TOUR, met, tour_classes, tour_order
 from fuzzdiff.targets.target import Target
 from strategies.cases import cases
@@ -115,3 +115,21 @@ def test_a_class_the_target_refuses_leaves_the_tours_other_classes_judged():
     tally = fuzz(grad, refusing, FuzzConfig(seed=1, variants=1, structures=1),
                  settings=settings(max_examples=3, database=None, deadline=None), search=Search(tour=TOUR))
     assert tally.rejected > 0 and tally.counts["pass"] >= 3, (tally.counts, tally.rejected)
+
+
+def test_a_tour_is_a_random_example_so_it_finds_a_batched_scalars_lost_derivative():
+    """Hypothesis's first example is its simplest: a vmap of the forward only,
+    nothing batched but the first argument. A tour drawn as that example never
+    batched the 0-dim ``s`` whose derivative the stand-in loses under vmap."""
+    from tests.unit.targets.test_opinfo_scalars import planted_scale
+
+    scaled = Target("unit_tour_batched_scalar", planted_scale, "x: n, s:")
+    found = 0
+    for seed in range(5):
+        try:
+            config = FuzzConfig(seed=seed, shrink_seconds=1)
+            once = settings(max_examples=1, database=None, deadline=None)
+            fuzz(get_check("vmap"), scaled, config, settings=once, search=Search(tour=TOUR))
+        except FuzzFailure as failure:
+            found += failure.verdict.failed
+    assert found >= 4, found
