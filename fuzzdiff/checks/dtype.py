@@ -10,6 +10,9 @@ apart is the singular point the layout made (fuzzdiff.confirm.steps.neighbours).
 A value that the function's guard of its dtype's own eps decides (SI-SDR of
 a perfect estimate: 10 log10(s / eps) in each dtype) has no float64
 reference: not judged (fuzzdiff.confirm.dtype_constants).
+Digits a solve or a factorization loses to its own conditioning, at a
+near-singular matrix the code handed it, are no finding either: no kernel
+does better (fuzzdiff.confirm.rounding.CONDITIONED_OPS).
 A value whose float64 result float32 cannot hold (``exp(100)``) is out of
 range, and so is a gradient that is not finite where an output overflowed or
 the point's derivatives leave float32's range (inf * 0): "inconclusive".

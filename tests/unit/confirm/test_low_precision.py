@@ -276,3 +276,46 @@ def test_a_stride0_inputs_gradient_summed_from_cancelling_elements_is_not_a_find
                 params={"cotangent": {"layout": "expanded", "seed": 931178747, "zeros": 0.5}})
     verdict = run_check("dtype", target, case)
     assert verdict.kind == "inconclusive" and "rounding of intermediate results" in verdict.message, verdict
+
+
+def _cayley(x):
+    """geotorch's Cayley map: orthogonal, and well-conditioned in x, but near
+    x = c + small its solve's matrix has a condition number near c."""
+    s = x.triu(1) - x.triu(1).mT
+    eye = torch.eye(x.shape[-1], dtype=x.dtype)
+    return torch.linalg.solve(eye - s, eye + s)
+
+
+def _solve_off_in_float32(x):
+    s = x.triu(1) - x.triu(1).mT
+    eye = torch.eye(x.shape[-1], dtype=x.dtype)
+    return torch.linalg.solve(eye - s, eye + s) * (1.002 if x.dtype == torch.float32 else 1.0)
+
+
+def test_digits_a_solve_loses_to_its_own_conditioning_are_not_the_dtype_checks_finding():
+    """At x = 65536 + small, float32's solve is off by 1e-3 of Q's entries:
+    cond(I - S) times float32's rounding, which moving x by rounding does not
+    show (Q barely moves) and which no float32 solve escapes. Judged a
+    finding, it was a false alarm on geotorch's orthogonal parametrization."""
+    cayley = Target("unit_cayley", _cayley, "x: n n")
+    cases = [_case(shape=(3, 3), seed=s, low=65535.0, high=65537.0) for s in range(6)]
+    verdicts = [run_check("dtype", cayley, c) for c in cases]
+    assert "fail" not in [v.kind for v in verdicts], verdicts
+    explained = [v for v in verdicts if v.kind == "inconclusive"]
+    assert explained and all("aten::_linalg_solve_ex" in v.message for v in explained), explained
+    wrong = Target("unit_solve_off_in_float32", _solve_off_in_float32, "x: n n")
+    well = [_case(shape=(3, 3), seed=s, low=-0.3, high=0.3) for s in range(3)]
+    assert [run_check("dtype", wrong, c).kind for c in well] == ["fail"] * 3
+
+
+def test_rounding_at_conditioned_ops_moves_only_their_inputs():
+    from fuzzdiff.confirm.rounding import ConditionedOpNoise
+
+    a = torch.tensor([[2.0, 1.0], [1.0, 3.0]], dtype=torch.float64)
+    b = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    with ConditionedOpNoise() as mode:
+        plain = torch.tanh(a)
+        moved = torch.linalg.solve(a, b)
+    assert torch.equal(plain, torch.tanh(a)) and mode.met == {"aten::_linalg_solve_ex"}
+    off = (moved - torch.linalg.solve(a, b)).abs().max().item()
+    assert 0 < off < 10 * torch.finfo(torch.float32).eps
