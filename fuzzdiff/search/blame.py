@@ -282,18 +282,22 @@ def torch_known(calls: Sequence[str], check: str, case: Case, verdict: Verdict) 
 @functools.cache
 def _known_by_function() -> dict[str, tuple[Known, ...]]:
     """The catalog's known discrepancies by the name of the torch function its
-    target is (``torch.cumprod``; a target that wraps one is not indexed), and
-    by the samplers an implicitly reparameterized sample is drawn by
-    (``Target.implicit``: code calling ``torch._standard_gamma`` meets them)."""
+    target is (``Target.torch_function``: ``torch.cumprod`` itself, or
+    ``torch.linalg.solve`` behind the wrapper that makes its matrix
+    invertible), and by the samplers an implicitly reparameterized sample is
+    drawn by (``Target.implicit``: code calling ``torch._standard_gamma`` meets them)."""
     from fuzzdiff.targets import all_targets  # the catalog, built once and only when a blame needs it
 
+    spaces = {space.__name__: space for space in _TORCH_SPACES}
     found: dict[str, list[Known]] = {}
     for t in all_targets():
-        name = getattr(t.fn, "__name__", None)
-        if not t.known or not isinstance(name, str) or not torchs_own(t):
+        if not t.known or not torchs_own(t):
             continue
-        if any(getattr(space, name, None) is t.fn for space in _TORCH_SPACES):
-            found.setdefault(name, []).extend(t.known)
+        space, _, name = (t.torch_function or "").rpartition(".")
+        # by the name the call is seen by (torch.linalg.solve's is "linalg_solve")
+        called = getattr(getattr(spaces.get(space), name, None), "__name__", None)
+        if isinstance(called, str):
+            found.setdefault(called, []).extend(t.known)
         for sampler in t.implicit.samplers if t.implicit is not None else ():
             found.setdefault(sampler, []).extend(t.known)
     return {name: tuple(ks) for name, ks in found.items()}

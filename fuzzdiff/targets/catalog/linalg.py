@@ -145,6 +145,7 @@ register(
         max_side=3,
         structured=MATRICES,
         known=(NESTED_JVP_LINALG,),
+        op="torch.linalg.solve",
     ),
     Target(
         "solve_triangular",
@@ -154,8 +155,9 @@ register(
         domain=UNIT,
         max_side=3,
         kwargs={"upper": st.booleans()},
+        op="torch.linalg.solve_triangular",
     ),
-    Target("inv", inv, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=MATRICES),
+    Target("inv", inv, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=MATRICES, op="torch.linalg.inv"),
     Target(
         "det",
         det,
@@ -165,6 +167,7 @@ register(
         max_side=3,
         structured=MATRICES,
         known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG, DET_HESSIAN_REPEATED_SINGULAR),
+        op="torch.linalg.det",
     ),
     Target(
         "slogdet",
@@ -175,6 +178,7 @@ register(
         max_side=3,
         structured=MATRICES,
         known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG, DET_HESSIAN_REPEATED_SINGULAR),
+        op="torch.linalg.slogdet",
     ),
     Target(
         "logdet",
@@ -185,14 +189,28 @@ register(
         max_side=3,
         structured=MATRICES,
         known=(DET_GRAD_TRANSPOSED_STRIDE0, NESTED_JVP_LINALG, DET_HESSIAN_REPEATED_SINGULAR),
+        op="torch.logdet",
     ),
-    Target("cholesky", cholesky, SQUARE, FAMILY, domain=UNIT, max_side=3),
-    Target("qr", qr, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=SINGULAR),
-    Target("svdvals", svdvals, "a: *b m n", FAMILY, domain=UNIT, max_side=3, structured=SINGULAR),
-    Target("pinv", pinv, "a: *b m n", FAMILY, domain=UNIT, max_side=3, structured=SINGULAR),
-    Target("eigvalsh", eigvalsh, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=MATRICES),
+    Target("cholesky", cholesky, SQUARE, FAMILY, domain=UNIT, max_side=3, op="torch.linalg.cholesky"),
+    Target("qr", qr, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=SINGULAR, op="torch.linalg.qr"),
+    Target(
+        "svdvals", svdvals, "a: *b m n", FAMILY, domain=UNIT, max_side=3, structured=SINGULAR, op="torch.linalg.svdvals"
+    ),
+    Target("pinv", pinv, "a: *b m n", FAMILY, domain=UNIT, max_side=3, structured=SINGULAR, op="torch.linalg.pinv"),
+    Target(
+        "eigvalsh", eigvalsh, SQUARE, FAMILY, domain=UNIT, max_side=3, structured=MATRICES, op="torch.linalg.eigvalsh"
+    ),
     # one batch dim: every layout works in eager; under vmap the batch adds one (MATRIX_EXP_BATCH)
-    Target("matrix_exp", matrix_exp, "a: _ n n", FAMILY, domain=UNIT, max_side=3, known=(MATRIX_EXP_BATCH,)),
+    Target(
+        "matrix_exp",
+        matrix_exp,
+        "a: _ n n",
+        FAMILY,
+        domain=UNIT,
+        max_side=3,
+        known=(MATRIX_EXP_BATCH,),
+        op="torch.linalg.matrix_exp",
+    ),
     Target(
         "matrix_exp_batched",
         matrix_exp,
@@ -202,6 +220,7 @@ register(
         max_side=3,
         structured=MATRICES,
         known=(MATRIX_EXP_BATCH,),
+        op="torch.linalg.matrix_exp",
     ),
-    Target("cross", cross, "x: *#b 3, y: *#b 3", FAMILY, max_side=3),
+    Target("cross", cross, "x: *#b 3, y: *#b 3", FAMILY, max_side=3, op="torch.linalg.cross"),
 )

@@ -34,3 +34,21 @@ def test_an_exact_zero_is_a_feature_of_the_values_wherever_it_comes_from():
     assert bool((on_grid.materialize(requires_grad=False).args[0] == 0).any())
     assert zero(on_grid)  # no zeros structure: the grid put a 0 there
     assert not zero(Case("fn", (Arg((4,), Values(seed=1, low=0.5, high=1.0)),), "float64"))
+
+
+def cayley(x):
+    """geotorch's Cayley map: its reverse-over-forward meets torch.linalg.solve's
+    forward-mode formula, which the catalog's solve target (a wrapper that makes
+    its matrix invertible) records."""
+    s = x - x.mT
+    eye = torch.eye(x.shape[-1], dtype=x.dtype)
+    return torch.linalg.solve(eye - s, eye + s)
+
+
+def test_a_known_discrepancy_of_a_wrapped_catalog_function_is_known_through_user_code():
+    from fuzzdiff.targets.catalog.linalg import NESTED_JVP_LINALG
+
+    report = fuzzdiff.check(cayley, "x: n n", checks=["forward2"], dtypes=[torch.float64],
+                            max_examples=30, seed=0, progress=False)
+    assert not report.failures, report.summary()
+    assert any(NESTED_JVP_LINALG.describe() in k.blame.evidence for k in report.known), report.summary()
