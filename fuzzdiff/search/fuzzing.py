@@ -372,6 +372,9 @@ def fuzz(
         if toured
         else example_structures(case_strategy(check, target, **config.case_options), structures)
     )
+    drawing = [examples]  # a tour no random draw fits falls back to the simplest (run_property)
+    if toured:
+        examples = st.just(None).flatmap(lambda _: drawing[0])
 
     @given(examples)
     def property_(cases: list[Case]) -> None:
@@ -478,6 +481,17 @@ def fuzz(
     property_ = (hsettings(deadline=None) if settings is None else settings)(property_)
     if config.seed is not None:
         property_ = hypothesis.seed(config.seed)(property_)
+
+    def run_property() -> None:
+        try:
+            property_()
+        except Unsatisfiable:
+            if not toured or tally.drawn or tally.rejected:
+                raise
+            # no random tour fit the target's draws, and nothing was run: the simplest one does
+            drawing[0] = tour_strategy(check, target, dict(config.case_options), toured, beyond_simplest=False)
+            property_()
+
     if corpus is not None and config.recover_crashes:
         recover(corpus)
     try:
@@ -489,7 +503,7 @@ def fuzz(
         try:
             with torch_state.run(), torch_logs(config.capture_logs) as logs:
                 try:
-                    property_()
+                    run_property()
                 except OutOfTime as late:
                     smallest = shrink.smallest()
                     if smallest is not None:  # stopped while it shrank: the smallest failure so far

@@ -67,9 +67,10 @@ def tour_classes(check: Check, target: Target, case_options: dict, order: Sequen
 
 
 def tour_strategy(
-    check: Check, target: Target, case_options: dict, classes: Sequence[str]
+    check: Check, target: Target, case_options: dict, classes: Sequence[str], beyond_simplest: bool = True
 ) -> st.SearchStrategy[list[Case]]:
-    """One example: a case of each class, in order, never Hypothesis's simplest.
+    """One example: a case of each class, in order; where ``beyond_simplest``,
+    never Hypothesis's simplest.
 
     A campaign tours a pair once, and Hypothesis's first example is its
     simplest choice sequence: every choice the tour leaves to chance (values,
@@ -77,14 +78,22 @@ def tour_strategy(
     option, the same in every pair and every campaign. A leading coin that
     must come up heads makes that example invalid (the filter's retries are
     simplest too), so the tour is the first random example; shrinking still
-    moves everything else toward the simplest."""
+    moves everything else toward the simplest. A target whose random draws
+    seldom fit (an index whose dims must fit another argument's) may have
+    only the simplest tour to give (fuzzdiff.search.fuzzing falls back to it)."""
 
     def one(name: str) -> st.SearchStrategy[Case]:
         forced = {"require_alias": True} if name == ALIASED else {"layout_class": name, "min_side": SIDE}
         return case_strategy(check, target, **{**case_options, **forced})
 
-    drawn = st.tuples(st.booleans(), st.tuples(*(one(c) for c in classes)))
-    return drawn.filter(lambda coin_cases: coin_cases[0]).map(lambda coin_cases: list(coin_cases[1]))
+    tour = st.tuples(*(one(c) for c in classes))
+    if not beyond_simplest:
+        return tour.map(list)
+    return (
+        st.tuples(st.booleans(), tour)
+        .filter(lambda coin_cases: coin_cases[0])
+        .map(lambda coin_cases: list(coin_cases[1]))
+    )
 
 
 def tour_order(cases: Iterable[Case], order: Sequence[str] = TOUR) -> tuple[str, ...]:
