@@ -33,6 +33,7 @@ __all__ = [
     "BCE_WITH_LOGITS_NESTED_JVP",
     "GROUP_NORM_COMPILED_AUTOGRAD_ORDER2",
     "VECTOR_NORM_ORD0_COMPILED_AUTOGRAD",
+    "STRICT_EXPORT_EMPTY_STRIDED",
 ]
 
 # The checks that run a target eagerly, forward and backward, on the case's own
@@ -559,4 +560,22 @@ VECTOR_NORM_ORD0_COMPILED_AUTOGRAD = Known(
     message=ADDS_NONE,
     params={"order": 1},
     records=("18ee23341024c569",),
+)
+
+STRICT_EXPORT_EMPTY_STRIDED = Known(
+    "export",
+    "strict torch.export.export (Dynamo) of a call with an empty input whose zero-size dim has a "
+    "stride larger than the other dims span raises: torch._dynamo.utils.clone_input sizes its copy "
+    "as sum((size - 1) * stride), negative at a size 0 (torch 2.13.0 and 2.15.0 CPU; non-strict "
+    "export runs it; related: pytorch/pytorch#139224 mended the same sum in inductor's "
+    "clone_preserve_strides)",
+    "class M(torch.nn.Module):\n    def forward(self, a, b): return a * b\n"
+    "a = torch.empty_strided((0, 1, 3), (6, 6, 2), dtype=torch.float64); b = torch.empty_strided("
+    "(0, 10, 3), (120, 6, 2), dtype=torch.float64); torch.export.export(M(), (a, b), strict=True) "
+    "-> RuntimeError: Trying to create tensor with negative dimension -30: [-30]; strict=False exports it",
+    raises="RuntimeError",
+    message=r"Trying to create tensor with negative dimension",
+    params={"strict": True},
+    features=("empty",),
+    records=("30fdb700be85c93a",),
 )

@@ -24,6 +24,7 @@ from fuzzdiff.targets.discrepancies import (
     NESTED_JVP_NORMS,
     NESTED_VMAP_LOSSES,
     REVERSE_OVER_FORWARD_INPLACE,
+    STRICT_EXPORT_EMPTY_STRIDED,
     VECTOR_NORM_ORD0_COMPILED_AUTOGRAD,
     VMAP_INT_SCALAR_DYNAMIC,
     VMAP_SYMBOLIC_SIZES_DYNAMIC,
@@ -91,6 +92,17 @@ _GRID_SAMPLE = Known(
     _GRID_SAMPLE_REASON,
     _GRID_SAMPLE_EVIDENCE,
     params={"levels.0.in_dims.0": NOT_NONE, "levels.0.in_dims.1": NOT_NONE},
+    fixed_in="2.15.0",
+)
+# under vmap of a vjp the wrong shape meets the cotangent, and multiplying the two raises
+_GRID_SAMPLE_RAISED = Known(
+    "vmap",
+    f"{_GRID_SAMPLE_REASON}; where a derivative is taken through it, the wrong shape raises",
+    _GRID_SAMPLE_EVIDENCE,
+    raises="RuntimeError",
+    message=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
+    params={"levels.0.in_dims.0": NOT_NONE, "levels.0.in_dims.1": NOT_NONE},
+    records=("f85669e3bbe42b4b",),
     fixed_in="2.15.0",
 )
 # the same batching rule at the inner level of a nested vmap, the grid unbatched at the outer one
@@ -322,7 +334,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     *(
         (f"opinfo/{name}@*", known)
         for name in ("grid_sampler_2d", "nn.functional.grid_sample")
-        for known in (_GRID_SAMPLE, _GRID_SAMPLE_INNER, _GRID_SAMPLE_VJP, _GRID_SAMPLE_BATCH_LAST)
+        for known in (_GRID_SAMPLE, _GRID_SAMPLE_RAISED, _GRID_SAMPLE_INNER, _GRID_SAMPLE_VJP, _GRID_SAMPLE_BATCH_LAST)
     ),
     ("opinfo/nn.functional.max_pool3d@*", _MAX_POOL3D),
     (
@@ -711,6 +723,7 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     ("opinfo/*", JVP_VIEW_AOT_FUNCTION),
     ("opinfo/*", JVP_CAPTURED_CONSTANT_AOT_FUNCTION),
     ("opinfo/*", JVP_TANGENT_COPY_DYNAMIC),
+    ("opinfo/*", STRICT_EXPORT_EMPTY_STRIDED),
     *((f"opinfo/{name}@*", VMAP_INT_SCALAR_DYNAMIC) for name in ("addbmm", "baddbmm")),
     *(
         (f"opinfo/{name}@*", known)
