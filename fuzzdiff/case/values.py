@@ -275,8 +275,9 @@ class Values:
         or "overflow" structure scaled them) move by ``amount`` of their own
         magnitude: a float32-rounding nudge of 112.8 by a part of the span
         [-2, 2] rounded back to 112.8, and a neighbour was the point itself."""
-        step = draws.normal(draws.words(seed, 2 * n, draws.NUDGES, start))
-        np.clip(step, -1.0, 1.0, out=step)
+        # tanh, not a clip: a clip puts a third of the steps on exactly +-1, so two
+        # arguments drawn alike (x1 == x2 at a ranking loss's kink) kept ties apart
+        step = np.tanh(draws.normal(draws.words(seed, 2 * n, draws.NUDGES, start)))
         span = max(self.high - self.low, 1.0, shift(self.structure) if self.structure else 0.0)
         step *= amount * span
         if at is not None:

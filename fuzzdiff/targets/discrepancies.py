@@ -6,6 +6,8 @@ each lists the one signature here among its ``known`` (fuzzdiff.targets.known).
 
 from __future__ import annotations
 
+import dataclasses
+
 from fuzzdiff.targets.known import NOT_NONE, Known
 
 __all__ = [
@@ -13,6 +15,7 @@ __all__ = [
     "OWN_RULES",
     "LAYER_NORM_JACREV",
     "NESTED_VMAP_LOSSES",
+    "NESTED_VMAP_LOSSES_CAPTURED_TARGET",
     "GROUP_NORM_VMAP_GAPPED_BATCH",
     "DET_GRAD_TRANSPOSED_PERMUTED",
     "DET_GRAD_TRANSPOSED_STRIDE0",
@@ -34,6 +37,7 @@ __all__ = [
     "GROUP_NORM_COMPILED_AUTOGRAD_ORDER2",
     "VECTOR_NORM_ORD0_COMPILED_AUTOGRAD",
     "STRICT_EXPORT_EMPTY_STRIDED",
+    "MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR",
 ]
 
 # The checks that run a target eagerly, forward and backward, on the case's own
@@ -141,6 +145,15 @@ NESTED_VMAP_LOSSES = (
             {"raises": "IndexError", "message": r"Dimension out of range \(expected to be in range of"},
         )
     ),
+)
+
+# A loss module's target that the module's call captures (ModuleInfo's forward
+# inputs hold it as a constant) is never batched: the first signatures above,
+# with the input batched at the inner level and no second argument to ask.
+NESTED_VMAP_LOSSES_CAPTURED_TARGET = tuple(
+    dataclasses.replace(k, params={key: v for key, v in k.params.items() if key != "levels.1.in_dims.1"})
+    for k in NESTED_VMAP_LOSSES
+    if k.params.get("levels.1.in_dims.1", NOT_NONE) is None
 )
 
 GROUP_NORM_VMAP_GAPPED_BATCH = Known(
@@ -578,4 +591,19 @@ STRICT_EXPORT_EMPTY_STRIDED = Known(
     params={"strict": True},
     features=("empty",),
     records=("30fdb700be85c93a",),
+)
+
+MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR = Known(
+    ("forward2", "gradgrad"),
+    "forward over reverse mode of F.mse_loss (reduction 'mean', nn.MSELoss's default) raises where "
+    "the target has no tangent (a constant, a label): the forward-AD formula of mse_loss_backward "
+    "divides the target's ZeroTensor tangent in place (torch 2.13.0 and 2.15.0 CPU; reverse over "
+    "reverse is right; reported: pytorch/pytorch#123996, open, fix proposed in pytorch/pytorch#197723)",
+    "x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True); y = torch.randn(2, 3, "
+    "dtype=torch.float64); with fwAD.dual_level(): d = fwAD.make_dual(x, torch.randn_like(x)); "
+    "torch.autograd.grad(F.mse_loss(d, y), d, create_graph=True) -> RuntimeError: ZeroTensors are "
+    "immutable. Please use the materialized zero tensor obtained using .clone() if you want a mutable tensor.",
+    raises="RuntimeError",
+    message=r"ZeroTensors are immutable",
+    records=("d7aa438307bcaee9",),
 )

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from fuzzdiff.targets import Index, NoGrad, Target, register
 from fuzzdiff.targets.catalog import _kw
-from fuzzdiff.targets.discrepancies import BCE_WITH_LOGITS_NESTED_JVP, NESTED_VMAP_LOSSES, REVERSE_OVER_FORWARD_INPLACE
+from fuzzdiff.targets.discrepancies import (
+    BCE_WITH_LOGITS_NESTED_JVP,
+    MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR,
+    NESTED_VMAP_LOSSES,
+    REVERSE_OVER_FORWARD_INPLACE,
+)
 
 FAMILY = "losses"
 PAIR = "x: *b, y: *b"
@@ -33,6 +38,17 @@ def cross_entropy_probs(x, p, reduction, label_smoothing):
 register(
     Target(
         "mse_loss", F.mse_loss, PAIR, FAMILY, min_side=1, kwargs={"reduction": _kw.reductions}, known=NESTED_VMAP_LOSSES
+    ),
+    # a target that is data, not a parameter (nn.MSELoss's labels): it carries no tangent
+    Target(
+        "mse_loss_constant_target",
+        F.mse_loss,
+        PAIR,
+        FAMILY,
+        min_side=1,
+        kinds={"y": NoGrad()},
+        kwargs={"reduction": _kw.reductions},
+        known=(MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR,),
     ),
     # |x - y| has a kink where x == y; aliasing the two (x is y) is the symmetric
     # case where central differences and torch's subgradient sign(0) = 0 agree

@@ -9,10 +9,20 @@ from __future__ import annotations
 
 import fnmatch
 
+from fuzzdiff.targets.catalog.norms import (
+    BATCH_NORM_BACKWARD_SIZE1_CHANNELS_LAST,
+    BATCH_NORM_DOUBLE_BACKWARD_LAYOUT,
+    BATCH_NORM_STRIDED_WEIGHT,
+    GROUP_NORM_FORWARD,
+    LOCAL_RESPONSE_NORM_5D_VIEW,
+)
 from fuzzdiff.targets.discrepancies import (
     BCE_WITH_LOGITS_NESTED_JVP,
     GROUP_NORM_COMPILED_AUTOGRAD_ORDER2,
+    MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR,
     NESTED_JVP_NORMS,
+    NESTED_VMAP_LOSSES,
+    NESTED_VMAP_LOSSES_CAPTURED_TARGET,
     REVERSE_OVER_FORWARD_INPLACE,
 )
 from fuzzdiff.targets.known import Known
@@ -27,6 +37,24 @@ KNOWN: tuple[tuple[str, tuple[str, ...], Known], ...] = (
     ("nn.LayerNorm", ("train", "eval"), NESTED_JVP_NORMS),
     ("nn.BCEWithLogitsLoss", ("train", "eval"), BCE_WITH_LOGITS_NESTED_JVP),
     ("nn.GroupNorm", ("train", "eval"), GROUP_NORM_COMPILED_AUTOGRAD_ORDER2),
+    ("nn.GroupNorm", ("train", "eval"), GROUP_NORM_FORWARD),
+    ("nn.LocalResponseNorm", ("train", "eval"), LOCAL_RESPONSE_NORM_5D_VIEW),
+    # eval mode runs the running statistics' kernel; the weight is the module's argument 1 too
+    *(
+        ("nn.BatchNorm*", ("eval",), known)
+        for known in (
+            BATCH_NORM_STRIDED_WEIGHT,
+            BATCH_NORM_DOUBLE_BACKWARD_LAYOUT,
+            BATCH_NORM_BACKWARD_SIZE1_CHANNELS_LAST,
+        )
+    ),
+    # nn.MSELoss's target is data: no tangent (forward over reverse), and unbatched where captured
+    ("nn.MSELoss", ("train", "eval"), MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR),
+    *(
+        (loss, ("train", "eval"), known)
+        for loss in ("nn.MSELoss", "nn.SmoothL1Loss", "nn.HuberLoss")
+        for known in (*NESTED_VMAP_LOSSES, *NESTED_VMAP_LOSSES_CAPTURED_TARGET)
+    ),
     # a softmax or log_softmax inside: attention (the math path of scaled_dot_product_attention) too
     *(
         (pattern, ("train", "eval"), REVERSE_OVER_FORWARD_INPLACE)
