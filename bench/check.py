@@ -27,6 +27,7 @@ and a rerun per further failure. The zoo's bugs are timed with
     python bench/check.py --isolation     # the zoo, with and without the fresh rerun
     python bench/check.py --twins --as-functions   # the zoo as users' functions, at the hard values
     python bench/check.py --localize      # localizing, on plain-torch functions
+    python bench/check.py --functions entries.py   # your functions: ENTRIES = [(fn, spec, options), ...]
 
 Each run is in this process, after one untimed warm-up call (torch's and
 Hypothesis's first-call costs are paid once per test session, too), in a
@@ -36,6 +37,7 @@ fresh working directory, so no example database tries earlier failures first.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -157,6 +159,34 @@ def patterns(seed: int | None) -> int:
     return 0
 
 
+def functions(path: str, seed: int | None) -> int:
+    """Each ``(fn, spec, options)`` of the ``ENTRIES`` list that the file at
+    ``path`` defines (a trial's third-party functions, as a user checks
+    them), at check's defaults: the time to answer, and what localizing cost
+    per confirmed failure (a report's localizing time over its failures)."""
+    folder = str(Path(path).resolve().parent)
+    sys.path.insert(0, folder)  # the file's neighbours, and the fresh process's imports of its functions
+    loaded = importlib.util.spec_from_file_location(Path(path).stem, path)
+    if loaded is None or loaded.loader is None:
+        raise SystemExit(f"--functions: cannot import {path}")
+    module = importlib.util.module_from_spec(loaded)
+    sys.modules[loaded.name] = module
+    loaded.loader.exec_module(module)
+    seconds, levels, totals = [], [], []
+    for fn, spec, options in module.ENTRIES:
+        (report, spent), total = timed(localized, fuzzdiff.check, fn, spec, seed=seed, progress=False, **options)
+        totals.append(total)
+        failures = report.failures
+        if spent is not None and failures:
+            seconds += [spent / len(failures)] * len(failures)
+            levels += [f.blame.level or "not localized" if f.blame else "no blame" for f in failures]
+        print(f"  {total:6.1f} s (budget {report.budget or 'none'})  {len(failures)} failure(s)  "
+              f"localizing {spent or 0:5.2f} s  {getattr(fn, '__name__', fn)}")
+    print(f"time to answer: median {statistics.median(totals):.1f} s, largest {max(totals):.1f} s")
+    localizing(seconds, levels, Path(path).name)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-zoo", action="store_true", help="only the cheap function")
@@ -164,6 +194,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="a fixed seed (default: random runs)")
     parser.add_argument("--isolation", action="store_true", help="time the zoo with and without the fresh rerun")
     parser.add_argument("--localize", action="store_true", help="only localizing, on plain-torch functions")
+    parser.add_argument("--functions", metavar="FILE", help="only the ENTRIES = [(fn, spec, options)] FILE defines")
     parser.add_argument(
         "--as-functions",
         action="store_true",
@@ -171,6 +202,8 @@ def main(argv=None) -> int:
         "check's defaults (the hard values, the time budget), not its Target",
     )
     args = parser.parse_args(argv)
+    if args.functions:
+        args.functions = str(Path(args.functions).resolve())  # before the move to a fresh directory
     torch.set_num_threads(1)
     # A fresh directory: no example database from an earlier run tries its failures first.
     os.chdir(tempfile.mkdtemp(prefix="fuzzdiff-bench-check-"))
@@ -178,6 +211,8 @@ def main(argv=None) -> int:
     fuzzdiff.check(cheap, "x: *b n", checks=("grad",), max_examples=5, progress=False)  # warm-up
     if args.localize:
         return patterns(args.seed)
+    if args.functions:
+        return functions(args.functions, args.seed)
     report, total = timed(fuzzdiff.check, cheap, "x: *b n", seed=args.seed, progress=False)
     eager = sum(s for name, s in report.seconds.items() if name != "compile")
     print(f"cheap elementwise function, defaults: {total:.1f} s over {len(report.tallies)} checks, "
