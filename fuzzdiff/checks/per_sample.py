@@ -124,7 +124,10 @@ def run(target: Target, case: Case) -> Verdict:
 def _run(target: Target, case: Case) -> Verdict:
     tol = tolerance(target, "per_sample", case.torch_dtype)
     plan = path.Plan.from_params(case.params).describe()
-    first = path.run(target, case)
+    try:
+        first = path.run(target, case)
+    except path.NoBatchDim as e:
+        return Verdict("unsupported", str(e))
     found = _discrepancy(first, tol)
     if found is None:
         skipped = first.vmapped.skipped

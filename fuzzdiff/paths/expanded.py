@@ -42,7 +42,7 @@ from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.module import batch_dims  # copied into scripts with the paths that call it
 from fuzzdiff.targets.target import Target
 
-__all__ = ["Plan", "Sides", "run", "batch_dims", "REDUCTIONS"]
+__all__ = ["Plan", "Sides", "run", "batch_dims", "REDUCTIONS", "NoBatchDim"]
 
 REDUCTIONS = ("sum", "mean")
 
@@ -290,11 +290,24 @@ class Sides(NamedTuple):
     vmapped: Result
 
 
+class NoBatchDim(Exception):
+    """A module output without the batch dim (a loss already summed over the
+    batch): there is no term per sample to take a gradient of."""
+
+
 def run(target: Target, case: Case, cast: torch.dtype | None = None, vmapped: bool = True) -> Sides:
     """The three paths on one batch; ``cast`` recomputes at the same values in another dtype."""
     batch = Batch(target, case, cast)
     module, setup, batched = batch.module(), batch.setup, batch.batched
     cots, expanded = by_expanded_weights(module, setup, batched, lambda o: probes_like(case.params, "cotangent", o))
+    _, out_dims = batch_dims(module)
+    for k, o in enumerate(expanded[: len(cots)]):
+        dim = out_dim(out_dims, k)
+        if o.dim() <= dim or o.shape[dim] != setup.batch:
+            raise NoBatchDim(
+                f"output {k} has shape {list(o.shape)}, no batch of {setup.batch} at dim {dim}: "
+                "per-sample gradients need one output term per sample"
+            )
     names = _names(module, len(cots), batch)
     looped = by_loop(module, setup, batched, cots)
     vmapped_side = Result.not_run(names, "not asked for")

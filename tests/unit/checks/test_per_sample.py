@@ -369,3 +369,27 @@ def test_instance_norm_noncontiguous_input_discrepancy_is_real():
     assert verdict.kind == "fail" and "grad of input x" in verdict.message
     assert run_check(CHECK, get_target("nn_instance_norm2d"), replace(case, params={
         **case.params, "layouts": [None]})).kind == "pass"
+
+
+class _SummedLoss(nn.Module):
+    """A module whose output is already a loss over the whole batch
+    (vector-quantize's commitment loss): no term per sample."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, z):
+        return (self.lin(z) ** 2).mean()
+
+
+def test_an_output_without_the_batch_dim_is_unsupported_not_a_failure():
+    """The loop over samples concatenated 0-dim losses and raised inside
+    fuzzdiff ("zero-dimensional tensor cannot be concatenated"), reported as
+    the user's failure."""
+    import fuzzdiff
+
+    report = fuzzdiff.check(_SummedLoss(), "z: b n 4", checks=["per_sample"], max_examples=10, seed=0,
+                            progress=False)
+    row = report.row("per_sample")
+    assert report.ok and row["failed"] == 0 and row["unsupported"] == row["examples"] > 0, row
