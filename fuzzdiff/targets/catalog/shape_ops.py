@@ -163,7 +163,40 @@ CLAMP_BROADCAST = Known(
 )
 
 
+# Empty complex results, whose cotangent came expanded (a stride-0 tensor of
+# no elements counts as contiguous, so .contiguous() keeps its strides)
+VIEW_AS_REAL_EMPTY_EXPANDED = Known(
+    ("grad", "forward", "gradgrad", "forward2", "layout", "alias", "mutation", "dtype", "vmap", "checkpoint"),
+    "the backward of torch.view_as_real raises at an empty tensor whose cotangent is expanded "
+    "(stride 0): its rule view_as_complex(grad.contiguous()) keeps the strides, since an empty "
+    "tensor counts as contiguous, and view_as_complex wants a last dim of stride 1 (torch 2.13.0 "
+    "and 2.15.0 CPU; a contiguous empty cotangent, or an expanded non-empty one, works; no upstream "
+    "report found)",
+    "re = torch.zeros(0, 2, dtype=torch.float64, requires_grad=True); im = torch.zeros_like(re, "
+    "requires_grad=True); out = torch.view_as_real(torch.complex(re, im)); torch.autograd.grad(out, "
+    "(re, im), torch.ones((), dtype=torch.float64).expand(out.shape)) -> RuntimeError: Tensor must "
+    "have a last dimension with stride 1",
+    raises="RuntimeError",
+    message=r"Tensor must have a last dimension with stride 1",
+    params={"cotangent.layout": "expanded"},
+    features=("empty",),
+    records=("7b5da0b1551edf64",),
+)
+
+
+def complex_as_real(re, im):
+    return torch.view_as_real(torch.complex(re, im))
+
+
 register(
+    Target(
+        "view_as_real",
+        complex_as_real,
+        "re: *b, im: *b",
+        FAMILY,
+        op="torch.view_as_real",
+        known=(VIEW_AS_REAL_EMPTY_EXPANDED,),
+    ),
     Target("reshape", reshape, "x: ...", FAMILY, kwargs={"shape": _kw.reshape_sizes()}),
     Target("flatten", torch.flatten, "x: ...", FAMILY),
     Target("permute", permute, "x: _ ...", FAMILY, kwargs={"dims": _kw.permutation()}),

@@ -52,3 +52,19 @@ def test_a_known_discrepancy_of_a_wrapped_catalog_function_is_known_through_user
                             max_examples=30, seed=0, progress=False)
     assert not report.failures, report.summary()
     assert any(NESTED_JVP_LINALG.describe() in k.blame.evidence for k in report.known), report.summary()
+
+
+def modulus_phase(re, im):
+    """complextorch's layers end in torch.view_as_real: its backward at an
+    empty batch with an expanded cotangent raises, torch's own signature."""
+    z = torch.complex(re, im)
+    return torch.view_as_real(z * z.abs())
+
+
+def test_view_as_reals_empty_expanded_cotangent_is_known_through_user_code():
+    from fuzzdiff.targets.catalog.shape_ops import VIEW_AS_REAL_EMPTY_EXPANDED
+
+    report = fuzzdiff.check(modulus_phase, "re: b n, im: b n", checks=["grad"], dtypes=[torch.float64],
+                            max_examples=150, seed=0, progress=False)
+    assert not report.failures, report.summary()
+    assert any(VIEW_AS_REAL_EMPTY_EXPANDED.describe() in k.blame.evidence for k in report.known), report.summary()
