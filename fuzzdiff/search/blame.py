@@ -232,7 +232,10 @@ def gather(check: Check, target: Target, case: Case, verdict: Verdict | None = N
 
 def _gathered(check: Check, target: Target, case: Case, verdict: Verdict | None) -> Evidence:
     seen = inspect_call(target, case)
-    known = None if verdict is None or seen.rules else torch_known(seen.calls, check.name, case, verdict)
+    # with rules of the code's own in the call, only torch's own error text is
+    # evidence enough: a known raise of a torch function it calls (a wrong
+    # value could be the rule's)
+    known = None if verdict is None else torch_known(seen.calls, check.name, case, verdict, raised=bool(seen.rules))
     if known is not None:
         return Evidence(rules=seen.rules, asks=seen.asks, torch_known=known)
     running = matching(OWN_RULES, check.name, case, verdict) if verdict is not None and seen.rules else None
@@ -258,7 +261,7 @@ def known_reached(evidence: dict | None) -> Known | None:
     if not isinstance(evidence, dict):
         return None
     function = evidence.get("torch_known")
-    if isinstance(function, dict) and not evidence.get("rules"):
+    if isinstance(function, dict):
         candidates: Sequence[Known] = _known_by_function().get(function.get("function", ""), ())
         said = function.get("discrepancy")
     else:
@@ -266,15 +269,18 @@ def known_reached(evidence: dict | None) -> Known | None:
     return next((k for k in candidates if said is not None and k.describe() == said), None)
 
 
-def torch_known(calls: Sequence[str], check: str, case: Case, verdict: Verdict) -> tuple[str, str] | None:
+def torch_known(
+    calls: Sequence[str], check: str, case: Case, verdict: Verdict, raised: bool = False
+) -> tuple[str, str] | None:
     """The known discrepancy of a torch function among ``calls`` (by name)
     that the failure matches, as (the function, Known.describe()): code that
     only calls ``torch.cumprod`` fails where torch.cumprod's own recorded bug
-    does, with the same signature."""
+    does, with the same signature. ``raised``: only the known raises count
+    (the code brings rules of its own, which could give a wrong value alike)."""
     table = _known_by_function()
     for name in calls:
         for known in table.get(name, ()):
-            if known.matches(check, case, verdict):
+            if (known.raises is not None or not raised) and known.matches(check, case, verdict):
                 return name, known.describe()
     return None
 
@@ -331,7 +337,7 @@ def _blamed(check: str, target: Target, verdict: Verdict, evidence: Evidence) ->
         )
     if errors.get("torch_state"):
         return Blame(PYTORCH, f"the failing run left torch broken: {errors['torch_state']}", "torch state")
-    if evidence.torch_known is not None and not evidence.rules:
+    if evidence.torch_known is not None:
         function, discrepancy = evidence.torch_known
         return Blame(
             PYTORCH,

@@ -68,3 +68,31 @@ def test_view_as_reals_empty_expanded_cotangent_is_known_through_user_code():
                             max_examples=150, seed=0, progress=False)
     assert not report.failures, report.summary()
     assert any(VIEW_AS_REAL_EMPTY_EXPANDED.describe() in k.blame.evidence for k in report.known), report.summary()
+
+
+class _HalfPlane(torch.autograd.Function):
+    """A rule of the user's own, right, beside torch's view_as_real (complextorch's gtrelu)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * (x > 0)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (x > 0)
+
+
+def masked_modulus(re, im):
+    return torch.view_as_real(torch.complex(_HalfPlane.apply(re), im))
+
+
+def test_torchs_known_raise_is_known_though_the_code_brings_a_rule_of_its_own():
+    """The rule plays no part in view_as_real's raise; blamed on it before."""
+    from fuzzdiff.targets.catalog.shape_ops import VIEW_AS_REAL_EMPTY_EXPANDED
+
+    report = fuzzdiff.check(masked_modulus, "re: b n, im: b n", checks=["grad"], dtypes=[torch.float64],
+                            max_examples=150, seed=0, progress=False)
+    assert not report.failures, report.summary()
+    assert any(VIEW_AS_REAL_EMPTY_EXPANDED.describe() in k.blame.evidence for k in report.known), report.summary()
