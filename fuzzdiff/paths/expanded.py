@@ -37,6 +37,7 @@ from torch.utils._pytree import tree_leaves
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.directions import probes_like
 from fuzzdiff.case.layout import Layout
+from fuzzdiff.errors import FuzzdiffError
 from fuzzdiff.guards.unsupported import unsupported_reason
 from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.module import batch_dims  # copied into scripts with the paths that call it
@@ -290,7 +291,7 @@ class Sides(NamedTuple):
     vmapped: Result
 
 
-class NoBatchDim(Exception):
+class NoBatchDim(FuzzdiffError, ValueError):
     """A module output without the batch dim (a loss already summed over the
     batch): there is no term per sample to take a gradient of."""
 
