@@ -3,10 +3,12 @@
 Runs ``fuzzdiff run --budget SECONDS`` (the README's main job, every default
 option) with a fresh corpus and report directory, then prints:
 
-- coverage: pairs swept of pairs applicable, catalog and OpInfo separately;
+- coverage: pairs swept of pairs applicable, by family (catalog, distributions,
+  OpInfo, modules), and of the pairs that do not compile;
 - examples per second over the campaign;
 - distinct root causes hit: the known signatures matched and the new
-  failures, each counted once however many pairs hit it;
+  failures, each counted once however many pairs hit it; and those hit by
+  module and distribution targets;
 - each worker's peak resident memory (a slot's workers, replaced or not);
 - how many pairs met each layout class in their first batch;
 - worker time by check: batches, seconds a batch and milliseconds an example
@@ -37,8 +39,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from fuzzdiff.checks import CHECKS  # noqa: E402
 from fuzzdiff.search.layout_tour import TOUR  # noqa: E402
 from fuzzdiff.search.root_cause import message_pattern  # noqa: E402
+COMPILING = {name for name, check in CHECKS.items() if check.compiles}  # swept last, in what the budget leaves
 EAGER = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "dtype", "vmap", "per_sample")
 
 
@@ -67,6 +71,16 @@ def root_causes(pairs: list[dict]) -> tuple[set[str], set[tuple[str, str]]]:
 def drew_nothing(pair: dict) -> bool:
     """A pair whose every draw lay outside its target's domain: a target to mend, not a bug found."""
     return str(pair.get("message", "")).startswith("AllRejected")
+
+
+def family(pair: dict) -> str:
+    """opinfo, modules (ModuleInfo's and the catalog's module targets), distributions, or catalog."""
+    name, fam = pair.get("ref") or pair["target"], pair.get("family") or ""
+    if fam == "opinfo" or name.startswith("opinfo/"):
+        return "opinfo"
+    if fam in ("moduleinfo", "modules") or name.startswith("modules/"):
+        return "modules"
+    return "distributions" if fam == "distributions" else "catalog"
 
 
 def by_check(pairs: list[dict]) -> dict[str, list[dict]]:
@@ -110,19 +124,28 @@ def main(argv=None) -> int:
     def covered(rows):
         return sum(1 for p in rows if p.get("batches", 0) > 0), len(rows)
 
-    opinfo = [p for p in pairs if p.get("ref", p["target"]).startswith("opinfo/")]
-    catalog = [p for p in pairs if not p.get("ref", p["target"]).startswith("opinfo/")]
     examples = sum(p["examples"] for p in pairs)
     print(f"work directory: {work}")
     print(f"budget {meta['budget']}s, seed {meta['seed']}, {meta['jobs']} workers, {meta['rounds']} round(s), "
           f"{meta['batches']} batches, campaign {meta['seconds']}s" + (f", wall {wall:.0f}s" if wall else ""))
-    for name, rows in (("catalog", catalog), ("opinfo", opinfo)):
+    by_family = {}
+    for p in pairs:
+        by_family.setdefault(family(p), []).append(p)
+    for name, rows in sorted(by_family.items()):
         done, total = covered(rows)
-        print(f"coverage {name}: {done}/{total} pairs ({100 * done / max(total, 1):.1f}%)")
+        eager_done, eager_total = covered([p for p in rows if p["check"] not in COMPILING])
+        print(f"coverage {name}: {done}/{total} pairs ({100 * done / max(total, 1):.1f}%); "
+              f"not compiling {eager_done}/{eager_total} ({100 * eager_done / max(eager_total, 1):.1f}%)")
+    eager_done, eager_total = covered([p for p in pairs if p["check"] not in COMPILING])
+    print(f"coverage of the pairs that do not compile: {eager_done}/{eager_total} "
+          f"({100 * eager_done / max(eager_total, 1):.1f}%)")
     print(f"examples: {examples}, {examples / max(meta['seconds'], 1e-9):.0f} examples/s")
     known, new = root_causes(pairs)
     print(f"distinct root causes hit: {len(known) + len(new)} ({len(known)} known signatures matched, "
           f"{len(new)} new failures)")
+    for name in ("modules", "distributions"):
+        k, n = root_causes([p for p in pairs if family(p) == name])
+        print(f"  of {name} targets: {len(k) + len(n)} ({len(k)} known, {len(n)} new)")
     if args.plant:
         for p in pairs:
             if p.get("ref", "").startswith("bench.planted:") and (p.get("failed") or p.get("known")):

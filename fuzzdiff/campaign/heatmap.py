@@ -54,6 +54,7 @@ def pair_rows(campaign, pairs: Iterable = ()) -> list[dict]:
                 "seconds": round(r.seconds, 3),
                 "found_at": None if r.found_at is None else round(r.found_at, 1),
                 "ref": r.ref,
+                "family": r.family,
                 "message": headline(message)[:300],
                 "layout_classes": sorted(met(r.first_batch_features)),
             }
@@ -65,6 +66,7 @@ def pair_rows(campaign, pairs: Iterable = ()) -> list[dict]:
                 {
                     "target": target.name,
                     "ref": target.ref,
+                    "family": target.family,
                     "check": check.name,
                     "examples": 0,
                     "counts": {},

@@ -29,10 +29,12 @@ class RoundingNoise(TorchDispatchMode):
     off by a part of itself as large as that. Exact zeros stay: a zero is one
     in every dtype.
 
-    Views, in-place and out= results alias their inputs and are left alone, as
-    are results of ops without floating tensor arguments (``arange``,
-    ``ones``; an integer cast): constants, not rounded values. Seeded, so a
-    repeat moves everything the same way.
+    A view computes nothing and is left alone, as are results of ops without
+    floating tensor arguments (``arange``, ``ones``; an integer cast):
+    constants, not rounded values. An in-place or out= result is fresh values
+    written into an argument (``sigmoid_`` in an RNN cell: a saturated gate
+    that float32 holds as exactly 1), and is rounded where it lies. Seeded, so
+    a repeat moves everything the same way.
     """
 
     def __init__(
@@ -48,12 +50,20 @@ class RoundingNoise(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         on_time()  # a solver's loop, rounded op by op, runs thousands of them
         out = func(*args, **(kwargs or {}))
-        if any(r.alias_info is not None for r in func._schema.returns):
-            return out
+        returns = [r.alias_info for r in func._schema.returns]
+        if any(a is not None and not a.is_write for a in returns):
+            return out  # a view
         if not any(
             isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())
             for a in tree_leaves((args, kwargs))
         ):
+            return out
+        if any(a is not None for a in returns):  # in place or out=: round the written tensors where they lie
+            for t in tree_leaves(out):
+                rounded = self._round(t)
+                if rounded is not t:
+                    with torch.no_grad():
+                        t.copy_(rounded)
             return out
         return tree_map(self._round, out)
 

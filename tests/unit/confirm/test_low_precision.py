@@ -200,19 +200,33 @@ def test_rounding_noise_moves_fresh_results_by_the_unit_and_nothing_else():
         y = x * 1.0
         view = x.view(2, 3)
         count = torch.arange(4, dtype=torch.float64)
-        inplace = x.clone().mul_(1.0)
+        buffer = x.clone()
+        inplace = buffer.mul_(1.0)
         z = x * 1.0
     assert torch.equal((y / x - 1).abs(), torch.full_like(x, 2.0**-24))
     assert not torch.equal(y, z)  # fresh noise for every result
     assert view.data_ptr() == x.data_ptr() and torch.equal(view.reshape(-1), x)
     assert torch.equal(count, torch.arange(4, dtype=torch.float64))  # a constant, not a rounded value
-    assert (inplace / x - 1).abs().max() <= 2.0**-24  # the clone is rounded, mul_ is not again
+    # the clone is rounded, and mul_'s result again, where it lies
+    assert inplace.data_ptr() == buffer.data_ptr() and (inplace / x - 1).abs().max() > 1.5 * 2.0**-24
     with RoundingNoise(unit=2.0**-24, seed=3):
         again = x * 1.0
     assert torch.equal(again, y)  # seeded: a replay rounds the same way
     with RoundingNoise():
         i = torch.tensor([1, 2]) * 3
     assert torch.equal(i, torch.tensor([3, 6]))  # integers are exact
+
+
+def test_rounding_noise_rounds_a_result_computed_in_place():
+    """A saturated gate computed in place (an RNN cell's ``sigmoid_``) is one
+    that float32 holds as exactly 1, so its derivative y (1 - y) loses every
+    digit in float32: rounding explains that only if in-place results are
+    rounded too (nn.LSTM's float32 gradients were failures of the dtype check)."""
+    x = torch.tensor([20.0], dtype=torch.float64, requires_grad=True)
+    (exact,) = torch.autograd.grad(x.clone().sigmoid_(), x)
+    with RoundingNoise(seed=0):
+        (noisy,) = torch.autograd.grad(x.clone().sigmoid_(), x)
+    assert (noisy - exact).abs() > exact.abs()  # no significant digit left: 2e-9 against y's rounding of 6e-8
 
 
 def test_rounding_noise_reaches_backward_forward_mode_and_vmap():
