@@ -32,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="PATTERN",
         help="glob patterns over target names or family/name; opinfo/* for OpInfo, modules/* for "
-        "ModuleInfo and the catalog's modules (default: the catalog and, when its database imports, "
-        "OpInfo; ModuleInfo only when named)",
+        "ModuleInfo and the catalog's modules (default: the catalog and, when torch's test databases "
+        "import, OpInfo and ModuleInfo)",
     )
     run.add_argument(
         "--budget", type=float, metavar="SECONDS", help="stop starting new batches after this many seconds"

@@ -178,8 +178,8 @@ def _pairs(args, console: Console, dtypes, shard: Shard | None) -> tuple[list, l
 
 def _select_pairs(args, notes: list[str] | None = None):
     """The (target, check) pairs of ``--targets`` and ``--checks``. Without
-    ``--targets``: the catalog and, when torch's OpInfo database imports, its
-    targets (``notes`` gets why not); ModuleInfo's only by ``--targets 'modules/*'``."""
+    ``--targets``: the catalog and, when torch's OpInfo and ModuleInfo databases
+    import, their targets (``notes`` gets why not)."""
     checks = split(args.checks) or list(CHECKS)
     unknown = [c for c in checks if c not in CHECKS]
     if unknown:
@@ -192,9 +192,7 @@ def _select_pairs(args, notes: list[str] | None = None):
         if any(fnmatch.fnmatchcase(t.name, p) or fnmatch.fnmatchcase(f"{t.family}/{t.name}", p) for p in patterns)
     ]
     opinfo = [p for p in patterns if p.startswith(OPINFO)] if given else [f"{OPINFO}/*"]
-    # ModuleInfo's targets are asked for by name: their ties between arguments and
-    # float32 recurrences still meet false alarms (docs/pages/targets.md#moduleinfo)
-    modules = [p for p in patterns if p.startswith(MODULEINFO_PREFIX)] if given else []
+    modules = [p for p in patterns if p.startswith(MODULEINFO_PREFIX)] if given else [f"{MODULEINFO_PREFIX}*"]
     # built on demand: torch's op_db and module_db take a while to import
     for wanted, select, error, what in (
         (opinfo, select_opinfo, OpInfoError, "OpInfo"),
