@@ -64,6 +64,13 @@ class Net(torch.nn.Module):
         return self.act(Cube.apply(self.norm(self.lin(x)))) * self.scale
 
 
+class Cell(torch.nn.Module):
+    """Two inputs that share the batch dim, as a recurrent cell's x and hx."""
+
+    def forward(self, x, hx):
+        return Cube.apply(x) + hx
+
+
 class Lost(torch.nn.Module):
     """Its constructor argument is not kept: no recipe."""
 
@@ -129,6 +136,14 @@ def test_a_container_of_torch_and_user_modules_replays_importing_only_the_users(
     shown = capsys.readouterr().out  # what replaying it would build and import, read without importing
     assert '"class": "torch.nn.modules.container:Sequential"' in shown
     assert "imports:    fd_user_modules:CubeLayer" in shown
+
+
+def test_a_module_whose_spec_bounds_a_shared_dim_once_replays(mods, tmp_path):
+    """The bound written at one use of ``b`` holds at every use (``hx: b>=1 2``
+    as rebuilt); the record keeps the spec as written, and the two are one spec."""
+    path = _failing_record(mods.Cell(), "x: b>=1 2, hx: b 2", tmp_path)
+    assert read_record(path).definition["spec"] == "x: b>=1 2, hx: b 2"
+    assert replay(read_record(path)).failed
 
 
 def test_a_module_without_a_recipe_says_so_at_check_time_and_at_replay(mods, tmp_path):
