@@ -61,6 +61,7 @@ from fuzzdiff.case.case import Case
 from fuzzdiff.confirm.compare import Discrepancy, holds, max_abs
 from fuzzdiff.confirm.ladder import Doubt, Ladder, Step, Survived
 from fuzzdiff.confirm.low_precision import LowPrecision, against_float64
+from fuzzdiff.confirm.rounding import RoundingNoise
 from fuzzdiff.confirm.steps import (
     CONTIGUOUS,
     COPIED,
@@ -134,7 +135,10 @@ Measure = Callable[[Case, float], Measurement]
 
 
 # The finite-difference identities' ladder (grad, forward, gradgrad, forward2).
-FD_LADDER = Ladder(("repeat", "eps", "jitter", "neighbours", "float64", "stopping"))
+FD_LADDER = Ladder(("repeat", "eps", "jitter", "rounding", "neighbours", "float64", "stopping"))
+# The rounding step: the analytic side is rounding's where every intermediate
+# result moved by the dtype's rounding moves it by this part of the error.
+ROUNDING_SHARE = 0.1
 # How far, as a part of the derivatives' scale, a solver's stopping tolerance may
 # leave the slope of the function as computed from that of the exact solution its
 # derivative rule differentiates (the stopping step): xitorch's rootfinder at its
@@ -205,6 +209,7 @@ def judge(
         ),
         "eps": _other_eps(measure, case, tol, first, eps),
         "jitter": _jitter(measure, case, tol, first, eps),
+        "rounding": _rounding(measure, case, first, eps),
         "neighbours": _neighbours(measure, case, tol, first, eps, sided, second_order),
     }
     if measure64 is not None:
@@ -277,6 +282,37 @@ def _jitter(measure: Measure, case: Case, tol: Tolerance, first: Measurement, ep
             return Doubt(
                 f"the reference moves by {spread:.3g} when eps changes by {JITTER[0]:.1%}: it is rounding noise here"
             )
+        return None
+
+    return step
+
+
+def _rounding(measure: Measure, case: Case, first: Measurement, eps: float) -> Step:
+    """The rounding step: an analytic side that is a sum of large terms
+    that cancel (a gradient that is zero along the probe, computed through
+    layer norms of constant rows at 1/sqrt(eps) each) is rounding noise, and
+    no step of the reference shows it. Where every intermediate result moved
+    by rounding (RoundingNoise, float64 Monte Carlo arithmetic) moves the
+    analytic side by ROUNDING_SHARE of the error, neither side is wrong.
+    Float64 cases only: a low-precision one has the float64 step."""
+
+    def step() -> Doubt | None:
+        if case.torch_dtype != torch.float64 or not math.isfinite(first.analytic):
+            return None  # a nan or an infinity is no sum that cancels
+        unit = torch.finfo(torch.float64).eps / 2
+        for seed in (1, 2):
+            try:
+                with RoundingNoise(unit, seed=seed, tiny=0.0):
+                    moved = measure(case, eps).analytic
+            except Exception:  # noqa: BLE001 - an index from a float moved off its integer: no answer
+                return None
+            if not math.isfinite(moved):
+                return None  # moved off its domain: no answer
+            if abs(moved - first.analytic) >= ROUNDING_SHARE * first.error:
+                return Doubt(
+                    f"the analytic side moves from {first.analytic!r} to {moved!r} when every intermediate "
+                    "result moves by float64 rounding: large terms that cancel (ill-conditioned here)"
+                )
         return None
 
     return step

@@ -41,6 +41,7 @@ STEPS = {
     "repeat": "a repeat",
     "eps": "eps/8 and 8*eps",
     "jitter": "a steady reference under eps*(1 +- 0.001)",
+    "rounding": "an analytic side steady when every intermediate result moves by rounding",
     "conditioning": "results steady when the values move by rounding",
     "float64": "a float64 reference",
     "neighbours": "a neighbouring point",

@@ -78,9 +78,11 @@ class RoundingNoise(TorchDispatchMode):
         z = draws.words(self.seed, t.numel(), draws.ROUNDING, start=self.drawn)
         self.drawn += t.numel()
         signs = torch.from_numpy(draws.bits(z).astype(np.float64)).reshape(t.shape)
-        # the size the dtype's rounding is relative to: |t|, or tiny below it (sgn(0) = 0: zeros stay)
+        # the size the dtype's rounding is relative to: |t|, or tiny below it (sgn(0) = 0: zeros
+        # stay); an infinity stays too (a mask's -inf before a softmax: inf - inf would be nan)
         size = torch.where(t.abs() < self.tiny, torch.sgn(t) * self.tiny, t)
-        return t + size * (signs * (2 * self.unit) - self.unit).to(t.device)
+        moved = t + size * (signs * (2 * self.unit) - self.unit).to(t.device)
+        return torch.where(torch.isinf(t), t, moved)
 
 
 # Ops whose result no algorithm gets more accurate than their own conditioning

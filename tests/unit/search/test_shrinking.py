@@ -222,3 +222,39 @@ def test_a_failure_shrinks_until_the_search_budget_ends_and_at_least_min_shrink_
     assert abs(window(10.0, -5.0) - MIN_SHRINK) < 0.01  # the budget was spent before the failure
     assert abs(window(10.0, 4.0) - 3.95) < 0.02  # the budget's end
     assert abs(window(1.0, 4.0) - 1.0) < 0.01  # shrink_seconds is the most
+
+
+def test_shrinking_past_its_bound_draws_no_more_examples(monkeypatch):
+    """Past shrink_seconds the run ends at the next example not seen failing.
+    Passing such examples unrun instead still paid for every shrink step's
+    draw: a module target's tour of eight cases of 23 arguments took 27 ms to
+    draw, and Hypothesis tried 8,000 of them (a 10 s campaign batch ran 189 s)."""
+    import fuzzdiff.search.fuzzing as fuzzing
+
+    drawn = [0]
+    first_failure: list[int] = []
+    real, verdict_at = fuzzing.example_structures, fuzzing.verdict_at
+
+    def counted_draws(*args, **kwargs):
+        return real(*args, **kwargs).map(lambda cases: drawn.__setitem__(0, drawn[0] + 1) or cases)
+
+    def noted(check, target_, case):
+        verdict = verdict_at(check, target_, case)
+        if verdict.failed and not first_failure:
+            first_failure.append(drawn[0])
+        return verdict
+
+    monkeypatch.setattr(fuzzing, "example_structures", counted_draws)
+    monkeypatch.setattr(fuzzing, "verdict_at", noted)
+    buggy = target("x: ...", _WrongForLargeInputs.apply, "unit_planted_bug_bounded", max_side=5)
+    quick = settings(max_examples=300, database=None, derandomize=True, deadline=None,
+                     suppress_health_check=list(HealthCheck), print_blob=False)
+    for seconds in (None, 0.0):
+        drawn[0] = 0
+        first_failure.clear()
+        with pytest.raises(FuzzFailure) as found:
+            fuzz("grad", buggy, FuzzConfig(variants=4, structures=1, shrink_seconds=seconds), settings=quick)
+        if seconds is None:
+            assert drawn[0] > first_failure[0] + 10  # shrinking in full draws many more examples
+    assert found.value.shrink_cut
+    assert drawn[0] <= first_failure[0] + 2, (first_failure, drawn)  # at most one more, and a replay

@@ -1,0 +1,60 @@
+"""The finite-difference ladder's rounding step: an analytic side that is a sum
+of large terms that cancel is rounding's, not a wrong derivative.
+
+nn.TransformerEncoder in eval mode at a stride-0 input (every row constant)
+met it in a campaign: its layer norms of constant rows multiply by
+1/sqrt(eps) each, the output is identically zero along the probe, and the
+reverse-mode gradient was 0.063 of rounding noise against finite differences'
+exact 0: "confirmed" by every other step.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from fuzzdiff.case.case import Arg, Case
+from fuzzdiff.case.layout import Layout
+from fuzzdiff.case.values import Values
+from fuzzdiff.search.runner import run_check
+from fuzzdiff.targets.target import Target
+
+OFFSETS = torch.tensor([0.0, 1.0, 2.0, 3.0], dtype=torch.float64)
+
+
+def _nested_norms(x):
+    """Layer norms of constant rows, the second scaled up: identically zero along a constant x."""
+    y = F.layer_norm(x, x.shape[-1:])
+    return F.layer_norm(y * 1e10 + OFFSETS.to(x.dtype), x.shape[-1:])
+
+
+NESTED_NORMS = Target("unit_nested_norms", _nested_norms, "x: 3 4")
+
+
+def _constant_rows(grad: str) -> Case:
+    """One value, laid out with stride 0 along both dims (``grad="view"``: the one-element storage is the leaf)."""
+    return Case("unit_nested_norms", (Arg((3, 4), Values(seed=0, constant=(0, 1)), Layout(1, (0, 0)), grad=grad),))
+
+
+def test_a_gradient_zero_by_cancellation_of_large_terms_is_inconclusive():
+    verdict = run_check("grad", NESTED_NORMS, _constant_rows("view"))
+    assert verdict.kind == "inconclusive", verdict
+    assert "moves by float64 rounding" in verdict.message
+
+
+def test_a_wrong_rule_at_the_same_point_still_fails():
+    """The step asks the analytic side's own noise: a wrong derivative at the
+    same stride-0 point hardly moves under rounding."""
+
+    class Doubled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return 2 * g
+
+    target = Target("unit_doubled", lambda x: torch.tanh(Doubled.apply(x)), "x: 3 4")
+    verdict = run_check("grad", target, _constant_rows("view"))
+    assert verdict.kind == "fail", verdict
