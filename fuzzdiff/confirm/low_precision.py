@@ -80,8 +80,10 @@ def against_float64(
     accurate in low precision as its inputs' conditioning allows?): a formula
     that loses digits to its own intermediates is then a finding, and
     intermediate rounding only excuses a result it leaves without a
-    significant digit (a gradient that is zero by cancellation), or a
-    derivative at a stride-0 input, whose leaf sums its repeated elements'.
+    significant digit (a gradient that is zero by cancellation; a value
+    below the ulp of the sum it cancels out of, wherever its tensor keeps its
+    digits), or a derivative at a stride-0 input, whose leaf sums its
+    repeated elements'.
     Nor are the digits a solve or a factorization (CONDITIONED_OPS) loses to
     its own conditioning at the inputs the code gave it (_conditioned_ops).
 
@@ -140,6 +142,7 @@ def against_float64(
     # gradients: a cancellation of the layout's making, not the formula's, so
     # intermediate rounding excuses it even where unstable formulas are findings.
     laid_sums = case.stride0 and outputs is not None
+    lost: list[torch.Tensor | None] = [None] * len(ref)  # values rounding leaves without a significant digit
     for seed in range(ROUNDING_SAMPLES):
         try:
             with RoundingNoise(info.eps / 2, seed=seed, tiny=tiny):
@@ -156,9 +159,24 @@ def against_float64(
             noise = mismatch(r, p)[0]
             if not unstable_fails or max_abs(r) <= noise or (laid_sums and k >= (outputs or 0)):
                 slack[k] = max(slack[k], CONDITIONING * noise)
+            elif unstable_fails:
+                lost[k] = _digitless(r, p, lost[k])
     far = worst_discrepancy(names, low, ref, tol, slack, scales=scales)
     if far is None:
         return explained("of intermediate results")
+    if any(m is not None and bool(m.any()) for m in lost):
+        # A value whose every digit rounding takes (a softmax's backward, s_i (g_i - <s, g>), at
+        # g of 1000 and an entry of 1e-5: float32's ulp of the sum is 6e-5) is one no formula
+        # of the dtype holds, however many digits the rest of its tensor keeps.
+        inside = worst_discrepancy(names, _kept(low, lost), _kept(ref, lost), tol, slack, scales=scales)
+        if inside is None:
+            return Verdict(
+                "inconclusive",
+                f"{dtype} vs float64 on the same values: {d}, and rounding of intermediate results leaves "
+                f"{_lost_words(names, lost, far)} without a significant digit (terms that cancel)",
+                d.summary(),
+            )
+        far = inside
     if unstable_fails:
         ops = _conditioned_ops(names, low, ref, at, case, tol, slack, scales)
         if ops is not None:
@@ -261,6 +279,32 @@ def _decided_by_constants(
         f"{_words([names[k] for k in which])} here ({_where(names[first], mask)}: {high:.3g} with float64's, "
         f"{low:.3g} with {case.dtype}'s): another function in each dtype, not judged"
     )
+
+
+def _digitless(ref: torch.Tensor, rounded: torch.Tensor, before: torch.Tensor | None) -> torch.Tensor | None:
+    """Where rounding every intermediate result moves ``ref`` by as much as
+    its own size (``before``: where an earlier sample did), a mask; None
+    where the two do not compare element by element. An exact zero that
+    rounding leaves alone is a structural zero, and keeps its digit."""
+    if ref.shape != rounded.shape or not (ref.is_floating_point() or ref.is_complex()):
+        return before
+    r, p = ref.detach(), rounded.detach().to(ref.device, ref.dtype)
+    moved = (r - p).abs()
+    mask = (moved > 0) & (moved >= r.abs())
+    return mask if before is None else before | mask
+
+
+def _lost_words(names: Sequence[str], lost: Sequence[torch.Tensor | None], worst: Discrepancy) -> str:
+    """Which values rounding leaves without a digit, in words: the worst
+    mismatch's own where it is one of them, else the first."""
+    k = names.index(worst.what) if worst.what in names else -1
+    mask = lost[k] if k >= 0 else None
+    if mask is not None and worst.index and mask.dim() == len(worst.index) and bool(mask[worst.index]):
+        return f"{worst.what} at {list(worst.index)}"
+    k = next(k for k, m in enumerate(lost) if m is not None and bool(m.any()))
+    mask = lost[k]
+    assert mask is not None
+    return _where(names[k], mask)
 
 
 def _words(items: Sequence[str]) -> str:
