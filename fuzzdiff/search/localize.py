@@ -526,9 +526,27 @@ def _op_rule_or_composition(
     return Localized(
         "composition",
         f"every op ({passed}) and rule ({rules}) of the call passes the {check.name} check alone, at the inputs it "
-        "received: the composition fails (how the code connects them: a detach, a no_grad block, an in-place "
-        "write, a value taken out of the graph)",
+        f"received: the composition fails ({_cuts(trace, reaching)})",
         judged=clock.judged,
+    )
+
+
+def _cuts(trace: AtenTrace, reaching: set[int]) -> str:
+    """How the code connects its ops so that the derivative differs, in
+    words: the ``.detach()`` calls on the way to the outputs, by where they
+    are, which is what a straight-through estimator is made of."""
+    detached = [
+        op
+        for op in trace.ops
+        if op.index in reaching and op.name == "aten::detach" and any(t.derived and t.requires_grad for t in op.inputs)
+    ]
+    if not detached:
+        return "how the code connects them: a detach, a no_grad block, an in-place write, a value taken out of the graph"
+    where = ", ".join(dict.fromkeys(op.where for op in detached))
+    return (
+        f"the code detaches a value on its way to the outputs, at {where}: no derivative flows there, by the "
+        "code's choice; a straight-through estimator (x + (q - x).detach()) is built so, and its gradient is "
+        "by design not the derivative of its forward"
     )
 
 

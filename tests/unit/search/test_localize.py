@@ -230,6 +230,9 @@ def test_where_every_op_and_rule_passes_alone_the_composition_fails():
     whose = failure.blame
     assert (whose.whose, whose.level, whose.op) == (USER, "composition", None)
     assert whose.evidence.startswith("every op (1) and rule (0) of the call passes the grad check alone")
+    # where the code detaches, named: the pattern of a straight-through estimator
+    assert "the code detaches a value on its way to the outputs, at " in whose.evidence
+    assert "in cut_graph" in whose.evidence, whose.evidence
 
 
 # -- the blame's level, everywhere it is shown -----------------------------------------------------
