@@ -208,9 +208,13 @@ class Session:
         eager use: then reported once as an input-domain error, rejected from
         then on, and its failing runs in ``tally`` are rejected draws, not
         failures (``counted``: what they were counted as, if not failed)."""
+        judged = self.target
+        if failure.check == "per_sample" and isinstance(self.fn, torch.nn.Module):
+            # its case is one sample's (the spec's batch dim dropped): the plain call is the module on a batch of it
+            judged = per_sample_target(self.target, self.fn)
         try:
             with bounded(self.settle_by):  # a slow function's plain call and backward, once more each
-                domain = domain_error(self.target, failure)
+                domain = domain_error(judged, failure)
         except OutOfTime:
             failure.unconfirmed = failure.unconfirmed or (
                 "the time budget ended while it was asked whether its input lies in the function's domain"

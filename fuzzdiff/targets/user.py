@@ -137,9 +137,18 @@ def per_sample_target(target: Target, module) -> Target:
     def build(*sample, **kwargs):
         return copy.deepcopy(module).to(sample[0].dtype)
 
+    copies: dict[torch.dtype, torch.nn.Module] = {}
+
+    def on_one_sample(*sample):
+        """The module, in the sample's dtype, on a batch of it: the plain call of a per_sample case."""
+        dtype = sample[0].dtype
+        if dtype not in copies:
+            copies[dtype] = build(*sample)
+        return one_sample(copies[dtype], *sample)
+
     return Target(
         target.name,
-        functools.partial(one_sample, module),
+        on_one_sample,
         sample_spec,
         family="user",
         dtypes=target.dtypes,

@@ -296,6 +296,31 @@ def test_a_module_gets_the_per_sample_check():
         assert unbatched.row("grad")["passed"] > 0
 
 
+class _NeedsRank3(torch.nn.Module):
+    """A module of (b, n, d) inputs that its own code refuses under vmap at an empty sample."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 2)
+
+    def forward(self, z):
+        if z.dim() != 3:
+            raise ValueError(f"needs (b, n, d), got {tuple(z.shape)}")
+        if torch._C._functorch.maybe_get_level(z) != -1 and z.numel() == 0:
+            raise RuntimeError("this module does not run under vmap at an empty sample")
+        return self.lin(z)
+
+
+def test_a_per_sample_failure_is_judged_for_its_domain_on_a_batch_of_its_sample():
+    """per_sample draws one sample (the spec's batch dim dropped). Whether its
+    input lies in the function's domain is the module's plain call on a batch
+    of that sample, in the sample's dtype: called on the sample itself, a
+    module of (b, n, d) inputs "raised at this input, in its plain call"."""
+    report = fuzzdiff.check(_NeedsRank3(), "z: b n 4", checks=["per_sample"], seed=0, max_examples=20)
+    assert [f.check for f in report.failures] == ["per_sample"], report.summary()
+    assert "does not run under vmap" in report.failures[0].message
+
+
 def test_shrinking_stops_at_its_time_bound_and_the_report_says_so():
     bounded = fuzzdiff.check(WrongSquare.apply, "x: n m", checks=("grad",), seed=3, shrink_seconds=0)
     # unshrunk, one bug may show as two root causes (at other structured points)
