@@ -541,7 +541,9 @@ def _cuts(trace: AtenTrace, reaching: set[int]) -> str:
         if op.index in reaching and op.name == "aten::detach" and any(t.derived and t.requires_grad for t in op.inputs)
     ]
     if not detached:
-        return "how the code connects them: a detach, a no_grad block, an in-place write, a value taken out of the graph"
+        return (
+            "how the code connects them: a detach, a no_grad block, an in-place write, a value taken out of the graph"
+        )
     where = ", ".join(dict.fromkeys(op.where for op in detached))
     return (
         f"the code detaches a value on its way to the outputs, at {where}: no derivative flows there, by the "

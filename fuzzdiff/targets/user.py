@@ -7,7 +7,6 @@ record may: fuzzdiff.targets.user_import."""
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
 import sys
 import typing
