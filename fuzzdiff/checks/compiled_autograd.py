@@ -189,7 +189,7 @@ def script(ctx: ScriptContext) -> Fragment:
         helpers=("compare", "finish"),
         probes=("V", "U"),
         extra=f"{ctx.wrt_constants()}\nBACKEND = {params['backend']!r}\nORDER = {order!r}",
-        copies=(path.derivatives, path.backward_compiler),
+        copies=(path.derivatives, path.backward_compiler, compiled.per_location),
     )
 
 

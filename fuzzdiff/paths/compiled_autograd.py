@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch.utils._pytree import tree_leaves
 
-from fuzzdiff.paths.compiled import dynamo_settings
+from fuzzdiff.paths.compiled import dynamo_settings, per_location
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.reverse import vjp
 
@@ -74,9 +74,12 @@ def derivatives(
     """(floating outputs of ``fn(*make_args(leaves))``, ``J^T v`` at the leaves
     for ``v = cotangents(outputs)``, and at order 2 ``d<J^T v, u>/dx`` at the
     leaves for tangents ``u``), by ``torch.autograd.grad``: under whatever
-    backward is enabled around the call."""
+    backward is enabled around the call. Each derivative is summed over its
+    leaf's stride-0 dims (``per_location``): only that sum is determined, and
+    a ``dynamic=True`` forward splits it evenly where eager does not."""
     outs = [t for t in tree_leaves(fn(*make_args(leaves))) if differentiable(t)]
     grads = vjp(outs, leaves, cotangents(outs), create_graph=order == 2)
+    located = [per_location(g, leaf) for g, leaf in zip(grads, leaves)]
     if order == 1:
-        return outs, grads, []
-    return outs, grads, vjp(grads, leaves, tangents)
+        return outs, located, []
+    return outs, located, [per_location(s, leaf) for s, leaf in zip(vjp(grads, leaves, tangents), leaves)]

@@ -355,6 +355,8 @@ def _spec(params: Sequence[Param]) -> str:
 
 
 def _target(name: str, fn: Callable[..., Any], params: Sequence[Param], random: bool) -> Target:
+    if not params:  # a factory (aten::empty, a constant's copy): no input to run it at
+        raise Unwritable("it has no tensor input")
     kinds = {f"x{i}": NoGrad() for i, p in enumerate(params) if not p.differentiable}
     target = Target(name, fn, _spec(params), family="user", dtypes=(torch.float64,), kinds=kinds)
     return seeded_alike(target) if random else target

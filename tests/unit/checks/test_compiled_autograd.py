@@ -111,3 +111,31 @@ def test_a_second_derivative_eager_lacks_is_unsupported():
     target = Target("unit_sin_once", SinOnce.apply, "x: n>=1", dtypes=(torch.float64,))
     verdict = run_check(CHECK, target, a_case(target, backend="eager", forward="eager", order=2))
     assert verdict.kind == "unsupported" and "no derivative formula" in verdict.message, verdict
+
+
+def _broadcast_pair(a, b):
+    return torch.broadcast_tensors(a, b)
+
+
+def test_a_stride0_leafs_gradient_is_compared_per_memory_location():
+    """A leaf laid out with stride 0 holds one value per memory location: only
+    the sum of its gradient over the entries that share one is determined.
+    A dynamic=True compiled forward of torch.broadcast_tensors splits it
+    evenly ([35, 35, 35]) where eager gives [30, 35, 40]: no bug, and the
+    campaign reported it as one."""
+    from fuzzdiff.case.case import Arg
+    from fuzzdiff.case.layout import Layout
+    from fuzzdiff.case.values import Values
+
+    target = Target("unit_broadcast_pair", _broadcast_pair, "a: 3, b: 5 1 1", dtypes=(torch.float64,))
+    spread = Case("unit_broadcast_pair", (
+        Arg((3,), Values(seed=1, constant=(0,)), Layout(3, (0,))),
+        Arg((5, 1, 1), Values(seed=2, constant=(0, 1, 2)), Layout(2, (0, 0, 0))),
+    ))
+    case = replace(a_case(target, backend="eager", forward="aot_eager", order=1), args=spread.args)
+    verdict = run_check(CHECK, target, case)
+    assert verdict.kind == "pass", verdict
+    # the comparison still sees a wrong split's sum: a planted backward that doubles fails at the same leaves
+    doubled = Target("unit_doubled_broadcast", lambda a, b: (DoubledWhenTraced.apply(a), b), "a: 3, b: 5 1 1",
+                     dtypes=(torch.float64,))
+    assert run_check(CHECK, doubled, replace(case, target=doubled.name)).kind == "fail"

@@ -385,3 +385,13 @@ def test_a_call_that_runs_svd_at_repeated_singular_values_is_seen():
 
     assert spectrum_met(lambda: roundtrip(torch.tensor([[0.5, 1.5], [1.5, -0.5]]))) == "aten::_linalg_svd"
     assert spectrum_met(lambda: roundtrip(torch.tensor([[0.5, 1.5], [1.0, -0.5]]))) is None
+
+
+def test_an_op_without_tensor_inputs_is_no_piece_to_run_alone():
+    """A factory (aten::empty, a constant's copy) among the ops at a raise has
+    no input to run at: a campaign worker died of the empty spec it made."""
+    from fuzzdiff.search.aten_program import Unwritable
+    from fuzzdiff.search.localize import _target
+
+    with pytest.raises(Unwritable, match="no tensor input"):
+        _target("aten::empty alone", lambda: torch.empty(0), (), False)

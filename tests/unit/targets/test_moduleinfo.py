@@ -113,3 +113,21 @@ def test_dropout_is_seeded_alike_and_an_unseeded_module_is_refused():
     assert CHECKS["layout"].why_not(dropped)  # two layouts draw other masks: skipped with its reason
     fuzz(CHECKS["grad"], dropped, FuzzConfig(variants=1, structures=1), settings=SEARCH)  # no false alarm
     assert target_of(module_info(UnseededDropout)) is None
+
+
+def test_a_norms_running_statistics_meet_a_dual_under_aot_function_as_the_known_captured_constant():
+    """nn.BatchNorm1d copies its running statistics afresh per call: tensors the
+    call holds, not arguments, which aot_function of forward mode cannot meet
+    (JVP_CAPTURED_CONSTANT_AOT_FUNCTION). The campaign reported it as new."""
+    import os
+
+    from fuzzdiff.config import default_corpus
+    from fuzzdiff.record.files import iter_records, read_record
+    from fuzzdiff.targets.discrepancies import JVP_CAPTURED_CONSTANT_AOT_FUNCTION
+    from fuzzdiff.targets.known import matching
+
+    record = next(read_record(p) for p in iter_records(default_corpus(os.environ))
+                  if read_record(p).id == "3236bd1cd48c2d1e")
+    target = get_target(record.case.target)
+    assert matching(target.known, record.check, record.case, record.verdict) is JVP_CAPTURED_CONSTANT_AOT_FUNCTION
+    assert record.blame["op"] == "aten::native_batch_norm"
