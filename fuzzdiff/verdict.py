@@ -78,9 +78,18 @@ def headline(message: str) -> str:
 
 
 def error_shape(verdict: Verdict) -> str:
-    """The headline of a failure's message with its numbers taken out: what
-    makes two raises of one type the same error (the same one at other sizes)."""
-    return _NUMBERS.sub("#", headline(verdict.message))
+    """The headline of a failure's message with its numbers and dtypes taken
+    out: what makes two raises of one type the same error (the same one at
+    other sizes, or in float64 where a low-precision case met it: autograd
+    names the tensor ``torch.FloatTensor`` in one and ``torch.DoubleTensor``
+    in the other)."""
+    return _NUMBERS.sub("#", _DTYPES.sub("<dtype>", headline(verdict.message)))
+
+
+_DTYPES = re.compile(
+    r"\btorch\.(?:Float|Double|Half|BFloat16|ComplexFloat|ComplexDouble)Tensor\b"
+    r"|\b(?:float16|float32|float64|bfloat16|complex64|complex128)\b"
+)
 
 
 def identity(verdict: Verdict) -> str:

@@ -61,6 +61,7 @@ class Raised:
     where: str
     part: str | None
     internal: bool
+    swallowed: str | None = None  # the control-flow signal of torch's (CONTROL_FLOW) the code caught
 
     def as_errors(self) -> dict:
         out: dict = {"raised_in": self.where}
@@ -68,6 +69,8 @@ class Raised:
             out["torch_part"] = self.part
         if self.internal:
             out["internal_assert"] = True
+        if self.swallowed is not None:
+            out["swallowed"] = self.swallowed
         return out
 
 
@@ -75,18 +78,34 @@ def internal_assert(message: str) -> bool:
     return any(mark in message for mark in INTERNAL_ASSERT)
 
 
+# Exceptions torch raises through the code it runs on purpose, as control flow
+# (checkpoint's early stop of a recomputation, once it has the tensors it needs):
+# code that catches one and raises its own has broken that contract.
+CONTROL_FLOW = ("torch.utils.checkpoint._StopRecomputationError",)
+
+
 def raised(exc: BaseException) -> Raised:
     """Where ``exc`` was raised, following ``raise ... from`` to its root cause
-    (Dynamo wraps the error it met while compiling)."""
+    (Dynamo wraps the error it met while compiling), but not past one of
+    torch's control-flow signals (CONTROL_FLOW): the code that caught it and
+    raised its own is where the error comes from (einx wraps every exception
+    of its generated code, checkpoint's early stop included)."""
     root = exc
-    while root.__cause__ is not None and root.__cause__ is not root:
+    while root.__cause__ is not None and root.__cause__ is not root and not _control_flow(root.__cause__):
         root = root.__cause__
+    cause = root.__cause__
+    swallowed = None if cause is None or not _control_flow(cause) else type(cause).__name__
     frames = traceback.extract_tb(root.__traceback__)
     text = f"{exc}\n{root}"
     if not frames:
-        return Raised("(no Python frame)", None, internal_assert(text))
+        return Raised("(no Python frame)", None, internal_assert(text), swallowed)
     last = frames[-1]
-    return Raised(frame_text(last.filename, last.lineno, last.name), _part(last.filename), internal_assert(text))
+    where = frame_text(last.filename, last.lineno, last.name)
+    return Raised(where, _part(last.filename), internal_assert(text), swallowed)
+
+
+def _control_flow(exc: BaseException) -> bool:
+    return f"{type(exc).__module__}.{type(exc).__qualname__}" in CONTROL_FLOW
 
 
 def frame_text(filename: str, lineno: int | None, name: str) -> str:

@@ -370,6 +370,13 @@ def _blamed(check: str, target: Target, verdict: Verdict, evidence: Evidence) ->
     refused = _refused_by_contract(check, verdict, errors)
     if refused is not None:  # the op is named: localizing would replay it at the case's own layout
         return Blame(USER, refused, level="op", op="torch.Tensor.view")
+    if errors.get("swallowed"):
+        return Blame(
+            USER,
+            f"your code caught torch's {errors['swallowed']}, which torch raises through it on purpose "
+            f"(checkpoint stops a recomputation so once it has the tensors it needs), and raised its own "
+            f"({errors.get('raised_in')}): an `except Exception` there must let it pass",
+        )
     if check in MECHANISMS and evidence.caught:
         return Blame(
             USER,

@@ -96,3 +96,27 @@ def test_torchs_known_raise_is_known_though_the_code_brings_a_rule_of_its_own():
                             max_examples=150, seed=0, progress=False)
     assert not report.failures, report.summary()
     assert any(VIEW_AS_REAL_EMPTY_EXPANDED.describe() in k.blame.evidence for k in report.known), report.summary()
+
+
+def _sinkhorn_step(x):
+    """As hyper-connections' Sinkhorn: exp, then an L1 normalization, in float32 whatever x is."""
+    return torch.nn.functional.normalize(x.float().exp(), p=1, dim=-2).to(x.dtype)
+
+
+def test_normalizes_known_in_place_jvp_is_known_through_user_code_in_any_dtype():
+    """F.normalize(p=1)'s forward-mode formula modifies a saved sign in place
+    (REVERSE_OVER_FORWARD_INPLACE). Through a user's call it was "your code":
+    the catalog's normalize named no torch function, and localizing in
+    float64 compared torch.FloatTensor with torch.DoubleTensor in the message."""
+    report = fuzzdiff.check(_sinkhorn_step, "x: n m", checks=["forward2"], seed=0, max_examples=10)
+    assert report.ok and report.row("forward2")["known"] > 0, report.summary()
+
+
+def test_the_same_raise_in_another_dtype_is_the_same_error():
+    from fuzzdiff.verdict import Verdict, error_shape
+
+    said = "modified by an inplace operation: [torch.{}Tensor [1, 1]], which is output 0 of Sgn"
+    low, high = (Verdict("fail", "raised RuntimeError: " + said.format(t), {"exception": "RuntimeError"})
+                 for t in ("Float", "Double"))
+    assert error_shape(low) == error_shape(high)
+    assert error_shape(low) != error_shape(Verdict("fail", "raised RuntimeError: " + said.replace("Sgn", "Exp")))

@@ -269,3 +269,24 @@ def test_asking_torchscript_does_not_tell_compiled_from_eager():
     evidence = gather(get_check("compiled_autograd"), target, Case(target.ref, (Arg((2,), Values(seed=0)),)))
     assert not evidence.asks, evidence.asks
     assert blame("compiled_autograd", target, raised, evidence).whose == PYTORCH
+
+
+def _wrapping_every_error(x, y):
+    """As einx's generated code: every exception wrapped in the library's own."""
+    try:
+        return (x @ y).sin() + 1
+    except Exception as e:
+        raise ValueError("the library's own wrapper") from e
+
+
+def test_code_that_swallows_checkpoints_early_stop_owns_the_error():
+    """checkpoint stops a recomputation by raising _StopRecomputationError
+    through the code once it has the tensors it needs; code that wraps every
+    exception breaks that. The root cause was torch's frame, so the failure
+    was "raised inside torch's checkpoint": PyTorch's (a fifth newcomer trial, einx)."""
+    import fuzzdiff
+
+    report = fuzzdiff.check(_wrapping_every_error, "x: n m, y: m k", checks=["checkpoint"], seed=0, max_examples=20)
+    (failure,) = report.failures
+    assert failure.blame.whose == USER, failure.blame
+    assert "_StopRecomputationError" in failure.blame.evidence and "test_blame.py" in failure.blame.evidence
