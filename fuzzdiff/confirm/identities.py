@@ -135,7 +135,7 @@ Measure = Callable[[Case, float], Measurement]
 
 
 # The finite-difference identities' ladder (grad, forward, gradgrad, forward2).
-FD_LADDER = Ladder(("repeat", "eps", "jitter", "rounding", "neighbours", "float64", "stopping"))
+FD_LADDER = Ladder(("repeat", "eps", "jitter", "neighbours", "rounding", "float64", "stopping"))
 # The rounding step: the analytic side is rounding's where every intermediate
 # result moved by the dtype's rounding moves it by this part of the error.
 ROUNDING_SHARE = 0.1
