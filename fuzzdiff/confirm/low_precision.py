@@ -26,6 +26,7 @@ value, or a nan where every value the point has fits, is judged as ever.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -60,6 +61,7 @@ def against_float64(
     scales: Sequence[float] | None = None,
     repeat: Step | None = None,
     unstable_fails: bool = False,
+    own_rules_only: bool = False,
     outputs: int | None = None,
     point_out_of_range: Callable[[], str | None] | None = None,
 ) -> Verdict:
@@ -78,12 +80,18 @@ def against_float64(
 
     ``unstable_fails`` is the dtype check's question (is the target as
     accurate in low precision as its inputs' conditioning allows?): a formula
-    that loses digits to its own intermediates is then a finding, and
-    intermediate rounding only excuses a result it leaves without a
-    significant digit (a gradient that is zero by cancellation; a value
-    below the ulp of the sum it cancels out of, wherever its tensor keeps its
-    digits), or a derivative at a stride-0 input, whose leaf sums its
-    repeated elements'.
+    that loses digits to its own intermediates is then a finding, unless it
+    is a value rounding leaves without a significant digit (a value below the
+    ulp of the sum it cancels out of), or a derivative at a stride-0 input,
+    whose leaf sums its repeated elements'. With ``own_rules_only`` (a user's
+    code) the question is put to the code's own derivative rules alone (an
+    ``autograd.Function``'s backward, a custom op's registered autograd):
+    digits that rounding of torch's ops loses (terms that cancel in a
+    composition: an attention's normalizer within 1e-4 of its numerator) are
+    the dtype's noise, and "inconclusive" says how many. A rule is the
+    finding where rounding explains the difference only with the rule's own
+    intermediates rounded, not with the rule computed exactly and everything
+    else rounded (a derivative taken as a difference of squares).
     Nor are the digits a solve or a factorization (CONDITIONED_OPS) loses to
     its own conditioning at the inputs the code gave it (_conditioned_ops).
 
@@ -118,10 +126,26 @@ def against_float64(
             return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {why}", d.summary())
         d, at = inside, _within(at, keep)
 
-    def explained(by: str) -> Verdict:
+    def explained(by: str, why: str = "ill-conditioned") -> Verdict:
         return Verdict(
             "inconclusive",
-            f"{dtype} vs float64 on the same values: {d}, within what rounding {by} explains (ill-conditioned)",
+            f"{dtype} vs float64 on the same values: {d}, within what rounding {by} explains ({why})",
+            d.summary(),
+        )
+
+    def conditioned(ops: str) -> Verdict:
+        return Verdict(
+            "inconclusive",
+            f"{dtype} vs float64 on the same values: {d}, within what the own conditioning of {ops} "
+            f"explains at the inputs the code gave it (no {dtype} kernel does better)",
+            d.summary(),
+        )
+
+    def unknown(e: BaseException) -> Verdict:
+        return Verdict(
+            "inconclusive",
+            f"{dtype} vs float64 on the same values: {d}; float64 with rounding noise raised {type(e).__name__}: "
+            "its conditioning is unknown",
             d.summary(),
         )
 
@@ -134,33 +158,43 @@ def against_float64(
     if worst_discrepancy(names, low, ref, tol, slack, scales=scales) is None:
         return explained("of the inputs")
     info = torch.finfo(case.torch_dtype)
-    # Below its smallest normal value the dtype rounds absolutely: rounding like
-    # any other to an identity of derivatives; to the dtype check an intermediate
-    # that underflows loses the formula's digits, its finding.
-    tiny = 0.0 if unstable_fails else info.tiny
     # The gradient of a stride-0 input's leaf sums its repeated elements'
     # gradients: a cancellation of the layout's making, not the formula's, so
-    # intermediate rounding excuses it even where unstable formulas are findings.
+    # intermediate rounding excuses it even where the code's own rule loses digits.
     laid_sums = case.stride0 and outputs is not None
-    lost: list[torch.Tensor | None] = [None] * len(ref)  # values rounding leaves without a significant digit
-    for seed in range(ROUNDING_SAMPLES):
-        try:
-            with RoundingNoise(info.eps / 2, seed=seed, tiny=tiny):
-                rounded = at(case)
-        except Exception as e:  # noqa: BLE001 - e.g. an index from a float moved off its integer
-            return Verdict(
-                "inconclusive",
-                f"{dtype} vs float64 on the same values: {d}; float64 "
-                f"with rounding noise raised {type(e).__name__}: its conditioning is "
-                "unknown",
-                d.summary(),
+    # Below its smallest normal value the dtype rounds absolutely: rounding like any other,
+    # except to a formula held to its digits, whose intermediate that underflows loses them.
+    tiny = 0.0 if unstable_fails and not own_rules_only else info.tiny
+    everywhere = _rounding_slack(at, case, ref, slack, tiny)
+    if isinstance(everywhere, BaseException):
+        return unknown(everywhere)
+    unstable = ""  # where the code's own rule is what loses the digits: that rule, in words
+    if worst_discrepancy(names, low, ref, tol, everywhere.allowed, scales=scales) is None:
+        if not unstable_fails or (own_rules_only and not everywhere.rules):
+            ops = _conditioned_ops(names, low, ref, at, case, tol, slack, scales) if unstable_fails else None
+            return conditioned(ops) if ops else explained("of intermediate results", _digits_lost(d, info.eps))
+        # The code's own derivative rule, computed exactly while everything else is rounded:
+        # is the difference still explained? If not, the rule's own formula loses the digits.
+        if own_rules_only:
+            elsewhere = _rounding_slack(at, case, ref, slack, tiny, spare_rules=True)
+            if isinstance(elsewhere, BaseException):
+                return unknown(elsewhere)
+            rules = _words(sorted(everywhere.rules))
+            if worst_discrepancy(names, low, ref, tol, elsewhere.allowed, scales=scales) is None:
+                return explained(f"of intermediate results outside {rules}", _digits_lost(d, info.eps))
+            unstable = (
+                f"; rounding inside {rules} explains it and rounding elsewhere does not: "
+                "the rule's own formula loses the digits"
             )
-        for k, (r, p) in enumerate(zip(ref, rounded)):
-            noise = mismatch(r, p)[0]
-            if not unstable_fails or max_abs(r) <= noise or (laid_sums and k >= (outputs or 0)):
+    if unstable_fails:
+        # The rule's own finding, but for a value rounding leaves no digit of, or a stride-0 leaf's sum.
+        for k, r in enumerate(ref):
+            noise = everywhere.noise[k]
+            if max_abs(r) <= noise or (laid_sums and k >= (outputs or 0)):
                 slack[k] = max(slack[k], CONDITIONING * noise)
-            elif unstable_fails:
-                lost[k] = _digitless(r, p, lost[k])
+        lost = everywhere.lost
+    else:
+        slack, lost = everywhere.allowed, [None] * len(ref)
     far = worst_discrepancy(names, low, ref, tol, slack, scales=scales)
     if far is None:
         return explained("of intermediate results")
@@ -180,20 +214,65 @@ def against_float64(
     if unstable_fails:
         ops = _conditioned_ops(names, low, ref, at, case, tol, slack, scales)
         if ops is not None:
-            return Verdict(
-                "inconclusive",
-                f"{dtype} vs float64 on the same values: {d}, within what the own conditioning of {ops} "
-                f"explains at the inputs the code gave it (no {dtype} kernel does better)",
-                d.summary(),
-            )
+            return conditioned(ops)
     doubt = repeat() if repeat is not None else None
     if isinstance(doubt, Doubt):
         return Verdict("inconclusive", f"{dtype} vs float64 on the same values: {far}; {doubt.why}", far.summary())
     return Verdict(
         "fail",
-        f"{dtype} vs float64 on the same values: {far}; confirmed by a repeat and a conditioning estimate",
+        f"{dtype} vs float64 on the same values: {far}; confirmed by a repeat and a conditioning estimate{unstable}",
         far.summary(),
     )
+
+
+@dataclass(frozen=True)
+class _Rounded:
+    """What rounding every intermediate result does to each float64 result:
+    ``noise``, its largest move over the samples; ``allowed``, the slack that
+    grants (CONDITIONING times that, or the inputs' own where larger);
+    ``lost``, the values it leaves without a significant digit; ``rules``,
+    the code's own derivative rules met (fuzzdiff.confirm.rounding.own_rule)."""
+
+    noise: list[float]
+    allowed: list[float]
+    lost: list[torch.Tensor | None]
+    rules: frozenset[str]
+
+
+def _rounding_slack(
+    at: Callable[[Case], Tensors],
+    case: Case,
+    ref: Tensors,
+    slack: Sequence[float],
+    tiny: float,
+    spare_rules: bool = False,
+) -> _Rounded | BaseException:
+    """``at(case)`` under RoundingNoise, ROUNDING_SAMPLES times, against its
+    float64 result ``ref``; the exception where a rounded run raised (an index
+    from a float moved off its integer): then nothing is known."""
+    info = torch.finfo(case.torch_dtype)
+    noise: list[float] = [0.0] * len(ref)
+    lost: list[torch.Tensor | None] = [None] * len(ref)
+    rules: set[str] = set()
+    for seed in range(ROUNDING_SAMPLES):
+        mode = RoundingNoise(info.eps / 2, seed=seed, tiny=tiny, spare_rules=spare_rules)
+        try:
+            with mode:
+                rounded = at(case)
+        except Exception as e:  # noqa: BLE001
+            return e
+        rules |= mode.rules
+        for k, (r, p) in enumerate(zip(ref, rounded)):
+            noise[k] = max(noise[k], mismatch(r, p)[0])
+            lost[k] = _digitless(r, p, lost[k])
+    allowed = [max(s, CONDITIONING * n) for s, n in zip(slack, noise)]
+    return _Rounded(noise, allowed, lost, frozenset(rules))
+
+
+def _digits_lost(d: Discrepancy, eps: float) -> str:
+    """How many digits the worst difference says the computation loses, in words."""
+    digits = math.log10(max(d.abs_error / max(d.scale, 1e-300) / eps, 1.0))
+    return f"it loses about {digits:.1f} digits to its own rounding: the dtype's noise, not a wrong derivative"
 
 
 def _conditioned_ops(

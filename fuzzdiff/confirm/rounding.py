@@ -14,7 +14,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from fuzzdiff.case import draws
 from fuzzdiff.confirm.ladder import on_time
 
-__all__ = ["RoundingNoise", "ConditionedOpNoise", "CONDITIONED_OPS"]
+__all__ = ["RoundingNoise", "ConditionedOpNoise", "CONDITIONED_OPS", "own_rule"]
 
 
 class RoundingNoise(TorchDispatchMode):
@@ -35,6 +35,12 @@ class RoundingNoise(TorchDispatchMode):
     written into an argument (``sigmoid_`` in an RNN cell: a saturated gate
     that float32 holds as exactly 1), and is rounded where it lies. Seeded, so
     a repeat moves everything the same way.
+
+    ``rules`` names the code's own derivative rules (``backward`` of an
+    ``autograd.Function`` or of a custom op's registered autograd) that ran
+    ops; with ``spare_rules`` their results are left exact, so that what
+    rounding elsewhere explains can be told from what the rules' own
+    formulas lose.
     """
 
     def __init__(
@@ -42,14 +48,21 @@ class RoundingNoise(TorchDispatchMode):
         unit: float = torch.finfo(torch.float32).eps / 2,
         seed: int = 0,
         tiny: float = torch.finfo(torch.float32).tiny,
+        spare_rules: bool = False,
     ):
         super().__init__()
-        self.unit, self.tiny = unit, tiny
+        self.unit, self.tiny, self.spare_rules = unit, tiny, spare_rules
         self.seed, self.drawn = seed, 0  # a counter-based stream (fuzzdiff.case.draws): replays exactly
+        self.rules: set[str] = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         on_time()  # a solver's loop, rounded op by op, runs thousands of them
         out = func(*args, **(kwargs or {}))
+        rule = own_rule(torch._C._current_autograd_node())
+        if rule is not None:
+            self.rules.add(rule)
+            if self.spare_rules:
+                return out
         returns = [r.alias_info for r in func._schema.returns]
         if any(a is not None and not a.is_write for a in returns):
             return out  # a view
@@ -83,6 +96,21 @@ class RoundingNoise(TorchDispatchMode):
         size = torch.where(t.abs() < self.tiny, torch.sgn(t) * self.tiny, t)
         moved = t + size * (signs * (2 * self.unit) - self.unit).to(t.device)
         return torch.where(torch.isinf(t), t, moved)
+
+
+def own_rule(node) -> str | None:
+    """The derivative rule of the code's own that autograd ``node`` runs, in
+    words ("Square's backward"); None for torch's own formulas, and outside
+    a backward."""
+    cls = getattr(node, "_forward_cls", None)
+    if cls is None:
+        return None
+    name = cls.__name__
+    if name.startswith("GeneratedBackwardFor_"):  # a custom op's registered autograd (torch.library)
+        namespace = name.removeprefix("GeneratedBackwardFor_").split("_", 1)[0]
+        return None if namespace in ("aten", "prims") else f"{name.removeprefix('GeneratedBackwardFor_')}'s backward"
+    module = getattr(cls, "__module__", "") or ""
+    return None if module == "torch" or module.startswith("torch.") else f"{name}'s backward"
 
 
 # Ops whose result no algorithm gets more accurate than their own conditioning

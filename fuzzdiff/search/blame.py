@@ -113,16 +113,11 @@ MECHANISMS = {
     "device": ("CUDA kernels", None),
     "checkpoint": ("activation checkpointing", RANDOM),
 }
-# Catalog families whose functions are not torch's: another library's code.
-LIBRARIES = ("tensorly",)
 
 
 def torchs_own(target: Target) -> bool:
-    """Whether ``target`` is torch's own code: an OpInfo sample, or a catalog
-    target of torch ops (registered by name, with no ``origin`` elsewhere)."""
-    return target.family == "opinfo" or (
-        target.origin is None and target.family not in ("user", "selftest", *LIBRARIES)
-    )
+    """Whether ``target`` is torch's own code (Target.torchs_own)."""
+    return target.torchs_own
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,10 @@ class Only:
             raise ValueError("Only needs at least one check and a reason")
 
 
+# Catalog families whose functions are not torch's: another library's code.
+LIBRARIES = ("tensorly",)
+
+
 @dataclass(frozen=True)
 class Target:
     """One fuzz target.
@@ -183,6 +187,13 @@ class Target:
             return torch.overrides.resolve_name(self.fn)
         except TypeError:  # an unhashable callable
             return None
+
+    @property
+    def torchs_own(self) -> bool:
+        """Whether this is torch's own code: an OpInfo or ModuleInfo sample, or a
+        catalog target of torch ops (registered by name, with no ``origin``
+        elsewhere), not a user's function or another library's."""
+        return self.family == "opinfo" or (self.origin is None and self.family not in ("user", "selftest", *LIBRARIES))
 
     @property
     def ref(self) -> str:
