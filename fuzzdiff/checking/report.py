@@ -86,7 +86,10 @@ class Report:
     ``reach``: for a check the budget did not reach, the smallest budget (in
     seconds) that would have started it, at the costs the others measured
     (None: none up to an hour). ``randomness_unasked``: why the function was not asked
-    whether it draws random numbers, where asking ran out of time."""
+    whether it draws random numbers, where asking ran out of time.
+    ``unreached``: why the checks of a module's parameters say nothing, where
+    the drawn parameters never reach its outputs
+    (fuzzdiff.search.unreached_parameters)."""
 
     target: Target
     tallies: dict[str, Tally] = field(default_factory=dict)
@@ -106,6 +109,7 @@ class Report:
     known: list[Failure] = field(default_factory=list)  # torch's known discrepancies the code reached
     reach: dict[str, int | None] = field(default_factory=dict)
     randomness_unasked: str = ""
+    unreached: str = ""
 
     def add_failure(self, check: str, failure: FuzzFailure, message: str | None = None, known: bool = False) -> None:
         """A failure; with ``known``, torch's known discrepancy that the code
@@ -201,6 +205,8 @@ class Report:
             console.print(line, soft_wrap=True)
         if self.randomness_unasked:
             console.print(f"{self.target.name}: {self.randomness_unasked}", soft_wrap=True)
+        if self.unreached:
+            console.print(f"{self.target.name}: {self.unreached}", soft_wrap=True)
         for name, tally in self.tallies.items():
             if tally.only_unsupported:
                 console.print(f"{name} unsupported: {tally.reasons['unsupported']}")
@@ -291,6 +297,7 @@ class Report:
         unconfirmed failures, in a line each ("" where there are none)."""
         lines = self._thin_lines()
         lines += [f"NOT CONFIRMED {f.check}: {f.message[:200]} ({f.elsewhere})" for f in self.unconfirmed]
+        lines += [self.unreached] if self.unreached else []
         if not lines:
             return ""
         return f"fuzzdiff.check {self.target.name}: " + "\n  ".join(lines)

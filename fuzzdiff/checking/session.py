@@ -29,6 +29,7 @@ from fuzzdiff.search.fuzzing import Search, fuzz
 from fuzzdiff.search.outcome import AllRejected, FuzzFailure, Tally
 from fuzzdiff.search.random_calls import with_randomness
 from fuzzdiff.search.root_cause import root_cause
+from fuzzdiff.search.unreached_parameters import unreached_parameters
 from fuzzdiff.targets.known import Known
 from fuzzdiff.targets.target import Target
 from fuzzdiff.targets.user import per_sample_target
@@ -100,6 +101,15 @@ class Session:
             )
         if self.target.random and self.recipe is not None:
             self.recipe = {**self.recipe, "random": True}
+
+    def ask_parameters(self, until: float | None = None) -> None:
+        """Whether a module's drawn parameters reach its outputs: where they
+        do not, the report says its parameters' checks say nothing."""
+        try:
+            with bounded(until):
+                self.report.unreached = unreached_parameters(self.target) or ""
+        except OutOfTime:
+            pass
 
     def run(self, name: str, until: float | None = None) -> Tally:
         """The check's runs until it finds nothing new: a failure's root cause is

@@ -43,7 +43,16 @@ from fuzzdiff.targets.target import Target
 from strategies._drawing import FIND
 from strategies.cases import cases
 
-__all__ = ["with_randomness", "differ", "SEEDED", "SELF_SEEDED", "UNSEEDABLE", "UNSEEDABLE_WARNING", "INPUTS"]
+__all__ = [
+    "with_randomness",
+    "cases_in",
+    "differ",
+    "SEEDED",
+    "SELF_SEEDED",
+    "UNSEEDABLE",
+    "UNSEEDABLE_WARNING",
+    "INPUTS",
+]
 
 INPUTS = 3  # drawn inputs the function is called at: a mask may agree once by chance
 ROUNDING = 2.0**10  # ulps of an output's largest magnitude that two runs may differ by
@@ -104,7 +113,7 @@ def _randomness(target: Target, calling: Callable[[Case], None] | None = None) -
     agreed but drew random numbers, or None where two calls agreed at every
     probe without drawing (or raised: the checks report that at their own inputs)."""
     drawn = RandomOps()
-    for case in _cases(target):
+    for case in cases_in(target):
         if calling is not None:
             calling(case)
         with drawn:
@@ -133,10 +142,12 @@ def _differ_twice(target: Target, case: Case, seeded: bool) -> bool | None:
     return differ(first, second)
 
 
-def _cases(target: Target) -> list[Case]:
+def cases_in(target: Target, dtype: torch.dtype | None = None) -> list[Case]:
     """INPUTS small cases of ``target`` with no empty argument, contiguous,
-    in float64 where it takes it, found without randomness of fuzzdiff's own."""
-    dtype = torch.float64 if torch.float64 in target.dtypes else target.dtypes[0]
+    in ``dtype`` (default float64 where it takes it), found without
+    randomness of fuzzdiff's own."""
+    if dtype is None:
+        dtype = torch.float64 if torch.float64 in target.dtypes else target.dtypes[0]
     one = cases(
         target, dtypes=(dtype,), layout_features=(), alias=False, specials=False, structured=False, devices=("cpu",)
     )
