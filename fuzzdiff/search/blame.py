@@ -286,8 +286,11 @@ def _known_by_function() -> dict[str, tuple[Known, ...]]:
     target is (``Target.torch_function``: ``torch.cumprod`` itself, or
     ``torch.linalg.solve`` behind the wrapper that makes its matrix
     invertible), and by the samplers an implicitly reparameterized sample is
-    drawn by (``Target.implicit``: code calling ``torch._standard_gamma`` meets them)."""
+    drawn by (``Target.implicit``: code calling ``torch._standard_gamma`` meets them);
+    and OpInfo's, by the op an entry names (code calling ``torch.linalg.eigh``
+    meets ``opinfo/linalg.eigh@*``'s)."""
     from fuzzdiff.targets import all_targets  # the catalog, built once and only when a blame needs it
+    from fuzzdiff.targets.opinfo.known import KNOWN as OPINFO_KNOWN
 
     spaces = {space.__name__: space for space in _TORCH_SPACES}
     found: dict[str, list[Known]] = {}
@@ -301,6 +304,13 @@ def _known_by_function() -> dict[str, tuple[Known, ...]]:
             found.setdefault(called, []).extend(t.known)
         for sampler in t.implicit.samplers if t.implicit is not None else ():
             found.setdefault(sampler, []).extend(t.known)
+    # OpInfo's, by the op an entry names ("opinfo/linalg.eigh@*": every sample of linalg.eigh)
+    for pattern, known in OPINFO_KNOWN:
+        op = re.fullmatch(r"opinfo/([A-Za-z0-9_.]+)@\*", pattern)
+        space, _, name = ("torch." + op.group(1) if op else "").rpartition(".")
+        called = getattr(getattr(spaces.get(space), name, None), "__name__", None)
+        if isinstance(called, str):
+            found.setdefault(called, []).append(known)
     return {name: tuple(ks) for name, ks in found.items()}
 
 

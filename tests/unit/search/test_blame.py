@@ -1,6 +1,8 @@
 """fuzzdiff.search.blame: whose bug a failure is, PyTorch's or the code's, with the evidence."""
 
 import torch
+
+import fuzzdiff
 from tests.unit.fdhelpers import WrongSquare
 
 from fuzzdiff.search.blame import PYTORCH, USER, Evidence, blame, gather
@@ -206,6 +208,19 @@ def test_a_known_discrepancy_of_a_torch_function_the_code_calls_is_torchs():
     assert gather(get_check("forward2"), target, plain, nan).torch_known is None
     own = _user(lambda x: WrongSquare.apply(torch.cumprod(x, -1)), "x: n")
     assert gather(get_check("forward2"), own, zero, nan).torch_known is None
+
+
+def test_an_opinfo_known_discrepancy_reached_through_user_code_is_known():
+    """torch.linalg.eigh's known nan under reverse over forward is OpInfo's
+    (opinfo/linalg.eigh@*), not a catalog target's: code that calls eigh
+    (torchjd's AlignedMTL, a newcomer's trial) meets it as known, not FAILED."""
+
+    def vectors(a):
+        return torch.linalg.eigh(a + a.mT).eigenvectors
+
+    report = fuzzdiff.check(vectors, "a: n n", checks=["forward2"], seed=1, progress=False, isolate=False)
+    assert report.ok, report.failures
+    assert [k.check for k in report.known] == ["forward2"] and "analytic nan" in report.known[0].message
 
 
 def test_a_known_discrepancy_in_how_torch_runs_the_codes_own_rules_is_torchs():
