@@ -29,6 +29,7 @@ import torch
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.spec import ArgSpec
+from fuzzdiff.guards.partial_graph import partial_graph_kept
 from fuzzdiff.paths.compiled import structure
 from fuzzdiff.targets.target import Target
 
@@ -85,5 +86,6 @@ def exported(
     fn = _CACHE.get(key)
     if fn is None:
         dynamic = dynamic_dims(target.args, [a.shape for a in args])
-        fn = _CACHE[key] = exported_module(target.fn, dict(case.kwargs), args, dynamic, strict, decomposed)
+        with partial_graph_kept():  # torch prints a failed export's graph to stderr
+            fn = _CACHE[key] = exported_module(target.fn, dict(case.kwargs), args, dynamic, strict, decomposed)
     return fn
