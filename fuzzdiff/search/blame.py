@@ -289,8 +289,7 @@ def _known_by_function() -> dict[str, tuple[Known, ...]]:
     drawn by (``Target.implicit``: code calling ``torch._standard_gamma`` meets them);
     and OpInfo's, by the op an entry names (code calling ``torch.linalg.eigh``
     meets ``opinfo/linalg.eigh@*``'s)."""
-    from fuzzdiff.targets import all_targets  # the catalog, built once and only when a blame needs it
-    from fuzzdiff.targets.opinfo.known import KNOWN as OPINFO_KNOWN
+    from fuzzdiff.targets import all_targets, opinfo_known_by_op  # built once, only when a blame needs it
 
     spaces = {space.__name__: space for space in _TORCH_SPACES}
     found: dict[str, list[Known]] = {}
@@ -305,12 +304,11 @@ def _known_by_function() -> dict[str, tuple[Known, ...]]:
         for sampler in t.implicit.samplers if t.implicit is not None else ():
             found.setdefault(sampler, []).extend(t.known)
     # OpInfo's, by the op an entry names ("opinfo/linalg.eigh@*": every sample of linalg.eigh)
-    for pattern, known in OPINFO_KNOWN:
-        op = re.fullmatch(r"opinfo/([A-Za-z0-9_.]+)@\*", pattern)
-        space, _, name = ("torch." + op.group(1) if op else "").rpartition(".")
+    for op, knowns in opinfo_known_by_op().items():
+        space, _, name = f"torch.{op}".rpartition(".")
         called = getattr(getattr(spaces.get(space), name, None), "__name__", None)
         if isinstance(called, str):
-            found.setdefault(called, []).append(known)
+            found.setdefault(called, []).extend(knowns)
     return {name: tuple(ks) for name, ks in found.items()}
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fuzzdiff.errors import FuzzdiffError
+from fuzzdiff.targets.known import Known
 from fuzzdiff.targets.recipe import ModuleFunction, references
 from fuzzdiff.targets.stored_sample import StoredSample
 from fuzzdiff.targets.target import FromShapes, Index, Mask, NoGrad, Only, Target, TargetUnavailable, Tol
@@ -27,6 +29,7 @@ __all__ = [
     "register",
     "get_target",
     "all_targets",
+    "opinfo_known_by_op",
     "select",
     "resolve",
     "stored_sample_of",
@@ -101,6 +104,20 @@ def all_targets(include_opinfo: bool = False) -> list[Target]:
 
         out += opinfo_targets() + moduleinfo_targets()
     return out
+
+
+def opinfo_known_by_op() -> dict[str, tuple[Known, ...]]:
+    """The known discrepancies OpInfo's table declares for every sample of an
+    op ("opinfo/linalg.eigh@*"), by the op's OpInfo name ("linalg.eigh"):
+    code that calls the op meets them too."""
+    from fuzzdiff.targets.opinfo.known import KNOWN  # the table alone: op_db is not imported
+
+    found: dict[str, list[Known]] = {}
+    for pattern, known in KNOWN:
+        op = re.fullmatch(r"opinfo/([A-Za-z0-9_.]+)@\*", pattern)
+        if op is not None:
+            found.setdefault(op.group(1), []).append(known)
+    return {name: tuple(ks) for name, ks in found.items()}
 
 
 def select(patterns: Iterable[str] | None = None, families: Iterable[str] | None = None) -> list[Target]:
