@@ -42,7 +42,7 @@ def unreached_parameters(target: Target) -> str | None:
         outs = [o for o in tree_leaves(target(*args, **case.kwargs)) if isinstance(o, torch.Tensor) and o.requires_grad]
         if not outs:
             return None
-        total = torch.stack([(o.real if o.is_complex() else o).sum() for o in outs]).sum()
+        total = torch.stack([(o.real if o.is_complex() else o).sum().double() for o in outs]).sum()
         grads = torch.autograd.grad(total, [*drawn, *mine], allow_unused=True)
     except Exception:  # noqa: BLE001 - the checks report the call's errors at their own inputs
         return None
