@@ -38,7 +38,7 @@ from fuzzdiff.checks.check import Check, CiSample, Cost
 from fuzzdiff.confirm.compare import Discrepancy, result_discrepancy
 from fuzzdiff.confirm.identities import confirm_mismatch
 from fuzzdiff.confirm.low_precision import LowPrecision
-from fuzzdiff.confirm.steps import identical_to, repeat
+from fuzzdiff.confirm.steps import identical_to, lowered_precision, repeat
 from fuzzdiff.confirm.tolerance import LOW_PRECISION, Tolerance, tolerance
 from fuzzdiff.paths import expanded as path
 from fuzzdiff.targets.target import Target
@@ -150,6 +150,13 @@ def _run(target: Target, case: Case) -> Verdict:
         low=LowPrecision(case, tol, list(first.looped.names), list(getattr(first, side).tensors), run64)
         if case.torch_dtype in LOW_PRECISION
         else None,
+        lowered=lowered_precision(
+            list(first.looped.names),
+            lambda c: list(getattr(path.run(target, c), side).tensors),
+            list(getattr(first, side).tensors),
+            case,
+            tol,
+        ),
     )
 
 

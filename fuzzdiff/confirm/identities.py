@@ -59,7 +59,7 @@ from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.confirm.compare import Discrepancy, holds, max_abs
-from fuzzdiff.confirm.ladder import Doubt, Ladder, Step, Survived
+from fuzzdiff.confirm.ladder import Doubt, Ladder, Step, Survived, words
 from fuzzdiff.confirm.low_precision import LowPrecision, against_float64
 from fuzzdiff.confirm.rounding import RoundingNoise
 from fuzzdiff.confirm.steps import (
@@ -301,14 +301,21 @@ def _rounding(measure: Measure, case: Case, first: Measurement, eps: float) -> S
             return None  # a nan or an infinity is no sum that cancels
         unit = torch.finfo(torch.float64).eps / 2
         for seed in (1, 2):
+            mode = RoundingNoise(unit, seed=seed, tiny=0.0)
             try:
-                with RoundingNoise(unit, seed=seed, tiny=0.0):
+                with mode:
                     moved = measure(case, eps).analytic
             except Exception:  # noqa: BLE001 - an index from a float moved off its integer: no answer
                 return None
             if not math.isfinite(moved):
                 return None  # moved off its domain: no answer
             if abs(moved - first.analytic) >= ROUNDING_SHARE * first.error:
+                if mode.lowered:
+                    return Doubt(
+                        f"the analytic side moves from {first.analytic!r} to {moved!r} when every intermediate "
+                        f"result moves by its rounding, and the code computes in {words(sorted(mode.lowered))} "
+                        "inside (a cast down): its derivatives hold to that precision, not float64's"
+                    )
                 return Doubt(
                     f"the analytic side moves from {first.analytic!r} to {moved!r} when every intermediate "
                     "result moves by float64 rounding: large terms that cancel (ill-conditioned here)"
@@ -511,7 +518,7 @@ def _scalar(x: float) -> torch.Tensor:
 
 
 # The whole-result comparisons' ladder (vmap, per_sample).
-MISMATCH_LADDER = Ladder(("repeat", "float64", "neighbours"))
+MISMATCH_LADDER = Ladder(("repeat", "float64", "lowered", "neighbours"))
 
 
 def confirm_mismatch(
@@ -522,16 +529,21 @@ def confirm_mismatch(
     repeat: Step,
     agrees_at: Callable[[Case], bool],
     low: LowPrecision | None = None,
+    lowered: Step | None = None,
 ) -> Verdict:
     """MISMATCH_LADDER for a mismatch ``d`` of two whole results at ``case``:
     it must survive ``repeat`` (fuzzdiff.confirm.steps.repeat) and persist at a
     neighbouring point (fuzzdiff.confirm.steps.neighbours, ``agrees_at(c)``: the two
     agree at case ``c``); for low precision (``low``), either persist in
     float64 too, or, where float64 agrees, the low-precision side must be
-    wrong against float64 (against_float64)."""
+    wrong against float64 (against_float64). ``lowered``: where the code
+    computes partly in lower precision, that precision's rounding may explain
+    it (fuzzdiff.confirm.steps.lowered_precision)."""
     steps: dict[str, Step] = {"repeat": repeat, "neighbours": neighbours(case, agrees_at)}
     if low is not None:
         steps["float64"] = low.step()
+    if lowered is not None:
+        steps["lowered"] = lowered
     return MISMATCH_LADDER.climb(identity, str(d), d.summary(), steps)
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "confirming_by",
     "on_time",
     "repeat_only",
+    "words",
 ]
 
 # What surviving each step says about a mismatch, in a verdict's words.
@@ -43,6 +44,7 @@ STEPS = {
     "jitter": "a steady reference under eps*(1 +- 0.001)",
     "rounding": "an analytic side steady when every intermediate result moves by rounding",
     "conditioning": "results steady when the values move by rounding",
+    "lowered": "results steady when the code's lower-precision intermediate results move by their rounding",
     "float64": "a float64 reference",
     "neighbours": "a neighbouring point",
     "stopping": "a derivative rule's error beyond a solver's stopping tolerance",
@@ -171,7 +173,7 @@ class Ladder:
             )
         if not climbed.survived:
             return Verdict("fail", f"{identity}: {finding}; repeated, confirmed before", climbed.errors)
-        return Verdict("fail", f"{identity}: {finding}; confirmed: survived {_words(climbed.survived)}", climbed.errors)
+        return Verdict("fail", f"{identity}: {finding}; confirmed: survived {words(climbed.survived)}", climbed.errors)
 
 
 @dataclass(frozen=True)
@@ -186,5 +188,6 @@ class Climbed:
     doubt: Doubt | None = None
 
 
-def _words(items: Sequence[str]) -> str:
+def words(items: Sequence[str]) -> str:
+    """Items in words: "a", "a and b", "a, b and c"."""
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

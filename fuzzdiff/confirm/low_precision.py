@@ -35,7 +35,7 @@ import torch
 from fuzzdiff.case.case import Case
 from fuzzdiff.confirm.compare import Discrepancy, beyond_range, max_abs, mismatch, out_of_range, worst_discrepancy
 from fuzzdiff.confirm.dtype_constants import LowDtypeConstants
-from fuzzdiff.confirm.ladder import Doubt, Step
+from fuzzdiff.confirm.ladder import Doubt, Step, words
 from fuzzdiff.confirm.rounding import ConditionedOpNoise, RoundingNoise
 from fuzzdiff.confirm.steps import float64_or_accuracy
 from fuzzdiff.confirm.tolerance import Tolerance
@@ -179,7 +179,7 @@ def against_float64(
             elsewhere = _rounding_slack(at, case, ref, slack, tiny, spare_rules=True)
             if isinstance(elsewhere, BaseException):
                 return unknown(elsewhere)
-            rules = _words(sorted(everywhere.rules))
+            rules = words(sorted(everywhere.rules))
             if worst_discrepancy(names, low, ref, tol, elsewhere.allowed, scales=scales) is None:
                 return explained(f"of intermediate results outside {rules}", _digits_lost(d, info.eps))
             unstable = (
@@ -207,7 +207,7 @@ def against_float64(
             return Verdict(
                 "inconclusive",
                 f"{dtype} vs float64 on the same values: {d}, and rounding of intermediate results leaves "
-                f"{_lost_words(names, lost, far)} without a significant digit (terms that cancel)",
+                f"{_lostwords(names, lost, far)} without a significant digit (terms that cancel)",
                 d.summary(),
             )
         far = inside
@@ -310,7 +310,7 @@ def _conditioned_ops(
             allowed[k] = max(allowed[k], CONDITIONING * mismatch(r, m)[0])
     if worst_discrepancy(names, low, ref, tol, allowed, scales=scales) is not None:
         return None
-    return _words(sorted(met))
+    return words(sorted(met))
 
 
 def _decided_by_constants(
@@ -355,7 +355,7 @@ def _decided_by_constants(
     high, low = (float(t[first].detach().reshape(-1)[flat].real) for t in (ref, theirs))
     return masks, (
         f"the function reads its dtype's own {mode.named(case.torch_dtype)}, and that decides "
-        f"{_words([names[k] for k in which])} here ({_where(names[first], mask)}: {high:.3g} with float64's, "
+        f"{words([names[k] for k in which])} here ({_where(names[first], mask)}: {high:.3g} with float64's, "
         f"{low:.3g} with {case.dtype}'s): another function in each dtype, not judged"
     )
 
@@ -373,7 +373,7 @@ def _digitless(ref: torch.Tensor, rounded: torch.Tensor, before: torch.Tensor | 
     return mask if before is None else before | mask
 
 
-def _lost_words(names: Sequence[str], lost: Sequence[torch.Tensor | None], worst: Discrepancy) -> str:
+def _lostwords(names: Sequence[str], lost: Sequence[torch.Tensor | None], worst: Discrepancy) -> str:
     """Which values rounding leaves without a digit, in words: the worst
     mismatch's own where it is one of them, else the first."""
     k = names.index(worst.what) if worst.what in names else -1
@@ -384,10 +384,6 @@ def _lost_words(names: Sequence[str], lost: Sequence[torch.Tensor | None], worst
     mask = lost[k]
     assert mask is not None
     return _where(names[k], mask)
-
-
-def _words(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _unheld(

@@ -36,6 +36,11 @@ class RoundingNoise(TorchDispatchMode):
     that float32 holds as exactly 1), and is rounded where it lies. Seeded, so
     a repeat moves everything the same way.
 
+    A result of lower precision than float64 (a float32 intermediate in a
+    float64 run: the code casts down on purpose) is moved by its own dtype's
+    rounding, a unit in its last place, and ``lowered`` names its dtype; with
+    ``lowered_only`` only those are moved.
+
     ``rules`` names the code's own derivative rules (``backward`` of an
     ``autograd.Function`` or of a custom op's registered autograd) that ran
     ops; with ``spare_rules`` their results are left exact, so that what
@@ -49,11 +54,13 @@ class RoundingNoise(TorchDispatchMode):
         seed: int = 0,
         tiny: float = torch.finfo(torch.float32).tiny,
         spare_rules: bool = False,
+        lowered_only: bool = False,
     ):
         super().__init__()
-        self.unit, self.tiny, self.spare_rules = unit, tiny, spare_rules
+        self.unit, self.tiny, self.spare_rules, self.lowered_only = unit, tiny, spare_rules, lowered_only
         self.seed, self.drawn = seed, 0  # a counter-based stream (fuzzdiff.case.draws): replays exactly
         self.rules: set[str] = set()
+        self.lowered: set[str] = set()  # the lower-precision dtypes of the results it rounded
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         on_time()  # a solver's loop, rounded op by op, runs thousands of them
@@ -73,6 +80,8 @@ class RoundingNoise(TorchDispatchMode):
             return out
         if any(a is not None for a in returns):  # in place or out=: round the written tensors where they lie
             for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.dtype not in (torch.float64, torch.complex128):
+                    continue  # a lower-precision result written in place may be saved for a backward already
                 rounded = self._round(t)
                 if rounded is not t:
                     with torch.no_grad():
@@ -81,21 +90,27 @@ class RoundingNoise(TorchDispatchMode):
         return tree_map(self._round, out)
 
     def _round(self, t):
-        if (
-            not isinstance(t, torch.Tensor)
-            or t.dtype not in (torch.float64, torch.complex128)
-            or t.layout != torch.strided
-            or not t.numel()
-        ):
+        if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()):
+            return t
+        if t.layout != torch.strided or not t.numel():
+            return t
+        unit, wide = self.unit, t.dtype in (torch.float64, torch.complex128)
+        if not wide:
+            # an intermediate result of lower precision in a float64 run (a .float() cast, a
+            # softmax in float32): its own rounding, a unit in its last place either way
+            self.lowered.add(str(t.dtype).removeprefix("torch."))
+            unit = max(unit, torch.finfo(t.dtype).eps)
+        elif self.lowered_only:
             return t
         z = draws.words(self.seed, t.numel(), draws.ROUNDING, start=self.drawn)
         self.drawn += t.numel()
         signs = torch.from_numpy(draws.bits(z).astype(np.float64)).reshape(t.shape)
+        w = t if wide else t.to(torch.complex128 if t.is_complex() else torch.float64)
         # the size the dtype's rounding is relative to: |t|, or tiny below it (sgn(0) = 0: zeros
         # stay); an infinity stays too (a mask's -inf before a softmax: inf - inf would be nan)
-        size = torch.where(t.abs() < self.tiny, torch.sgn(t) * self.tiny, t)
-        moved = t + size * (signs * (2 * self.unit) - self.unit).to(t.device)
-        return torch.where(torch.isinf(t), t, moved)
+        size = torch.where(w.abs() < self.tiny, torch.sgn(w) * self.tiny, w)
+        moved = w + size * (signs * (2 * unit) - unit).to(t.device)
+        return torch.where(torch.isinf(w), w, moved).to(t.dtype)
 
 
 def own_rule(node) -> str | None:

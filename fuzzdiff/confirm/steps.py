@@ -37,7 +37,7 @@ import torch
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.confirm.compare import Discrepancy, mismatch, worst_discrepancy
-from fuzzdiff.confirm.ladder import Doubt, Step, Survived
+from fuzzdiff.confirm.ladder import Doubt, Step, Survived, words
 from fuzzdiff.confirm.rounding import RoundingNoise
 from fuzzdiff.confirm.tolerance import Tolerance
 from fuzzdiff.paths.result import Result
@@ -271,6 +271,39 @@ def conditioning(
                         "the results move as far when every intermediate result moves by rounding: "
                         "ill-conditioned here (large terms that cancel)"
                     )
+        return None
+
+    return step
+
+
+def lowered_precision(
+    names: Sequence[str], run: Callable[[Case], Tensors], here: Tensors, case: Case, tol: Tolerance
+) -> Step:
+    """Two ways of one computation in float64 that the code runs partly in
+    lower precision (a ``.float()`` cast, a softmax with ``dtype=torch.float32``:
+    x-transformers' attention) agree only to that precision. Where moving
+    those intermediate results by their own rounding (RoundingNoise's
+    ``lowered_only``) moves ``run(case)`` from ``here`` beyond the tolerance,
+    the mismatch is that precision's rounding. Code that stays in float64
+    meets no such result: the step passes without a word."""
+
+    def step() -> Doubt | Survived | None:
+        if case.torch_dtype != torch.float64:
+            return Survived("")
+        for seed in (1, 2):
+            mode = RoundingNoise(torch.finfo(torch.float64).eps / 2, seed=seed, tiny=0.0, lowered_only=True)
+            try:
+                with mode:
+                    moved = run(case)
+            except Exception:  # noqa: BLE001 - an index from a float moved off its integer: no answer
+                return Survived("")
+            if not mode.lowered:
+                return Survived("")
+            if worst_discrepancy(names, moved, here, tol) is not None:
+                return Doubt(
+                    f"the code computes in {words(sorted(mode.lowered))} inside (a cast down), and the results "
+                    "move as far when those intermediate results move by their rounding"
+                )
         return None
 
     return step

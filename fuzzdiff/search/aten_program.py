@@ -191,7 +191,10 @@ def leading_to(trace: AtenTrace, index: int, arguments: int, name: str = "aten_p
     its inputs from the call's arguments, and those that wrote into their
     storages before it, in the trace's order; a function of the call's
     ``arguments`` tensor arguments, returning op ``index``'s outputs. A
-    tensor none of them made and no argument is a constant."""
+    tensor none of them made and no argument is a constant. Unwritable where
+    a needed op ran with grad mode off on a value the arguments derive
+    (inside an autograd.Function's forward): the program would differentiate
+    what the call did not."""
     ops = trace.ops
     chosen: set[int] = set()
 
@@ -218,6 +221,10 @@ def leading_to(trace: AtenTrace, index: int, arguments: int, name: str = "aten_p
     constants: dict[tuple, str] = {}
     for i in sorted(chosen):
         op = ops[i]
+        if not op.grad_enabled and any(t.derived for t in op.inputs):
+            # inside an autograd.Function's forward (its backward replaces the op's) or under
+            # no_grad (a constant): replayed in grad mode, autograd would differentiate it
+            raise Unwritable(f"{op.name} ran with grad mode off, on a value the arguments derive")
         names = []
         for t in op.inputs:
             if t.source is not None and t.source[0] in chosen:
