@@ -210,6 +210,16 @@ REFUSALS: tuple[Refusal, ...] = (
         ),
         traced=True,
     ),
+    # torch.func refuses .data on purpose (functorch's own words, "not allowed"):
+    # pytorch_metric_learning's ArcFace assigns W.data = W.data.to(...) on every call.
+    Refusal(
+        "torch.func .data",
+        "the function reads or assigns a tensor's .data, which torch.func transforms refuse",
+        _words(
+            r"accessing `data` under vmap transform is not allowed",
+            r"mutating directly with `\.data` inside functorch transform is not allowed",
+        ),
+    ),
     # vmap's words start with "vmap:", said only under vmap: the same code in
     # eager is judged. Under a grad or jvp inside vmap, torch cannot tell
     # .item() from control flow: one entry, so that every composition says alike.

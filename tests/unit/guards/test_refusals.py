@@ -347,3 +347,18 @@ def test_an_in_place_write_of_a_batched_value_into_an_unbatched_tensor_is_refuse
                 params={**PROBES, **plan})
     verdict = run_check("vmap", target, case)
     assert verdict.kind == "unsupported" and VMAP_INPLACE in verdict.message, verdict
+
+
+def _scaled_by_its_data(x):
+    return x * x.data.abs().sum()
+
+
+def test_data_under_a_torch_func_transform_is_unsupported_not_torchs_bug():
+    """torch.func refuses .data on purpose (pytorch_metric_learning's ArcFace
+    assigns W.data on every call): a vmap run says so, and is no failure."""
+    import fuzzdiff
+
+    report = fuzzdiff.check(_scaled_by_its_data, "x: n", checks=["vmap"], seed=0, max_examples=10,
+                            progress=False, isolate=False)
+    assert report.ok, report.failures
+    assert ".data" in report.tallies["vmap"].reasons.get("unsupported", ""), report.tallies["vmap"].reasons
