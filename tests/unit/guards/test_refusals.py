@@ -136,6 +136,7 @@ def assert_refused(verdict, name: str) -> None:
 # torch 2.13's words for each entry (one example each), as raised
 SAID = {
     "torch.func memory read": RuntimeError("Cannot access data pointer of Tensor that doesn't have storage"),
+    "torch.func .data": RuntimeError("accessing `data` under vmap transform is not allowed"),
     "traced memory read": RuntimeError("Cannot access data pointer of Tensor (e.g. FakeTensor, FunctionalTensor)."),
     "traced data-dependent value": RuntimeError("Could not guard on data-dependent expression Eq(u0, 1)"),
     "traced TorchScript branch": RuntimeError(
@@ -196,6 +197,7 @@ ALSO_SAID = {
     ),
     # reentrant checkpoint at an input where the function returns a constant
     "nothing to differentiate": RuntimeError("none of output has requires_grad=True, this checkpoint() is not necessary"),
+    "torch.func .data": RuntimeError("mutating directly with `.data` inside functorch transform is not allowed."),
 }
 
 
