@@ -76,6 +76,7 @@ _DENSE = {"direction": {"seed": 0xD1CE, "layout": "contiguous", "zeros": 0.0}}
 # and, where the analytic side is nan (which reaches every output), through a dense cotangent
 DENSE_PROBE = {"seed": 0xC0DE, "layout": "contiguous", "zeros": 0.0}
 _DENSE_COTANGENT = {"cotangent": DENSE_PROBE}
+APART = "through the check's cotangent with its entries drawn apart"
 
 
 def one_sided(
@@ -137,7 +138,10 @@ def kink_pairs(
     direction u and along a dense one, the right and left derivatives, and the
     derivative against its sum along random splits of the direction
     (paths.numerical). ``v`` is the check's own, so only a kink in the outputs
-    the mismatch is seen through counts; the pairs marked DENSE_COTANGENT
+    the mismatch is seen through counts; but those outputs are also weighed
+    apart (APART: random values where ``v`` is not zero), since a kink where
+    one output takes over from its neighbour cancels out of a cotangent that
+    weighs them alike. The pairs marked DENSE_COTANGENT
     look at ``seen_whole`` (``f`` itself by default, or a first derivative
     built with a dense cotangent of its own) through a dense cotangent, for an
     analytic side that is nan (a nan reaches every output): none of those
@@ -149,6 +153,13 @@ def kink_pairs(
     whole direction are taken once and shared by every pair that needs them."""
     with torch.no_grad():
         at = f(*leaves)
+        # v's own outputs, weighed apart: a constant cotangent hides a kink where one output
+        # takes over from its neighbour (two clamps at their bounds at once: rtdl's piecewise
+        # linear encoding at a bin edge), and the analytic side is a convention there
+        apart = [
+            torch.where(t != 0, d, torch.zeros_like(d))
+            for t, d in zip(v, probes_like(_DENSE_COTANGENT, "cotangent", at))
+        ]
     dense_u = directions(_DENSE, leaves)
     walks = [("u", f, at, u, v), ("a dense direction", f, at, dense_u, v)]
     if not finite:
@@ -157,7 +168,8 @@ def kink_pairs(
             whole_at = at if seen_whole is None else whole(*leaves)
             dense_v = probes_like(_DENSE_COTANGENT, "cotangent", whole_at)
         walks.append((f"a dense direction {DENSE_COTANGENT}", whole, whole_at, dense_u, dense_v))
-    for along, g, g_at, d, through in walks:
+    sided_walks = [*walks[:2], (f"u, {APART}", f, at, u, apart), *walks[2:]]
+    for along, g, g_at, d, through in sided_walks:
         yield (
             f"right and left derivatives along {along}",
             *one_sided_differences(g, leaves, d, through, eps, outs=g_at),
