@@ -320,6 +320,15 @@ REFUSALS: tuple[Refusal, ...] = (
             r"Could not run '[^']+' with arguments from the '[^']+' backend",
         ),
     ),
+    # torch documents it (torch.utils.checkpoint): a reentrant checkpoint runs its own
+    # backward, so torch.autograd.grad and backward(inputs=...) cannot reach through it.
+    # memory-efficient-attention-pytorch checkpoints so at its default use_reentrant.
+    Refusal(
+        "reentrant checkpoint",
+        "the function uses torch.utils.checkpoint with use_reentrant=True, which torch.autograd.grad "
+        "cannot differentiate (torch's documented limit; .backward() works)",
+        _words(r"When use_reentrant=True, torch\.utils\.checkpoint is incompatible with \.grad\(\)"),
+    ),
     Refusal(
         "nothing to differentiate",
         "nothing to differentiate: an output or an input is not in the graph",

@@ -137,6 +137,11 @@ def assert_refused(verdict, name: str) -> None:
 SAID = {
     "torch.func memory read": RuntimeError("Cannot access data pointer of Tensor that doesn't have storage"),
     "torch.func .data": RuntimeError("accessing `data` under vmap transform is not allowed"),
+    "reentrant checkpoint": RuntimeError(
+        "When use_reentrant=True, torch.utils.checkpoint is incompatible with .grad() or passing an `inputs` "
+        "parameter to .backward(). To resolve this error, you can either set use_reentrant=False, or call "
+        ".backward() without passing the `inputs` argument."
+    ),
     "traced memory read": RuntimeError("Cannot access data pointer of Tensor (e.g. FakeTensor, FunctionalTensor)."),
     "traced data-dependent value": RuntimeError("Could not guard on data-dependent expression Eq(u0, 1)"),
     "traced TorchScript branch": RuntimeError(
@@ -364,3 +369,21 @@ def test_data_under_a_torch_func_transform_is_unsupported_not_torchs_bug():
                             progress=False, isolate=False)
     assert report.ok, report.failures
     assert ".data" in report.tallies["vmap"].reasons.get("unsupported", ""), report.tallies["vmap"].reasons
+
+
+def _checkpointed_reentrant(x):
+    import torch.utils.checkpoint
+
+    return torch.utils.checkpoint.checkpoint(torch.sin, x, use_reentrant=True) * 2
+
+
+def test_a_reentrant_checkpoint_is_unsupported_at_every_input_not_an_input_domain():
+    """memory-efficient-attention-pytorch checkpoints with use_reentrant=True: its
+    plain call's backward raises under autograd.grad at every input, which is
+    torch's documented limit, not a domain of the function's inputs."""
+    import fuzzdiff
+
+    report = fuzzdiff.check(_checkpointed_reentrant, "x: n", checks=["grad"], seed=0, max_examples=10,
+                            progress=False, isolate=False)
+    assert report.ok, [f.message for f in report.failures]
+    assert "use_reentrant=True" in report.tallies["grad"].reasons.get("unsupported", ""), report.tallies["grad"].reasons
