@@ -43,6 +43,9 @@ _LISTED_ELSEWHERE = {
     "FUNCTION_JVP_DROPPED_AT_DUALS": "code that brings its own derivative rules, a user's `autograd.Function` "
     "(`fuzzdiff.targets.discrepancies.OWN_RULES`, read by `fuzzdiff.search.blame`); met on the zoo's "
     "`scale_fake_row_major` and its twin",
+    "FUNCTION_JVP_DROPPED_UNDER_COMPILED_JVP": "code that brings its own derivative rules, a user's "
+    "`autograd.Function` (`fuzzdiff.targets.discrepancies.OWN_RULES`, read by `fuzzdiff.search.blame`); met "
+    "on the zoo's `scale_fake_row_major` and its twin",
 }
 
 

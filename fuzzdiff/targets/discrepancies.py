@@ -369,6 +369,23 @@ FUNCTION_JVP_DROPPED_AT_DUALS = Known(
     fixed_in="2.14.1",
 )
 
+FUNCTION_JVP_DROPPED_UNDER_COMPILED_JVP = Known(
+    "compile",
+    "torch.compile of torch.func.jvp over a custom autograd.Function inlines the Function's "
+    "forward and drops its jvp: the tangent is the forward's own, silently; where the forward "
+    "calls a torch.library custom op (no forward-mode rule) it is zero (torch 2.13.0 and 2.15.0 "
+    "CPU, every backend, eager included; upstream: pytorch/pytorch#192985, open)",
+    "@torch.library.custom_op('repro::double', mutates_args=()) def op(x: Tensor) -> Tensor: "
+    "return x * 2 (fake: empty_like); class D(torch.autograd.Function) with forward(x): return "
+    "op(x), backward g * 2, jvp(ctx, t): return t * 2; x, u = torch.arange(1., 4.).double(), "
+    "torch.ones(3).double(); torch.func.jvp(D.apply, (x,), (u,))[1] -> [2, 2, 2]; "
+    "torch.compile(lambda a, b: torch.func.jvp(D.apply, (a,), (b,)), backend='eager')(x, u)[1] -> "
+    "[0, 0, 0] (aot_eager and inductor alike)",
+    message=r"jvp\(f\)\(u\) vs eager: tangent \d+",
+    params={"transform": "jvp"},
+    records=("04d94920cdca6817",),
+)
+
 JVP_VIEW_AOT_FUNCTION = Known(
     "compile",
     "aot_function of torch.func.jvp through a view op raises an internal assert when a primal "
@@ -520,7 +537,7 @@ DUAL_LEVEL_LERP_INPLACE_COMPILE = Known(
 # Discrepancies in how torch runs code's own derivative rules (an autograd.Function's
 # jvp, a custom op's fake kernel): they apply to any code that brings such rules, a
 # user's included (fuzzdiff.search.blame), not to one op.
-OWN_RULES: tuple[Known, ...] = (FUNCTION_JVP_DROPPED_AT_DUALS,)
+OWN_RULES: tuple[Known, ...] = (FUNCTION_JVP_DROPPED_AT_DUALS, FUNCTION_JVP_DROPPED_UNDER_COMPILED_JVP)
 
 BCE_WITH_LOGITS_NESTED_JVP = Known(
     "forward2",

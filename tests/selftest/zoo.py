@@ -27,7 +27,11 @@ import torch.nn.functional as F
 from torch.autograd import Function
 
 from fuzzdiff.case.layout import Layout
-from fuzzdiff.targets.discrepancies import FUNCTION_JVP_DROPPED_AT_DUALS, NESTED_JVP_FUNCTION
+from fuzzdiff.targets.discrepancies import (
+    FUNCTION_JVP_DROPPED_AT_DUALS,
+    FUNCTION_JVP_DROPPED_UNDER_COMPILED_JVP,
+    NESTED_JVP_FUNCTION,
+)
 from fuzzdiff.targets.target import Target
 
 __all__ = ["Planted", "ZOO", "TRIGGERS", "by_name"]
@@ -882,10 +886,11 @@ def gelu_traced_branch_twin(x):
 
 
 ZOO += [
-    # known: compiled code at dual inputs drops the Function's jvp, and the op has no forward rule
+    # known: compiled code drops the Function's jvp at dual inputs and under torch.func.jvp,
+    # and the op has no forward rule
     _pair("scale_fake_row_major", scale_fake_row_major, scale_fake_row_major_twin, "x: n m",
           "compile", "fake_kernel", "the fake kernel says row-major; the kernel writes column-major",
-          known=(FUNCTION_JVP_DROPPED_AT_DUALS,)),
+          known=(FUNCTION_JVP_DROPPED_AT_DUALS, FUNCTION_JVP_DROPPED_UNDER_COMPILED_JVP)),
     _pair("gelu_traced_branch", gelu_traced_branch, gelu_traced_branch_twin, "x: ...",
           "compile", "compiled", "a branch taken only under torch.compile approximates gelu"),
 ]
