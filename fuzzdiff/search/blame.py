@@ -273,7 +273,9 @@ def torch_known(
     does, with the same signature. ``raised``: only the known raises count
     (the code brings rules of its own, which could give a wrong value alike)."""
     table = _known_by_function()
-    for name in calls:
+    # the latest call first: an error is raised at or after the call that made it (code that
+    # normalizes, then takes a logsumexp, meets logsumexp's raise, which normalize's p=1 shares)
+    for name in dict.fromkeys(reversed(calls)):
         for known in table.get(name, ()):
             if (known.raises is not None or not raised) and known.matches(check, case, verdict):
                 return name, known.describe()

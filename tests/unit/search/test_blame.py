@@ -305,3 +305,17 @@ def test_code_that_swallows_checkpoints_early_stop_owns_the_error():
     (failure,) = report.failures
     assert failure.blame.whose == USER, failure.blame
     assert "_StopRecomputationError" in failure.blame.evidence and "test_blame.py" in failure.blame.evidence
+
+
+def _normalized_logsumexp(x):
+    return torch.logsumexp(torch.nn.functional.normalize(x, dim=-1), -1)
+
+
+def test_a_known_raise_shared_by_several_functions_names_the_latest_called():
+    """F.normalize (p=1) and torch.logsumexp share one known raise under reverse over
+    forward; code that normalizes (p=2) and then takes a logsumexp meets logsumexp's
+    ("output 0 of Exp"), and the evidence names it, not normalize."""
+    report = fuzzdiff.check(_normalized_logsumexp, "x: n>=1 3", checks=["forward2"], dtypes=[torch.float64], seed=0,
+                            max_examples=10, progress=False, isolate=False)
+    assert report.ok and report.known, report.summary()
+    assert "calls torch's logsumexp" in report.known[0].blame.evidence, report.known[0].blame.evidence
