@@ -36,10 +36,11 @@ class RoundingNoise(TorchDispatchMode):
     that float32 holds as exactly 1), and is rounded where it lies. Seeded, so
     a repeat moves everything the same way.
 
-    A result of lower precision than float64 (a float32 intermediate in a
-    float64 run: the code casts down on purpose) is moved by its own dtype's
-    rounding, a unit in its last place, and ``lowered`` names its dtype; with
-    ``lowered_only`` only those are moved.
+    A result of a dtype coarser than the rounding emulated (a float32
+    intermediate in a float64 run: the code casts down on purpose) is moved by
+    its own dtype's rounding, a unit in its last place, and ``lowered`` names
+    its dtype; with ``lowered_only`` only those are moved. A result in a
+    floating dtype no coarser than that, other than float64, is left alone.
 
     ``rules`` names the code's own derivative rules (``backward`` of an
     ``autograd.Function`` or of a custom op's registered autograd) that ran
@@ -96,10 +97,12 @@ class RoundingNoise(TorchDispatchMode):
             return t
         unit, wide = self.unit, t.dtype in (torch.float64, torch.complex128)
         if not wide:
-            # an intermediate result of lower precision in a float64 run (a .float() cast, a
-            # softmax in float32): its own rounding, a unit in its last place either way
+            if torch.finfo(t.dtype).eps / 2 <= self.unit:
+                return t  # no coarser than the rounding emulated: the run's own dtype
+            # an intermediate result of lower precision than the run emulates (a .float() cast
+            # in a float64 run, a softmax in float32): its own rounding, an ulp either way
             self.lowered.add(str(t.dtype).removeprefix("torch."))
-            unit = max(unit, torch.finfo(t.dtype).eps)
+            unit = torch.finfo(t.dtype).eps
         elif self.lowered_only:
             return t
         z = draws.words(self.seed, t.numel(), draws.ROUNDING, start=self.drawn)
