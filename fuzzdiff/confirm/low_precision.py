@@ -207,7 +207,7 @@ def against_float64(
             return Verdict(
                 "inconclusive",
                 f"{dtype} vs float64 on the same values: {d}, and rounding of intermediate results leaves "
-                f"{_lostwords(names, lost, far)} without a significant digit (terms that cancel)",
+                f"{_lost_words(names, lost, far)} without a significant digit (terms that cancel)",
                 d.summary(),
             )
         far = inside
@@ -373,7 +373,7 @@ def _digitless(ref: torch.Tensor, rounded: torch.Tensor, before: torch.Tensor | 
     return mask if before is None else before | mask
 
 
-def _lostwords(names: Sequence[str], lost: Sequence[torch.Tensor | None], worst: Discrepancy) -> str:
+def _lost_words(names: Sequence[str], lost: Sequence[torch.Tensor | None], worst: Discrepancy) -> str:
     """Which values rounding leaves without a digit, in words: the worst
     mismatch's own where it is one of them, else the first."""
     k = names.index(worst.what) if worst.what in names else -1
