@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
-from fuzzdiff.search.blame import USER, Blame, blame, gather, located, torchs_own
+from fuzzdiff.search.blame import USER, Blame, blame, gather, located
 from fuzzdiff.search.localize import NUMERIC, localize
 from fuzzdiff.case.case import Case
 from fuzzdiff.checks import CHECKS
@@ -128,7 +128,7 @@ def whose(record: Record, target: Target) -> Blame:
     check = CHECKS[record.check]
     found = blame(record.check, target, record.verdict, gather(check, target, record.case, record.verdict))
     numeric = record.check in NUMERIC or record.verdict.errors.get("exception")
-    if found.whose != USER or torchs_own(target) or record.verdict.kind != "fail" or not numeric:
+    if found.whose != USER or target.torchs_own or record.verdict.kind != "fail" or not numeric:
         return found
     return located(found, localize(check, target, record.case, record.verdict))
 

@@ -73,7 +73,6 @@ __all__ = [
     "USER",
     "VIA",
     "MECHANISMS",
-    "torchs_own",
     "torchs_op",
 ]
 
@@ -113,11 +112,6 @@ MECHANISMS = {
     "device": ("CUDA kernels", None),
     "checkpoint": ("activation checkpointing", RANDOM),
 }
-
-
-def torchs_own(target: Target) -> bool:
-    """Whether ``target`` is torch's own code (Target.torchs_own)."""
-    return target.torchs_own
 
 
 @dataclass(frozen=True)
@@ -214,7 +208,7 @@ def gather(check: Check, target: Target, case: Case, verdict: Verdict | None = N
     With the ``verdict``, also whether it is a known discrepancy of a torch
     function the code calls; and, from one more run of the check, the torch
     errors the code caught itself and the warnings it gave."""
-    if torchs_own(target):
+    if target.torchs_own:
         return Evidence()
     evidence = _gathered(check, target, case, verdict)
     try:
@@ -296,7 +290,7 @@ def _known_by_function() -> dict[str, tuple[Known, ...]]:
     spaces = {space.__name__: space for space in _TORCH_SPACES}
     found: dict[str, list[Known]] = {}
     for t in all_targets():
-        if not t.known or not torchs_own(t):
+        if not t.known or not t.torchs_own:
             continue
         space, _, name = (t.torch_function or "").rpartition(".")
         # by the name the call is seen by (torch.linalg.solve's is "linalg_solve")
@@ -329,7 +323,7 @@ def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> B
 
 def _blamed(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> Blame:
     errors = verdict.errors if isinstance(verdict.errors, dict) else {}
-    if torchs_own(target):
+    if target.torchs_own:
         return Blame(PYTORCH, f"the target is torch's own ({target.family} {target.name})", "torch's target")
     if errors.get("internal_assert"):
         return Blame(

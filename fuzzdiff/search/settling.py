@@ -21,7 +21,7 @@ from fuzzdiff.guards import torch_state
 from fuzzdiff.guards.aten_trace import AtenTrace, trace_call
 from fuzzdiff.guards.timeout import OutOfTime, bounded
 from fuzzdiff.record.files import write_record
-from fuzzdiff.search.blame import USER, Evidence, blame, gather, located, torchs_op, torchs_own
+from fuzzdiff.search.blame import USER, Evidence, blame, gather, located, torchs_op
 from fuzzdiff.search.fresh import FreshProcess
 from fuzzdiff.search.localize import NUMERIC, localize
 from fuzzdiff.search.outcome import FuzzFailure
@@ -117,7 +117,7 @@ def _localized(failure: FuzzFailure, check: Check, target: Target, settle_by: fl
         return
     # a mismatch of two of torch's ways of running the code has no op of it to run alone
     alone = check.name in NUMERIC or bool(verdict.errors.get("exception"))
-    if torchs_own(target):
+    if target.torchs_own:
         found = localize(check, target, failure.case, verdict, settle_by) if alone else None
         named = found is not None and found.level in ("op", "rule")
         called = () if named or target.torch_function is not None else _ops_called(target, failure.case)
