@@ -62,3 +62,23 @@ def test_corrupted_open_records_fail_and_name_themselves(tmp_path):
 
 def test_a_replay_that_passes_with_no_message_is_named_not_an_error():
     assert mismatch(Verdict("fail", "grad: off"), Verdict("pass", "")) == "recorded fail, replayed pass: "
+
+
+def _raised(message: str) -> Verdict:
+    return Verdict("fail", f"raised RuntimeError: {message}", {"exception": "RuntimeError"})
+
+
+def test_an_error_whose_message_a_later_torch_extends_is_the_same_error():
+    recorded = _raised("/build/RegisterCPU_3.cpp:5710: SymIntArrayRef expected to contain only concrete integers")
+    longer = _raised(
+        "/build/RegisterCPU_3.cpp:5745: SymIntArrayRef expected to contain only concrete integers"
+        " that are stored inline. Found symbolic SymInt at index 1"
+    )
+    assert mismatch(recorded, longer) is None
+    # a message the replay cut short, or another error of the same type, is not the recorded one
+    assert mismatch(longer, recorded) is not None
+    assert mismatch(recorded, _raised("/build/RegisterCPU_3.cpp:5745: expected a concrete size")) is not None
+
+
+def test_a_few_words_do_not_stand_for_any_message_that_starts_with_them():
+    assert mismatch(_raised("shape"), _raised("shape '[2]' is invalid for input of size 3")) is not None
