@@ -35,7 +35,7 @@ import torch
 
 from fuzzdiff.errors import FuzzdiffError
 
-__all__ = ["TENSOR_LIMIT", "OUTPUTS", "SampleError", "Fuzzed", "StoredSample", "same_value"]
+__all__ = ["TENSOR_LIMIT", "OUTPUTS", "SampleError", "Fuzzed", "StoredSample", "same_value", "near_value"]
 
 TENSOR_LIMIT = 4096  # elements of one stored tensor
 OUTPUTS = ("identity", "processed")  # the sample's output_process_fn_grad: the identity, or its own
@@ -414,3 +414,14 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, float):
         return a.hex() == b.hex() or (math.isnan(a) and math.isnan(b))
     return bool(a == b)
+
+
+def near_value(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Two floating tensors are one sample's, computed on two machines: of one
+    dtype and shape, and equal up to the last bits a kernel's rounding may
+    move (linalg.eig's samples are products of matrices, whose float64 bits
+    differ between CPUs)."""
+    if a.dtype != b.dtype or a.shape != b.shape or a.layout != b.layout:
+        return False
+    a, b = a.detach().cpu().resolve_conj().resolve_neg(), b.detach().cpu().resolve_conj().resolve_neg()
+    return torch.allclose(a, b, rtol=1e-12, atol=1e-12, equal_nan=True)

@@ -42,7 +42,7 @@ from fuzzdiff.targets.opinfo.tables import (
     SAMPLES_PER_OP,
     op_key,
 )
-from fuzzdiff.targets.stored_sample import Fuzzed, SampleError, StoredSample, same_value
+from fuzzdiff.targets.stored_sample import Fuzzed, SampleError, StoredSample, near_value, same_value
 from fuzzdiff.targets.target import Target, TargetUnavailable
 
 # The family's face: besides its own, the names of its tables, skips and samples that callers import from here.
@@ -231,6 +231,6 @@ def _same_call(sample, stored: StoredSample) -> bool:
     if spec != stored_spec:
         return False
     return all(
-        fuzzable(a) and same_value(a, stored.fuzzed[b.index]) if isinstance(b, Fuzzed) else same_value(a, b)
+        fuzzable(a) and near_value(a, stored.fuzzed[b.index]) if isinstance(b, Fuzzed) else same_value(a, b)
         for a, b in zip(flat, marked)
     )
