@@ -49,7 +49,7 @@ from fuzzdiff.errors import FuzzdiffError
 from fuzzdiff.record.files import _safe, iter_records, read_record
 from fuzzdiff.record.journal import recover
 from fuzzdiff.search.fuzzing import Tally
-from fuzzdiff.search.layout_tour import TOUR, tour_order
+from fuzzdiff.search.layout_tour import TOUR, first_tour, tour_order
 from fuzzdiff.targets.target import Target
 
 __all__ = [
@@ -156,6 +156,7 @@ class _Pair:
     size: BatchSize
     first_backends: tuple[str, ...] | None = None  # the compile backends of its first batch
     known: tuple[str, ...] = ()  # the known discrepancies of its check that its target declares
+    compiles: bool = False  # its check compiles: its first batch tours fewer classes (first_tour)
 
     @property
     def key(self) -> str:
@@ -179,7 +180,19 @@ def _runnable(
             pair_size = size.for_pair(target, check) if sizing is None else sizing(target, check)
             first = cheap if check.compiles else None
             known = tuple(k.describe() for k in target.known if check.name in k.checks)
-            todo.append(_Pair(target.ref, target.name, target.family, check.name, cases, pair_size, first, known))
+            todo.append(
+                _Pair(
+                    target.ref,
+                    target.name,
+                    target.family,
+                    check.name,
+                    cases,
+                    pair_size,
+                    first_backends=first,
+                    known=known,
+                    compiles=check.compiles,
+                )
+            )
     return todo
 
 
@@ -239,6 +252,7 @@ class _Loop:
         index, number, attempt = job
         pair = self.todo[index]
         limits = [s for s in (self.batch_seconds, None if end is None else end - now) if s is not None]
+        tour, tour_cases = first_tour(self.tour, pair.compiles, index) if number == 0 else ((), None)
         self.workers.start(
             k,
             Job(
@@ -251,7 +265,8 @@ class _Loop:
                 replace(pair.size, examples=1) if number == 0 and self.tour else pair.size,  # one tour: a case a class
                 None if end is None else end - now,
                 pair.first_backends if number == 0 else None,
-                self.tour if number == 0 else (),
+                tour,
+                tour_cases,
             ),
         )
         self.running[k] = _Running(index, number, now, attempt)

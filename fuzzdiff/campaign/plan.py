@@ -11,8 +11,9 @@ size. What does not fit is said before the campaign starts, with the budget
 that would sweep it within half. Later rounds keep the sizes; their scores decide where batches go.
 
 Where a pair's first batch is a layout tour (fuzzdiff.search.layout_tour), it
-is one example of a case per layout class, whatever the batch size: round 1
-costs that, and the size chosen is the later rounds'.
+is one example of a case per layout class, whatever the batch size (a
+compiling pair's: of COMPILING_TOUR classes): round 1 costs that, and the size
+chosen is the later rounds'.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from fuzzdiff.campaign.worker import BatchSize
 from fuzzdiff.checks.check import Check, Cost
+from fuzzdiff.search.layout_tour import COMPILING_TOUR
 from fuzzdiff.targets.target import Target
 
 __all__ = ["Plan", "plan"]
@@ -58,7 +60,10 @@ class Plan:
         """One line, said before the campaign starts."""
         head = f"{self.budget:g} s on {self.jobs} worker(s): every pair at {self.examples} examples"
         if self.tour:
-            head += f" after a first batch of one layout tour (up to {self.tour} cases)"
+            head += (
+                f" after a first batch of one layout tour (up to {self.tour} cases; "
+                f"{COMPILING_TOUR} for a compiling pair)"
+            )
         if not self.eager_fits:
             return (
                 f"{head}, and even so round 1 needs about {self.full_budget:,.0f} s "
@@ -107,7 +112,7 @@ def plan(pairs: Iterable[tuple[Target, Check]], size: BatchSize, budget: float, 
     # round 1 goes on past its share until every pair has had a batch: compile
     # pairs get the rest of the whole budget
     left, covered = budget * jobs - spent, 0
-    costs = [_cost(cost, tour) for cost, _ in compiling] if tour else compile_cost(examples)
+    costs = [_cost(cost, min(tour, COMPILING_TOUR)) for cost, _ in compiling] if tour else compile_cost(examples)
     for c in costs:
         if c > left:
             break

@@ -129,6 +129,7 @@ class Job:
     until: float | None = None  # seconds left of the budget when it was sent (a worker with a queue needs it)
     backends: tuple[str, ...] | None = None  # the compile backends to draw from (None: the configured ones)
     tour: tuple[str, ...] = ()  # the layout classes each example meets (fuzzdiff.search.layout_tour), in order
+    tour_cases: int | None = None  # of those that apply, at most this many (None: all)
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def run_batch(job: Job, setup: WorkerSetup, database: ExampleDatabase | None = N
             target,
             config,
             settings=settings,
-            search=Search(fresh=_fresh_process(setup), tour=job.tour),
+            search=Search(fresh=_fresh_process(setup), tour=job.tour, tour_cases=job.tour_cases),
         )
     except _Stop:
         result.tally, result.cut = clock.tally, True

@@ -17,7 +17,7 @@ from fuzzdiff.search.localize import NUMERIC, localize
 from fuzzdiff.case.case import Case
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.paths import compiled
+from fuzzdiff.paths import compiled, compiled_autograd
 from fuzzdiff.record.files import read_record
 from fuzzdiff.record.format import CorpusError, Record
 from fuzzdiff.script import standalone_script
@@ -170,6 +170,7 @@ def replay(record: Record | Path | str, *, trust_source: bool = False, allow_imp
     if CHECKS[record.check].compiles:
         # compiled as the check first compiled it: not a graph cached for other cases' shapes
         compiled.forget()
+        compiled_autograd.forget()
     return run_check(record.check, target, record.case)
 
 

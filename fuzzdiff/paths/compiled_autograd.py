@@ -18,7 +18,9 @@ Compiled autograd caches its graphs by the autograd graph's structure, not by
 the compiler, and across targets: a graph compiled by one backend, or for
 another target's graph of the same structure, would be reused (tensorly's
 fold passed in a fresh process and failed after other targets). ``enabled``
-clears that cache each time, so each run compiles its own.
+clears that cache unless it is asked for the same run again: a case's
+variant at other values, which a user's second call is (its graphs hold, and
+a recompile would cost a dynamo trace, most of the check's time).
 
 ``derivatives`` and ``backward_compiler`` are torch-only: the check's scripts
 copy them by source.
@@ -36,9 +38,10 @@ from fuzzdiff.paths.compiled import dynamo_settings, per_location
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.reverse import vjp
 
-__all__ = ["BACKENDS", "backward_compiler", "derivatives", "enabled"]
+__all__ = ["BACKENDS", "backward_compiler", "derivatives", "enabled", "forget"]
 
 BACKENDS = ("eager", "inductor")
+_CACHED: list[object] = [None]  # the run that compiled autograd's cache holds the graphs of
 
 
 def backward_compiler(backend: str) -> Callable[[torch.fx.GraphModule], Callable]:
@@ -51,16 +54,26 @@ def backward_compiler(backend: str) -> Callable[[torch.fx.GraphModule], Callable
 
 
 @contextlib.contextmanager
-def enabled(backend: str) -> Iterator[None]:
+def enabled(backend: str, run: object = None) -> Iterator[None]:
     """Every backward run inside compiled by compiled autograd with ``backend``,
-    and nothing outside: the previous compiler (a user's, or none) is restored."""
+    and nothing outside: the previous compiler (a user's, or none) is restored.
+    ``run`` names what is run (hashable: the target, the case's structure,
+    the backend, the side's draws): compiled autograd's cache is kept if it
+    holds that run's graphs, and cleared otherwise (None: always)."""
     # startup time: torch._dynamo takes seconds to import, and only compiling checks need it
     from torch._dynamo import compiled_autograd
 
     with dynamo_settings():
-        torch._C._dynamo.compiled_autograd.clear_cache()
+        if run is None or _CACHED[0] != run:
+            torch._C._dynamo.compiled_autograd.clear_cache()
+        _CACHED[0] = run
         with compiled_autograd._enable(backward_compiler(backend)):
             yield
+
+
+def forget() -> None:
+    """The next run compiles its graphs afresh, as in a new process."""
+    _CACHED[0] = None
 
 
 def derivatives(

@@ -261,7 +261,8 @@ class Search:
     ``deadline``, and a failure not settled by ``settle_by`` is not confirmed.
     ``tour``: layout classes (fuzzdiff.search.layout_tour.TOUR) that each
     example meets one by one, those that apply, in this order (a campaign's
-    first batch of a pair), instead of its drawn mix.
+    first batch of a pair), instead of its drawn mix; ``tour_cases``: at
+    most that many of them (None: all).
     """
 
     definition: dict | None = None
@@ -271,6 +272,7 @@ class Search:
     deadline: float | None = None
     settle_by: float | None = None
     tour: tuple[str, ...] = ()
+    tour_cases: int | None = None
 
 
 def fuzz(
@@ -367,6 +369,7 @@ def fuzz(
         return empty_dims(target.args, [a.shape for a in case.args])
 
     toured = tour_classes(check, target, dict(config.case_options), search.tour) if search.tour else ()
+    toured = toured[: search.tour_cases]
     examples = (
         tour_strategy(check, target, dict(config.case_options), toured)
         if toured

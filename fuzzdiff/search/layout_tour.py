@@ -25,11 +25,15 @@ from fuzzdiff.search.runner import case_strategy, check_case_plan
 from fuzzdiff.targets.target import Target
 from strategies.layouts import LAYOUT_CLASSES, layout_class_applies
 
-__all__ = ["TOUR", "FEATURE", "tour_classes", "tour_strategy", "tour_order"]
+__all__ = ["TOUR", "FEATURE", "COMPILING_TOUR", "first_tour", "tour_classes", "tour_strategy", "tour_order"]
 
 ALIASED = "aliased"
 SIDE = 2  # a tour's least side: a layout on a dim of size 1 is no layout
 TOUR = (*LAYOUT_CLASSES, ALIASED)
+# cases of a compiling check's first tour: each pays a compile (seconds, where an
+# eager check's case costs milliseconds), so a compiling pair's first batch meets
+# one class, and a family's pairs take the classes in turn (first_tour)
+COMPILING_TOUR = 1
 # The case feature (fuzzdiff.case.features) that says a case met each class
 FEATURE = {
     "contiguous": "contiguous",
@@ -64,6 +68,18 @@ def tour_classes(check: Check, target: Target, case_options: dict, order: Sequen
         elif layout_class_applies(name, ranks, plan.layout_features):
             out.append(name)
     return tuple(out)
+
+
+def first_tour(order: Sequence[str], compiles: bool, turn: int) -> tuple[tuple[str, ...], int | None]:
+    """The classes of a pair's first batch, in order, and how many of those
+    that apply it meets (None: all). A compiling pair meets COMPILING_TOUR of
+    them, starting at its ``turn`` (its place in the campaign): together
+    the pairs of a check meet every class about equally often, where each
+    would otherwise meet the first."""
+    if not compiles or not order:
+        return tuple(order), None
+    k = turn % len(order)
+    return (*order[k:], *order[:k]), COMPILING_TOUR
 
 
 def tour_strategy(

@@ -48,7 +48,7 @@ from torch.distributions import transforms as transforms_
 
 from fuzzdiff.case.spec import parse_spec
 from fuzzdiff.targets import Index, NoGrad, Target, Tol, register
-from fuzzdiff.targets.discrepancies import NESTED_JVP_LINALG, REVERSE_OVER_FORWARD_INPLACE
+from fuzzdiff.targets.discrepancies import MACHINERY, NESTED_JVP_LINALG, REVERSE_OVER_FORWARD_INPLACE
 from fuzzdiff.targets.implicit import Implicit
 from fuzzdiff.targets.known import Known
 from fuzzdiff.targets.randomness import seeded_alike
@@ -717,6 +717,7 @@ KNOWN = (
     ("kl.ContinuousBernoulli.*", CONTINUOUS_BERNOULLI_FLOAT32),
     ("kl.*.ContinuousBernoulli", CONTINUOUS_BERNOULLI_FLOAT32),
     ("Beta.rsample", BETA_SECOND_DERIVATIVE),
+    *(("*", known) for known in MACHINERY),
     *((f"{f.prefix}.rsample", IMPLICIT_GRADIENT) for f in DISTRIBUTIONS if f.rsample == "implicit"),
 )
 

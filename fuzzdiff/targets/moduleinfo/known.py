@@ -19,7 +19,7 @@ from fuzzdiff.targets.catalog.norms import (
 from fuzzdiff.targets.discrepancies import (
     BCE_WITH_LOGITS_NESTED_JVP,
     GROUP_NORM_COMPILED_AUTOGRAD_ORDER2,
-    JVP_CAPTURED_CONSTANT_AOT_FUNCTION,
+    MACHINERY,
     MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR,
     NESTED_JVP_NORMS,
     NESTED_VMAP_LOSSES,
@@ -56,12 +56,9 @@ KNOWN: tuple[tuple[str, tuple[str, ...], Known], ...] = (
         for loss in ("nn.MSELoss", "nn.SmoothL1Loss", "nn.HuberLoss")
         for known in (*NESTED_VMAP_LOSSES, *NESTED_VMAP_LOSSES_CAPTURED_TARGET)
     ),
-    # a tensor the call holds, not an argument, meets a dual under aot_function: a loss's captured
-    # target or weight, a norm's running statistics (copied afresh per call)
-    *(
-        (pattern, ("train", "eval"), JVP_CAPTURED_CONSTANT_AOT_FUNCTION)
-        for pattern in ("nn.*Loss", "nn.BatchNorm*", "nn.InstanceNorm*")
-    ),
+    # the compiling machinery's, whatever the module (a loss's captured target or weight, a
+    # norm's running statistics: a tensor the call holds meets a dual under aot_function)
+    *(("nn.*", ("train", "eval"), known) for known in MACHINERY),
     # a softmax or log_softmax inside: attention (the math path of scaled_dot_product_attention) too
     *(
         (pattern, ("train", "eval"), REVERSE_OVER_FORWARD_INPLACE)

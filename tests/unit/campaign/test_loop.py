@@ -143,6 +143,20 @@ def test_a_pairs_first_batch_is_one_layout_tour_and_its_later_batches_the_mix(zo
     assert sum(second.tally.counts.values()) == 3  # three examples of one case each
 
 
+def test_a_compiling_pairs_first_batch_is_one_case_of_one_class(zoo):
+    """A compile costs seconds where an eager case costs milliseconds: the
+    first batch of a compiling pair tours one class (layout_tour.first_tour)."""
+    compiled = get_check("compile")
+    batches = []
+    run_campaign([(zoo.SIN, compiled)], settings(batch_examples=3, variants=1, rounds=1, seed=1, jobs=1),
+                 on_batch=lambda campaign, pair, batch: batches.append(batch))
+    (first,) = batches
+    assert sum(first.tally.counts.values()) == 1
+    from fuzzdiff.search.layout_tour import met
+
+    assert 1 <= len(met(first.first_batch_features)) <= 2  # its class (and contiguous, where it leaves an argument so)
+
+
 def test_the_campaign_sends_its_workers_one_config_and_no_environment(zoo, tmp_path):
     """What a pool is given: a frozen setup holding the config, the campaign's corpus in it; it pickles."""
     import pickle

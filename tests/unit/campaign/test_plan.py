@@ -76,4 +76,14 @@ def test_with_a_layout_tour_round_one_costs_one_tour_a_pair_whatever_the_size():
     assert toured[0].examples < toured[1].examples
     plain = plan(pairs, SIZE, budget=1600, jobs=2)
     assert plain.full_budget != toured[1].full_budget
-    assert "one layout tour (up to 8 cases)" in toured[0].describe()
+    assert "one layout tour (up to 8 cases; 1 for a compiling pair)" in toured[0].describe()
+
+
+def test_a_compiling_pairs_first_tour_costs_one_case():
+    """A compile costs seconds: a compiling pair's first batch tours one class
+    (fuzzdiff.search.layout_tour.first_tour), and round 1 is costed so."""
+    pairs = _pairs(0, 100)
+    toured = plan(pairs, SIZE, budget=1e6, jobs=1, tour=8)
+    one = plan(pairs, SIZE, budget=1e6, jobs=1, tour=1)
+    assert toured.full_budget == pytest.approx(one.full_budget)
+    assert toured.full_budget < plan(pairs, SIZE, budget=1e6, jobs=1).full_budget

@@ -249,6 +249,28 @@ def test_transforms_are_drawn_for_functional_targets_and_replay_from_json():
     assert "transform" not in case.params
 
 
+def test_a_transform_whose_eager_check_the_target_skips_is_never_drawn():
+    """torch.func documents that vmap refuses a training-mode norm's running
+    statistics: a target that skips the vmap check is not drawn vmap compiled either."""
+    sin = get_target("sin")
+    skipping = replace(sin, name="unit_sin_skipping_vmap", skip={"vmap": "documented refusal"})
+
+    def transforms(target):
+        seen = set()
+
+        @settings(max_examples=200, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+        @given(case_strategy(CHECK, target))
+        def draw(case):
+            seen.add(case.params.get("transform"))
+
+        draw()
+        return seen
+
+    assert "vmap" in transforms(sin)
+    skipped = transforms(skipping)
+    assert "vmap" not in skipped and {"grad", "jvp"} <= skipped
+
+
 def test_a_restricted_pair_is_never_drawn():
     from fuzzdiff.checks.compile import _conditions, restricted
 

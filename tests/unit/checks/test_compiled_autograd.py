@@ -76,9 +76,39 @@ def test_a_backward_that_differs_under_compiled_autograd_fails(variant):
 
 def test_the_planted_backward_passes_when_nothing_is_compiled(monkeypatch):
     """The failure above is the compiled side's: with compiled autograd left off, the check passes."""
-    monkeypatch.setattr(path, "enabled", lambda backend: contextlib.nullcontext())
+    monkeypatch.setattr(path, "enabled", lambda backend, run=None: contextlib.nullcontext())
     verdict = run_check(CHECK, PLANTED, a_case(PLANTED, **EAGER_VARIANTS[0]))
     assert verdict.kind == "pass", verdict
+
+
+class PlainSin(_Sin):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos()
+
+
+def test_a_variant_at_other_values_reuses_the_graphs_and_another_target_compiles_its_own(monkeypatch):
+    """A user's second call at new values runs the graphs compiled for the
+    first; a graph of the same structure compiled for another target is not
+    reused (that would hide the planted backward's doubling)."""
+    compiles = []
+    real = path.backward_compiler
+
+    def counting(backend):
+        inner = real(backend)
+        return lambda gm: (compiles.append(gm), inner(gm))[1]
+
+    monkeypatch.setattr(path, "backward_compiler", counting)
+    plain = Target("unit_plain_sin_function", PlainSin.apply, "x: n>=1", dtypes=(torch.float64,))
+    case = a_case(plain, **EAGER_VARIANTS[0])
+    assert run_check(CHECK, plain, case).kind == "pass"
+    first = len(compiles)
+    assert first >= 1
+    assert run_check(CHECK, plain, case.reseeded(1)).kind == "pass"
+    assert len(compiles) == first  # the variant reran the cached graph
+    verdict = run_check(CHECK, PLANTED, replace(case, target=PLANTED.name))
+    assert verdict.kind == "fail" and len(compiles) > first, verdict
 
 
 def test_compiled_autograd_is_off_after_a_run():

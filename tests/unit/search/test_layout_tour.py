@@ -1,5 +1,7 @@
 """fuzzdiff.search.layout_tour: a pair's first examples meet every layout class that applies."""
 
+from collections import Counter
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -147,3 +149,16 @@ def test_a_target_no_random_tour_fits_gets_the_simplest_tour():
     tally = fuzz(get_check("grad"), get_target("scatter_add_larger_src"), FuzzConfig(seed=1, variants=1),
                  settings=quiet, search=Search(tour=TOUR))
     assert tally.drawn >= 2 and tally.counts["pass"] >= 2, (tally.drawn, tally.counts)
+
+
+def test_the_pairs_of_a_compiling_check_take_the_classes_in_turn():
+    """Each compiling pair tours one class, starting at its turn; an eager pair tours them all."""
+    from fuzzdiff.search.layout_tour import COMPILING_TOUR, first_tour
+
+    assert first_tour(TOUR, False, 5) == (TOUR, None)
+    firsts = []
+    for turn in range(2 * len(TOUR)):
+        order, cases = first_tour(TOUR, True, turn)
+        assert cases == COMPILING_TOUR == 1 and sorted(order) == sorted(TOUR)
+        firsts.append(order[0])
+    assert Counter(firsts) == {c: 2 for c in TOUR}
