@@ -36,6 +36,7 @@ from fuzzdiff.paths.function import leaf_function
 from fuzzdiff.script import backend as _backend  # noqa: F401  (registers the backend fragment)
 from fuzzdiff.script import compile as _compile  # registers its fragment
 from fuzzdiff.script import module as _module  # noqa: F401  (registers a module target's code)
+from fuzzdiff.script import moduleinfo as _moduleinfo  # noqa: F401  (registers a ModuleInfo sample's code)
 from fuzzdiff.script import opinfo as _opinfo  # noqa: F401  (registers an OpInfo sample's code)
 from fuzzdiff.script import per_sample as _per_sample  # noqa: F401  (registers its fragment)
 from fuzzdiff.script import vmap as _vmap  # noqa: F401  (registers the vmap fragment)

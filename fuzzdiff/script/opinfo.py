@@ -28,7 +28,7 @@ from fuzzdiff.script.source import SPECIAL, TargetCode, _torch_expression, objec
 from fuzzdiff.targets.opinfo.build import SampleCall
 from fuzzdiff.targets.opinfo.call import Differentiable, OpInfoCall, is_identity, unchanged, unwrapped_output
 
-__all__ = ["opinfo_code", "NAMES"]
+__all__ = ["opinfo_code", "CallWriter", "NAMES"]
 
 OP = "OPINFO"  # the OpInfo, where the script takes it from op_db
 CALL = "opinfo_call"
@@ -62,7 +62,7 @@ def _public(op) -> tuple[str, str] | None:
     return named
 
 
-class _Writer:
+class CallWriter:
     """The sample's ``(input, args, kwargs)`` as source, leaf by leaf in pytree order:
     constants as exact literals, ``FUZZED`` where the fuzzed tensors go."""
 
@@ -112,7 +112,7 @@ def opinfo_code(fn, kwargs, arg_names) -> TargetCode | None:
     if len(names) != len(fn.positions):
         raise ScriptError(f"the call has {len(fn.positions)} fuzzed arguments, the script names {len(names)}")
     inp, args, kw = tree_unflatten(list(fn.leaves), fn.spec)
-    sample = _Writer(fn.positions).write((inp, args, kw))
+    sample = CallWriter(fn.positions).write((inp, args, kw))
     where = f"the OpInfo {op.name}" + (f" (variant {op.variant_test_name})" if op.variant_test_name else "")
     what = f"Sample {fn.index} of {where}"
     code = TargetCode(

@@ -131,6 +131,28 @@ BATCH_NORM_STRIDED_WEIGHT_EAGER = Known(
     records=("16696c7ae864d554",),
 )
 
+BATCH_NORM_STRIDED_WEIGHT_CHANNELS_LAST = Known(
+    "compiled_autograd",
+    "eval-mode native_batch_norm_backward reads a step-sliced weight as if contiguous when "
+    "grad_output is channels last (its channels-last CPU kernel), for inputs of any spatial size: "
+    "eager autograd hands it the contiguous cotangent and is right, while a forward compiled by "
+    "torch.compile (aot_eager) passes a channels-last grad_output of a channels-last input and gets "
+    "the weight's gaps (torch 2.13.0 CPU; a contiguous weight is right; upstream: none found)",
+    "d = torch.float64; x = torch.randn(2, 3, 2, 2, dtype=d).contiguous(memory_format=torch.channels_last); "
+    "go = torch.randn(2, 3, 2, 2, dtype=d).contiguous(memory_format=torch.channels_last); "
+    "w = torch.tensor([1.5, 99.0, -0.5, 7.0, 2.0], dtype=d)[::2]; bw = lambda w: "
+    "torch.ops.aten.native_batch_norm_backward(go, x, w, torch.zeros(3, dtype=d), torch.ones(3, dtype=d), "
+    "None, None, False, 1e-5, [True, False, False])[0]; bw(w)[0, 1, 0, 0] is 99.0 * go[0, 1, 0, 0] "
+    "(45.59 at seed 0), bw(w.contiguous())[0, 1, 0, 0] is -0.5 * go[0, 1, 0, 0]",
+    message=(
+        r"^a compiled forward \(aot_eager\), backward under compiled autograd \(\w+\) vs eager: "
+        r"gradients: grad \d+ at"
+    ),
+    features=_STRIDED_WEIGHT,
+    params={"forward": "aot_eager"},
+    records=("f71374609a7d196c",),
+)
+
 BATCH_NORM_DOUBLE_BACKWARD_LAYOUT = Known(
     ("gradgrad", "forward2"),
     "eval-mode F.batch_norm's double backward is wrong for an input of shape (1, 2, 1, 2) "
@@ -268,6 +290,7 @@ register(
             BATCH_NORM_STRIDED_WEIGHT,
             BATCH_NORM_STRIDED_WEIGHT_AOT,
             BATCH_NORM_STRIDED_WEIGHT_EAGER,
+            BATCH_NORM_STRIDED_WEIGHT_CHANNELS_LAST,
             BATCH_NORM_DOUBLE_BACKWARD_LAYOUT,
             BATCH_NORM_BACKWARD_SIZE1_CHANNELS_LAST,
         ),

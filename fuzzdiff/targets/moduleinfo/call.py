@@ -51,10 +51,12 @@ class ModuleCall:
         """The module in ``dtype`` on ``device``, in its mode (built on first use)."""
         key = (dtype, str(device))
         if key not in self._built:
-            with torch.random.fork_rng(devices=[]):
+            # built outside any torch.func transform the first call may run under:
+            # .to() sets param.data, which a transform forbids
+            with torch._C._DisableFuncTorch(), torch.random.fork_rng(devices=[]):
                 torch.manual_seed(INIT_SEED)
                 module = self.module_cls(*self.args, **self.kwargs)
-            self._built[key] = module.to(device=device, dtype=dtype).train(self.training)
+                self._built[key] = module.to(device=device, dtype=dtype).train(self.training)
         return self._built[key]
 
     def __call__(self, *tensors):

@@ -13,6 +13,7 @@ from fuzzdiff.targets.catalog.norms import (
     BATCH_NORM_BACKWARD_SIZE1_CHANNELS_LAST,
     BATCH_NORM_DOUBLE_BACKWARD_LAYOUT,
     BATCH_NORM_STRIDED_WEIGHT,
+    BATCH_NORM_STRIDED_WEIGHT_CHANNELS_LAST,
     GROUP_NORM_FORWARD,
     LOCAL_RESPONSE_NORM_5D_VIEW,
 )
@@ -45,6 +46,7 @@ KNOWN: tuple[tuple[str, tuple[str, ...], Known], ...] = (
         ("nn.BatchNorm*", ("eval",), known)
         for known in (
             BATCH_NORM_STRIDED_WEIGHT,
+            BATCH_NORM_STRIDED_WEIGHT_CHANNELS_LAST,
             BATCH_NORM_DOUBLE_BACKWARD_LAYOUT,
             BATCH_NORM_BACKWARD_SIZE1_CHANNELS_LAST,
         )

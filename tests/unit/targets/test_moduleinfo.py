@@ -131,3 +131,28 @@ def test_a_norms_running_statistics_meet_a_dual_under_aot_function_as_the_known_
     target = get_target(record.case.target)
     assert matching(target.known, record.check, record.case, record.verdict) is JVP_CAPTURED_CONSTANT_AOT_FUNCTION
     assert record.blame["op"] == "aten::native_batch_norm"
+
+
+@pytest.mark.parametrize("record, shows", [
+    ("compile/modules_nn.BatchNorm1d_0/3236bd1cd48c2d1e.json", "INTERNAL ASSERT FAILED"),
+    ("compiled_autograd/modules_nn.BatchNorm2d_6_eval/f71374609a7d196c.json", "MISMATCH: grad of x0"),
+])
+def test_a_moduleinfo_record_writes_a_torch_only_script_that_fails_as_its_replay(tmp_path, record, shows):
+    """The script builds the module by its public name and calls it through the
+    target's own ModuleCall, copied: its first call may run under a transform."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fuzzdiff.corpus.repro import load
+    from fuzzdiff.script import standalone_script
+
+    path = Path(__file__).parents[3] / "corpus" / record
+    rec, target = load(path)
+    script = standalone_script(rec.check, rec.case, rec.verdict, target=target, found_with=rec.found_with)
+    assert "torch.nn.BatchNorm" in script and "class ModuleCall" in script
+    assert not re.search(r"^\s*(import|from) (fuzzdiff|strategies|hypothesis)\b", script, re.M)
+    (tmp_path / "repro.py").write_text(script)
+    ran = subprocess.run([sys.executable, str(tmp_path / "repro.py")], capture_output=True, text=True, cwd=tmp_path)
+    assert ran.returncode != 0 and shows in ran.stdout + ran.stderr, ran.stdout[-2000:] + ran.stderr[-2000:]
