@@ -14,7 +14,7 @@ import torch
 from fuzzdiff.case.case import Case
 from fuzzdiff.confirm.compare import worst_discrepancy
 from fuzzdiff.confirm.ladder import Ladder, Step
-from fuzzdiff.confirm.steps import conditioning, float64_persists, identical_to, repeat
+from fuzzdiff.confirm.steps import chain, conditioning, float64_persists, identical_to, repeat, rounding_explains
 from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.target import Target
@@ -49,16 +49,25 @@ def judge_twins(identity: str, target: Target, case: Case, first: Run, second: R
     if dtype != torch.float64:
         # The two ways must agree in float64 on the same values; if they do,
         # what is left is rounding (summation order, conditioning), and
-        # precision is the dtype check's question.
-        steps["float64"] = float64_persists(
-            lambda: worst_discrepancy(
-                names,
-                _tensors(first(case, cast=torch.float64)),
-                _tensors(second(case, cast=torch.float64)),
-                tolerance(target, check, torch.float64),
-            ),
-            "the two agree in float64 on the same values (rounding; see the dtype check)",
-        )
+        # precision is the dtype check's question. Where they do not, their
+        # float64 results must be more than float64's own rounding noise.
+        tol64 = tolerance(target, check, torch.float64)
+
+        def float64_step():
+            wide = [_tensors(run(case, cast=torch.float64)) for run in (first, second)]
+            rerun = [
+                (lambda run=run: _tensors(run(case, cast=torch.float64)), here)
+                for run, here in zip((first, second), wide)
+            ]
+            return chain(
+                float64_persists(
+                    lambda: worst_discrepancy(names, *wide, tol64),
+                    "the two agree in float64 on the same values (rounding; see the dtype check)",
+                ),
+                rounding_explains(names, rerun, tol64, torch.finfo(torch.float64).eps / 2),
+            )()
+
+        steps["float64"] = float64_step
     return TWINS_LADDER.climb(identity, str(d), d.summary(), steps)
 
 

@@ -276,6 +276,34 @@ def conditioning(
     return step
 
 
+def rounding_explains(
+    names: Sequence[str], runs: Sequence[tuple[Callable[[], Tensors], Tensors]], tol: Tolerance, unit: float
+) -> Step:
+    """Two ways of one computation in float64 whose results are themselves
+    rounding noise: a stride-0 input's gradient through a norm of constant
+    rows is a sum of terms of 1/sqrt(eps) that cancel to nothing, in float64
+    as in float32. Where moving every intermediate result by ``unit``
+    (RoundingNoise) moves one way's results (``run()`` of each ``(run,
+    here)``) beyond the tolerance, which way rounds which way is noise."""
+
+    def step() -> Doubt | None:
+        for run, here in runs:
+            for seed in (1, 2):
+                try:
+                    with RoundingNoise(unit, seed=seed, tiny=0.0):
+                        rounded = run()
+                except Exception:  # noqa: BLE001 - an index from a float moved off its integer: no answer
+                    return None
+                if worst_discrepancy(names, rounded, here, tol) is not None:
+                    return Doubt(
+                        "in float64 too, the results move as far when every intermediate result moves by "
+                        "rounding: they are rounding noise here (large terms that cancel)"
+                    )
+        return None
+
+    return step
+
+
 def lowered_precision(
     names: Sequence[str], run: Callable[[Case], Tensors], here: Tensors, case: Case, tol: Tolerance
 ) -> Step:

@@ -39,6 +39,7 @@ __all__ = [
     "STRICT_EXPORT_EMPTY_STRIDED",
     "MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR",
     "MACHINERY",
+    "LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED",
 ]
 
 # The checks that run a target eagerly, forward and backward, on the case's own
@@ -626,6 +627,29 @@ MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR = Known(
     message=r"ZeroTensors are immutable",
     records=("d7aa438307bcaee9",),
 )
+
+LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED = Known(
+    "compiled_autograd",
+    "compiled autograd (torch._dynamo.compiled_autograd, eager backend) of layer norm's second "
+    "derivative raises where the bias shares memory with the input (the same tensor, or a view of "
+    "it): the captured graph adds the undefined gradient of the bias's path to the input's "
+    "(torch 2.13.0 CPU; eager autograd is right, and so is compiled autograd with a bias of its "
+    "own; upstream: none found)",
+    "x = torch.randn(1, 2, 3, dtype=torch.float64, requires_grad=True); w = torch.randn(1, 2, 3, "
+    "dtype=torch.float64, requires_grad=True); v, u = torch.randn(1, 2, 3, dtype=torch.float64), "
+    "torch.randn(1, 2, 3, dtype=torch.float64); def second(x, w, b): out = torch.native_layer_norm(x, "
+    "(1, 2, 3), w, b, 0.5)[0]; gx, gw = torch.autograd.grad(out, (x, w), v, create_graph=True); return "
+    "torch.autograd.grad((gx, gw), (x, w), (u, u)); second(x, w, x) works; under "
+    "compiled_autograd._enable(lambda gm: torch.compile(gm, backend='eager')) -> TypeError: add(): "
+    "argument 'other' (position 2) must be Tensor, not NoneType; second(x, w, torch.randn(1, 2, 3, "
+    "dtype=torch.float64, requires_grad=True)) works there",
+    raises="TypeError",
+    message=r"add\(\): argument '(input|other)' \(position [12]\) must be Tensor, not NoneType",
+    params={"order": 2},
+    features=("alias:same|alias:view",),
+    records=("a138664bf0375252", "27dd995d6d0e022a"),
+)
+
 
 # Bugs of the compiling machinery that any op meets under its transform or
 # export, whatever the op: every target of torch's own families declares them

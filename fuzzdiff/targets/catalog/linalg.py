@@ -100,7 +100,7 @@ def cross(x, y):
 
 
 MATRIX_EXP_BATCH = Known(
-    (*EAGER_CHECKS, "vmap", "compile"),
+    (*EAGER_CHECKS, "vmap", "compile", "compiled_autograd", "export"),
     "torch.linalg.matrix_exp raises in the forward itself (autograd or not) for an input with "
     "two or more batch dims that cannot be flattened by a view (torch 2.13.0 CPU; .contiguous() "
     "first works; one batch dim works in any layout)",

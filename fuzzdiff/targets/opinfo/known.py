@@ -16,6 +16,7 @@ from fuzzdiff.targets.discrepancies import (
     DUAL_LEVEL_LERP_INPLACE_COMPILE,
     GROUP_NORM_COMPILED_AUTOGRAD_ORDER2,
     GROUP_NORM_VMAP_GAPPED_BATCH,
+    LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED,
     MACHINERY,
     NESTED_JVP_LINALG,
     NESTED_JVP_NORMS,
@@ -716,6 +717,10 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     ),
     # the compile check's transforms, whatever the op
     *(("opinfo/*", known) for known in MACHINERY),
+    *(
+        (f"opinfo/{name}@*", LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED)
+        for name in ("native_layer_norm", "nn.functional.layer_norm")
+    ),
     *((f"opinfo/{name}@*", VMAP_INT_SCALAR_DYNAMIC) for name in ("addbmm", "baddbmm")),
     *(
         (f"opinfo/{name}@*", known)

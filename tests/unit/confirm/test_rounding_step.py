@@ -70,3 +70,33 @@ def test_a_wrong_rule_at_the_same_point_still_fails():
     verdict = run_check("grad", target, _constant_rows("view"))
     assert verdict.kind == "fail", verdict
     assert _rounding_doubt(target, _constant_rows("view")) is None
+
+
+def test_two_ways_whose_float64_results_are_rounding_noise_are_inconclusive():
+    """The twins' float64 step (alias, layout): nn.TransformerEncoderLayer at
+    stride-0 inputs gave gradients of 1.2e4 in float32 and 1.2e-7 in float64,
+    both rounding noise of cancelling terms, and two ways of them differed
+    in both dtypes. The step asks float64's own rounding noise."""
+    from fuzzdiff.confirm.compare import worst_discrepancy
+    from fuzzdiff.confirm.ladder import Doubt
+    from fuzzdiff.confirm.steps import rounding_explains
+    from fuzzdiff.confirm.tolerance import tolerance
+
+    x = torch.full((3, 4), 0.5, dtype=torch.float64, requires_grad=True)
+    v = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(3, 4)
+
+    def noise():
+        (g,) = torch.autograd.grad(_nested_norms(x.expand(3, 4) * 1.0), x, v)
+        return [g]
+
+    def doubled():
+        return [2 * x.detach() * v]
+
+    tol = tolerance(NESTED_NORMS, "alias", torch.float64)
+    names = ["grad 0"]
+    here = noise()
+    doubt = rounding_explains(names, [(noise, here)], tol, torch.finfo(torch.float64).eps / 2)()
+    assert isinstance(doubt, Doubt) and "rounding noise" in doubt.why, doubt
+    steady = doubled()
+    assert rounding_explains(names, [(doubled, steady)], tol, torch.finfo(torch.float64).eps / 2)() is None
+    assert worst_discrepancy(names, here, steady, tol) is not None  # the two differ: the step alone decides
