@@ -212,7 +212,7 @@ CHECK = Check(
     script=script,
     ci=CiSample(targets=3, max_examples=3),
     compiles=True,
-    cost=Cost(0.65, 0.3),
+    cost=Cost(1.2, 0.3),
     # an op whose backward torch does not test, eagerly or through AOTAutograd, is not drawn
     opinfo=OpInfoRole(
         tests=(("TestBwdGradients", "test_fn_grad"), ("TestEagerFusionOpInfo", "test_aot_autograd_exhaustive"))

@@ -168,6 +168,6 @@ CHECK = Check(
     script=script,
     ci=CiSample(targets=3, max_examples=3),
     compiles=True,
-    cost=Cost(0.17, 0.15),
+    cost=Cost(0.21, 0.15),
     opinfo=OpInfoRole(tests=(("TestExportOpInfo", "test_fake_export"),)),
 )
