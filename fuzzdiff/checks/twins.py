@@ -13,7 +13,7 @@ import torch
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.confirm.compare import worst_discrepancy
-from fuzzdiff.confirm.ladder import Ladder, Step
+from fuzzdiff.confirm.ladder import Doubt, Ladder, Step, Survived
 from fuzzdiff.confirm.steps import chain, conditioning, float64_persists, identical_to, repeat, rounding_explains
 from fuzzdiff.confirm.tolerance import tolerance
 from fuzzdiff.paths.result import Result
@@ -53,7 +53,7 @@ def judge_twins(identity: str, target: Target, case: Case, first: Run, second: R
         # float64 results must be more than float64's own rounding noise.
         tol64 = tolerance(target, check, torch.float64)
 
-        def float64_step():
+        def float64_step() -> Doubt | Survived | None:
             wide = [_tensors(run(case, cast=torch.float64)) for run in (first, second)]
             rerun = [
                 (lambda run=run: _tensors(run(case, cast=torch.float64)), here)
@@ -61,7 +61,7 @@ def judge_twins(identity: str, target: Target, case: Case, first: Run, second: R
             ]
             return chain(
                 float64_persists(
-                    lambda: worst_discrepancy(names, *wide, tol64),
+                    lambda: worst_discrepancy(names, wide[0], wide[1], tol64),
                     "the two agree in float64 on the same values (rounding; see the dtype check)",
                 ),
                 rounding_explains(names, rerun, tol64, torch.finfo(torch.float64).eps / 2),
