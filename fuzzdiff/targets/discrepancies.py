@@ -633,7 +633,7 @@ LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED = Known(
     "compiled autograd (torch._dynamo.compiled_autograd, eager backend) of layer norm's second "
     "derivative raises where the bias shares memory with the input (the same tensor, or a view of "
     "it): the captured graph adds the undefined gradient of the bias's path to the input's "
-    "(torch 2.13.0 CPU; eager autograd is right, and so is compiled autograd with a bias of its "
+    "(torch 2.13.0 and 2.15.0 CPU; eager autograd is right, and so is compiled autograd with a bias of its "
     "own; upstream: none found)",
     "x = torch.randn(1, 2, 3, dtype=torch.float64, requires_grad=True); w = torch.randn(1, 2, 3, "
     "dtype=torch.float64, requires_grad=True); v, u = torch.randn(1, 2, 3, dtype=torch.float64), "

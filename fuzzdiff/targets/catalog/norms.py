@@ -137,7 +137,7 @@ BATCH_NORM_STRIDED_WEIGHT_CHANNELS_LAST = Known(
     "grad_output is channels last (its channels-last CPU kernel), for inputs of any spatial size: "
     "eager autograd hands it the contiguous cotangent and is right, while a forward compiled by "
     "torch.compile (aot_eager) passes a channels-last grad_output of a channels-last input and gets "
-    "the weight's gaps (torch 2.13.0 CPU; a contiguous weight is right; upstream: none found)",
+    "the weight's gaps (torch 2.13.0 and 2.15.0 CPU; a contiguous weight is right; upstream: none found)",
     "d = torch.float64; x = torch.randn(2, 3, 2, 2, dtype=d).contiguous(memory_format=torch.channels_last); "
     "go = torch.randn(2, 3, 2, 2, dtype=d).contiguous(memory_format=torch.channels_last); "
     "w = torch.tensor([1.5, 99.0, -0.5, 7.0, 2.0], dtype=d)[::2]; bw = lambda w: "

@@ -167,7 +167,7 @@ _MAX_POOL3D = Known(
 _OUTPUT_MASK_REASON = (
     "dynamo traces torch.masked._output_mask(op, input, ...) (which OpInfo's gradcheck wrapper of the masked "
     "ops calls) as a graph call, and FX cannot take its first argument, a Python function: an internal "
-    "NotImplementedError instead of a graph break (torch 2.13.0 CPU; the masked ops alone export and "
+    "NotImplementedError instead of a graph break (torch 2.13.0 and 2.15.0 CPU; the masked ops alone export and "
     "compile; upstream: none found)"
 )
 _OUTPUT_MASK_EVIDENCE = (
