@@ -28,6 +28,7 @@ The float64 steps have three meanings, each its own factory:
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
@@ -259,21 +260,31 @@ def conditioning(
                 if worst_discrepancy(names, moved, at, tol) is not None:
                     return Doubt("the results move as far when the inputs move by rounding: ill-conditioned here")
         unit = torch.finfo(case.torch_dtype).eps / 2
-        for run, here in runs:
-            for seed in (1, 2):
-                try:
-                    with RoundingNoise(unit, seed=seed, tiny=0.0):
-                        rounded = run(case)
-                except Exception:  # noqa: BLE001 - an index from a float moved off its integer: no answer
-                    break
-                if worst_discrepancy(names, rounded, here, tol) is not None:
-                    return Doubt(
-                        "the results move as far when every intermediate result moves by rounding: "
-                        "ill-conditioned here (large terms that cancel)"
-                    )
+        if any(_rounding_moves(names, functools.partial(run, case), here, tol, unit) for run, here in runs):
+            return Doubt(
+                "the results move as far when every intermediate result moves by rounding: "
+                "ill-conditioned here (large terms that cancel)"
+            )
         return None
 
     return step
+
+
+def _rounding_moves(
+    names: Sequence[str], run: Callable[[], Tensors], here: Tensors, tol: Tolerance, unit: float
+) -> bool:
+    """Moving every intermediate result by ``unit`` (RoundingNoise, two seeds)
+    moves ``run()`` from ``here`` beyond ``tol``; a run that then raises (an
+    index from a float moved off its integer) gives no answer: False."""
+    for seed in (1, 2):
+        try:
+            with RoundingNoise(unit, seed=seed, tiny=0.0):
+                rounded = run()
+        except Exception:  # noqa: BLE001 - no answer
+            return False
+        if worst_discrepancy(names, rounded, here, tol) is not None:
+            return True
+    return False
 
 
 def rounding_explains(
@@ -287,18 +298,11 @@ def rounding_explains(
     here)``) beyond the tolerance, which way rounds which way is noise."""
 
     def step() -> Doubt | None:
-        for run, here in runs:
-            for seed in (1, 2):
-                try:
-                    with RoundingNoise(unit, seed=seed, tiny=0.0):
-                        rounded = run()
-                except Exception:  # noqa: BLE001 - an index from a float moved off its integer: no answer
-                    return None
-                if worst_discrepancy(names, rounded, here, tol) is not None:
-                    return Doubt(
-                        "in float64 too, the results move as far when every intermediate result moves by "
-                        "rounding: they are rounding noise here (large terms that cancel)"
-                    )
+        if any(_rounding_moves(names, run, here, tol, unit) for run, here in runs):
+            return Doubt(
+                "in float64 too, the results move as far when every intermediate result moves by "
+                "rounding: they are rounding noise here (large terms that cancel)"
+            )
         return None
 
     return step
