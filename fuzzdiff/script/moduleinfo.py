@@ -45,11 +45,7 @@ def moduleinfo_code(fn, kwargs, arg_names) -> TargetCode | None:
         note=f"The module is {expression} in {'training' if fn.training else 'eval'} mode, built and called as "
         "the checks did: its parameters are the fuzzed arguments, through torch.func.functional_call.",
     )
-    copied = objects_code([ModuleCall], "the module's call")
-    code.imports += [i for i in copied.imports if i not in code.imports]
-    code.definitions += copied.definitions
-    code.names |= copied.names
-    code.future_annotations |= copied.future_annotations
+    code.merge(objects_code([ModuleCall], "the module's call"))
     code.definitions.append(
         f"CONSTRUCTOR_ARGS = {CallWriter(()).write(fn.args)}\n"
         f"CONSTRUCTOR_KWARGS = {CallWriter(()).write(fn.kwargs)}\n"

@@ -150,10 +150,10 @@ def opinfo_code(fn, kwargs, arg_names) -> TargetCode | None:
         [OpInfoCall, *([unchanged] if identity else []), *([Differentiable] if keep is not None else [])],
         "the OpInfo call",
     )
-    _merge(code, copied)
+    code.merge(copied)
     output = "unchanged"
     if not identity:
-        _merge(code, processing := _copied(output_fn, where))
+        code.merge(processing := _copied(output_fn, where))
         code.definitions.append(f"{OUTPUT} = {processing.call}  # the sample's output_process_fn_grad")
         output = OUTPUT
     if keep is not None:
@@ -186,14 +186,6 @@ def opinfo_code(fn, kwargs, arg_names) -> TargetCode | None:
     )
     code.names |= {f"NEAR_{i}" for i in range(len(fn.positions))}
     return code
-
-
-def _merge(code: TargetCode, other: TargetCode) -> None:
-    """Add ``other``'s imports, definitions and names to ``code``."""
-    code.imports += [line for line in other.imports if line not in code.imports]
-    code.definitions += other.definitions
-    code.names |= other.names
-    code.future_annotations |= other.future_annotations
 
 
 def _copied(fn, where: str) -> TargetCode:

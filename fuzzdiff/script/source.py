@@ -64,6 +64,13 @@ class TargetCode:
     kwargs: dict | None = None  # the call's keyword arguments, when not the case's
     direct: str = ""  # why ``call`` is the callable object itself (no function around it), if it is
 
+    def merge(self, other: TargetCode) -> None:
+        """Add ``other``'s imports, definitions and names (code it copied) to this code."""
+        self.imports += [line for line in other.imports if line not in self.imports]
+        self.definitions += other.definitions
+        self.names |= other.names
+        self.future_annotations |= other.future_annotations
+
 
 def _root(module_name: str | None) -> str:
     return (module_name or "").split(".")[0]

@@ -401,9 +401,10 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             return False
-        if a.dtype != b.dtype or a.shape != b.shape or a.layout != b.layout:
+        pair = _comparable(a, b)
+        if pair is None:
             return False
-        a, b = a.detach().cpu().resolve_conj().resolve_neg(), b.detach().cpu().resolve_conj().resolve_neg()
+        a, b = pair
         if a.is_complex():
             a, b = torch.view_as_real(a), torch.view_as_real(b)
         if a.is_floating_point():
@@ -421,7 +422,12 @@ def near_value(a: torch.Tensor, b: torch.Tensor) -> bool:
     dtype and shape, and equal up to the last bits a kernel's rounding may
     move (linalg.eig's samples are products of matrices, whose float64 bits
     differ between CPUs)."""
+    pair = _comparable(a, b)
+    return pair is not None and torch.allclose(*pair, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def _comparable(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Both tensors plain on the CPU, where they have one dtype, shape and layout; else None."""
     if a.dtype != b.dtype or a.shape != b.shape or a.layout != b.layout:
-        return False
-    a, b = a.detach().cpu().resolve_conj().resolve_neg(), b.detach().cpu().resolve_conj().resolve_neg()
-    return torch.allclose(a, b, rtol=1e-12, atol=1e-12, equal_nan=True)
+        return None
+    return a.detach().cpu().resolve_conj().resolve_neg(), b.detach().cpu().resolve_conj().resolve_neg()
