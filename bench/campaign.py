@@ -157,6 +157,8 @@ def main(argv=None) -> int:
     empty = sorted({p["target"] for p in pairs if drew_nothing(p)})
     if empty:
         print(f"targets whose every draw was rejected (not counted): {', '.join(empty)}")
+    if meta.get("narrowed_tours"):
+        print(f"first tours the pace narrowed (round 1 slower than its plan): {meta['narrowed_tours']}")
     peaks = meta.get("worker_peak_mb") or {}
     if peaks:
         print("worker peak resident memory (MiB, by slot): "

@@ -25,6 +25,7 @@ __all__ = [
     "BATCH_SECONDS",
     "ENVIRONMENT",
     "COMPILE_BACKENDS",
+    "COMPILED_AUTOGRAD_BACKENDS",
     "COMPILE_TRANSFORMS",
     "default_corpus",
 ]
@@ -34,6 +35,10 @@ COMPILE_BACKENDS = ("aot_function", "aot_function_min_cut", "aot_eager", "induct
 # what the compile check compiles besides f itself ("none"): torch.func transforms of f,
 # and f at dual inputs (fuzzdiff.paths.compiled)
 COMPILE_TRANSFORMS = ("none", "grad", "vjp", "jvp", "vmap", "dual")
+# what compiled autograd hands its captured backward graph to: "ca_eager", nothing
+# (the capture run as captured, as torch's own compiled autograd tests name it),
+# or torch.compile with "eager" (a dynamo trace) or "inductor" (code generation)
+COMPILED_AUTOGRAD_BACKENDS = ("ca_eager", "eager", "inductor")
 
 
 # a campaign batch's own deadline, in seconds: one slow pair cannot hold a worker for long
@@ -55,6 +60,9 @@ class FuzzConfig:
     compile_backends: the backends the compile check draws from (default: all).
     compile_transforms: the transforms the compile check draws from (default:
                       all; a transform a backend cannot take is not drawn).
+    compiled_autograd_backends: what the compiled_autograd check hands the
+                      captured backward to (default: all; inductor only where
+                      compile_backends has it too).
     hypothesis_storage: Hypothesis's storage directory (None: its default,
                       ./.hypothesis), as this process's Hypothesis finds it: a
                       campaign worker, maybe on another machine, is told it.
@@ -97,6 +105,7 @@ class FuzzConfig:
     redis_url: str | None = None
     compile_backends: tuple[str, ...] = COMPILE_BACKENDS
     compile_transforms: tuple[str, ...] = COMPILE_TRANSFORMS
+    compiled_autograd_backends: tuple[str, ...] = COMPILED_AUTOGRAD_BACKENDS
     hypothesis_storage: Path | None = None
     seed: int | None = None
     shrink_seconds: float | None = None
@@ -131,6 +140,12 @@ class FuzzConfig:
         if unknown or not self.compile_backends:
             raise ConfigError(
                 f"compile_backends must name some of {', '.join(COMPILE_BACKENDS)}; got {list(self.compile_backends)}"
+            )
+        unknown = sorted(set(self.compiled_autograd_backends) - set(COMPILED_AUTOGRAD_BACKENDS))
+        if unknown or not self.compiled_autograd_backends:
+            raise ConfigError(
+                f"compiled_autograd_backends must name some of {', '.join(COMPILED_AUTOGRAD_BACKENDS)}; "
+                f"got {list(self.compiled_autograd_backends)}"
             )
         unknown = sorted(set(self.compile_transforms) - set(COMPILE_TRANSFORMS))
         if unknown or not self.compile_transforms:
@@ -192,6 +207,7 @@ ENVIRONMENT = {
     "redis_url": "FUZZDIFF_REDIS_URL",
     "compile_backends": "FUZZDIFF_COMPILE_BACKENDS",
     "compile_transforms": "FUZZDIFF_COMPILE_TRANSFORMS",
+    "compiled_autograd_backends": "FUZZDIFF_COMPILED_AUTOGRAD_BACKENDS",
     "hypothesis_storage": "HYPOTHESIS_STORAGE_DIRECTORY",  # Hypothesis's own
 }
 
@@ -209,7 +225,7 @@ def _parse(name: str, raw: str, where: str) -> Any:
 
 
 _PATHS = ("corpus", "hypothesis_storage", "journal_dir")
-_NAMES = ("compile_backends", "compile_transforms", "dtypes")
+_NAMES = ("compile_backends", "compile_transforms", "compiled_autograd_backends", "dtypes")
 
 
 def _coerce(name: str, value: Any) -> Any:

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from fuzzdiff.campaign.pace import Pace
 from fuzzdiff.campaign.pool import ClusterLost, Died, Done, Event, Lost, Pool, PoolFactory, Stopped, fork_pool
 from fuzzdiff.campaign.results import Campaign, PairResult
 from fuzzdiff.campaign.schedule import Scheduler, batch_seed
@@ -54,6 +55,7 @@ from fuzzdiff.targets.target import Target
 
 __all__ = [
     "BATCH_SECONDS",
+    "CHEAP_AUTOGRAD_BACKENDS",
     "CHEAP_BACKENDS",
     "case_options",
     "first_backends",
@@ -70,12 +72,16 @@ __all__ = [
 # cores) and reaches AOTAutograd's own bugs (synthetic bases, a stride-0
 # leaf's gradient) without Dynamo in front of it.
 CHEAP_BACKENDS = ("aot_eager", "aot_function", "aot_function_min_cut")
+# compiled autograd's, likewise: the capture run as captured, without the dynamo
+# trace of the captured graph that costs five sixths of an "eager" batch
+CHEAP_AUTOGRAD_BACKENDS = ("ca_eager",)
 
 
-def first_backends(configured: Sequence[str]) -> tuple[str, ...] | None:
-    """The backends of a compile pair's first batch (None: all ``configured``)."""
-    cheap = tuple(b for b in configured if b in CHEAP_BACKENDS)
-    return cheap if cheap and len(cheap) < len(configured) else None
+def first_backends(configured: Sequence[str], cheap: Sequence[str] = CHEAP_BACKENDS) -> tuple[str, ...] | None:
+    """The backends of a compiling pair's first batch, those of ``configured``
+    that are ``cheap`` (None: all ``configured``)."""
+    chosen = tuple(b for b in configured if b in cheap)
+    return chosen if chosen and len(chosen) < len(configured) else None
 
 
 def case_options(
@@ -155,6 +161,7 @@ class _Pair:
     cases: dict
     size: BatchSize
     first_backends: tuple[str, ...] | None = None  # the compile backends of its first batch
+    first_autograd_backends: tuple[str, ...] | None = None  # compiled autograd's, likewise
     known: tuple[str, ...] = ()  # the known discrepancies of its check that its target declares
     compiles: bool = False  # its check compiles: its first batch tours fewer classes (first_tour)
 
@@ -173,12 +180,13 @@ def _runnable(
 ) -> list[_Pair]:
     """The pairs that can run under ``dtypes`` and ``device``, in the order given, as plain data."""
     cheap = first_backends(config.compile_backends)
+    cheap_autograd = first_backends(config.compiled_autograd_backends, CHEAP_AUTOGRAD_BACKENDS)
     todo = []
     for target, check in pairs:
         cases = case_options(target, check, dtypes, device)
         if cases is not None:
             pair_size = size.for_pair(target, check) if sizing is None else sizing(target, check)
-            first = cheap if check.compiles else None
+            first, first_autograd = (cheap, cheap_autograd) if check.compiles else (None, None)
             known = tuple(k.describe() for k in target.known if check.name in k.checks)
             todo.append(
                 _Pair(
@@ -189,6 +197,7 @@ def _runnable(
                     cases,
                     pair_size,
                     first_backends=first,
+                    first_autograd_backends=first_autograd,
                     known=known,
                     compiles=check.compiles,
                 )
@@ -211,6 +220,8 @@ class _Loop:
     on_batch: Callable[[Campaign, PairResult, PairResult], None] | None = None
     on_start: Callable[[int, str | None, str | None], None] | None = None
     tour: tuple[str, ...] = TOUR  # the layout classes of a pair's first batch, in order
+    pace: Pace | None = None  # round 1's pace on the pairs that do not compile (None: every tour whole)
+    budget: float | None = None
     results: dict[int, PairResult] = field(default_factory=dict)  # pair index -> its batches added up
     running: dict[int, _Running] = field(default_factory=dict)  # slot -> its batch
     retries: deque[_Retry] = field(default_factory=deque)  # batches whose worker died, to run again elsewhere
@@ -252,7 +263,15 @@ class _Loop:
         index, number, attempt = job
         pair = self.todo[index]
         limits = [s for s in (self.batch_seconds, None if end is None else end - now) if s is not None]
-        tour, tour_cases = first_tour(self.tour, pair.compiles, index) if number == 0 else ((), None)
+        tour: tuple[str, ...] = ()
+        tour_cases: int | None = None
+        if number == 0:
+            paced = self.pace if self.pace is not None and not pair.compiles else None
+            cases = paced.cases(len(self.tour), now - self.start, self.budget) if paced else None
+            tour, tour_cases = first_tour(self.tour, pair.compiles, index, cases)
+            if paced:
+                paced.started += 1
+                self.campaign.narrowed_tours += tour_cases is not None
         self.workers.start(
             k,
             Job(
@@ -267,6 +286,7 @@ class _Loop:
                 pair.first_backends if number == 0 else None,
                 tour,
                 tour_cases,
+                pair.first_autograd_backends if number == 0 else None,
             ),
         )
         self.running[k] = _Running(index, number, now, attempt)
@@ -323,6 +343,8 @@ class _Loop:
             )
             campaign.results.append(total)
         total.absorb(batch)
+        if job.number == 0 and not pair.compiles and self.pace is not None:
+            self.pace.ended_batch(batch.seconds)
         total.crash_records.extend(batch.crash_records)
         if batch.disturbed:  # the pool replaces its worker (ForkPool, RayPool)
             campaign.replaced.append(f"{pair.key}: {batch.disturbed}")
@@ -437,8 +459,19 @@ def run_campaign(
             campaign.nodes[workers.node(k)].slots += 1
         # The budget is fuzzing time: it starts once the workers are up (the
         # forkserver's first start imports torch, seconds on a busy machine).
+        pace = Pace(sum(not p.compiles for p in todo), workers.slots)
         loop = _Loop(
-            campaign, todo, scheduler, workers, time.monotonic(), config.batch_seconds, on_batch, on_start, tour=tour
+            campaign,
+            todo,
+            scheduler,
+            workers,
+            time.monotonic(),
+            config.batch_seconds,
+            on_batch,
+            on_start,
+            tour=tour,
+            pace=pace,
+            budget=budget,
         )
         loop.run(budget, grace)
         fuzzing = time.monotonic() - loop.start  # the workers' shutdown is not fuzzing time

@@ -50,6 +50,7 @@ class Plan:
     full_budget: float  # the budget whose share covers every pair at these sizes
     eager_fits: bool  # the pairs that do not compile fit, even at MIN_EXAMPLES
     tour: int = 0  # cases of a pair's first batch, a layout tour (0: none)
+    eager_seconds: float = 0.0  # round 1's wall time on the pairs that do not compile
 
     def size(self, size: BatchSize, target: Target, check: Check) -> BatchSize:
         """The batch size of a pair: its own narrowed size, at most the plan's."""
@@ -66,8 +67,9 @@ class Plan:
             )
         if not self.eager_fits:
             return (
-                f"{head}, and even so round 1 needs about {self.full_budget:,.0f} s "
-                f"(--budget {self.full_budget:,.0f} sweeps every pair)"
+                f"{head}, and even so the pairs that do not compile need about "
+                f"{self.eager_seconds:,.0f} s of round 1, more than half the budget "
+                f"(--budget {math.ceil(self.full_budget / 100) * 100:,} sweeps every pair within half of it)"
             )
         if self.compile_covered >= self.compile_pairs:
             return f"{head}, compile included"
@@ -127,4 +129,5 @@ def plan(pairs: Iterable[tuple[Target, Check]], size: BatchSize, budget: float, 
         full_budget=(spent + sum(costs)) / (SHARE * jobs),
         eager_fits=spent <= work,
         tour=tour,
+        eager_seconds=spent / jobs,
     )

@@ -143,6 +143,7 @@ class Campaign:
     replaced: list[str] = field(default_factory=list)  # workers replaced: what disturbed their process
     lost: str | None = None  # why the workers were lost before the campaign's end (a cluster gone)
     worker_peak_mb: dict[int, float] = field(default_factory=dict)  # slot -> its workers' peak resident MiB
+    narrowed_tours: int = 0  # first tours of pairs that do not compile that round 1's pace narrowed
 
     @property
     def skipped_for_budget(self) -> int:

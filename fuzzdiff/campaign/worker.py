@@ -130,6 +130,7 @@ class Job:
     backends: tuple[str, ...] | None = None  # the compile backends to draw from (None: the configured ones)
     tour: tuple[str, ...] = ()  # the layout classes each example meets (fuzzdiff.search.layout_tour), in order
     tour_cases: int | None = None  # of those that apply, at most this many (None: all)
+    autograd_backends: tuple[str, ...] | None = None  # compiled autograd's backends, likewise
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,7 @@ def run_batch(job: Job, setup: WorkerSetup, database: ExampleDatabase | None = N
             recover_crashes=False,  # the campaign's parent records a dead worker's case, with how it died
             case_options={**setup.config.case_options, **job.cases},
             compile_backends=job.backends or setup.config.compile_backends,
+            compiled_autograd_backends=job.autograd_backends or setup.config.compiled_autograd_backends,
         )
         result.tally = fuzz(
             clock.wrap(check),

@@ -51,8 +51,11 @@ from strategies.cotangents import probes
 __all__ = ["CHECK", "CompiledAutogradParams"]
 
 _PROBE = probes().map(lambda p: p.__dict__.copy())
-# "eager" first and three shares in four: inductor's code generation costs seconds
-BACKEND_WEIGHTS = ("eager", "eager", "eager", "inductor")
+# half to the capture alone (where every compiled autograd bug of the corpus
+# reproduces), a quarter each to dynamo's trace of it and to inductor:
+# inductor's code generation costs seconds, a dynamo trace about half of one, and
+# the capture run as captured a sixth of that
+BACKEND_WEIGHTS = ("ca_eager", "ca_eager", "eager", "inductor")
 # (forward, order): no second derivative through a compiled forward, which torch
 # refuses in words ("torch.compile does not currently support higher order gradients")
 VARIANTS = ({"forward": "eager", "order": 1}, {"forward": "eager", "order": 2}, {"forward": "aot_eager", "order": 1})
@@ -88,8 +91,11 @@ def _flat(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _configure(check: Check, config: FuzzConfig) -> Check:
-    """Inductor only where the run's compile backends have it."""
-    backends = tuple(b for b in path.BACKENDS if b == "eager" or b in config.compile_backends)
+    """The configured backends, inductor only where the run's compile backends have it too."""
+    backends = (
+        tuple(b for b in config.compiled_autograd_backends if b != "inductor" or b in config.compile_backends)
+        or config.compiled_autograd_backends
+    )
     return replace(check, params=CompiledAutogradParams(backends))
 
 

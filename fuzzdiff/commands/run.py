@@ -137,6 +137,7 @@ def cmd_run(args) -> int:
             "ray": args.ray,
             "seconds": round(campaign.seconds, 1),
             "skipped_for_budget": campaign.skipped_for_budget,
+            "narrowed_tours": campaign.narrowed_tours,
             "worker_peak_mb": {str(k): round(v, 1) for k, v in sorted(campaign.worker_peak_mb.items())},
         }
         if cluster:
@@ -273,6 +274,11 @@ def _print_campaign(console: Console, campaign: Campaign, cluster: bool) -> None
         console.print(f"[red]the workers were lost[/red] before the campaign's end ({campaign.lost}): results so far")
     if campaign.skipped_for_budget:
         console.print(f"budget reached: {campaign.skipped_for_budget} pairs not started")
+    if campaign.narrowed_tours:
+        console.print(
+            f"round 1 ran slower than planned: {campaign.narrowed_tours} first tours met fewer layout classes "
+            "(the pairs took the classes in turn) so that every pair got its batch"
+        )
     cut = sum(r.cut for r in campaign.results)
     if cut:
         console.print(f"{cut} pairs had a batch stopped by its time limit before all its examples ran")

@@ -5,8 +5,11 @@
 custom Functions' backwards, hooks and saved tensors all go through that
 trace. A side (``case.params``):
 
-- ``backend``: the compiler of the backward graph, ``torch.compile`` with
-  "eager" (dynamo's trace alone: cheap) or "inductor" (code generation);
+- ``backend``: what the captured backward graph is handed to: "ca_eager",
+  nothing (the FX graph of the capture run as captured: what torch's own
+  compiled autograd tests call it; a sixth of a dynamo trace's time), or
+  ``torch.compile`` with "eager" (dynamo's trace of the captured graph) or
+  "inductor" (code generation);
 - ``forward``: "eager", or "aot_eager": the forward compiled by torch.compile,
   whose AOTAutograd backward compiled autograd then traces (the composition
   users get with ``torch._dynamo.config.compiled_autograd``);
@@ -34,13 +37,14 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch.utils._pytree import tree_leaves
 
+from fuzzdiff.config import COMPILED_AUTOGRAD_BACKENDS
 from fuzzdiff.paths.compiled import dynamo_settings, per_location
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.reverse import vjp
 
 __all__ = ["BACKENDS", "backward_compiler", "derivatives", "enabled", "forget"]
 
-BACKENDS = ("eager", "inductor")
+BACKENDS = COMPILED_AUTOGRAD_BACKENDS
 _CACHED: list[object] = [None]  # the run that compiled autograd's cache holds the graphs of
 
 
@@ -48,7 +52,9 @@ def backward_compiler(backend: str) -> Callable[[torch.fx.GraphModule], Callable
     """The compiler compiled autograd hands each captured backward graph to."""
 
     def compiler(gm):
-        return torch.compile(gm, backend=backend)
+        # the graph's own forward: a GraphModule's __call__ prints its traceback
+        # to stderr besides raising, once per failing call
+        return gm.forward if backend == "ca_eager" else torch.compile(gm, backend=backend)
 
     return compiler
 

@@ -70,16 +70,21 @@ def tour_classes(check: Check, target: Target, case_options: dict, order: Sequen
     return tuple(out)
 
 
-def first_tour(order: Sequence[str], compiles: bool, turn: int) -> tuple[tuple[str, ...], int | None]:
+def first_tour(
+    order: Sequence[str], compiles: bool, turn: int, cases: int | None = None
+) -> tuple[tuple[str, ...], int | None]:
     """The classes of a pair's first batch, in order, and how many of those
     that apply it meets (None: all). A compiling pair meets COMPILING_TOUR of
-    them, starting at its ``turn`` (its place in the campaign): together
-    the pairs of a check meet every class about equally often, where each
-    would otherwise meet the first."""
-    if not compiles or not order:
+    them, another ``cases`` where round 1's pace narrows it (None: all),
+    starting at its ``turn`` (its place in the campaign): together the pairs
+    of a check meet every class about equally often, where each would
+    otherwise meet the first."""
+    if compiles:
+        cases = COMPILING_TOUR
+    if cases is None or not order or cases >= len(order):
         return tuple(order), None
     k = turn % len(order)
-    return (*order[k:], *order[:k]), COMPILING_TOUR
+    return (*order[k:], *order[:k]), cases
 
 
 def tour_strategy(

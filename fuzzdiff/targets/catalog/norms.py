@@ -17,6 +17,7 @@ from fuzzdiff.targets.discrepancies import (
     GROUP_NORM_COMPILED_AUTOGRAD_ORDER2,
     GROUP_NORM_VMAP_GAPPED_BATCH,
     JVP_TANGENT_COPY_DYNAMIC,
+    LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED,
     LAYER_NORM_JACREV,
     NESTED_JVP_NORMS,
     REVERSE_OVER_FORWARD_INPLACE,
@@ -236,7 +237,7 @@ register(
         distinct=True,
         structured=("large", "offset"),
         kwargs={"eps": _kw.when(lambda s: math.prod(s["w"]) not in (1, 2), EPS)},
-        known=(NESTED_JVP_NORMS, LAYER_NORM_JACREV),
+        known=(NESTED_JVP_NORMS, LAYER_NORM_JACREV, LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED),
     ),
     Target(
         "local_response_norm_3d",
@@ -323,7 +324,7 @@ register(
         FAMILY,
         dtypes=(torch.float64,),
         kwargs={"eps": EPS},
-        known=(NESTED_JVP_NORMS, LAYER_NORM_JACREV),
+        known=(NESTED_JVP_NORMS, LAYER_NORM_JACREV, LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED),
     ),
     Target(
         "normalize_size1",

@@ -125,6 +125,17 @@ def test_a_compile_pairs_first_batch_draws_the_cheap_backends_only():
     assert first_backends(("aot_eager", "inductor")) == ("aot_eager",)
 
 
+def test_a_compiled_autograd_pairs_first_batch_runs_the_capture_alone():
+    """compiled autograd's first batch hands the captured backward to nothing
+    (no dynamo trace of it, five sixths of an "eager" batch's time); a user's
+    own choice of backends stands."""
+    from fuzzdiff.campaign.loop import CHEAP_AUTOGRAD_BACKENDS, first_backends
+    from fuzzdiff.config import COMPILED_AUTOGRAD_BACKENDS
+
+    assert first_backends(COMPILED_AUTOGRAD_BACKENDS, CHEAP_AUTOGRAD_BACKENDS) == ("ca_eager",)
+    assert first_backends(("eager", "inductor"), CHEAP_AUTOGRAD_BACKENDS) is None
+
+
 
 def test_a_pairs_first_batch_is_one_layout_tour_and_its_later_batches_the_mix(zoo):
     """Round 1 gives each pair one example: a case of each layout class that

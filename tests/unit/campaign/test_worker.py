@@ -81,6 +81,28 @@ def test_a_batch_draws_only_the_compile_backends_its_job_names(zoo):
     assert "inductor" in backends_drawn(None)
 
 
+def test_a_batch_hands_compiled_autograds_capture_only_to_the_backends_its_job_names(zoo, monkeypatch):
+    from fuzzdiff.paths import compiled_autograd as path
+
+    drawn, real = set(), path.backward_compiler
+
+    def recording(backend):
+        drawn.add(backend)
+        return real(backend)
+
+    monkeypatch.setattr(path, "backward_compiler", recording)
+
+    def backends_drawn(backends):
+        drawn.clear()
+        job = Job((0, 0), zoo.SIN.ref, "compiled_autograd", None, {}, 5, BatchSize(examples=8), autograd_backends=backends)
+        result = run_batch(job, SETUP)
+        assert result.error is None and result.failure is None and result.tally.examples > 0
+        return set(drawn)
+
+    assert backends_drawn(("ca_eager",)) == {"ca_eager"}
+    assert len(backends_drawn(None)) > 1
+
+
 def test_a_workers_setup_is_frozen_plain_data():
     """Sent alike to a forked process and to a Ray actor on another machine."""
     import dataclasses

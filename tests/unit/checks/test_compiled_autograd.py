@@ -81,6 +81,35 @@ def test_the_planted_backward_passes_when_nothing_is_compiled(monkeypatch):
     assert verdict.kind == "pass", verdict
 
 
+def test_the_capture_alone_runs_the_captured_graph_without_dynamo():
+    """ca_eager runs compiled autograd's captured graph as captured: a correct
+    backward passes, and the planted backward, which doubles only where dynamo
+    traces it, is not doubled."""
+    for target in ("sin", "mul"):
+        verdict = run_check(CHECK, target, a_case(get_target(target), **{**EAGER_VARIANTS[1], "backend": "ca_eager"}))
+        assert verdict.kind == "pass", verdict
+    verdict = run_check(CHECK, PLANTED, a_case(PLANTED, **{**EAGER_VARIANTS[0], "backend": "ca_eager"}))
+    assert verdict.kind == "pass", verdict
+
+
+def test_the_capture_alone_meets_a_bug_of_the_capture(capfd):
+    """Layer norm's second derivative with the bias a view of the input: the
+    captured graph adds an undefined gradient (a torch bug, known as
+    LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED), met without a dynamo trace, and
+    without the traceback an FX graph's own call prints to stderr."""
+    target = get_target("layer_norm")
+    case = find(
+        case_strategy(CHECK, target),
+        lambda c: c.args[2].alias is not None and c.args[2].alias.of == 0 and 0 not in c.args[0].shape,
+        settings=FIND,
+    )
+    case = replace(case, params={**case.params, "backend": "ca_eager", "forward": "eager", "order": 2})
+    capfd.readouterr()
+    verdict = run_check(CHECK, target, case)
+    assert verdict.kind == "fail" and "must be Tensor, not NoneType" in verdict.message, verdict
+    assert "FX-traced Module" not in capfd.readouterr().err
+
+
 class PlainSin(_Sin):
     @staticmethod
     def backward(ctx, g):
