@@ -38,6 +38,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.config import COMPILED_AUTOGRAD_BACKENDS
+from fuzzdiff.guards.fx_traceback import fx_traceback_kept
 from fuzzdiff.paths.compiled import dynamo_settings, per_location
 from fuzzdiff.paths.function import differentiable
 from fuzzdiff.paths.reverse import vjp
@@ -52,8 +53,8 @@ def backward_compiler(backend: str) -> Callable[[torch.fx.GraphModule], Callable
     """The compiler compiled autograd hands each captured backward graph to."""
 
     def compiler(gm):
-        # the graph's own forward: a GraphModule's __call__ prints its traceback
-        # to stderr besides raising, once per failing call
+        # the graph's own forward: a GraphModule's __call__ would drop the
+        # traceback that localizes a failure (and print it to stderr)
         return gm.forward if backend == "ca_eager" else torch.compile(gm, backend=backend)
 
     return compiler
@@ -73,7 +74,7 @@ def enabled(backend: str, run: object = None) -> Iterator[None]:
         if run is None or _CACHED[0] != run:
             torch._C._dynamo.compiled_autograd.clear_cache()
         _CACHED[0] = run
-        with compiled_autograd._enable(backward_compiler(backend)):
+        with fx_traceback_kept(), compiled_autograd._enable(backward_compiler(backend)):
             yield
 
 

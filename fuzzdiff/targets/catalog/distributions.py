@@ -358,6 +358,49 @@ MULTIVARIATE_NORMAL_EMPTY_BATCH = Known(
     records=("0e5ec48aa279a5b0",),
 )
 
+# torch.distributions.kl broadcasts the batch shapes of MultivariateNormal KL pairs with
+# torch._C._infer_size (kl.py, _kl_multivariatenormal_multivariatenormal and
+# _kl_lowrankmultivariatenormal_multivariatenormal), a binding that takes only a
+# torch.Size of plain ints
+_KL_INFER_SIZE = (
+    "kl_divergence(MultivariateNormal, MultivariateNormal) and kl_divergence(LowRankMultivariateNormal, "
+    "MultivariateNormal) broadcast their batch shapes with torch._C._infer_size, a binding that takes "
+    "only a torch.Size of plain ints (torch 2.13.0 CPU; torch.broadcast_shapes in its place runs under "
+    "both and agrees with eager; "
+)
+KL_INFER_SIZE_TRACED = Known(
+    ("compile", "compiled_autograd", "export"),
+    _KL_INFER_SIZE + "under dynamo (torch.compile, strict torch.export) the binding gets the sliced sizes "
+    "as tuples, static shapes or dynamic; reported: pytorch/pytorch#155800, fix proposed in "
+    "pytorch/pytorch#185471, not in 2.13.0)",
+    "L = torch.tensor([[1.5, 0.0], [0.3, 2.0]], dtype=torch.float64); f = lambda a, La, b, Lb: "
+    "kl_divergence(MultivariateNormal(a, scale_tril=La), MultivariateNormal(b, scale_tril=Lb)); "
+    "args = (torch.zeros(2, dtype=torch.float64), L, torch.ones(2, dtype=torch.float64), L * 1.1); "
+    "f(*args) -> 0.2668; torch.compile(f, backend='aot_eager', fullgraph=True)(*args) -> "
+    "TorchRuntimeError: ... call_function <built-in function _infer_size>(*((), ()), **{}): got "
+    "RuntimeError('expected a torch.Size as argument 1')",
+    raises="TorchRuntimeError",
+    message=r"_infer_size>.*expected a torch\.Size as argument 1",
+    records=("a75e624f40b5af47", "5baf8b9e3ce06794"),
+)
+KL_INFER_SIZE_SYMINT = Known(
+    "export",
+    _KL_INFER_SIZE + "under non-strict torch.export with a dynamic batch dim the torch.Size holds a "
+    "SymInt, which the binding refuses; upstream: none found for this path, related "
+    "pytorch/pytorch#155800, whose proposed fix pytorch/pytorch#185471 mends dynamo's alone)",
+    "L = torch.tensor([[1.5, 0.0], [0.3, 2.0]], dtype=torch.float64); loc = torch.tensor([1.75, "
+    "-0.25], dtype=torch.float64); class M(torch.nn.Module): forward = lambda self, a, La, b, Lb: "
+    "kl_divergence(MultivariateNormal(a, scale_tril=La), MultivariateNormal(b, scale_tril=Lb)); "
+    "args = (loc.expand(2, 2), L.expand(2, 2, 2), loc.expand(2, 2) + 1, (L * 1.1).expand(2, 2, 2)); "
+    "torch.export.export(M(), args, strict=False, dynamic_shapes=tuple({d: Dim.AUTO for d in "
+    "range(a.dim())} for a in args)) -> RuntimeError: expected int at position 0, but got: SymInt; "
+    "with static shapes it exports",
+    raises="RuntimeError",
+    message=r"expected int at position 0, but got: SymInt",
+    params={"strict": False},
+    records=("baf0848db02da2dc",),
+)
+
 BINOMIAL_ENTROPY_EMPTY = Known(
     RUNS,
     "Binomial.entropy raises at an empty batch: it reads int(self.total_count.max()), and max() of "
@@ -710,6 +753,11 @@ KNOWN = (
     # the jvp of logsumexp writes its saved exp in place
     ("RelaxedOneHotCategorical.*", REVERSE_OVER_FORWARD_INPLACE),
     ("Binomial.entropy", BINOMIAL_ENTROPY_EMPTY),
+    *(
+        (pattern, known)
+        for pattern in ("kl.MultivariateNormal.MultivariateNormal", "kl.LowRankMultivariateNormal.MultivariateNormal")
+        for known in (KL_INFER_SIZE_TRACED, KL_INFER_SIZE_SYMINT)
+    ),
     ("GeneralizedPareto.*", GENERALIZED_PARETO_FLOAT64),
     ("Gamma.rsample", GAMMA_GRADIENT_BEYOND_ITS_BOUND),
     ("Gumbel.cdf", GUMBEL_CDF_UNDERFLOW),

@@ -196,6 +196,66 @@ MASKED_OUTPUT_MASK_TRACED = (
         records=("579243876b26c5fb",),
     ),
 )
+# compiled autograd's captured graph accumulates a leaf's gradients with torch.add
+# whether or not one is undefined (torch/_dynamo/compiled_autograd.py, accumulate),
+# where eager autograd skips an undefined one: the group norm, vector norm and layer
+# norm entries of fuzzdiff.targets.discrepancies, and these
+_ADDS_UNDEFINED = r"add\(\): argument '(input|other)' \(position [12]\) must be Tensor, not NoneType"
+_ADDS_UNDEFINED_UPSTREAM = "related: pytorch/pytorch#160679, closed, which mends the accumulation of undefined gradients"
+GRID_SAMPLE_NEAREST_COMPILED_AUTOGRAD_ALIASED = Known(
+    "compiled_autograd",
+    "compiled autograd of grid_sample's second derivative in nearest mode where the input and the grid "
+    "share one leaf: the double backward leaves the input's path undefined (the grid's gradient is zero "
+    "in nearest mode, whatever the input) and the captured graph adds it to the grid's as None (torch "
+    f"2.13.0 CPU, 2-d and 3-d; eager autograd gives zeros; {_ADDS_UNDEFINED_UPSTREAM})",
+    "x = torch.randn(3, dtype=torch.float64, requires_grad=True); def second(): out = "
+    "F.grid_sample(x.reshape(1, 3, 1, 1, 1), x.reshape(1, 1, 1, 1, 3), mode='nearest', "
+    "padding_mode='reflection', align_corners=True); (g,) = torch.autograd.grad(out, x, "
+    "torch.ones_like(out), create_graph=True); return torch.autograd.grad(g, x, torch.ones_like(g)); "
+    "second() -> zeros; under compiled_autograd._enable(lambda gm: gm.forward) -> TypeError: add(): "
+    "argument 'other' (position 2) must be Tensor, not NoneType; the same with torch.compile(gm, "
+    "backend='eager')",
+    raises="TypeError",
+    message=_ADDS_UNDEFINED,
+    params={"order": 2},
+    features=("alias:same|alias:view",),
+    records=("19301ca854b6465a",),
+)
+ORMQR_EMPTY_COMPILED_AUTOGRAD_ALIASED = Known(
+    "compiled_autograd",
+    "compiled autograd of ormqr's gradient at empty inputs where input and other share one leaf: the "
+    "backward leaves the input's and tau's gradients undefined and gives other's, and the captured "
+    f"graph adds the undefined one as None (torch 2.13.0 CPU; eager autograd runs; {_ADDS_UNDEFINED_UPSTREAM})",
+    "A = torch.zeros(0, 0, dtype=torch.float64, requires_grad=True); tau = torch.zeros(0, "
+    "dtype=torch.float64, requires_grad=True); out = torch.ormqr(A, tau, A); "
+    "torch.autograd.grad(out, [A, tau], torch.ones_like(out), allow_unused=True) -> (empty, None); "
+    "under compiled_autograd._enable(lambda gm: gm.forward) -> TypeError: add(): argument 'input' "
+    "(position 1) must be Tensor, not NoneType",
+    raises="TypeError",
+    message=_ADDS_UNDEFINED,
+    features=("alias:same|alias:view", "empty"),
+    records=("5e578f1a8d4d0685",),
+)
+# an OpOverload called with a lone int for an int[N] argument broadcasts it, and refuses a
+# lone SymInt: what torch.compile(dynamic=True) makes of an int the compiled call is given
+LONE_SYMINT_FOR_INT_LIST = Known(
+    ("compile", "compiled_autograd", "export"),
+    "torch.ops.aten.max_pool2d_with_indices_backward.default takes a lone int for its int[2] "
+    "kernel_size and stride, and refuses a lone SymInt: torch.compile(dynamic=True) of a call given "
+    "those ints raises in dynamo's fake-tensor run (torch 2.13.0 CPU; [s, s] is taken, and so is a "
+    "lone SymInt through the OpOverloadPacket under dynamo; upstream: none found; related: "
+    "pytorch/pytorch#122129, the same schema conversion refusing an immutable_list)",
+    "f = lambda g, x, idx, k: torch.ops.aten.max_pool2d_with_indices_backward.default(g, x, k, 2, 0, 1, "
+    "True, idx); x = torch.randn(1, 2, 3, 6, dtype=torch.float64); out, idx = "
+    "F.max_pool2d_with_indices(x, 3, 2, 0, 1, ceil_mode=True, return_indices=True); g = "
+    "torch.ones_like(out); f(g, x, idx, 3) works, and so does torch.compile(f, backend='aot_eager', "
+    "dynamic=False); torch.compile(f, backend='aot_eager', dynamic=True)(g, x, idx, 3) -> "
+    "TorchRuntimeError: ... Expected a value of type 'List[int]' for argument 'kernel_size' but "
+    "instead found type 'SymInt'",
+    raises="TorchRuntimeError",
+    message=r"Expected a value of type 'List\[int\]' for argument '\w+' but instead found type 'SymInt'",
+    records=("a0584b2a1c201599",),
+)
 KNOWN: tuple[tuple[str, Known], ...] = (
     (
         "opinfo/roll@*",
@@ -752,6 +812,9 @@ KNOWN: tuple[tuple[str, Known], ...] = (
     # the compile check's transforms, whatever the op
     *(("opinfo/*", known) for known in MACHINERY),
     *(("opinfo/masked.*", known) for known in MASKED_OUTPUT_MASK_TRACED),
+    ("opinfo/nn.functional.grid_sample@*", GRID_SAMPLE_NEAREST_COMPILED_AUTOGRAD_ALIASED),
+    ("opinfo/ormqr@*", ORMQR_EMPTY_COMPILED_AUTOGRAD_ALIASED),
+    ("opinfo/max_pool2d_with_indices_backward@*", LONE_SYMINT_FOR_INT_LIST),
     *(
         (f"opinfo/{name}@*", LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED)
         for name in ("native_layer_norm", "nn.functional.layer_norm")

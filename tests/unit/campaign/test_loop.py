@@ -168,18 +168,12 @@ def test_a_compiling_pairs_first_batch_is_one_case_of_one_class(zoo):
     assert 1 <= len(met(first.first_batch_features)) <= 2  # its class (and contiguous, where it leaves an argument so)
 
 
-def test_the_campaign_sends_its_workers_one_config_and_no_environment(zoo, tmp_path):
-    """What a pool is given: a frozen setup holding the config, the campaign's corpus in it; it pickles."""
-    import pickle
-    from dataclasses import fields
-
-    from fuzzdiff.campaign.results import PairResult
-    from fuzzdiff.config import FuzzConfig
-    from fuzzdiff.search.fuzzing import Tally
+def _recording_pool(sent: list, started: list, seconds: float = 0.0):
+    """A pool that records the setup and jobs it is given, and ends each batch
+    at once as having taken ``seconds``."""
     from fuzzdiff.campaign.pool import Done
-    from fuzzdiff.campaign.worker import WorkerSetup
-
-    sent, started = [], []
+    from fuzzdiff.campaign.results import PairResult
+    from fuzzdiff.search.fuzzing import Tally
 
     class Recording:
         slots, retries = 1, 0
@@ -190,7 +184,7 @@ def test_the_campaign_sends_its_workers_one_config_and_no_environment(zoo, tmp_p
 
         def start(self, k, job):
             started.append(job)
-            self.done.append(Done(k, PairResult(job.target, job.check, Tally())))
+            self.done.append(Done(k, PairResult(job.target, job.check, Tally(), seconds=seconds)))
 
         def wait(self, timeout):
             done, self.done = self.done, []
@@ -209,6 +203,45 @@ def test_the_campaign_sends_its_workers_one_config_and_no_environment(zoo, tmp_p
 
         def close(self): ...
 
+    return Recording
+
+
+def test_a_round_slower_than_its_plan_narrows_the_tours_of_the_pairs_left(zoo, tmp_path):
+    """Batches that take longer than the share of the budget allows, at the
+    measured pace: once enough have ended, the next first tours meet fewer
+    classes, so that every pair still gets its batch."""
+    from fuzzdiff.campaign.pace import MIN_TOUR, SAMPLE
+    from fuzzdiff.config import FuzzConfig
+
+    checks = ("grad", "forward", "gradgrad", "layout", "alias", "mutation", "forward2", "checkpoint", "vmap")
+    pairs = [(t, get_check(c)) for t in (zoo.SIN, zoo.EXPANDED_SUM) for c in checks]
+    started: list = []
+    config = FuzzConfig(hypothesis_storage=tmp_path, budget=600.0, rounds=1, seed=1)
+    campaign = run_campaign(pairs, config, pool=_recording_pool([], started, seconds=60.0))
+    firsts = [job.tour_cases for job in started if job.key[1] == 0]
+    assert len(firsts) == len(pairs)  # every pair got its batch
+    assert firsts[:SAMPLE] == [None] * SAMPLE  # whole tours, until the pace is measured
+    # 60 s a batch on one worker: the tours narrow while the pairs not started need more than
+    # the share's 300 s, widening as fewer are left, and the last four, which fit, are whole
+    narrowed = firsts[SAMPLE:-4]
+    assert all(n is not None and n >= MIN_TOUR for n in narrowed) and narrowed == sorted(narrowed)
+    assert firsts[-4:] == [None] * 4
+    assert campaign.narrowed_tours == len(narrowed) > 0
+    started.clear()
+    fast = run_campaign(pairs, config, pool=_recording_pool([], started, seconds=0.01))
+    assert fast.narrowed_tours == 0 and all(job.tour_cases is None for job in started)
+
+
+def test_the_campaign_sends_its_workers_one_config_and_no_environment(zoo, tmp_path):
+    """What a pool is given: a frozen setup holding the config, the campaign's corpus in it; it pickles."""
+    import pickle
+    from dataclasses import fields
+
+    from fuzzdiff.config import FuzzConfig
+    from fuzzdiff.campaign.worker import WorkerSetup
+
+    sent, started = [], []
+    Recording = _recording_pool(sent, started)
     config = FuzzConfig(timeout=7.0, compile_backends=("aot_eager", "inductor"), hypothesis_storage=tmp_path,
                         corpus=tmp_path / "corpus")
     run_campaign([(zoo.SIN, get_check("grad")), (zoo.SIN, get_check("compile"))], config, pool=Recording)

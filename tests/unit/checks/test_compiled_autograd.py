@@ -92,18 +92,20 @@ def test_the_capture_alone_runs_the_captured_graph_without_dynamo():
     assert verdict.kind == "pass", verdict
 
 
-def test_the_capture_alone_meets_a_bug_of_the_capture(capfd):
+@pytest.mark.parametrize("backend", ["ca_eager", "eager"])
+def test_a_bug_of_the_capture_is_met_with_and_without_dynamo(capfd, backend):
     """Layer norm's second derivative with the bias a view of the input: the
     captured graph adds an undefined gradient (a torch bug, known as
-    LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED), met without a dynamo trace, and
-    without the traceback an FX graph's own call prints to stderr."""
+    LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED), met with the capture alone and
+    with dynamo's trace of it, and without the traceback a failing FX graph
+    prints to stderr beside raising."""
     target = get_target("layer_norm")
     case = find(
         case_strategy(CHECK, target),
         lambda c: c.args[2].alias is not None and c.args[2].alias.of == 0 and 0 not in c.args[0].shape,
         settings=FIND,
     )
-    case = replace(case, params={**case.params, "backend": "ca_eager", "forward": "eager", "order": 2})
+    case = replace(case, params={**case.params, "backend": backend, "forward": "eager", "order": 2})
     capfd.readouterr()
     verdict = run_check(CHECK, target, case)
     assert verdict.kind == "fail" and "must be Tensor, not NoneType" in verdict.message, verdict

@@ -1,4 +1,4 @@
-"""A failed export's partial graph stays on its exception, off the caller's stderr."""
+"""What torch prints beside raising (a failed export's partial graph, an FX graph's traceback) stays off the caller's stderr."""
 
 from __future__ import annotations
 
@@ -39,3 +39,39 @@ def test_only_the_partial_graph_is_dropped(capfd):
         raise Failed("export failed")
     err = capfd.readouterr().err
     assert "a warning the export showed" in err and "def forward" not in err
+
+
+FX_PRINT = '''Traceback (most recent call last):
+  File "<eval_with_key>.17", line 198, in forward
+    add = torch.add(getitem_111, getitem_115);  getitem_111 = getitem_115 = None
+TypeError: add(): argument 'other' (position 2) must be Tensor, not NoneType
+
+Call using an FX-traced Module, line 198 of the traced Module's generated forward function:
+    getitem_115 = validate_outputs_7[5];  validate_outputs_7 = None
+    add = torch.add(getitem_111, getitem_115);  getitem_111 = getitem_115 = None
+
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~ <--- HERE
+    as_strided_backward0_2 = torch__dynamo_compiled_autograd_ops_AsStridedBackward0([add])
+
+    getitem_116 = as_strided_backward0_2[0];  as_strided_backward0_2 = None
+
+'''
+
+
+def test_an_fx_graphs_printed_traceback_is_dropped_and_only_it(capfd):
+    """What a failing GraphModule prints beside raising (under compiled
+    autograd's eager backend, once per failing backward) is dropped; a
+    warning shown before or after it is not."""
+    import sys
+
+    from fuzzdiff.guards.fx_traceback import fx_traceback_kept
+
+    with pytest.raises(TypeError), fx_traceback_kept():
+        print("a warning before", file=sys.stderr)
+        sys.stderr.write(FX_PRINT)
+        sys.stderr.write(FX_PRINT)
+        print("a warning after", file=sys.stderr)
+        raise TypeError("add(): argument 'other' (position 2) must be Tensor, not NoneType")
+    err = capfd.readouterr().err
+    assert "a warning before" in err and "a warning after" in err
+    assert "FX-traced" not in err and "Traceback" not in err and "getitem" not in err
