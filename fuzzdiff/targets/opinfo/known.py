@@ -201,7 +201,9 @@ MASKED_OUTPUT_MASK_TRACED = (
 # where eager autograd skips an undefined one: the group norm, vector norm and layer
 # norm entries of fuzzdiff.targets.discrepancies, and these
 _ADDS_UNDEFINED = r"add\(\): argument '(input|other)' \(position [12]\) must be Tensor, not NoneType"
-_ADDS_UNDEFINED_UPSTREAM = "related: pytorch/pytorch#160679, closed, which mends the accumulation of undefined gradients"
+_ADDS_UNDEFINED_UPSTREAM = (
+    "related: pytorch/pytorch#160679, closed, on compiled autograd's accumulation of undefined gradients"
+)
 GRID_SAMPLE_NEAREST_COMPILED_AUTOGRAD_ALIASED = Known(
     "compiled_autograd",
     "compiled autograd of grid_sample's second derivative in nearest mode where the input and the grid "
