@@ -372,7 +372,7 @@ KL_INFER_SIZE_TRACED = Known(
     ("compile", "compiled_autograd", "export"),
     _KL_INFER_SIZE + "under dynamo (torch.compile, strict torch.export) the binding gets the sliced sizes "
     "as tuples, static shapes or dynamic; reported: pytorch/pytorch#155800, fix proposed in "
-    "pytorch/pytorch#185471, not in 2.13.0)",
+    "pytorch/pytorch#185471; torch 2.15.0 runs it)",
     "L = torch.tensor([[1.5, 0.0], [0.3, 2.0]], dtype=torch.float64); f = lambda a, La, b, Lb: "
     "kl_divergence(MultivariateNormal(a, scale_tril=La), MultivariateNormal(b, scale_tril=Lb)); "
     "args = (torch.zeros(2, dtype=torch.float64), L, torch.ones(2, dtype=torch.float64), L * 1.1); "
@@ -382,6 +382,7 @@ KL_INFER_SIZE_TRACED = Known(
     raises="TorchRuntimeError",
     message=r"_infer_size>.*expected a torch\.Size as argument 1",
     records=("a75e624f40b5af47", "5baf8b9e3ce06794"),
+    fixed_in="2.15.0",
 )
 KL_INFER_SIZE_SYMINT = Known(
     "export",
