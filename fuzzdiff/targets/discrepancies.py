@@ -40,6 +40,7 @@ __all__ = [
     "MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR",
     "MACHINERY",
     "LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED",
+    "INDUCTOR_UNBATCHED_CONV2D_DYNAMIC",
 ]
 
 # The checks that run a target eagerly, forward and backward, on the case's own
@@ -648,6 +649,26 @@ LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED = Known(
     params={"order": 2},
     features=("alias:same|alias:view",),
     records=("a138664bf0375252", "27dd995d6d0e022a"),
+)
+
+
+INDUCTOR_UNBATCHED_CONV2D_DYNAMIC = Known(
+    "compile",
+    "torch.compile with inductor and dynamic=True of conv2d at an unbatched (3-d) input that "
+    "requires grad raises while inductor lowers it: a comparison of symbolic sizes that sympy cannot "
+    "decide (torch 2.13.0 CPU; any padding; a batched input, dynamic=False, or inputs without grad "
+    "compile; torch 2.15.0 compiles it; related: pytorch/pytorch#185510 and #172204, the same "
+    "TypeError in inductor with dynamic=True)",
+    "f = lambda x, w, b: F.conv2d(x, w, b, padding='same'); args = (torch.randn(4, 3, 4, "
+    "dtype=torch.float64, requires_grad=True), torch.randn(5, 4, 3, 3, dtype=torch.float64, "
+    "requires_grad=True), torch.randn(5, dtype=torch.float64, requires_grad=True)); f(*args) works; "
+    "torch.compile(f, backend='inductor', dynamic=True)(*args) -> InductorError: TypeError: cannot "
+    "determine truth value of Relational: s77**2 < s77; torch.randn(2, 4, 3, 4) compiles",
+    raises="InductorError",
+    message=r"cannot determine truth value of Relational",
+    params={"backend": "inductor"},
+    records=("d324a044560d9923",),
+    fixed_in="2.15.0",
 )
 
 

@@ -20,6 +20,7 @@ from fuzzdiff.targets.catalog.norms import (
 from fuzzdiff.targets.discrepancies import (
     BCE_WITH_LOGITS_NESTED_JVP,
     GROUP_NORM_COMPILED_AUTOGRAD_ORDER2,
+    INDUCTOR_UNBATCHED_CONV2D_DYNAMIC,
     LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED,
     MACHINERY,
     MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR,
@@ -43,6 +44,7 @@ KNOWN: tuple[tuple[str, tuple[str, ...], Known], ...] = (
     ("nn.GroupNorm", ("train", "eval"), GROUP_NORM_FORWARD),
     ("nn.LayerNorm", ("train", "eval"), LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED),
     ("nn.LocalResponseNorm", ("train", "eval"), LOCAL_RESPONSE_NORM_5D_VIEW),
+    ("nn.Conv2d", ("train", "eval"), INDUCTOR_UNBATCHED_CONV2D_DYNAMIC),
     # eval mode runs the running statistics' kernel; the weight is the module's argument 1 too
     *(
         ("nn.BatchNorm*", ("eval",), known)
