@@ -89,6 +89,8 @@ def refuses_empty_batch(raising: RaisingCall) -> str | None:
             return None
         if not any(a == SIZES[0] and b == SIZES[1] for a, b in zip(base, grown)):
             return None  # a dim the op reduces or transforms: an empty one may rightly be refused
+        if not _leading(raising, tensors, dim, base):
+            return None  # after a dim the op does not carry: a convolution's height, not its batch
     said = ", ".join(f"{t.dtype}{list(t.shape)}" for t in tensors if 0 in t.shape)
     return (
         f"torch's {raising.name} raises at an empty batch ({said}), where with the empty dims at "
@@ -100,19 +102,34 @@ def refuses_empty_batch(raising: RaisingCall) -> str | None:
 _COMPILED = (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
 
 
+def _leading(raising: RaisingCall, tensors: list[torch.Tensor], dim: tuple[int, int], base: tuple[int, ...]) -> bool:
+    """Whether every dim before ``dim`` in its tensor is carried too: batch
+    dims lead. A convolution carries its input's height where the kernel's
+    is 1, but the channels before it are not carried, and its input check
+    rightly refuses a height smaller than the kernel's."""
+    tensor, d = dim
+    for p, n in enumerate(tensors[tensor].shape[:d]):
+        if n == 0:
+            continue  # an empty dim, asked on its own
+        moved = _shape_at(raising, {(tensor, p): n + 1})
+        if moved is None or len(moved) != len(base):
+            return False
+        if sorted(b - a for a, b in zip(base, moved)) != [0] * (len(base) - 1) + [1]:
+            return False
+    return True
+
+
 def _shape_at(raising: RaisingCall, sizes: dict[tuple[int, int], int]) -> tuple[int, ...] | None:
     """The shape of the op's first tensor result with each empty dim at
-    SIZES[0], or at ``sizes[(tensor, dim)]``; None where it raises there too."""
+    SIZES[0], and any dim at ``sizes[(tensor, dim)]``; None where it raises there too."""
     count = iter(range(1 << 30))
 
     def grown(t: Any) -> Any:
         if not isinstance(t, torch.Tensor):
             return t
         k = next(count)
-        if 0 not in t.shape:
-            return t
-        shape = [sizes.get((k, d), SIZES[0]) if n == 0 else n for d, n in enumerate(t.shape)]
-        return _filled(t, shape)
+        shape = [sizes.get((k, d), SIZES[0] if n == 0 else n) for d, n in enumerate(t.shape)]
+        return t if shape == list(t.shape) else _filled(t, shape)
 
     args, kwargs = tree_map(grown, (raising.args, raising.kwargs))
     try:

@@ -59,8 +59,11 @@ def test_a_plain_call_that_raises_is_the_functions_whatever_check_found_it():
         (lambda: torch.zeros(0, 5).max(dim=0), False),  # no maximum of nothing
         (lambda: torch.fft.rfft(torch.zeros(3, 0)), False),  # the transformed dim: no batch
         (lambda: torch.nn.functional.batch_norm(torch.zeros(1, 3), None, None, training=True), False),  # Python's check
+        # a height of 0 under a kernel of height 1: carried, but after the channels, which are not
+        (lambda: torch.nn.functional.conv2d(torch.zeros(0, 1, 0, 6), torch.ones(1, 1, 1, 4)), False),
+        (lambda: torch.fft.rfft(torch.zeros(2, 0, 8)), True),  # a batch dim after another
     ],
-    ids=["fft batch", "reduced dim", "fft length", "torch's own Python check"],
+    ids=["fft batch", "reduced dim", "fft length", "torch's own Python check", "conv height", "fft inner batch"],
 )
 def test_only_an_op_in_cpp_refusing_a_batch_it_carries_is_torchs(call, torchs):
     error, raising = raising_call(call)
