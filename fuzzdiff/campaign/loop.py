@@ -221,7 +221,6 @@ class _Loop:
     on_start: Callable[[int, str | None, str | None], None] | None = None
     tour: tuple[str, ...] = TOUR  # the layout classes of a pair's first batch, in order
     pace: Pace | None = None  # round 1's pace on the pairs that do not compile (None: every tour whole)
-    budget: float | None = None
     results: dict[int, PairResult] = field(default_factory=dict)  # pair index -> its batches added up
     running: dict[int, _Running] = field(default_factory=dict)  # slot -> its batch
     retries: deque[_Retry] = field(default_factory=deque)  # batches whose worker died, to run again elsewhere
@@ -267,7 +266,8 @@ class _Loop:
         tour_cases: int | None = None
         if number == 0:
             paced = self.pace if self.pace is not None and not pair.compiles else None
-            cases = paced.cases(len(self.tour), now - self.start, self.budget) if paced else None
+            budget = None if end is None else end - self.start
+            cases = paced.cases(len(self.tour), now - self.start, budget) if paced else None
             tour, tour_cases = first_tour(self.tour, pair.compiles, index, cases)
             if paced:
                 paced.started += 1
@@ -471,7 +471,6 @@ def run_campaign(
             on_start,
             tour=tour,
             pace=pace,
-            budget=budget,
         )
         loop.run(budget, grace)
         fuzzing = time.monotonic() - loop.start  # the workers' shutdown is not fuzzing time
