@@ -111,6 +111,7 @@ class PairResult:
             cut=self.cut,
             ended=self.ended,
             known=frozenset(self.tally.known),
+            seconds=self.seconds,
         )
 
 

@@ -26,9 +26,16 @@ failed, crashed or raised a framework error has found what it will find: it
 gets no more batches.
 
 A pair whose target declares a known torch discrepancy of its check
-(``Target.known``) that none of its batches has matched yet is where a
-recorded torch bug should show: every campaign re-verifies them, and one
-that stops showing may have been fixed (``fuzzdiff rerecord`` says which).
+(``Target.known``) that no batch has matched yet is where a recorded torch
+bug should show: every campaign re-verifies them, and one that stops
+showing may have been fixed (``fuzzdiff rerecord`` says which). A match by
+any pair verifies the discrepancy for all that declare it.
+
+A budget can end a round before its last batch (round 1 alone may take most
+of it), so a round's order says what the budget keeps: each round opens with
+one batch for every known discrepancy not yet matched, of a pair that
+declares it (the one with the fewest batches so far, then the fastest per
+example), the fastest first, and then runs its waves best score first.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ class BatchReport:
     cut: bool = False  # stopped by its deadline before its examples were all run
     ended: bool = False  # failed, crashed or errored: the pair needs no more batches
     known: frozenset[str] = frozenset()  # the known discrepancies it matched (Known.describe())
+    seconds: float = 0.0  # how long it ran
 
 
 @dataclass
@@ -77,6 +85,7 @@ class PairState:
     features: set[str] = field(default_factory=set)
     scores: list[float] = field(default_factory=list)  # the score after each batch (for --report)
     unmatched: set[str] = field(default_factory=set)  # known discrepancies declared, none matched yet
+    pace: float = 0.0  # seconds per example of its last batch that ran one
 
     @property
     def score(self) -> float:
@@ -102,6 +111,8 @@ class PairState:
             self.quiet = 0 if batch > 0 else self.quiet + 1
         self.ended = self.ended or report.ended
         self.unmatched -= report.known
+        if report.examples:
+            self.pace = report.seconds / report.examples
         self.scores.append(round(self.score, 4))
 
 
@@ -177,6 +188,7 @@ class Scheduler:
         self._running = 0
         self._issued: dict[int, int] = {}  # pair -> batches handed out so far
         self._reports: list[tuple[int, int, BatchReport]] = []
+        self.matched: set[str] = set()  # the known discrepancies some batch has matched
 
     # -- handing out ------------------------------------------------------------------------
 
@@ -214,7 +226,10 @@ class Scheduler:
         round's end, and once more when a campaign stops mid-round."""
         for index, _, report in sorted(self._reports, key=lambda r: (r[0], r[1])):
             self.pairs[index].update(report)
+            self.matched |= report.known
         self._reports.clear()
+        for pair in self.pairs:
+            pair.unmatched -= self.matched
 
     def _advance(self) -> bool:
         """Apply this round's reports and plan the next; False when there is none."""
@@ -237,7 +252,8 @@ class Scheduler:
     def plan(self, round_: int) -> list[int]:
         """Round ``round_``'s batches (pair indices, a pair once per batch it gets):
         as many as there are live pairs, in proportion to score (largest
-        remainders, ties broken by a shuffle seeded by the campaign and round)."""
+        remainders, ties broken by a shuffle seeded by the campaign and round),
+        after one batch per known discrepancy not yet matched (``reverify``)."""
         live = [p for p in self.pairs if not p.ended and p.score > 0]
         if not live:
             return []
@@ -251,9 +267,31 @@ class Scheduler:
         left = size - sum(counts.values())
         for p in sorted(order, key=lambda p: quota[p.index] - counts[p.index], reverse=True)[:left]:
             counts[p.index] += 1
-        plan: list[int] = []
+        first = self.reverify(order)
+        for index in first:
+            counts[index] = max(counts[index] - 1, 0)
+        order.sort(key=lambda p: p.score, reverse=True)  # stable: the shuffle breaks ties
+        plan = list(first)
         # interleaved: a pair's batches spread over the round, not back to back
         waves = max(counts.values())
         for wave in range(waves):
             plan.extend(p.index for p in order if counts[p.index] > wave)
         return plan
+
+    def reverify(self, order: Sequence[PairState]) -> list[int]:
+        """One pair for each known discrepancy that no batch has matched yet, a
+        different pair each where it can (the discrepancies that fewest pairs
+        declare choose first): of those that declare it, the one with the fewest
+        batches so far, then the fastest per example, then the first in
+        ``order``. The fastest come first: a budget that ends among them has
+        re-verified the most."""
+        routes: dict[str, list[PairState]] = {}
+        for p in order:
+            for known in p.unmatched:
+                routes.setdefault(known, []).append(p)
+        chosen: list[PairState] = []
+        for known in sorted(routes, key=lambda k: (len(routes[k]), k)):
+            free = [p for p in routes[known] if p not in chosen]
+            if free:
+                chosen.append(min(free, key=lambda p: (p.batches, p.pace)))
+        return [p.index for p in sorted(chosen, key=lambda p: p.pace)]

@@ -100,6 +100,48 @@ def test_a_known_discrepancy_not_yet_matched_draws_batches_until_it_is():
         Scheduler(2, known=[["a"]])
 
 
+def test_a_round_opens_with_one_batch_for_each_known_discrepancy_not_yet_matched():
+    """A budget that ends round 2 after a few batches still re-verifies every
+    recorded torch bug once, whatever the scores of the pairs that declare it."""
+    known = [[], ["bug A"], ["bug A", "bug B"], [], ["bug C"], [], [], []]
+    s = Scheduler(8, seed=5, known=known)
+    near = {0, 3, 5, 6, 7}  # near-misses outscore every pair that declares a bug
+    _drain(s, lambda i, b: BatchReport(examples=16, closest=0.9) if i in near
+           else BatchReport(examples=16, known=frozenset(["bug C"]) if i == 4 else frozenset()))
+    second = _drain(s)
+    opening = [index for index, _ in second[:2]]
+    assert sorted(opening) == [1, 2]  # bug A and bug B, each through a pair of its own
+    assert 4 not in opening  # bug C was matched in round 1
+    assert s.matched == {"bug C"}
+
+
+def test_the_opening_takes_the_fastest_route_to_each_discrepancy_and_runs_the_fastest_first():
+    """A compiling pair's batch takes seconds where an eager one's takes a tenth:
+    the opening re-verifies what it can before the budget ends."""
+    known = [["slow bug"], ["slow bug"], ["quick bug"], []]
+    seconds = [8.0, 2.0, 0.1, 0.1]
+    s = Scheduler(4, seed=0, known=known)
+    _drain(s, lambda i, b: BatchReport(examples=4, seconds=seconds[i]))
+    assert [index for index, _ in _drain(s)[:2]] == [2, 1]
+
+
+def test_a_match_by_one_pair_verifies_the_discrepancy_for_every_pair_that_declares_it():
+    s = Scheduler(3, seed=0, known=[["bug A"], ["bug A"], []])
+    _drain(s, lambda i, b: BatchReport(examples=16, known=frozenset(["bug A"])) if i == 0 else PASS)
+    s.settle()
+    assert s.pairs[0].unmatched == s.pairs[1].unmatched == set()
+    assert s.pairs[1].score == pytest.approx(s.pairs[2].score)  # no prior left for pair 1
+
+
+def test_after_its_opening_a_round_runs_its_best_scored_pairs_first():
+    s = Scheduler(6, seed=4)
+    closest = [0.1, 0.9, 0.0, 0.5, 0.3, 0.7]
+    _drain(s, lambda i, b: BatchReport(examples=16, closest=closest[i]))
+    wave = [index for index, _ in _drain(s)]
+    first = sorted(set(wave), key=wave.index)
+    assert len(first) >= 4 and first == sorted(first, key=lambda i: -closest[i])
+
+
 def test_rounds_bound_the_scheduler():
     s = Scheduler(3, seed=0, rounds=2)
     assert len(_drain(s)) == 3 and len(_drain(s)) == 3
