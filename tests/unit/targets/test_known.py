@@ -249,3 +249,17 @@ def test_an_allow_list_is_the_reason_every_other_check_does_not_apply():
     inplace = get_target("program_inplace")
     assert CHECKS["compile"].why_not(inplace) is None
     assert {CHECKS[c].why_not(inplace) for c in CHECKS if c != "compile"} == {inplace.only.reason}
+
+
+def test_the_eager_side_of_batch_norms_strided_weight_is_met_by_the_compiled_gradient_transform_too():
+    """The compile check's ``grad`` transform (torch.func.grad of <v, f>, compiled
+    whole) compares against the same eager kernel that reads past a stride-0
+    weight: its message names the transform, and the signature still holds."""
+    from fuzzdiff.targets.catalog.norms import BATCH_NORM_STRIDED_WEIGHT_EAGER as known
+
+    record = read_record(RECORDS["16696c7ae864d554"])
+    message = record.verdict.message.replace("inductor vs eager", "inductor, grad(<v, f>) vs eager")
+    case = replace(record.case, params={**record.case.params, "transform": "grad"})
+    assert known.matches("compile", case, replace(record.verdict, message=message))
+    vjp = message.replace("grad(<v, f>)", "vjp(f)(v)")
+    assert not known.matches("compile", case, replace(record.verdict, message=vjp))  # not seen: not claimed
