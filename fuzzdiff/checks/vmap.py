@@ -6,7 +6,9 @@ batched inputs' layouts and one composition per example are drawn: plain
 vmap, vmap of vjp / jvp / grad with per-example cotangents and tangents, vjp /
 jvp of vmap, and vmap of vmap with other in_dims at each level. Both sides
 make the same torch calls, so they agree to rounding; each result is judged
-on its own scale. A mismatch is repeated and tried at a neighbouring point
+on its own scale. A mismatch is repeated, asked whether rounding alone moves
+either side as far (a point where rounding decides: a ReLU whose input is
+exactly 0, cancelling to rounding noise), and tried at a neighbouring point
 before it is a failure; in low precision it must also persist in float64 on
 the same values, or, where float64 agrees, the vmapped results must be wrong
 against their float64 run beyond what the problem's conditioning explains
@@ -29,7 +31,7 @@ from fuzzdiff.checks.check import Check, CiSample, Cost, OpInfoRole
 from fuzzdiff.confirm.compare import result_discrepancy
 from fuzzdiff.confirm.identities import confirm_mismatch
 from fuzzdiff.confirm.low_precision import LowPrecision
-from fuzzdiff.confirm.steps import identical_to, repeat
+from fuzzdiff.confirm.steps import conditioning, identical_to, repeat
 from fuzzdiff.confirm.tolerance import LOW_PRECISION, tolerance
 from fuzzdiff.paths import vmap as path
 from fuzzdiff.targets.target import Target
@@ -66,12 +68,27 @@ def run(target: Target, case: Case) -> Verdict:
         wide, wide_looped = path.run(target, c, cast=torch.float64)
         return result_discrepancy(wide, wide_looped, tol), list(wide.tensors)
 
+    # Low precision's rounding is emulated in float64 (RoundingNoise leaves a
+    # float32 result alone), on the values the case holds.
+    wide = torch.float64 if case.torch_dtype in LOW_PRECISION else None
+
+    def side(k: int):
+        return lambda c: list(path.run(target, c, cast=wide)[k].tensors)
+
+    def rounding_decides():
+        here = path.run(target, case, cast=wide) if wide is not None else (vmapped, looped)
+        runs = [(side(k), list(here[k].tensors)) for k in (0, 1)]
+        return conditioning(list(vmapped.names), runs, case, tol)()
+
     return confirm_mismatch(
         identity,
         d,
         case,
         repeat=repeat(lambda: path.run(target, case), same=identical_to((vmapped, looped))),
         agrees_at=lambda c: result_discrepancy(*path.run(target, c), tol) is None,
+        # vmap and the loop make the same calls on other layouts (the batch is
+        # stacked): at a point where rounding decides, which side rounds which way is noise
+        conditioning=rounding_decides,
         low=LowPrecision(case, tol, list(vmapped.names), list(vmapped.tensors), run64)
         if case.torch_dtype in LOW_PRECISION
         else None,

@@ -518,7 +518,7 @@ def _scalar(x: float) -> torch.Tensor:
 
 
 # The whole-result comparisons' ladder (vmap, per_sample).
-MISMATCH_LADDER = Ladder(("repeat", "float64", "lowered", "neighbours"))
+MISMATCH_LADDER = Ladder(("repeat", "conditioning", "float64", "lowered", "neighbours"))
 
 
 def confirm_mismatch(
@@ -530,6 +530,7 @@ def confirm_mismatch(
     agrees_at: Callable[[Case], bool],
     low: LowPrecision | None = None,
     lowered: Step | None = None,
+    conditioning: Step | None = None,
 ) -> Verdict:
     """MISMATCH_LADDER for a mismatch ``d`` of two whole results at ``case``:
     it must survive ``repeat`` (fuzzdiff.confirm.steps.repeat) and persist at a
@@ -538,8 +539,12 @@ def confirm_mismatch(
     float64 too, or, where float64 agrees, the low-precision side must be
     wrong against float64 (against_float64). ``lowered``: where the code
     computes partly in lower precision, that precision's rounding may explain
-    it (fuzzdiff.confirm.steps.lowered_precision)."""
+    it (fuzzdiff.confirm.steps.lowered_precision). ``conditioning``: where the
+    two sides compute one thing two ways, the point's conditioning may explain
+    it (fuzzdiff.confirm.steps.conditioning)."""
     steps: dict[str, Step] = {"repeat": repeat, "neighbours": neighbours(case, agrees_at)}
+    if conditioning is not None:
+        steps["conditioning"] = conditioning
     if low is not None:
         steps["float64"] = low.step()
     if lowered is not None:

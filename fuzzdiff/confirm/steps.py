@@ -263,7 +263,7 @@ def conditioning(
         if any(_rounding_moves(names, functools.partial(run, case), here, tol, unit) for run, here in runs):
             return Doubt(
                 "the results move as far when every intermediate result moves by rounding: "
-                "ill-conditioned here (large terms that cancel)"
+                "ill-conditioned here (large terms that cancel, or a kink whose side rounding picks)"
             )
         return None
 
