@@ -18,7 +18,7 @@ import torch
 
 from fuzzdiff.case.case import DTYPES
 from fuzzdiff.case.spec import parse_spec
-from fuzzdiff.targets.discrepancies import NESTED_JVP_FUNCTION
+from fuzzdiff.targets.discrepancies import MACHINERY, NESTED_JVP_FUNCTION
 from fuzzdiff.targets.module import one_sample
 from fuzzdiff.targets.randomness import seeded_alike
 from fuzzdiff.targets.recipe import ModuleFunction, NoRecipe, build, recipe
@@ -199,8 +199,9 @@ def user_target(
         family="user",
         domain=dict(domain or {}),
         kwargs=dict(kwargs or {}),
-        # user code is where custom autograd.Functions are
-        known=(NESTED_JVP_FUNCTION,),
+        # user code is where custom autograd.Functions are; the compiling
+        # machinery's bugs meet any code under its transforms and export
+        known=(NESTED_JVP_FUNCTION, *MACHINERY),
         **options,
     )
     if isinstance(fn, torch.nn.Module) and _random_layers(fn):

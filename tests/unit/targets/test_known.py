@@ -263,3 +263,21 @@ def test_the_eager_side_of_batch_norms_strided_weight_is_met_by_the_compiled_gra
     assert known.matches("compile", case, replace(record.verdict, message=message))
     vjp = message.replace("grad(<v, f>)", "vjp(f)(v)")
     assert not known.matches("compile", case, replace(record.verdict, message=vjp))  # not seen: not claimed
+
+
+def test_a_users_function_meets_the_compiling_machinerys_known_bugs_as_torchs_own_targets_do():
+    """Strict export copies an empty input with a large stride through dynamo's
+    clone_input, whatever the code (einops' reduce met it): a user's function is
+    told it is torch's known bug, not a new failure."""
+    from fuzzdiff.search.runner import run_check
+    from fuzzdiff.targets.discrepancies import STRICT_EXPORT_EMPTY_STRIDED
+    from fuzzdiff.targets.user import user_target
+
+    def scale(a, b):
+        return a * b
+
+    record = read_record(RECORDS["30fdb700be85c93a"])
+    target = user_target(scale, "a: n 1 k, b: n m k")
+    verdict = run_check("export", target, replace(record.case, target=target.name))
+    assert verdict.failed, verdict
+    assert matching(target.known, "export", record.case, verdict) is STRICT_EXPORT_EMPTY_STRIDED
