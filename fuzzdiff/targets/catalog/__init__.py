@@ -16,6 +16,7 @@ from fuzzdiff.targets.catalog import (  # noqa: F401
     reductions,
     shape_ops,
     softmax,
+    spectral,
     tensorly_ops,
     unary,
 )
