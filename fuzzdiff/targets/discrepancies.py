@@ -37,6 +37,7 @@ __all__ = [
     "GROUP_NORM_COMPILED_AUTOGRAD_ORDER2",
     "VECTOR_NORM_ORD0_COMPILED_AUTOGRAD",
     "STRICT_EXPORT_EMPTY_STRIDED",
+    "STRICT_EXPORT_UNREGISTERED_PARAMETER",
     "MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR",
     "MACHINERY",
     "LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED",
@@ -614,6 +615,24 @@ STRICT_EXPORT_EMPTY_STRIDED = Known(
     records=("30fdb700be85c93a",),
 )
 
+STRICT_EXPORT_UNREGISTERED_PARAMETER = Known(
+    "export",
+    "strict torch.export.export (Dynamo) of a module whose forward reaches another module's "
+    "parameters not through its own attributes (a function that closes over an nn.Module, or reads "
+    "one from a global) raises KeyError in torch.export._trace._replace_param_buffer_names: Dynamo "
+    "lifts the parameter under its traced name, which the eager module's state does not hold "
+    "(torch 2.13.0 CPU; non-strict export runs it; reported upstream as pytorch/pytorch#150428, "
+    "fixed by pytorch/pytorch#185728: torch 2.15.0 exports it)",
+    "mix = torch.nn.Linear(4, 5).double(); fn = lambda x: mix(x); class M(torch.nn.Module):\n"
+    "    def __init__(self): super().__init__(); self.fn = fn\n    def forward(self, x): return self.fn(x)\n"
+    "torch.export.export(M(), (torch.randn(2, 4, dtype=torch.float64),), strict=True) -> KeyError: "
+    "'L__self___fn___closure___0_cell_contents_weight' (a global module: 'G____import___main_____mix_weight'); "
+    "strict=False exports it",
+    raises="KeyError",
+    message=r"KeyError: '(L__self___\w*_cell_contents_|G____import___)\w+'",
+    params={"strict": True},
+)
+
 MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR = Known(
     ("forward2", "gradgrad"),
     "forward over reverse mode of F.mse_loss (reduction 'mean', nn.MSELoss's default) raises where "
@@ -680,4 +699,5 @@ MACHINERY = (
     JVP_CAPTURED_CONSTANT_AOT_FUNCTION,
     JVP_TANGENT_COPY_DYNAMIC,
     STRICT_EXPORT_EMPTY_STRIDED,
+    STRICT_EXPORT_UNREGISTERED_PARAMETER,
 )

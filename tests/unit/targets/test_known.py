@@ -281,3 +281,26 @@ def test_a_users_function_meets_the_compiling_machinerys_known_bugs_as_torchs_ow
     verdict = run_check("export", target, replace(record.case, target=target.name))
     assert verdict.failed, verdict
     assert matching(target.known, "export", record.case, verdict) is STRICT_EXPORT_EMPTY_STRIDED
+
+
+def test_strict_export_of_a_function_that_closes_over_a_module_is_torchs_known_bug():
+    """A user's function that closes over an nn.Module (einops' EinMix met it):
+    strict export lifts the module's parameters under names the wrapper's state
+    does not hold, pytorch/pytorch#150428; non-strict export is judged as usual."""
+    from fuzzdiff.case.values import Values
+    from fuzzdiff.search.runner import run_check
+    from fuzzdiff.targets.discrepancies import STRICT_EXPORT_UNREGISTERED_PARAMETER
+    from fuzzdiff.targets.user import user_target
+
+    linear = torch.nn.Linear(4, 5).double()
+
+    def project(x):
+        return linear(x)
+
+    target = user_target(project, "x: n 4", dtypes=(torch.float64,))
+    params = {"cotangent": {"layout": "contiguous", "seed": 0, "zeros": 0.0}, "decomposed": False}
+    case = Case(target.name, (Arg((2, 4), Values(seed=1)),), "float64", params={**params, "strict": True})
+    verdict = run_check("export", target, case)
+    assert verdict.failed and matching(target.known, "export", case, verdict) is STRICT_EXPORT_UNREGISTERED_PARAMETER
+    lenient = replace(case, params={**params, "strict": False})
+    assert run_check("export", target, lenient).kind == "pass"
