@@ -22,7 +22,7 @@ from fuzzdiff.case.layout import CaseError
 from fuzzdiff.checks import Check, get_check
 from fuzzdiff.checks.check import ProbeParams
 from fuzzdiff.confirm.ladder import Ladder
-from fuzzdiff.confirm.steps import repeat
+from fuzzdiff.confirm.steps import NUDGE, repeat
 from fuzzdiff.guards import cuda_context, torch_state
 from fuzzdiff.guards.precision import cuda_present, ieee_float32
 from fuzzdiff.guards.raised import Raised, raised
@@ -174,10 +174,41 @@ def _verdict(check: Check, target: Target, case: Case) -> Verdict:
     )
     if climbed.doubt is not None:
         return Verdict("inconclusive", f"{finding} once; {climbed.doubt.why}")
+    edge = _domain_edge(target, case, first, outcome.origin.where)
+    if edge is not None:
+        return Verdict("inconclusive", f"{finding}; {edge}")
     errors = {"exception": type(first).__name__, "traceback": outcome.tail, **outcome.origin.as_errors()}
     if left:
         errors["torch_state"] = str(left)
     return Verdict("fail", finding, errors)
+
+
+# Neighbouring points asked whether the function's own plain call raises there.
+EDGE_NEIGHBOURS = 4
+DOMAIN_EDGE = (
+    "the function's plain call runs here and raises it at a neighbouring point: the case is at the "
+    "edge of its domain, and a step the check takes (a finite difference, a probe) crosses it"
+)
+
+
+def _domain_edge(target: Target, case: Case, error: Exception, where: str) -> str | None:
+    """Why ``error``, raised by a check at ``where``, is the function's own
+    domain and not a finding: its plain call runs at ``case`` and raises the
+    same error from the same line at a neighbouring point (an integral over
+    [lo, hi] at lo == hi, whose finite differences step to lo > hi). None where
+    the plain call raises at the case itself (the input-domain question's), or
+    at no neighbour, or elsewhere (a backward that raises is no domain)."""
+    try:
+        _plain_call(target, case)
+    except Exception:  # noqa: BLE001 - the input-domain question's, not this one's
+        return None
+    for seed in range(1, EDGE_NEIGHBOURS + 1):
+        try:
+            _plain_call(target, case.nudged(NUDGE, seed=seed, keep_structure=False))
+        except Exception as e:  # noqa: BLE001 - compared below
+            if _same_error(e, error) and raised(e).where == where:
+                return DOMAIN_EDGE
+    return None
 
 
 def _same_error(again: Exception, first: Exception) -> bool:
