@@ -35,7 +35,20 @@ _VIEW_SIZE = r"view size is not compatible with input tensor's size and stride"
 
 # The checks that run the op's forward on a case's layout: a forward that raises is
 # reported by each of them.
-_FORWARD_CALL = ("grad", "forward", "gradgrad", "forward2", "layout", "alias", "vmap", "compile", "dtype", "mutation")
+_FORWARD_CALL = (
+    "grad",
+    "forward",
+    "gradgrad",
+    "forward2",
+    "layout",
+    "alias",
+    "vmap",
+    "compile",
+    "dtype",
+    "mutation",
+    "compiled_autograd",
+    "export",
+)
 
 _CHANNELS_LAST = Known(
     "vmap",
@@ -69,6 +82,7 @@ _KRON = Known(
     "two contiguous subspaces). Use .reshape(...) instead.; with .contiguous() it works",
     raises="RuntimeError",
     message=_VIEW_SIZE,
+    records=("684414f3502a0a8a",),
 )
 
 _GRID_SAMPLE_REASON = (
@@ -160,6 +174,7 @@ _MAX_POOL3D = Known(
     "ChannelsLast3d, Contiguous; with .contiguous() it works",
     raises="RuntimeError",
     message=r"Unsupported memory format\. Supports only ChannelsLast3d, Contiguous",
+    records=("17ae3e645bcc999b",),
 )
 
 # The masked ops' gradcheck wrapper calls torch.masked._output_mask(op, ...): dynamo
