@@ -72,13 +72,15 @@ def run(target: Target, case: Case) -> Verdict:
     # float32 result alone), on the values the case holds.
     wide = torch.float64 if case.torch_dtype in LOW_PRECISION else None
 
-    def side(k: int):
-        return lambda c: list(path.run(target, c, cast=wide)[k].tensors)
+    def both(c: Case) -> list[torch.Tensor]:
+        """Both sides' results from one run: each run computes the two."""
+        got, want = path.run(target, c, cast=wide)
+        return [*got.tensors, *want.tensors]
 
     def rounding_decides():
-        here = path.run(target, case, cast=wide) if wide is not None else (vmapped, looped)
-        runs = [(side(k), list(here[k].tensors)) for k in (0, 1)]
-        return conditioning(list(vmapped.names), runs, case, tol)()
+        here = both(case) if wide is not None else [*vmapped.tensors, *looped.tensors]
+        names = [f"vmapped {n}" for n in vmapped.names] + [f"looped {n}" for n in looped.names]
+        return conditioning(names, [(both, here)], case, tol)()
 
     return confirm_mismatch(
         identity,
