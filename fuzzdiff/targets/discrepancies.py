@@ -631,6 +631,7 @@ STRICT_EXPORT_UNREGISTERED_PARAMETER = Known(
     raises="KeyError",
     message=r"KeyError: '(L__self___\w*_cell_contents_|G____import___)\w+'",
     params={"strict": True},
+    fixed_in="2.15.0",
 )
 
 MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR = Known(

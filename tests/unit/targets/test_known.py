@@ -301,6 +301,10 @@ def test_strict_export_of_a_function_that_closes_over_a_module_is_torchs_known_b
     params = {"cotangent": {"layout": "contiguous", "seed": 0, "zeros": 0.0}, "decomposed": False}
     case = Case(target.name, (Arg((2, 4), Values(seed=1)),), "float64", params={**params, "strict": True})
     verdict = run_check("export", target, case)
-    assert verdict.failed and matching(target.known, "export", case, verdict) is STRICT_EXPORT_UNREGISTERED_PARAMETER
+    if STRICT_EXPORT_UNREGISTERED_PARAMETER.present:
+        assert verdict.failed, verdict
+        assert matching(target.known, "export", case, verdict) is STRICT_EXPORT_UNREGISTERED_PARAMETER
+    else:  # a release that fixes it exports the function, and the check passes
+        assert verdict.kind == "pass", verdict
     lenient = replace(case, params={**params, "strict": False})
     assert run_check("export", target, lenient).kind == "pass"
