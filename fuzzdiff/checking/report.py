@@ -89,7 +89,9 @@ class Report:
     whether it draws random numbers, where asking ran out of time.
     ``unreached``: why the checks of a module's parameters say nothing, where
     the drawn parameters never reach its outputs
-    (fuzzdiff.search.unreached_parameters)."""
+    (fuzzdiff.search.unreached_parameters). ``dtypes_left_out``: the dtypes
+    not drawn because the function's plain call refuses them, and why
+    (fuzzdiff.search.refused_dtypes)."""
 
     target: Target
     tallies: dict[str, Tally] = field(default_factory=dict)
@@ -110,6 +112,7 @@ class Report:
     reach: dict[str, int | None] = field(default_factory=dict)
     randomness_unasked: str = ""
     unreached: str = ""
+    dtypes_left_out: str = ""
 
     def add_failure(self, check: str, failure: FuzzFailure, message: str | None = None, known: bool = False) -> None:
         """A failure; with ``known``, torch's known discrepancy that the code
@@ -207,6 +210,8 @@ class Report:
             console.print(f"{self.target.name}: {self.randomness_unasked}", soft_wrap=True)
         if self.unreached:
             console.print(f"{self.target.name}: {self.unreached}", soft_wrap=True)
+        if self.dtypes_left_out:
+            console.print(f"{self.target.name}: {self.dtypes_left_out}", soft_wrap=True)
         for name, tally in self.tallies.items():
             if tally.only_unsupported:
                 console.print(f"{name} unsupported: {tally.reasons['unsupported']}")
@@ -298,6 +303,7 @@ class Report:
         lines = self._thin_lines()
         lines += [f"NOT CONFIRMED {f.check}: {f.message[:200]} ({f.elsewhere})" for f in self.unconfirmed]
         lines += [self.unreached] if self.unreached else []
+        lines += [self.dtypes_left_out] if self.dtypes_left_out else []
         if not lines:
             return ""
         return f"fuzzdiff.check {self.target.name}: " + "\n  ".join(lines)

@@ -28,6 +28,7 @@ from fuzzdiff.search.fresh import FreshProcess
 from fuzzdiff.search.fuzzing import Search, fuzz
 from fuzzdiff.search.outcome import AllRejected, FuzzFailure, Tally
 from fuzzdiff.search.random_calls import with_randomness
+from fuzzdiff.search.refused_dtypes import refused_dtypes
 from fuzzdiff.search.root_cause import root_cause
 from fuzzdiff.search.unreached_parameters import unreached_parameters
 from fuzzdiff.targets.known import Known
@@ -110,6 +111,27 @@ class Session:
                 self.report.unreached = unreached_parameters(self.target) or ""
         except OutOfTime:
             pass
+
+    def ask_dtypes(self, until: float | None = None) -> None:
+        """A dtype the function's plain call refuses where another runs (its
+        own tensors are float64) is not drawn: the report says which, and the
+        error that refuses it."""
+        try:
+            with bounded(until):
+                refused = refused_dtypes(self.target)
+        except OutOfTime:
+            return
+        if not refused:
+            return
+        kept = tuple(d for d in self.target.dtypes if d not in refused)
+        self.target = self.report.target = replace(self.target, dtypes=kept)
+        names = ", ".join(str(d).removeprefix("torch.") for d in refused)
+        why = "; ".join(f"{str(d).removeprefix('torch.')}: {error}" for d, error in refused.items())
+        self.report.dtypes_left_out = (
+            f"{names} not drawn: the plain call raises in {names} at inputs where "
+            f"{', '.join(str(d).removeprefix('torch.') for d in kept)} runs ({why}); "
+            "the function holds tensors of one dtype, or refuses the others"
+        )
 
     def run(self, name: str, until: float | None = None) -> Tally:
         """The check's runs until it finds nothing new: a failure's root cause is
