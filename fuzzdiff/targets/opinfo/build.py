@@ -54,6 +54,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from torch.testing._internal import common_utils
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from fuzzdiff.case import draws
@@ -97,17 +98,36 @@ __all__ = [
 
 def samples(op) -> list:
     """The op's float64 CPU samples, the same on every call: sample_inputs draw from
-    torch's, Python's and NumPy's generators, so all three are seeded (and restored)."""
+    torch's, Python's and NumPy's generators, so all three are seeded (and restored).
+
+    The samples are those of ``op.sample_inputs`` outside a unittest test:
+    its iterator seeds the three with torch's test seed before each sample.
+    Drawn here without that iterator, which looks for the calling test by
+    inspecting the whole stack for each op, and seeds CUDA's generators too,
+    each seed queueing a stack trace while CUDA is not initialized: under
+    pytest-xdist those two cost minutes for op_db's 14,000 samples."""
     state, np_state = random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(SEED)
-            random.seed(SEED)
-            np.random.seed(SEED)
-            return list(op.sample_inputs("cpu", torch.float64, requires_grad=True))
+            _seed(SEED)
+            produced = iter(op.sample_inputs_func(op, "cpu", torch.float64, True))
+            drawn = []
+            while True:
+                _seed(common_utils.SEED)
+                sample = next(produced, None)
+                if sample is None:
+                    return drawn
+                drawn.append(sample)
     finally:
         random.setstate(state)
         np.random.set_state(np_state)
+
+
+def _seed(seed: int) -> None:
+    """The CPU generators sample_inputs draw from, seeded."""
+    torch.default_generator.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
 
 
 def fuzzable(t: Any) -> bool:

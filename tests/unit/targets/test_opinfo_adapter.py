@@ -58,6 +58,30 @@ def test_sample_inputs_are_deterministic_and_leave_the_global_generators_alone()
         assert torch.equal(a.input, b.input) and a.kwargs.keys() == b.kwargs.keys()
 
 
+@pytest.mark.parametrize("name", ["add", "nn.functional.dropout", "linalg.svd", "normal"])
+def test_samples_are_torchs_own_sample_inputs(name):
+    """Drawn without torch's tracking iterator, yet the very samples it yields
+    (random ones among them: dropout's, normal's)."""
+    import random
+
+    import numpy as np
+
+    torchs_op = op(name)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(opinfo_tables.SEED)
+        random.seed(opinfo_tables.SEED)
+        np.random.seed(opinfo_tables.SEED)
+        theirs = list(torchs_op.sample_inputs("cpu", torch.float64, requires_grad=True))
+    ours = opinfo.samples(torchs_op)
+    assert len(ours) == len(theirs) > 0
+    for a, b in zip(ours, theirs):
+        mine, _ = torch.utils._pytree.tree_flatten((a.input, a.args, a.kwargs))
+        torchs, _ = torch.utils._pytree.tree_flatten((b.input, b.args, b.kwargs))
+        assert len(mine) == len(torchs)
+        for x, y in zip(mine, torchs):
+            assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
+
+
 def test_target_name_names_the_op_and_the_sample():
     t = get_target("opinfo/mul@0")
     assert t.name == "mul@0" and t.ref == "opinfo/mul@0" and t.family == "opinfo"
