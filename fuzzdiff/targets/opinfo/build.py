@@ -111,7 +111,7 @@ def samples(op) -> list:
         with torch.random.fork_rng(devices=[]):
             _seed(SEED)
             produced = iter(op.sample_inputs_func(op, "cpu", torch.float64, True))
-            drawn = []
+            drawn: list[Any] = []
             while True:
                 _seed(common_utils.SEED)
                 sample = next(produced, None)
