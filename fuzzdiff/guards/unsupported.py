@@ -217,7 +217,7 @@ REFUSALS: tuple[Refusal, ...] = (
         "the function reads or assigns a tensor's .data, which torch.func transforms refuse",
         _words(
             r"accessing `data` under vmap transform is not allowed",
-            r"mutating directly with `\.data` inside functorch transform is not allowed",
+            r"mutating directly with `\.data` (inside functorch|under vmap) transform is not allowed",
         ),
     ),
     # vmap's words start with "vmap:", said only under vmap: the same code in

@@ -305,10 +305,40 @@ def _known_by_function() -> dict[str, tuple[Known, ...]]:
         called = getattr(getattr(spaces.get(space), name, None), "__name__", None)
         if isinstance(called, str):
             found.setdefault(called, []).extend(knowns)
+    # torch.slogdet is torch.linalg.slogdet by another name (normflows calls the old one)
+    for alias, original in _torch_aliases():
+        for one, other in ((alias, original), (original, alias)):
+            if other in found:
+                mine = found.setdefault(one, [])
+                mine.extend(k for k in found[other] if not any(k is m for m in mine))
     return {name: tuple(ks) for name, ks in found.items()}
 
 
+# How torch's documentation says that a function is another's under a second name.
+_ALIAS = re.compile(r"Alias (?:for|of) :func:`(torch\.[\w.]+)`")
+
+
+def _torch_aliases() -> list[tuple[str, str]]:
+    """The functions torch documents as aliases ("Alias for :func:`torch.linalg.slogdet`."),
+    each as (its name, the name of the function it is), by the names calls are seen by."""
+    pairs = []
+    for space in _TORCH_SPACES:
+        for attribute in dir(space):
+            fn = getattr(space, attribute, None)
+            doc = getattr(fn, "__doc__", None)
+            said = _ALIAS.search(doc[:400]) if callable(fn) and isinstance(doc, str) else None
+            if said is None:
+                continue
+            home, _, name = said.group(1).rpartition(".")
+            original = getattr(_SPACE_NAMES.get(home), name, None)
+            names = getattr(fn, "__name__", None), getattr(original, "__name__", None)
+            if isinstance(names[0], str) and isinstance(names[1], str) and names[0] != names[1]:
+                pairs.append((names[0], names[1]))
+    return pairs
+
+
 _TORCH_SPACES = (torch, torch.nn.functional, torch.linalg, torch.special, torch.fft)
+_SPACE_NAMES = {space.__name__: space for space in _TORCH_SPACES}
 
 
 def blame(check: str, target: Target, verdict: Verdict, evidence: Evidence) -> Blame:
