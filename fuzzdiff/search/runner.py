@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
+from torch.utils._pytree import tree_leaves
 
 from fuzzdiff.case.case import Case
 from fuzzdiff.case.layout import CaseError
@@ -174,7 +175,7 @@ def _verdict(check: Check, target: Target, case: Case) -> Verdict:
     )
     if climbed.doubt is not None:
         return Verdict("inconclusive", f"{finding} once; {climbed.doubt.why}")
-    edge = _domain_edge(target, case, first, outcome.origin.where)
+    edge = _domain_edge(target, case, first, outcome.origin.where) or _undefined_here(target, case, outcome.origin)
     if edge is not None:
         return Verdict("inconclusive", f"{finding}; {edge}")
     errors = {"exception": type(first).__name__, "traceback": outcome.tail, **outcome.origin.as_errors()}
@@ -209,6 +210,31 @@ def _domain_edge(target: Target, case: Case, error: Exception, where: str) -> st
             if _same_error(e, error) and raised(e).where == where:
                 return DOMAIN_EDGE
     return None
+
+
+# Where reverse mode's engine runs torch's backward formulas (a frame's words, from torch/ on).
+_BACKWARD_ENGINE = "torch/autograd/graph.py:"
+NOT_DIFFERENTIABLE_HERE = (
+    "a backward formula of torch's raised it where the function's own output is not finite "
+    "(log|det| of a singular matrix is -inf): no derivative to check here"
+)
+
+
+def _undefined_here(target: Target, case: Case, origin: Raised) -> str | None:
+    """Why an error raised inside reverse mode's engine is no finding: the
+    plain call's outputs at ``case`` hold inf or nan, where the derivative
+    does not exist, and torch's formula may refuse it (slogdet's backward
+    solves with the singular matrix: normflows' Invertible1x1Conv at a
+    rank-one weight). None where the outputs are finite, or the error came
+    from elsewhere (a backward of the code's own, an op's forward)."""
+    if not origin.where.startswith(_BACKWARD_ENGINE) or origin.internal:
+        return None
+    try:
+        outputs = tree_leaves(_plain_call(target, case))
+    except Exception:  # noqa: BLE001 - the input-domain question's, not this one's
+        return None
+    floating = [o for o in outputs if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex())]
+    return NOT_DIFFERENTIABLE_HERE if any(not torch.isfinite(o).all() for o in floating) else None
 
 
 def _same_error(again: Exception, first: Exception) -> bool:
