@@ -38,6 +38,7 @@ __all__ = [
     "VECTOR_NORM_ORD0_COMPILED_AUTOGRAD",
     "STRICT_EXPORT_EMPTY_STRIDED",
     "STRICT_EXPORT_UNREGISTERED_PARAMETER",
+    "EXPORT_DIM_SOLVER_NEGATIVE_POWER",
     "MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR",
     "MACHINERY",
     "LAYER_NORM_COMPILED_AUTOGRAD_BIAS_ALIASED",
@@ -634,6 +635,23 @@ STRICT_EXPORT_UNREGISTERED_PARAMETER = Known(
     fixed_in="2.15.0",
 )
 
+EXPORT_DIM_SOLVER_NEGATIVE_POWER = Known(
+    "export",
+    "torch.export.export with Dim.AUTO fails inside its own dimension-constraint solver where a view of "
+    "a symbolic size whose sample value is 1 (x.view(n // 2, 2).view(1, n // 2, 2) at n = 2, as einops' "
+    "rearrange('(w n) -> 1 w n') does in local-attention's LocalAttention) is broadcast against itself: "
+    "the view's symbolic shape comes out as [n//2, n//2, 2//(n//2)], the broadcast guards 16/n**2 > 1, "
+    "and DimConstraints.solve cannot print the n**-2 (torch 2.13.0 CPU, strict and non-strict; torch "
+    "2.15.0 exports it, with the same symbolic shape and a guard n // 2 == 1; no upstream report found)",
+    "class M(torch.nn.Module):\n    def forward(self, x):\n        n = x.shape[0]; torch._check(n % 2 == 0)\n"
+    "        s = x.view(n // 2, 2).view(1, n // 2, 2); return s * s[..., None]\n"
+    "torch.export.export(M(), (torch.randn(2),), dynamic_shapes={'x': {0: torch.export.Dim.AUTO}}) "
+    "-> AssertionError: exponent must be non-negative, got -2 (torch/utils/_sympy/printers.py, _print_Pow)",
+    raises="AssertionError",
+    message=r"exponent must be non-negative, got -\d+",
+    fixed_in="2.15.0",
+)
+
 MSE_LOSS_CONSTANT_TARGET_ZEROTENSOR = Known(
     ("forward2", "gradgrad"),
     "forward over reverse mode of F.mse_loss (reduction 'mean', nn.MSELoss's default) raises where "
@@ -701,4 +719,5 @@ MACHINERY = (
     JVP_TANGENT_COPY_DYNAMIC,
     STRICT_EXPORT_EMPTY_STRIDED,
     STRICT_EXPORT_UNREGISTERED_PARAMETER,
+    EXPORT_DIM_SOLVER_NEGATIVE_POWER,
 )

@@ -308,3 +308,30 @@ def test_strict_export_of_a_function_that_closes_over_a_module_is_torchs_known_b
         assert verdict.kind == "pass", verdict
     lenient = replace(case, params={**params, "strict": False})
     assert run_check("export", target, lenient).kind == "pass"
+
+
+def _windows(x):
+    """local-attention's bucketing (einops' rearrange('(w n) -> 1 w n')) and its mask's broadcast."""
+    n = x.shape[0]
+    torch._check(n % 2 == 0)
+    s = x.view(n // 2, 2).view(1, n // 2, 2)
+    return s * s[..., None]
+
+
+def test_export_of_a_view_whose_symbolic_size_is_one_is_torchs_known_bug():
+    """local-attention's LocalAttention at a sequence of 2: export's own
+    dimension-constraint solver cannot print the guard its broadcast leaves."""
+    from fuzzdiff.case.values import Values
+    from fuzzdiff.search.runner import run_check
+    from fuzzdiff.targets.discrepancies import EXPORT_DIM_SOLVER_NEGATIVE_POWER
+    from fuzzdiff.targets.user import user_target
+
+    target = user_target(_windows, "x: n", dtypes=(torch.float64,))
+    params = {"cotangent": {"layout": "contiguous", "seed": 0, "zeros": 0.0}, "decomposed": False, "strict": False}
+    case = Case(target.name, (Arg((2,), Values(seed=1)),), "float64", params=params)
+    verdict = run_check("export", target, case)
+    if EXPORT_DIM_SOLVER_NEGATIVE_POWER.present:
+        assert verdict.failed, verdict
+        assert matching(target.known, "export", case, verdict) is EXPORT_DIM_SOLVER_NEGATIVE_POWER
+    else:  # a release that fixes it exports the function, and the check passes
+        assert verdict.kind == "pass", verdict
