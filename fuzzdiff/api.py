@@ -195,7 +195,7 @@ def check(
         session.fresh = fresh if isolate else None
         session.ask_randomness(names[0], None if seconds is None else started + RANDOMNESS * seconds)
         session.ask_parameters(None if seconds is None else started + RANDOMNESS * seconds)
-        session.ask_dtypes(None if seconds is None else started + RANDOMNESS * seconds)
+        session.ask_dtypes(names[0], None if seconds is None else started + RANDOMNESS * seconds)
         before_checks = time.monotonic() - started
         for k, name in enumerate(names):
             shown.start(name)

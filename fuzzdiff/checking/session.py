@@ -7,7 +7,8 @@ there is stopped, and a failure found late is settled by ``settle_by``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,7 +22,7 @@ from fuzzdiff.checking.input_domain import DOMAIN, domain_error, rejecting
 from fuzzdiff.checking.report import Report
 from fuzzdiff.checks import CHECKS
 from fuzzdiff.config import FuzzConfig
-from fuzzdiff.guards.timeout import OutOfTime, bounded
+from fuzzdiff.guards.timeout import ExampleTimeout, OutOfTime, bounded, limited
 from fuzzdiff.record.journal import Journal
 from fuzzdiff.search.blame import PYTORCH, USER, Blame, known_reached
 from fuzzdiff.search.fresh import FreshProcess
@@ -112,14 +113,19 @@ class Session:
         except OutOfTime:
             pass
 
-    def ask_dtypes(self, until: float | None = None) -> None:
+    def ask_dtypes(self, first_check: str, until: float | None = None) -> None:
         """A dtype the function's plain call refuses where another runs (its
         own tensors are float64) is not drawn: the report says which, and the
-        error that refuses it."""
+        error that refuses it. A call past the per-example timeout, or past
+        ``until``, answers nothing (the checks report a hang)."""
         try:
-            with bounded(until):
-                refused = refused_dtypes(self.target)
-        except OutOfTime:
+            with (
+                bounded(until),
+                limited(self.config.timeout),
+                _journaled_calls(first_check, self.target, self.config) as calling,
+            ):
+                refused = refused_dtypes(self.target, calling)
+        except (OutOfTime, ExampleTimeout):
             return
         if not refused:
             return
@@ -330,11 +336,19 @@ def _unsupported(reason: str) -> Tally:
 
 
 def _with_randomness(target: Target, first_check: str, config: FuzzConfig) -> Target:
-    """``target``, checked for randomness by calling it (fuzzdiff.search.random_calls);
-    with a corpus, each probing call is journaled as the first check's, so that
-    an input that kills the process leaves a crash record."""
+    """``target``, checked for randomness by calling it (fuzzdiff.search.random_calls)."""
+    with _journaled_calls(first_check, target, config) as calling:
+        return with_randomness(target, config.timeout, calling)
+
+
+@contextmanager
+def _journaled_calls(first_check: str, target: Target, config: FuzzConfig) -> Iterator[Callable[[Case], None] | None]:
+    """What a question asked by calling the function tells before each call:
+    with a corpus, the call is journaled as the first check's, so that an input
+    that kills the process leaves a crash record; without one, nothing."""
     if config.corpus is None:
-        return with_randomness(target, config.timeout)
+        yield None
+        return
     journal = Journal(config.corpus, first_check, target.name, config.timeout)
 
     def calling(case: Case) -> None:
@@ -343,6 +357,6 @@ def _with_randomness(target: Target, first_check: str, config: FuzzConfig) -> Ta
         journal.begin(0)
 
     try:
-        return with_randomness(target, config.timeout, calling)
+        yield calling
     finally:
         journal.close()

@@ -11,24 +11,28 @@ out, and the report says so, with the error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
+from fuzzdiff.case.case import Case
 from fuzzdiff.search.random_calls import cases_in
 from fuzzdiff.targets.target import Target
 
 __all__ = ["refused_dtypes"]
 
 
-def refused_dtypes(target: Target) -> dict[torch.dtype, str]:
+def refused_dtypes(target: Target, calling: Callable[[Case], None] | None = None) -> dict[torch.dtype, str]:
     """Each of ``target``'s dtypes that its plain call refuses, with the error
     it raises; empty where every dtype runs, where none does (the checks
-    report that, at their own inputs), or where it has only one."""
+    report that, at their own inputs), or where it has only one.
+    ``calling(case)`` is told each case before the call (a journal)."""
     if len(target.dtypes) < 2:
         return {}
     refused: dict[torch.dtype, str] = {dtype: "" for dtype in target.dtypes}
     compared = False
     for case in cases_in(target):
-        errors = {dtype: _raised(target, case.with_dtype(dtype)) for dtype in target.dtypes}
+        errors = {dtype: _raised(target, case.with_dtype(dtype), calling) for dtype in target.dtypes}
         if all(error is not None for error in errors.values()):
             continue  # outside the function's domain in every dtype: says nothing of dtypes
         compared = True
@@ -40,9 +44,11 @@ def refused_dtypes(target: Target) -> dict[torch.dtype, str]:
     return refused if compared else {}
 
 
-def _raised(target: Target, case) -> str | None:
+def _raised(target: Target, case: Case, calling: Callable[[Case], None] | None) -> str | None:
     """The error the plain call raises at ``case``, as the checks call it
     (leaves that require grad), in words; None where it runs."""
+    if calling is not None:
+        calling(case)
     args = case.materialize(requires_grad=True).args
     try:
         target(*args, **case.kwargs)
