@@ -54,7 +54,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch.testing._internal import common_utils
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from fuzzdiff.case import draws
@@ -106,6 +105,9 @@ def samples(op) -> list:
     inspecting the whole stack for each op, and seeds CUDA's generators too,
     each seed queueing a stack trace while CUDA is not initialized: under
     pytest-xdist those two cost minutes for op_db's 14,000 samples."""
+    # imported with op_db, never before it: importing it loads a Hypothesis profile of torch's own
+    from torch.testing._internal.common_utils import SEED as TORCH_TEST_SEED
+
     state, np_state = random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(devices=[]):
@@ -113,7 +115,7 @@ def samples(op) -> list:
             produced = iter(op.sample_inputs_func(op, "cpu", torch.float64, True))
             drawn: list[Any] = []
             while True:
-                _seed(common_utils.SEED)
+                _seed(TORCH_TEST_SEED)
                 sample = next(produced, None)
                 if sample is None:
                     return drawn
