@@ -32,16 +32,7 @@ from fuzzdiff.paths.result import Result
 from fuzzdiff.targets.target import Target
 from fuzzdiff.verdict import Unsupported
 
-__all__ = [
-    "Level",
-    "LoopRaised",
-    "Plan",
-    "run",
-    "vmap_and_loop",
-    "COMPOSITIONS",
-    "recording_fallbacks",
-    "stop_recording_fallbacks",
-]
+__all__ = ["Level", "Plan", "run", "vmap_and_loop", "COMPOSITIONS", "recording_fallbacks", "stop_recording_fallbacks"]
 
 # What run() can do; strategies.batching draws these names (a unit test holds them equal).
 COMPOSITIONS = ("vmap", "vmap_vjp", "vjp_vmap", "vmap_jvp", "jvp_vmap", "vmap_vmap", "vmap_grad")
@@ -49,28 +40,6 @@ COMPOSITIONS = ("vmap", "vmap_vjp", "vjp_vmap", "vmap_jvp", "jvp_vmap", "vmap_vm
 
 # A NamedTuple, not a dataclass: scripts copy it, and a dataclass needs its module in
 # sys.modules, which a script run by exec() may not be.
-class LoopRaised(Exception):
-    """The loop over the batch, eager example by example, raised ``error``:
-    vmap's side has nothing to be compared with, and the eager computation's
-    error is for the checks of eager autograd to judge (slogdet's backward at
-    a singular example), not a discrepancy of vmap."""
-
-    def __init__(self, error: Exception):
-        self.error_text = f"{type(error).__name__}: {str(error).rstrip('.')}"
-        super().__init__(self.error_text)
-        self.error = error
-
-
-def _looped(compute: Callable[[], dict]) -> dict:
-    """The loop's results, or LoopRaised with its error (a refusal stays one)."""
-    try:
-        return compute()
-    except Unsupported:
-        raise
-    except Exception as e:
-        raise LoopRaised(e) from e
-
-
 class Level(NamedTuple):
     """One vmap level: its batch size, a batch dim per argument (None: not
     batched at this level) and output batch dims, cycled over the outputs."""
@@ -337,7 +306,7 @@ def vmap_and_loop(
     loop_f = f if loop_f is None else loop_f
     n = len(arg_names)
     indices = list(itertools.product(*(range(l.batch) for l in levels)))
-    outs = _looped(lambda: {index: loop_f(*args_at(index)) for index in indices})
+    outs = {index: loop_f(*args_at(index)) for index in indices}
     if len({tuple(o.shape for o in out) for out in outs.values()}) > 1:
         raise Unsupported(f"{VMAP_DATA_DEPENDENT_SHAPE}: the examples' outputs differ in shape")
     count = len(outs[indices[0]])
@@ -354,7 +323,7 @@ def vmap_and_loop(
     if composition in ("vmap_vjp", "vmap_grad"):
         cots = {index: cotangents(index, outs[index]) for index in indices}
         transform = with_vjp if composition == "vmap_vjp" else with_grad
-        want = _looped(lambda: {index: transform(loop_f, diff, n)(*args_at(index), *cots[index]) for index in indices})
+        want = {index: transform(loop_f, diff, n)(*args_at(index), *cots[index]) for index in indices}
         grad_ranks = [batched[i].dim() - sum(l.in_dims[i] is not None for l in levels) for i in diff]
         if composition == "vmap_vjp":
             names, out_ranks = output_names + grad_names, ranks + grad_ranks
@@ -366,9 +335,7 @@ def vmap_and_loop(
 
     if composition in ("vmap_jvp", "jvp_vmap"):
         tangent_dims = [level_dims[0][i] for i in diff]
-        want = _looped(
-            lambda: {index: with_jvp(loop_f, diff, n)(*args_at(index), *tangents(index)) for index in indices}
-        )
+        want = {index: with_jvp(loop_f, diff, n)(*args_at(index), *tangents(index)) for index in indices}
         batch_tans = [
             stack_examples(lambda index: batch_tangents(index)[k], levels, [d])
             if d is not None
@@ -390,7 +357,7 @@ def vmap_and_loop(
 
     if composition == "vjp_vmap":
         cots = {index: cotangents(index, outs[index]) for index in indices}
-        want = _looped(lambda: {index: with_vjp(loop_f, diff, n)(*args_at(index), *cots[index]) for index in indices})
+        want = {index: with_vjp(loop_f, diff, n)(*args_at(index), *cots[index]) for index in indices}
         looped = stack_outputs(levels, {index: w[:count] for index, w in want.items()}, count)
         for k, i in enumerate(diff):
             dim = level_dims[0][i]
@@ -416,10 +383,6 @@ def run(target: Target, case: Case, cast: torch.dtype | None = None) -> tuple[Re
     vmap refuses (fuzzdiff.guards.unsupported), in words or not, raises Unsupported."""
     try:
         return _run(target, case, cast)
-    except LoopRaised as looped:
-        if target.rejects(looped.error):
-            raise looped.error from None  # outside the target's domain: not vmap's
-        raise
     except Exception as e:
         if target.rejects(e):
             raise  # outside the target's domain: not vmap's
